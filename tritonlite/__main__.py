@@ -1,0 +1,3 @@
+from tritonlite.cli import main
+
+raise SystemExit(main())

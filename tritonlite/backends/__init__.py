@@ -1,0 +1,18 @@
+"""Backends by Triton name. Each is imported only when a model needs it."""
+
+from __future__ import annotations
+
+from tritonlite.backends.base import Backend, ModelContext
+from tritonlite.errors import unavailable
+
+
+def create_backend(ctx: ModelContext) -> Backend:
+    """The backend for ``ctx.config.backend`` (or platform), ready to make instances."""
+    name = ctx.config.backend or ctx.config.platform
+    if name in ("onnxruntime", "onnxruntime_onnx"):
+        from tritonlite.backends.onnxruntime import OnnxRuntimeBackend
+
+        return OnnxRuntimeBackend(ctx)
+    raise unavailable(
+        f"backend '{name}' for model '{ctx.name}' is not supported by this server"
+    )

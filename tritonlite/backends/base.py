@@ -1,0 +1,67 @@
+"""The backend contract: what the core asks of a backend.
+
+A ``Backend`` is made once per loaded (model, version) and makes one ``BackendInstance`` per
+instance of the model's instance groups. The core owns requests; an instance borrows a batch for
+the duration of ``execute`` only and keeps no reference to it afterwards (outputs it returns may
+view its own buffers until the responses are encoded).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from tritonlite.core.stats import ExecTiming
+from tritonlite.core.types import InferRequest
+from tritonlite.errors import TritonliteError
+
+# One request's result: output name -> array, or the error that request alone failed with.
+Outputs = dict[str, np.ndarray[Any, Any]]
+Result = Outputs | TritonliteError
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceSpec:
+    name: str  # Triton's instance name, e.g. "add_sub_0_0"
+    kind: str  # "CPU" | "GPU" | "MODEL"
+    device_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ModelContext:
+    """What a backend needs to know about the model it serves."""
+
+    name: str
+    version: int
+    model_dir: Path  # <repo>/<model>
+    version_dir: Path  # <repo>/<model>/<version>
+    config: Any  # the normalized pb.ModelConfig
+    config_json: str  # the config as /config renders it (what model.py sees)
+
+
+class BackendInstance(Protocol):
+    def execute(self, requests: list[InferRequest], timing: ExecTiming) -> list[Result]:
+        """Run one batch on the calling (instance) thread; one result per request, in order.
+
+        Inputs are already validated and reshaped per the config. Mark ``timing.input_end_ns``
+        and ``timing.infer_end_ns`` (monotonic) where the phases end. Raising fails every request
+        of the batch with the error.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release the instance's resources; called once, after its last execute."""
+        ...
+
+
+class Backend(Protocol):
+    def new_instance(self, spec: InstanceSpec) -> BackendInstance:
+        """Make one instance; called on a loader thread. Raise TritonliteError to fail the load."""
+        ...
+
+    def close(self) -> None:
+        """Release model-wide resources after every instance is closed."""
+        ...

@@ -1,0 +1,144 @@
+"""ONNX Runtime backend (``onnxruntime_onnx``): one InferenceSession per instance.
+
+Session threads are configured the way Triton's ORT backend names them in config
+``parameters``: ``intra_op_thread_count``, ``inter_op_thread_count``, ``execution_mode``
+(0 sequential, 1 parallel), ``enable_mem_arena``, ``enable_mem_pattern``. Intra-op spinning is
+off so idle ORT threads do not compete with the event loop for a core.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tritonlite.backends.base import InstanceSpec, ModelContext, Result
+from tritonlite.core.stats import ExecTiming
+from tritonlite.core.types import InferRequest
+from tritonlite.errors import internal, unavailable
+
+
+def _param(config: Any, key: str) -> str | None:
+    if key in config.parameters:
+        return str(config.parameters[key].string_value)
+    return None
+
+
+def model_path(ctx: ModelContext) -> Path:
+    path = ctx.version_dir / (ctx.config.default_model_filename or "model.onnx")
+    if path.is_dir():
+        path = path / "model.onnx"
+    return path
+
+
+def _to_ort_input(arr: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    # ORT's Python binding stores repr() of bytes objects in string tensors: hand it str.
+    if arr.dtype == object:
+        out = np.empty(arr.shape, dtype=object)
+        flat = out.reshape(-1)
+        for i, item in enumerate(arr.reshape(-1).tolist()):
+            flat[i] = item.decode("utf-8", "replace") if isinstance(item, bytes) else str(item)
+        return out
+    return arr
+
+
+def _from_ort_output(arr: Any) -> np.ndarray[Any, Any]:
+    arr = np.asarray(arr)
+    if arr.dtype == object or arr.dtype.kind == "U":
+        out = np.empty(arr.shape, dtype=object)
+        flat = out.reshape(-1)
+        for i, item in enumerate(arr.reshape(-1).tolist()):
+            flat[i] = item.encode("utf-8") if isinstance(item, str) else bytes(item)
+        return out
+    return arr
+
+
+class OnnxRuntimeInstance:
+    def __init__(self, ctx: ModelContext, spec: InstanceSpec) -> None:
+        import onnxruntime as ort
+
+        cfg = ctx.config
+        opts = ort.SessionOptions()
+        cores = os.cpu_count() or 1
+        intra = _param(cfg, "intra_op_thread_count")
+        inter = _param(cfg, "inter_op_thread_count")
+        opts.intra_op_num_threads = int(intra) if intra else max(1, cores - 1)
+        opts.inter_op_num_threads = int(inter) if inter else 1
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
+        mode = _param(cfg, "execution_mode")
+        if mode == "1":
+            opts.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+        arena = _param(cfg, "enable_mem_arena")
+        if arena is not None:
+            opts.enable_cpu_mem_arena = arena not in ("0", "false")
+        pattern = _param(cfg, "enable_mem_pattern")
+        if pattern is not None:
+            opts.enable_mem_pattern = pattern not in ("0", "false")
+        if spec.kind == "GPU":
+            raise unavailable(
+                f"instance '{spec.name}' of model '{ctx.name}' asks for KIND_GPU, "
+                "but no CUDA execution provider is available on this server"
+            )
+        path = model_path(ctx)
+        try:
+            self._session = ort.InferenceSession(
+                str(path), sess_options=opts, providers=["CPUExecutionProvider"]
+            )
+        except Exception as exc:  # ORT raises its own exception types
+            raise unavailable(f"failed to load '{path.name}' for model '{ctx.name}': {exc}")
+        self._batched = cfg.max_batch_size > 0
+        model_outputs = {o.name for o in self._session.get_outputs()}
+        self._outputs = [o.name for o in cfg.output if o.name in model_outputs]
+        self._model = ctx.name
+
+    def execute(self, requests: list[InferRequest], timing: ExecTiming) -> list[Result]:
+        if len(requests) == 1:
+            req = requests[0]
+            feed = {inp.name: _to_ort_input(inp.data) for inp in req.inputs}  # type: ignore[arg-type]
+            timing.input_end_ns = time.monotonic_ns()
+            values = self._run(feed)
+            timing.infer_end_ns = time.monotonic_ns()
+            return [{n: _from_ort_output(v) for n, v in zip(self._outputs, values)}]
+        # Several requests batched along dim 0 (they share non-batch shapes by construction).
+        names = [inp.name for inp in requests[0].inputs]
+        feed = {}
+        for i, name in enumerate(names):
+            parts = [r.inputs[i].data for r in requests]
+            feed[name] = _to_ort_input(np.concatenate(parts, axis=0))  # type: ignore[arg-type]
+        timing.input_end_ns = time.monotonic_ns()
+        values = self._run(feed)
+        timing.infer_end_ns = time.monotonic_ns()
+        sizes = np.cumsum([r.batch_size for r in requests])[:-1]
+        split = [np.split(_from_ort_output(v), sizes, axis=0) for v in values]
+        return [
+            {n: split[j][k] for j, n in enumerate(self._outputs)} for k in range(len(requests))
+        ]
+
+    def _run(self, feed: dict[str, Any]) -> list[Any]:
+        try:
+            return self._session.run(self._outputs, feed)  # type: ignore[no-any-return]
+        except Exception as exc:  # ORT raises its own exception types
+            raise internal(f"onnx runtime error: {exc}") from None
+
+    def close(self) -> None:
+        del self._session
+
+
+class OnnxRuntimeBackend:
+    def __init__(self, ctx: ModelContext) -> None:
+        self._ctx = ctx
+        path = model_path(ctx)
+        if not path.exists():
+            raise unavailable(
+                f"unable to find '{path}' for model '{ctx.name}' version {ctx.version}"
+            )
+
+    def new_instance(self, spec: InstanceSpec) -> OnnxRuntimeInstance:
+        return OnnxRuntimeInstance(self._ctx, spec)
+
+    def close(self) -> None:
+        return None

@@ -1,0 +1,137 @@
+"""``tritonlite`` command line: tritonserver's flag names, forms and defaults -> ServerOptions.
+
+Both ``--flag=value`` and ``--flag value`` work; booleans take true/false/1/0/yes/no. A flag
+this server does not implement is an error naming it (tritonserver's usage behaviour).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import tritonlite
+from tritonlite.options import ServerOptions
+
+# tritonserver flags that tritonlite does not implement (yet): refused by name.
+_NOT_IMPLEMENTED = (
+    "--model-config-name", "--rate-limit", "--rate-limit-resource", "--pinned-memory-pool-byte-size",
+    "--cuda-memory-pool-byte-size", "--cuda-virtual-address-size", "--min-supported-compute-capability",
+    "--buffer-manager-thread-count", "--host-policy", "--model-load-gpu-limit",
+    "--backend-directory", "--repoagent-directory", "--cache-directory", "--cache-config",
+    "--response-cache-byte-size", "--trace-config", "--trace-file", "--trace-level",
+    "--trace-rate", "--trace-count", "--trace-log-frequency", "--metrics-config",
+    "--metrics-interval-ms", "--allow-gpu-metrics", "--allow-cpu-metrics", "--log-file",
+    "--http-header-forward-pattern", "--grpc-header-forward-pattern", "--http-restricted-api",
+    "--grpc-restricted-protocol", "--model-namespacing", "--model-load-thread-count",
+    "--model-load-retry-count", "--enable-peer-access", "--http-thread-count",
+    "--grpc-infer-allocation-pool-size", "--grpc-max-response-pool-size",
+    "--grpc-infer-thread-count", "--allow-sagemaker", "--allow-vertex-ai",
+)
+
+
+def parse_bool(text: str) -> bool:
+    t = text.strip().lower()
+    if t in ("true", "1", "yes", "on"):
+        return True
+    if t in ("false", "0", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"invalid boolean value '{text}' (use true or false)")
+
+
+def _backend_config(values: list[str]) -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for v in values:
+        backend, _, setting = v.partition(",")
+        key, eq, val = setting.partition("=")
+        if not backend or not eq or not key:
+            raise SystemExit(f"--backend-config expects <backend>,<setting>=<value>, got '{v}'")
+        out.setdefault(backend, {})[key] = val
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="tritonlite", allow_abbrev=False,
+        description="Triton-Inference-Server-compatible model server (KServe v2 HTTP and gRPC).",
+    )
+    a = p.add_argument
+    a("--version", action="version", version=f"tritonlite {tritonlite.__version__}")
+    a("--model-repository", "--model-store", dest="model_repository", action="append",
+      default=[], metavar="PATH", help="model repository path (repeatable)")
+    a("--id", dest="server_id", default="triton", help="server identifier in metadata")
+    a("--http-port", type=int, default=8000)
+    a("--grpc-port", type=int, default=8001)
+    a("--metrics-port", type=int, default=8002)
+    a("--http-address", default="0.0.0.0")
+    a("--grpc-address", default="0.0.0.0")
+    a("--metrics-address", default=None)
+    a("--allow-http", type=parse_bool, default=True, metavar="BOOL")
+    a("--allow-grpc", type=parse_bool, default=True, metavar="BOOL")
+    a("--allow-metrics", type=parse_bool, default=True, metavar="BOOL")
+    a("--reuse-http-port", type=parse_bool, default=False, metavar="BOOL")
+    a("--reuse-grpc-port", type=parse_bool, default=False, metavar="BOOL")
+    a("--model-control-mode", default="none", choices=("none", "poll", "explicit"))
+    a("--load-model", action="append", default=[], metavar="NAME")
+    a("--repository-poll-secs", type=float, default=15.0)
+    a("--strict-readiness", type=parse_bool, default=True, metavar="BOOL")
+    a("--exit-on-error", type=parse_bool, default=True, metavar="BOOL")
+    a("--exit-timeout-secs", type=float, default=30.0)
+    a("--disable-auto-complete-config", action="store_true")
+    a("--strict-model-config", type=parse_bool, default=None, metavar="BOOL",
+      help="deprecated: true disables auto-complete")
+    a("--backend-config", action="append", default=[], metavar="BACKEND,KEY=VALUE")
+    a("--http-max-input-size", type=int, default=64 * 1024 * 1024, metavar="BYTES")
+    a("--allow-client-shm", default="local", choices=("local", "true", "false"),
+      help="who may register shared memory: loopback peers only (local), anyone, no one")
+    a("--log-verbose", type=int, default=0)
+    a("--log-info", type=parse_bool, default=True, metavar="BOOL")
+    a("--log-warning", type=parse_bool, default=True, metavar="BOOL")
+    a("--log-error", type=parse_bool, default=True, metavar="BOOL")
+    a("--log-format", default="default", choices=("default", "ISO8601"))
+    return p
+
+
+def options_from_args(argv: list[str]) -> ServerOptions:
+    for arg in argv:
+        flag = arg.split("=", 1)[0]
+        if flag in _NOT_IMPLEMENTED:
+            raise SystemExit(f"tritonlite: error: flag {flag} is not supported by tritonlite")
+    ns = build_parser().parse_args(argv)
+    if not ns.model_repository:
+        raise SystemExit("tritonlite: error: --model-repository is required")
+    backend_config = _backend_config(ns.backend_config)
+    auto_complete = not ns.disable_auto_complete_config and ns.strict_model_config is not True
+    max_batch = backend_config.get("onnxruntime", {}).get(
+        "default-max-batch-size", backend_config.get("default", {}).get("default-max-batch-size", "4"))
+    try:
+        return ServerOptions(
+            model_repositories=tuple(Path(p).resolve() for p in ns.model_repository),
+            server_id=ns.server_id, http_port=ns.http_port, grpc_port=ns.grpc_port,
+            metrics_port=ns.metrics_port, http_address=ns.http_address,
+            grpc_address=ns.grpc_address, metrics_address=ns.metrics_address,
+            allow_http=ns.allow_http, allow_grpc=ns.allow_grpc, allow_metrics=ns.allow_metrics,
+            reuse_http_port=ns.reuse_http_port, reuse_grpc_port=ns.reuse_grpc_port,
+            model_control_mode=ns.model_control_mode, load_models=tuple(ns.load_model),
+            repository_poll_secs=ns.repository_poll_secs, strict_readiness=ns.strict_readiness,
+            exit_on_error=ns.exit_on_error, exit_timeout_secs=ns.exit_timeout_secs,
+            auto_complete_config=auto_complete, default_max_batch_size=int(max_batch),
+            http_max_input_size=ns.http_max_input_size, allow_client_shm=ns.allow_client_shm,
+            log_verbose=ns.log_verbose, log_info=ns.log_info, log_warning=ns.log_warning,
+            log_error=ns.log_error, log_format=ns.log_format, backend_config=backend_config,
+        )
+    except ValueError as exc:
+        raise SystemExit(f"tritonlite: error: {exc}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tritonlite import logs, server
+
+    args = sys.argv[1:] if argv is None else argv
+    if "--version" in args:
+        print(f"tritonlite {tritonlite.__version__} (Triton {tritonlite.TRITON_VERSION} API); "
+              f"compiled paths: {server.compiled_paths()}")
+        return 0
+    options = options_from_args(args)
+    logs.configure(options.log_verbose, options.log_format == "ISO8601")
+    return server.run(options)

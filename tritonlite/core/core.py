@@ -1,0 +1,212 @@
+"""InferenceCore: the only API the front ends call.
+
+Every method either returns plain data (dicts in the HTTP JSON shape, which gRPC converts to
+messages) or raises TritonliteError. Front ends hold no behaviour of their own.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import tritonlite
+from tritonlite.core import config as model_config
+from tritonlite.core import validate
+from tritonlite.core.repository import ModelRepository, control_error, decode_override_file
+from tritonlite.core.settings import LogSettings, TraceSettings
+from tritonlite.core.shm import SharedMemoryManager
+from tritonlite.core.types import InferRequest, InferResponse
+from tritonlite.errors import ErrorCode, TritonliteError, invalid_arg, unavailable, unsupported
+from tritonlite.options import ServerOptions
+
+log = logging.getLogger("tritonlite")
+
+EXTENSIONS = (
+    "classification",
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "schedule_policy",
+    "model_configuration",
+    "system_shared_memory",
+    "cuda_shared_memory",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+    "trace",
+    "logging",
+)
+
+
+def parse_version(text: str) -> int:
+    """Wire version string -> int; "" means the server picks (-1)."""
+    if text == "":
+        return -1
+    if not text.isdigit():
+        raise invalid_arg(f"failed to parse version '{text}': version should be an integral value > 0")
+    return int(text)
+
+
+class InferenceCore:
+    def __init__(self, options: ServerOptions) -> None:
+        self.options = options
+        self.shm = SharedMemoryManager()
+        self.repository = ModelRepository(options, self.shm)
+        self.trace = TraceSettings()
+        self.logging = LogSettings(options.log_verbose, options.log_info, options.log_warning,
+                                   options.log_error, options.log_format)
+        self.live = True
+        self.exiting = False
+        self.started = False
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> list[str]:
+        """Load the startup models; returns the names that failed to load."""
+        failed = await self.repository.startup()
+        self.started = True
+        return failed
+
+    async def stop(self) -> None:
+        self.exiting = True
+        await self.repository.shutdown()
+        self.shm.close()
+
+    # -- health and metadata ------------------------------------------------------------------
+    def is_live(self) -> bool:
+        return self.live and not self.exiting
+
+    def is_ready(self) -> bool:
+        if self.exiting or not self.started:
+            return False
+        if not self.options.strict_readiness:
+            return True
+        return self.repository.all_ready()
+
+    def server_metadata(self) -> dict[str, Any]:
+        return {
+            "name": self.options.server_id,
+            "version": tritonlite.TRITON_VERSION,
+            "extensions": list(EXTENSIONS),
+        }
+
+    def model_ready(self, name: str, version: int) -> bool:
+        """True if ready; raises NOT_FOUND when the model (or version) is unknown."""
+        entry = self.repository.models.get(name)
+        if entry is None or not entry.versions:
+            raise TritonliteError(ErrorCode.NOT_FOUND,
+                                  f"Request for unknown model: '{name}' is not found")
+        if version < 0:
+            return any(s.is_ready for s in entry.versions.values())
+        st = entry.versions.get(version)
+        if st is None:
+            raise TritonliteError(
+                ErrorCode.NOT_FOUND,
+                f"Request for unknown model: '{name}' version {version} is not found",
+            )
+        return st.is_ready
+
+    def model_metadata(self, name: str, version: int) -> dict[str, Any]:
+        model = self.repository.get(name, version)
+        sig = model.signature
+        if version < 0:
+            entry = self.repository.models[name]
+            versions = [str(v) for v in sorted(entry.versions) if entry.versions[v].is_ready]
+        else:
+            versions = [str(version)]
+        return {
+            "name": name,
+            "versions": versions,
+            "platform": sig.platform,
+            "inputs": [{"name": s.name, "datatype": s.datatype, "shape": sig.metadata_shape(s)}
+                       for s in sig.inputs.values()],
+            "outputs": [{"name": s.name, "datatype": s.datatype, "shape": sig.metadata_shape(s)}
+                        for s in sig.outputs.values()],
+        }
+
+    def model_config(self, name: str, version: int) -> Any:
+        """The normalized ``pb.ModelConfig`` message."""
+        return self.repository.get(name, version).config
+
+    def model_config_json(self, name: str, version: int) -> bytes:
+        return model_config.render_json_bytes(self.model_config(name, version))
+
+    # -- inference ------------------------------------------------------------------------------
+    async def infer(self, request: InferRequest) -> InferResponse:
+        if self.exiting:
+            raise unavailable("Server is exiting")
+        request.arrival_ns = time.monotonic_ns()
+        model = self.repository.get(request.model_name, request.model_version)
+        try:
+            if request.raw_input is not None:
+                validate.fill_raw_input(model.signature, request)
+            validate.prepare(model.signature, request, self.shm)
+        except TritonliteError as exc:
+            model.record_rejection(request, exc)
+            raise
+        return await model.scheduler.enqueue(request)
+
+    # -- statistics -------------------------------------------------------------------------------
+    def statistics(self, name: str = "", version: int = -1) -> dict[str, Any]:
+        if name:
+            try:
+                models = self.repository.ready_models(name, version)
+            except TritonliteError:
+                if version >= 0 and name in self.repository.models:
+                    raise invalid_arg(
+                        f"requested model version is not available for model '{name}'"
+                    ) from None
+                raise invalid_arg(f"requested model '{name}' is not available") from None
+        else:
+            models = self.repository.ready_models()
+        return {"model_stats": [m.stats.to_dict(m.name, m.version_str) for m in models]}
+
+    # -- model repository -------------------------------------------------------------------------
+    def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+        return self.repository.index(ready_only)
+
+    async def load_model(self, name: str, parameters: dict[str, Any]) -> None:
+        """Explicit load; ``parameters`` values: str (HTTP/gRPC string) or bytes (gRPC file:)."""
+        if self.options.model_control_mode != "explicit":
+            raise control_error(self.options.model_control_mode)
+        config_json: str | None = None
+        files: dict[str, bytes] = {}
+        for key, value in parameters.items():
+            if key == "config":
+                if not isinstance(value, str):
+                    raise invalid_arg("load parameter 'config' must be a string holding JSON")
+                config_json = value
+            elif key.startswith("file:"):
+                rel, content = decode_override_file(key, value)
+                files[rel] = content
+            else:
+                raise invalid_arg(f"unrecognized load parameter '{key}'")
+        await self.repository.load(name, config_json, files or None)
+
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        if self.options.model_control_mode != "explicit":
+            raise control_error(self.options.model_control_mode)
+        await self.repository.unload(name, unload_dependents)
+
+    # -- shared memory ----------------------------------------------------------------------------
+    def _check_shm_allowed(self, peer_is_local: bool) -> None:
+        policy = self.options.allow_client_shm
+        if policy == "false" or (policy == "local" and not peer_is_local):
+            raise unsupported(
+                "shared memory registration is not allowed from this client "
+                f"(--allow-client-shm={policy})"
+            )
+
+    def register_system_shm(self, name: str, key: str, offset: int, byte_size: int,
+                            peer_is_local: bool) -> None:
+        self._check_shm_allowed(peer_is_local)
+        self.shm.register_system(name, key, offset, byte_size)
+
+    def register_cuda_shm(self, name: str, raw_handle: bytes, device_id: int, byte_size: int,
+                          peer_is_local: bool) -> None:
+        self._check_shm_allowed(peer_is_local)
+        if len(raw_handle) != 64:
+            raise invalid_arg(
+                f"failed to register CUDA shared memory region '{name}': "
+                f"raw_handle must be 64 bytes, got {len(raw_handle)}"
+            )
+        self.shm.register_cuda(name)

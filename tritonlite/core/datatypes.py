@@ -1,0 +1,174 @@
+"""Tensor datatypes: wire name <-> config TYPE_* <-> numpy dtype, sizes, BYTES (de)serialization.
+
+The wire uses ``BYTES`` where model configs say ``TYPE_STRING``. BYTES tensors are numpy object
+arrays of ``bytes``; on the wire each element is a 4-byte little-endian length and the raw bytes.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import numpy as np
+
+from tritonlite.errors import invalid_arg
+
+try:  # BF16 needs ml_dtypes; without it BF16 tensors are refused with a clear error.
+    import ml_dtypes
+
+    _BF16: np.dtype[Any] | None = np.dtype(ml_dtypes.bfloat16)
+except ImportError:  # pragma: no cover - ml_dtypes is a dependency
+    _BF16 = None
+
+# wire name -> (config enum name, numpy dtype or None for BYTES, element size or 0 for BYTES)
+_TABLE: dict[str, tuple[str, np.dtype[Any] | None, int]] = {
+    "BOOL": ("TYPE_BOOL", np.dtype(np.bool_), 1),
+    "UINT8": ("TYPE_UINT8", np.dtype("<u1"), 1),
+    "UINT16": ("TYPE_UINT16", np.dtype("<u2"), 2),
+    "UINT32": ("TYPE_UINT32", np.dtype("<u4"), 4),
+    "UINT64": ("TYPE_UINT64", np.dtype("<u8"), 8),
+    "INT8": ("TYPE_INT8", np.dtype("<i1"), 1),
+    "INT16": ("TYPE_INT16", np.dtype("<i2"), 2),
+    "INT32": ("TYPE_INT32", np.dtype("<i4"), 4),
+    "INT64": ("TYPE_INT64", np.dtype("<i8"), 8),
+    "FP16": ("TYPE_FP16", np.dtype("<f2"), 2),
+    "FP32": ("TYPE_FP32", np.dtype("<f4"), 4),
+    "FP64": ("TYPE_FP64", np.dtype("<f8"), 8),
+    "BYTES": ("TYPE_STRING", None, 0),
+}
+if _BF16 is not None:
+    _TABLE["BF16"] = ("TYPE_BF16", _BF16, 2)
+
+WIRE_NAMES = frozenset(_TABLE) | {"BF16"}
+_CONFIG_TO_WIRE = {cfg: wire for wire, (cfg, _, _) in _TABLE.items()}
+_CONFIG_TO_WIRE["TYPE_BF16"] = "BF16"
+_NUMPY_TO_WIRE = {dt: wire for wire, (_, dt, _) in _TABLE.items() if dt is not None}
+
+
+def is_wire_name(name: str) -> bool:
+    return name in WIRE_NAMES
+
+
+def config_to_wire(config_type: str) -> str:
+    """``TYPE_FP32`` -> ``FP32``; ``TYPE_STRING`` -> ``BYTES``."""
+    try:
+        return _CONFIG_TO_WIRE[config_type]
+    except KeyError:
+        raise invalid_arg(f"unsupported data type '{config_type}'") from None
+
+
+def wire_to_config(wire: str) -> str:
+    return _TABLE[wire][0] if wire in _TABLE else "TYPE_BF16"
+
+
+def numpy_dtype(wire: str) -> np.dtype[Any]:
+    """The numpy dtype of a wire datatype; object for BYTES."""
+    if wire == "BYTES":
+        return np.dtype(object)
+    entry = _TABLE.get(wire)
+    if entry is None or entry[1] is None:
+        if wire == "BF16":
+            raise invalid_arg("BF16 tensors need the ml_dtypes package on the server")
+        raise invalid_arg(f"invalid datatype '{wire}'")
+    return entry[1]
+
+
+def element_size(wire: str) -> int:
+    """Bytes per element; 0 for BYTES (variable)."""
+    entry = _TABLE.get(wire)
+    return entry[2] if entry is not None else 2
+
+
+def wire_name_of(array: np.ndarray[Any, Any]) -> str:
+    """The wire datatype of a numpy array (object / bytes_ / str_ arrays are BYTES)."""
+    kind = array.dtype.kind
+    if kind in ("O", "S", "U"):
+        return "BYTES"
+    dt = array.dtype.newbyteorder("<") if array.dtype.byteorder == ">" else array.dtype
+    wire = _NUMPY_TO_WIRE.get(dt)
+    if wire is None:
+        raise invalid_arg(f"unsupported numpy dtype {array.dtype}")
+    return wire
+
+
+def num_elements(shape: tuple[int, ...] | list[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+_LEN = struct.Struct("<I")
+
+
+def deserialize_bytes(buf: memoryview | bytes, count: int | None = None) -> np.ndarray[Any, Any]:
+    """Parse length-prefixed BYTES elements into an object array of ``bytes``.
+
+    With ``count``, exactly that many elements must fill ``buf``; errors are INVALID_ARG.
+    """
+    mv = memoryview(buf).cast("B")
+    out: list[bytes] = []
+    pos, end = 0, len(mv)
+    while pos < end:
+        if end - pos < 4:
+            raise invalid_arg("malformed BYTES tensor: truncated 4-byte length prefix")
+        (n,) = _LEN.unpack_from(mv, pos)
+        pos += 4
+        if n > end - pos:
+            raise invalid_arg(
+                f"malformed BYTES tensor: element of {n} bytes overruns the {end} byte buffer"
+            )
+        out.append(bytes(mv[pos : pos + n]))
+        pos += n
+    if count is not None and len(out) != count:
+        raise invalid_arg(f"expected {count} BYTES elements, found {len(out)}")
+    arr = np.empty(len(out), dtype=object)
+    arr[:] = out
+    return arr
+
+
+def as_bytes_element(value: Any) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, (bytearray, memoryview, np.bytes_)):
+        return bytes(value)
+    if isinstance(value, np.str_):
+        return str(value).encode("utf-8")
+    return str(value).encode("utf-8")
+
+
+def serialize_bytes(array: np.ndarray[Any, Any]) -> bytes:
+    """Length-prefix every element of a BYTES array, row-major."""
+    parts: list[bytes] = []
+    for item in array.reshape(-1, order="C").tolist():
+        b = as_bytes_element(item)
+        parts.append(_LEN.pack(len(b)))
+        parts.append(b)
+    return b"".join(parts)
+
+
+def tensor_bytes(array: np.ndarray[Any, Any]) -> memoryview:
+    """The wire bytes of a tensor: raw little-endian C-order data, or serialized BYTES."""
+    if array.dtype.kind in ("O", "S", "U"):
+        return memoryview(serialize_bytes(array))
+    if array.dtype.byteorder == ">":
+        array = array.astype(array.dtype.newbyteorder("<"))
+    if not array.flags.c_contiguous:
+        array = np.ascontiguousarray(array)
+    return memoryview(array).cast("B") if array.ndim else memoryview(array.reshape(1)).cast("B")
+
+
+def from_buffer(wire: str, shape: tuple[int, ...], buf: memoryview | bytes, what: str) -> np.ndarray[Any, Any]:
+    """A numpy view of ``buf`` as a tensor (no copy); BYTES are parsed. ``what`` names it in errors."""
+    count = num_elements(shape)
+    if wire == "BYTES":
+        return deserialize_bytes(buf, None if count is None else count).reshape(shape)
+    dt = numpy_dtype(wire)
+    expected = count * dt.itemsize
+    if len(buf) != expected:
+        raise invalid_arg(
+            f"unexpected total byte size {len(buf)} for {what}, expecting {expected}"
+        )
+    return np.frombuffer(buf, dtype=dt, count=count).reshape(shape)

@@ -1,0 +1,33 @@
+"""Per (model, version) lifecycle state, with the strings the repository index reports."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tritonlite.core.model import Model
+
+UNKNOWN = "UNKNOWN"
+LOADING = "LOADING"
+READY = "READY"
+UNLOADING = "UNLOADING"
+UNAVAILABLE = "UNAVAILABLE"
+
+UNLOADED_REASON = "unloaded"
+
+
+@dataclass(slots=True)
+class VersionState:
+    state: str
+    reason: str = ""
+    model: Model | None = None
+
+    @property
+    def counts_for_readiness(self) -> bool:
+        """Explicitly unloaded versions do not make the server unready (Triton's rule)."""
+        return not (self.state == UNAVAILABLE and self.reason == UNLOADED_REASON)
+
+    @property
+    def is_ready(self) -> bool:
+        return self.state == READY and self.model is not None and self.model.ready

@@ -1,0 +1,73 @@
+"""Turn a backend's outputs for one request into its InferResponse.
+
+Runs on the instance thread, after execute: picks the requested outputs, undoes reshape,
+applies classification and writes shared-memory outputs, so the event loop only encodes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tritonlite.core import datatypes
+from tritonlite.core.classification import classify
+from tritonlite.core.shm import SharedMemoryManager
+from tritonlite.core.signature import Signature, TensorSpec
+from tritonlite.core.types import InferOutput, InferRequest, InferResponse, RequestedOutput
+from tritonlite.errors import internal, invalid_arg
+
+
+def _unreshape(arr: np.ndarray[Any, Any], spec: TensorSpec, batched: bool) -> np.ndarray[Any, Any]:
+    dims = list(spec.dims)
+    lead = [arr.shape[0]] if batched and arr.ndim > 0 else []
+    if dims.count(-1) > 1:
+        return arr
+    return arr.reshape(lead + dims)
+
+
+def _write_shm(
+    shm: SharedMemoryManager, out: RequestedOutput, arr: np.ndarray[Any, Any]
+) -> None:
+    ref = out.shm
+    assert ref is not None
+    data = datatypes.tensor_bytes(arr)
+    if len(data) > ref.byte_size:
+        raise invalid_arg(
+            f"shared memory size specified with the request for output '{out.name}' "
+            f"({ref.byte_size} bytes) should be at least {len(data)} bytes to hold the results"
+        )
+    view = shm.view(ref.region, ref.offset, len(data))
+    view[:] = data
+
+
+def build_response(
+    sig: Signature,
+    version: str,
+    req: InferRequest,
+    produced: dict[str, np.ndarray[Any, Any]],
+    shm: SharedMemoryManager,
+) -> InferResponse:
+    batched = sig.max_batch_size > 0
+    if req.outputs is None:
+        wanted = [RequestedOutput(name, binary=req.binary_data_output) for name in sig.outputs]
+    else:
+        wanted = req.outputs
+    outs: list[InferOutput] = []
+    for w in wanted:
+        arr = produced.get(w.name)
+        if arr is None:
+            raise internal(f"output '{w.name}' was not produced by model '{sig.name}'")
+        spec = sig.outputs[w.name]
+        if spec.reshape is not None:
+            arr = _unreshape(arr, spec, batched)
+        if w.classification:
+            arr = classify(arr, w.classification, batched, spec.labels)
+        wire = datatypes.wire_name_of(arr)
+        shape = tuple(int(d) for d in arr.shape)
+        if w.shm is not None:
+            _write_shm(shm, w, arr)
+            outs.append(InferOutput(w.name, wire, shape, None, shm=w.shm))
+        else:
+            outs.append(InferOutput(w.name, wire, shape, arr, binary=bool(w.binary)))
+    return InferResponse(sig.name, version, req.id, outs)

@@ -1,0 +1,412 @@
+"""The model repository: what is on disk, what is loaded, and loading/unloading it.
+
+Loads build configs, backends and instances on worker threads; the table of versions is
+only touched on the event loop. A reload builds the new versions first and swaps them in,
+so the old ones serve until the new ones are ready; a failed reload keeps the old ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from tritonlite.backends import create_backend
+from tritonlite.backends.base import InstanceSpec, ModelContext
+from tritonlite.core import config as model_config
+from tritonlite.core import lifecycle as lc
+from tritonlite.core.lifecycle import VersionState
+from tritonlite.core.model import Model, ModelInstance
+from tritonlite.core.shm import SharedMemoryManager
+from tritonlite.core.signature import Signature
+from tritonlite.errors import ErrorCode, TritonliteError, invalid_arg, not_found, unavailable
+from tritonlite.options import ServerOptions
+
+log = logging.getLogger("tritonlite")
+
+_KINDS = {0: "CPU", 1: "GPU", 2: "CPU", 3: "MODEL"}
+
+
+@dataclass(slots=True)
+class ModelEntry:
+    name: str
+    versions: dict[int, VersionState] = field(default_factory=dict)
+    override_dir: Path | None = None  # temp dir of a load with file: overrides
+    fingerprint: tuple[Any, ...] = ()
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+@dataclass(slots=True)
+class _Built:
+    ctx: ModelContext
+    signature: Signature
+    backend: Any
+    instances: list[ModelInstance]
+
+
+def _fingerprint(model_dir: Path) -> tuple[Any, ...]:
+    items = []
+    for root, dirs, files in os.walk(model_dir):
+        dirs.sort()
+        for f in sorted(files):
+            p = Path(root, f)
+            try:
+                st = p.stat()
+            except OSError:
+                continue
+            items.append((str(p.relative_to(model_dir)), st.st_size, st.st_mtime_ns))
+    return tuple(items)
+
+
+def _build_version(ctx: ModelContext) -> _Built:
+    """Make the backend and every instance of one version (on a worker thread)."""
+    backend = create_backend(ctx)
+    instances: list[ModelInstance] = []
+    try:
+        for group, inst_name, kind, device in model_config.instance_names(ctx.config):
+            spec = InstanceSpec(inst_name, _KINDS.get(kind, "CPU"), device)
+            instances.append(ModelInstance(spec, backend.new_instance(spec)))
+    except BaseException:
+        for inst in instances:
+            inst.close()
+        backend.close()
+        raise
+    if not instances:
+        raise unavailable(f"model '{ctx.name}' has no instances")
+    return _Built(ctx, Signature.from_config(ctx.config, ctx.model_dir), backend, instances)
+
+
+def write_override_files(files: dict[str, bytes]) -> Path:
+    """Write ``file:`` overrides into a fresh temp model dir; reject paths escaping it."""
+    root = Path(tempfile.mkdtemp(prefix="tritonlite-override-"))
+    try:
+        for rel, content in files.items():
+            p = PurePosixPath(rel)
+            if (not rel or p.is_absolute() or "\\" in rel
+                    or any(part in ("", ".", "..") for part in rel.split("/"))):
+                raise invalid_arg(f"invalid file override path '{rel}': must stay inside the model directory")
+            target = root.joinpath(*p.parts)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if target.parent.resolve() != target.parent or target.is_symlink():
+                raise invalid_arg(f"invalid file override path '{rel}'")
+            target.write_bytes(content)
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+    return root
+
+
+def decode_override_file(key: str, value: Any) -> tuple[str, bytes]:
+    """``file:<path>`` with base64 (HTTP) or raw bytes (gRPC) content -> (path, bytes)."""
+    rel = key[len("file:"):]
+    if isinstance(value, (bytes, bytearray)):
+        return rel, bytes(value)
+    if not isinstance(value, str):
+        raise invalid_arg(f"load parameter '{key}' must be a string")
+    try:
+        return rel, base64.b64decode(value, validate=True)
+    except ValueError:
+        raise invalid_arg(f"unable to decode base64 content of load parameter '{key}'") from None
+
+
+class ModelRepository:
+    def __init__(self, options: ServerOptions, shm: SharedMemoryManager) -> None:
+        self.options = options
+        self.shm = shm
+        self.models: dict[str, ModelEntry] = {}
+        self._poll_task: asyncio.Task[None] | None = None
+
+    # -- disk ------------------------------------------------------------------------------
+    def scan(self) -> dict[str, Path | None]:
+        """Model name -> its directory; None when the name is in several repositories."""
+        found: dict[str, Path | None] = {}
+        for repo in self.options.model_repositories:
+            try:
+                children = sorted(repo.iterdir())
+            except OSError as exc:
+                log.error("failed to read model repository '%s': %s", repo, exc)
+                continue
+            for child in children:
+                if child.is_dir() and not child.name.startswith("."):
+                    found[child.name] = None if child.name in found else child
+        return found
+
+    # -- lookups (event loop) --------------------------------------------------------------
+    def get(self, name: str, version: int = -1) -> Model:
+        entry = self.models.get(name)
+        if entry is None or not entry.versions:
+            raise not_found(f"Request for unknown model: '{name}' is not found")
+        if version < 0:
+            ready = [v for v, s in entry.versions.items() if s.is_ready]
+            if not ready:
+                raise not_found(f"Request for unknown model: '{name}' has no available versions")
+            state = entry.versions[max(ready)]
+        else:
+            st = entry.versions.get(version)
+            if st is None:
+                raise not_found(f"Request for unknown model: '{name}' version {version} is not found")
+            if not st.is_ready:
+                raise unavailable(
+                    f"Request for unknown model: '{name}' version {version} is not at ready state"
+                )
+            state = st
+        assert state.model is not None
+        return state.model
+
+    def ready_models(self, name: str = "", version: int = -1) -> list[Model]:
+        if name:
+            return [self.get(name, version)]
+        out = []
+        for entry in sorted(self.models.values(), key=lambda e: e.name):
+            for v in sorted(entry.versions):
+                st = entry.versions[v]
+                if st.is_ready and st.model is not None:
+                    out.append(st.model)
+        return out
+
+    def all_ready(self) -> bool:
+        for entry in self.models.values():
+            for st in entry.versions.values():
+                if st.counts_for_readiness and not st.is_ready:
+                    return False
+        return True
+
+    def index(self, ready_only: bool) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        names = set(self.scan()) | set(self.models)
+        for name in sorted(names):
+            entry = self.models.get(name)
+            if entry is None or not entry.versions:
+                if not ready_only:
+                    rows.append({"name": name})
+                continue
+            for v in sorted(entry.versions):
+                st = entry.versions[v]
+                if ready_only and not st.is_ready:
+                    continue
+                state = st.state if st.is_ready or st.state != lc.READY else lc.UNAVAILABLE
+                row: dict[str, Any] = {"name": name}
+                if v >= 0:
+                    row["version"] = str(v)
+                row["state"] = state
+                if st.reason:
+                    row["reason"] = st.reason
+                rows.append(row)
+        return rows
+
+    # -- load / unload ---------------------------------------------------------------------
+    async def startup(self) -> list[str]:
+        """Initial load per the control mode; returns the names that failed."""
+        mode = self.options.model_control_mode
+        on_disk = self.scan()
+        if mode == "explicit":
+            wanted = list(on_disk) if "*" in self.options.load_models else list(self.options.load_models)
+        else:
+            wanted = list(on_disk)
+        failed: list[str] = []
+
+        async def one(name: str) -> None:
+            try:
+                await self.load(name)
+            except TritonliteError as exc:
+                log.error("failed to load '%s': %s", name, exc.message)
+                failed.append(name)
+
+        await asyncio.gather(*(one(n) for n in wanted))
+        if mode == "poll":
+            self._poll_task = asyncio.create_task(self._poll())
+        return sorted(failed)
+
+    async def load(
+        self, name: str, config_json: str | None = None, files: dict[str, bytes] | None = None
+    ) -> None:
+        """Load (or reload) every version of ``name`` its version policy selects."""
+        if files and config_json is None:
+            raise invalid_arg("failed to load '" + name + "', 'config' parameter must be set "
+                              "when file overrides are given")
+        entry = self.models.get(name)
+        if entry is None:
+            entry = self.models[name] = ModelEntry(name)
+        async with entry.lock:
+            override_dir = write_override_files(files) if files else None
+            if override_dir is not None:
+                model_dir = override_dir
+            else:
+                found = self.scan().get(name, ...)
+                if found is ...:
+                    if not entry.versions:
+                        self.models.pop(name, None)
+                    raise invalid_arg(f"failed to load '{name}', failed to poll from model repository")
+                if found is None:
+                    raise invalid_arg(
+                        f"failed to load '{name}': model name found in multiple repositories"
+                    )
+                model_dir = found
+            try:
+                await self._load_into(entry, name, model_dir, config_json)
+            except BaseException:
+                if override_dir is not None:
+                    shutil.rmtree(override_dir, ignore_errors=True)
+                raise
+            old_override, entry.override_dir = entry.override_dir, override_dir
+            if old_override is not None:
+                shutil.rmtree(old_override, ignore_errors=True)
+
+    async def _load_into(
+        self, entry: ModelEntry, name: str, model_dir: Path, config_json: str | None
+    ) -> None:
+        opts = self.options
+        first_load = not any(s.model is not None for s in entry.versions.values())
+        try:
+            cfg = await asyncio.to_thread(
+                model_config.load_model_config,
+                model_dir,
+                auto_complete=opts.auto_complete_config,
+                default_max_batch_size=opts.default_max_batch_size,
+                override_json=config_json,
+            )
+            if cfg.name and cfg.name != name and config_json is not None:
+                raise invalid_arg(f"failed to load '{name}': config name '{cfg.name}' does not match")
+            versions = model_config.select_versions(cfg, model_config.version_dirs(model_dir))
+            if not versions:
+                raise invalid_arg(
+                    f"failed to load '{name}': at least one version must be available under "
+                    "the version policy of the model"
+                )
+        except TritonliteError as exc:
+            if first_load:
+                self._mark_failed(entry, exc.message)
+            raise
+        config_text = model_config.render_json_bytes(cfg).decode()
+        if first_load:
+            entry.versions = {v: VersionState(lc.LOADING) for v in versions}
+        built: dict[int, _Built] = {}
+        errors: dict[int, str] = {}
+
+        async def build(v: int) -> None:
+            ctx = ModelContext(name, v, model_dir, model_dir / str(v), cfg, config_text)
+            try:
+                built[v] = await asyncio.to_thread(_build_version, ctx)
+            except TritonliteError as exc:
+                errors[v] = exc.message
+            except Exception as exc:  # a backend's own exception types
+                log.exception("loading %s version %d", name, v)
+                errors[v] = f"{type(exc).__name__}: {exc}"
+
+        await asyncio.gather(*(build(v) for v in versions))
+        if errors and not first_load:
+            for b in built.values():
+                await asyncio.to_thread(self._close_built, b)
+            v, msg = min(errors.items())
+            raise unavailable(f"failed to load '{name}' version {v}: {msg}")
+        old = {v: s for v, s in entry.versions.items() if s.model is not None}
+        new_states: dict[int, VersionState] = {}
+        for v in versions:
+            if v in built:
+                b = built[v]
+                model = Model(b.ctx, b.signature, b.backend, b.instances, self.shm)
+                new_states[v] = VersionState(lc.READY, "", model)
+                log.info("successfully loaded '%s' version %d", name, v)
+            else:
+                new_states[v] = VersionState(lc.UNAVAILABLE, errors[v])
+        for v, s in entry.versions.items():
+            if v not in new_states and s.model is None and not s.counts_for_readiness:
+                new_states[v] = s
+        for v in old:
+            if v not in new_states:
+                new_states[v] = VersionState(lc.UNAVAILABLE, lc.UNLOADED_REASON)
+        entry.versions = new_states
+        entry.fingerprint = _fingerprint(model_dir)
+        for s in old.values():
+            assert s.model is not None
+            asyncio.create_task(self._retire(s.model))
+        if errors:
+            v, msg = min(errors.items())
+            raise unavailable(f"failed to load '{name}' version {v}: {msg}")
+
+    def _mark_failed(self, entry: ModelEntry, reason: str) -> None:
+        # A model whose config could not be read has no known versions: key -1 keeps the
+        # failure (and its reason) visible in the index and in readiness.
+        entry.versions = {-1: VersionState(lc.UNAVAILABLE, reason)}
+
+    @staticmethod
+    def _close_built(b: _Built) -> None:
+        for inst in b.instances:
+            inst.close()
+        b.backend.close()
+
+    async def _retire(self, model: Model) -> None:
+        await model.drain(self.options.exit_timeout_secs)
+        await asyncio.to_thread(model.close)
+
+    async def unload(self, name: str, unload_dependents: bool = False) -> None:
+        entry = self.models.get(name)
+        if entry is None or not any(s.model is not None for s in entry.versions.values()):
+            raise invalid_arg(f"failed to unload '{name}', Model to be unloaded has not been served")
+        async with entry.lock:
+            models = []
+            for v, s in entry.versions.items():
+                if s.model is not None:
+                    models.append(s.model)
+                    entry.versions[v] = VersionState(lc.UNLOADING, "", s.model)
+            await asyncio.gather(*(self._retire(m) for m in models))
+            for v in list(entry.versions):
+                if entry.versions[v].model is not None or entry.versions[v].state == lc.UNLOADING:
+                    entry.versions[v] = VersionState(lc.UNAVAILABLE, lc.UNLOADED_REASON)
+            if entry.override_dir is not None:
+                shutil.rmtree(entry.override_dir, ignore_errors=True)
+                entry.override_dir = None
+            log.info("successfully unloaded '%s'", name)
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(self.options.repository_poll_secs)
+            try:
+                await self.poll_once()
+            except Exception:
+                log.exception("repository poll failed")
+
+    async def poll_once(self) -> None:
+        on_disk = self.scan()
+        for name, entry in list(self.models.items()):
+            if name not in on_disk and any(s.model for s in entry.versions.values()):
+                await self.unload(name)
+        for name, path in on_disk.items():
+            if path is None:
+                continue
+            entry = self.models.get(name)
+            if entry is not None and entry.override_dir is None and entry.fingerprint == _fingerprint(path):
+                continue
+            try:
+                await self.load(name)
+            except TritonliteError as exc:
+                log.error("poll: failed to load '%s': %s", name, exc.message)
+
+    async def shutdown(self) -> None:
+        if self._poll_task is not None:
+            self._poll_task.cancel()
+        loaded = [n for n, e in self.models.items() if any(s.model for s in e.versions.values())]
+        await asyncio.gather(*(self.unload(n) for n in loaded), return_exceptions=True)
+
+    def model_table(self) -> list[tuple[str, str, str]]:
+        """(model, version, status) rows for the startup log."""
+        rows = []
+        for name in sorted(self.models):
+            for v, s in sorted(self.models[name].versions.items()):
+                rows.append((name, str(v), "READY" if s.is_ready else f"{s.state}: {s.reason}"))
+        return rows
+
+
+def control_error(mode: str) -> TritonliteError:
+    return TritonliteError(
+        ErrorCode.UNAVAILABLE,
+        f"explicit model load / unload is not allowed if polling is enabled"
+        if mode == "poll" else "explicit model load / unload is not allowed if "
+        "model control mode is not EXPLICIT",
+    )

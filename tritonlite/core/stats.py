@@ -1,0 +1,122 @@
+"""Per-(model, version) counters: the statistics extension's shape, read by metrics too.
+
+Updated only on the event loop thread (completions are delivered there), so no locks.
+Units are nanoseconds; metrics convert to microseconds.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class Duration:
+    count: int = 0
+    ns: int = 0
+
+    def add(self, ns: int, count: int = 1) -> None:
+        self.count += count
+        self.ns += ns
+
+    def to_dict(self) -> dict[str, int]:
+        return {"count": self.count, "ns": self.ns}
+
+
+@dataclass(slots=True)
+class BatchStats:
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+
+
+@dataclass(slots=True)
+class ExecTiming:
+    """Timestamps (monotonic ns) a backend marks while executing one batch."""
+
+    start_ns: int = 0
+    input_end_ns: int = 0
+    infer_end_ns: int = 0
+    end_ns: int = 0
+
+    def spans(self) -> tuple[int, int, int]:
+        """(compute_input, compute_infer, compute_output) durations in ns."""
+        inp = self.input_end_ns or self.start_ns
+        inf = self.infer_end_ns or self.end_ns
+        return max(0, inp - self.start_ns), max(0, inf - inp), max(0, self.end_ns - inf)
+
+
+_NAMES = (
+    "success", "fail", "queue", "compute_input", "compute_infer", "compute_output",
+    "cache_hit", "cache_miss",
+)
+
+
+class ModelStats:
+    """Cumulative statistics of one model version (Triton's ModelStatistics)."""
+
+    __slots__ = (
+        "success", "fail", "queue", "compute_input", "compute_infer", "compute_output",
+        "cache_hit", "cache_miss", "inference_count", "execution_count", "last_inference_ms",
+        "batches", "failures_by_reason",
+    )
+
+    def __init__(self) -> None:
+        for name in _NAMES:
+            setattr(self, name, Duration())
+        self.inference_count = 0
+        self.execution_count = 0
+        self.last_inference_ms = 0
+        self.batches: dict[int, BatchStats] = {}
+        self.failures_by_reason: dict[str, int] = {
+            "REJECTED": 0, "CANCELED": 0, "BACKEND": 0, "OTHER": 0,
+        }
+
+    def record_execution(self, batch_size: int, timing: ExecTiming) -> None:
+        ci, cinf, co = timing.spans()
+        self.execution_count += 1
+        self.inference_count += batch_size
+        b = self.batches.get(batch_size)
+        if b is None:
+            b = self.batches[batch_size] = BatchStats()
+        b.compute_input.add(ci)
+        b.compute_infer.add(cinf)
+        b.compute_output.add(co)
+
+    def record_success(self, total_ns: int, queue_ns: int, timing: ExecTiming | None) -> None:
+        self.success.add(total_ns)  # type: ignore[attr-defined]
+        self.queue.add(queue_ns)  # type: ignore[attr-defined]
+        if timing is not None:
+            ci, cinf, co = timing.spans()
+            self.compute_input.add(ci)  # type: ignore[attr-defined]
+            self.compute_infer.add(cinf)  # type: ignore[attr-defined]
+            self.compute_output.add(co)  # type: ignore[attr-defined]
+        self.last_inference_ms = time.time_ns() // 1_000_000
+
+    def record_failure(self, total_ns: int, reason: str = "OTHER") -> None:
+        self.fail.add(total_ns)  # type: ignore[attr-defined]
+        self.failures_by_reason[reason] = self.failures_by_reason.get(reason, 0) + 1
+        self.last_inference_ms = time.time_ns() // 1_000_000
+
+    def to_dict(self, name: str, version: str) -> dict[str, Any]:
+        """The statistics extension's JSON object for this version (every key present)."""
+        return {
+            "name": name,
+            "version": version,
+            "last_inference": self.last_inference_ms,
+            "inference_count": self.inference_count,
+            "execution_count": self.execution_count,
+            "inference_stats": {n: getattr(self, n).to_dict() for n in _NAMES},
+            "response_stats": {},
+            "batch_stats": [
+                {
+                    "batch_size": size,
+                    "compute_input": b.compute_input.to_dict(),
+                    "compute_infer": b.compute_infer.to_dict(),
+                    "compute_output": b.compute_output.to_dict(),
+                }
+                for size, b in sorted(self.batches.items())
+            ],
+            "memory_usage": [],
+        }

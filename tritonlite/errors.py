@@ -1,0 +1,54 @@
+"""Triton's error codes and the one exception type the core and backends raise.
+
+Front ends map ``ErrorCode`` to a status once each (``frontends/http/errors.py``,
+``frontends/grpc/errors.py``). This module imports no web framework.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ErrorCode(enum.Enum):
+    UNKNOWN = "UNKNOWN"
+    INTERNAL = "INTERNAL"
+    NOT_FOUND = "NOT_FOUND"
+    INVALID_ARG = "INVALID_ARG"
+    UNAVAILABLE = "UNAVAILABLE"
+    UNSUPPORTED = "UNSUPPORTED"
+    ALREADY_EXISTS = "ALREADY_EXISTS"
+    CANCELLED = "CANCELLED"
+
+
+class TritonliteError(Exception):
+    """An error with a Triton code; ``message`` is what the client reads."""
+
+    __slots__ = ("code", "message")
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    def __repr__(self) -> str:
+        return f"TritonliteError({self.code.name}, {self.message!r})"
+
+
+def invalid_arg(message: str) -> TritonliteError:
+    return TritonliteError(ErrorCode.INVALID_ARG, message)
+
+
+def not_found(message: str) -> TritonliteError:
+    return TritonliteError(ErrorCode.NOT_FOUND, message)
+
+
+def unavailable(message: str) -> TritonliteError:
+    return TritonliteError(ErrorCode.UNAVAILABLE, message)
+
+
+def unsupported(message: str) -> TritonliteError:
+    return TritonliteError(ErrorCode.UNSUPPORTED, message)
+
+
+def internal(message: str) -> TritonliteError:
+    return TritonliteError(ErrorCode.INTERNAL, message)

@@ -1,0 +1,1 @@
+"""KServe v2 over HTTP (aiohttp)."""

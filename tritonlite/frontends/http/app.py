@@ -1,0 +1,313 @@
+"""The aiohttp application: Triton's route matcher, then decode -> one core call -> encode.
+
+Routes are matched on the raw path with Triton's own patterns (PROTOCOL §1.1); anything else
+is 404 ``{"error":"Not Found"}`` and a wrong method 405, never aiohttp's HTML pages.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import unquote
+
+import orjson
+from aiohttp import web
+
+from tritonlite.core.core import InferenceCore, parse_version
+from tritonlite.errors import TritonliteError, invalid_arg, unsupported
+from tritonlite.frontends.http import codec
+from tritonlite.frontends.http.errors import STATUS, error_response
+
+log = logging.getLogger("tritonlite")
+
+Handler = Callable[[web.Request, InferenceCore, "re.Match[str]"], Awaitable[web.StreamResponse]]
+
+_JSON = "application/json"
+
+
+def _json(doc: Any, status: int = 200) -> web.Response:
+    return web.Response(status=status, body=orjson.dumps(doc), content_type=_JSON)
+
+
+def _empty(status: int = 200) -> web.Response:
+    return web.Response(status=status)
+
+
+async def _body_json(request: web.Request, *, allow_empty: bool = True) -> Any:
+    body = await request.read()
+    if not body.strip():
+        if allow_empty:
+            return {}
+        raise invalid_arg("request body must not be empty")
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise invalid_arg(f"failed to parse the request JSON buffer: {exc}") from None
+    if not isinstance(doc, dict):
+        raise invalid_arg("request body must be a JSON object")
+    return doc
+
+
+def _version(m: re.Match[str], group: int = 2) -> int:
+    v = m.group(group)
+    return parse_version(v) if v is not None else -1
+
+
+def _name(m: re.Match[str], group: int = 1) -> str:
+    return unquote(m.group(group))
+
+
+def _peer_is_local(request: web.Request) -> bool:
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    if not peer or not isinstance(peer, tuple):
+        return True  # unix socket
+    try:
+        return ipaddress.ip_address(peer[0]).is_loopback
+    except ValueError:
+        return False
+
+
+# -- handlers -------------------------------------------------------------------------------------
+async def live(request: web.Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+    return _empty(200) if core.is_live() else error_response(503, "Server is not live")
+
+
+async def ready(request: web.Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+    if core.exiting:
+        return error_response(503, "Server is exiting")
+    return _empty(200 if core.is_ready() else 400)
+
+
+async def server_metadata(request: web.Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+    return _json(core.server_metadata())
+
+
+async def model_metadata(request: web.Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+    return _json(core.model_metadata(_name(m), _version(m)))
+
+
+async def model_ready(request: web.Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+    if core.model_ready(_name(m), _version(m)):
+        return _empty(200)
+    return error_response(400, "Model version not ready")
+
+
+async def model_config(request: web.Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+    return web.Response(body=core.model_config_json(_name(m), _version(m)), content_type=_JSON)
+
+
+async def model_stats(request: web.Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+    name = _name(m) if m.lastindex and m.group(1) is not None else ""
+    return _json(core.statistics(name, _version(m) if name else -1))
+
+
+async def all_stats(request: web.Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+    return _json(core.statistics())
+
+
+async def infer(request: web.Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding not in ("identity", "gzip", "deflate", ""):
+        return error_response(501, f"Unsupported compression type '{encoding}'",
+                              {"Accept-Encoding": "gzip, deflate"})
+    try:
+        body = await request.read()
+    except web.HTTPException:
+        raise
+    except Exception as exc:  # aiohttp's decompression errors
+        raise invalid_arg(f"unable to decompress the request body ({encoding}): {exc}") from None
+    header = request.headers.get("Inference-Header-Content-Length")
+    name, version = _name(m), _version(m)
+    if header is not None:
+        try:
+            header_len = int(header)
+        except ValueError:
+            raise invalid_arg(f"invalid Inference-Header-Content-Length '{header}'") from None
+    else:
+        header_len = None
+    if header_len == 0 and body:
+        req = codec.raw_binary_request(name, version, body)
+    else:
+        req = codec.decode_infer(body, header_len, name, version)
+    resp = await core.infer(req)
+    parts, head_len, has_binary = codec.encode_infer(resp)
+    payload = b"".join(parts) if len(parts) > 1 else bytes(parts[0])
+    headers = {}
+    if has_binary:
+        headers["Inference-Header-Content-Length"] = str(head_len)
+        content_type = "application/octet-stream"
+    else:
+        content_type = _JSON
+    accept = codec.pick_encoding(request.headers.get("Accept-Encoding"))
+    if accept is not None:
+        payload = codec.compress(payload, accept)
+        headers["Content-Encoding"] = accept
+    return web.Response(body=payload, content_type=content_type, headers=headers)
+
+
+async def generate(request: web.Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+    raise unsupported("the generate extension is not supported by this server yet")
+
+
+async def repo_index(request: web.Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+    doc = await _body_json(request)
+    ready_only = doc.get("ready", False)
+    if not isinstance(ready_only, bool):
+        raise invalid_arg("'ready' must be a boolean")
+    return _json(core.repository_index(ready_only))
+
+
+def _load_params(doc: dict[str, Any]) -> dict[str, Any]:
+    params = doc.get("parameters", {})
+    if not isinstance(params, dict):
+        raise invalid_arg("'parameters' must be a JSON object")
+    return params
+
+
+async def repo_load(request: web.Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+    if m.group(1) is not None:
+        raise unsupported("'repository_name' specification is not supported")
+    params = _load_params(await _body_json(request))
+    for key, value in params.items():
+        if not isinstance(value, str):
+            raise invalid_arg(f"load parameter '{key}' must be a string")
+    await core.load_model(_name(m, 2), params)
+    return _empty(200)
+
+
+async def repo_unload(request: web.Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+    if m.group(1) is not None:
+        raise unsupported("'repository_name' specification is not supported")
+    params = _load_params(await _body_json(request))
+    dependents = params.get("unload_dependents", False)
+    if not isinstance(dependents, bool):
+        raise invalid_arg("'unload_dependents' must be a boolean")
+    await core.unload_model(_name(m, 2), dependents)
+    return _empty(200)
+
+
+def _region(m: re.Match[str]) -> str:
+    return unquote(m.group(1)) if m.group(1) is not None else ""
+
+
+async def sys_shm(request: web.Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+    action, region = m.group(2), _region(m)
+    if action == "status":
+        return _json(core.shm.system_status(region))
+    if action == "unregister":
+        core.shm.unregister_system(region)
+        return _empty(200)
+    doc = await _body_json(request, allow_empty=False)
+    key, offset, size = doc.get("key"), doc.get("offset", 0), doc.get("byte_size")
+    if not isinstance(key, str):
+        raise invalid_arg("shared memory register request must contain a string 'key'")
+    if not codec._is_uint(size) or not codec._is_uint(offset):
+        raise invalid_arg("'byte_size' and 'offset' must be unsigned integers")
+    core.register_system_shm(region, key, offset, size, _peer_is_local(request))
+    return _empty(200)
+
+
+async def cuda_shm(request: web.Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+    import base64
+    import binascii
+
+    action, region = m.group(2), _region(m)
+    if action == "status":
+        return _json(core.shm.cuda_status(region))
+    if action == "unregister":
+        core.shm.unregister_cuda(region)
+        return _empty(200)
+    doc = await _body_json(request, allow_empty=False)
+    handle, device, size = doc.get("raw_handle"), doc.get("device_id", 0), doc.get("byte_size")
+    if not isinstance(handle, dict) or not isinstance(handle.get("b64"), str):
+        raise invalid_arg("CUDA shared memory register request must contain 'raw_handle': {'b64': ...}")
+    if not codec._is_uint(size) or not codec._is_uint(device):
+        raise invalid_arg("'byte_size' and 'device_id' must be unsigned integers")
+    try:
+        raw = base64.b64decode(handle["b64"], validate=True)
+    except (binascii.Error, ValueError):
+        raise invalid_arg("'raw_handle.b64' is not valid base64") from None
+    core.register_cuda_shm(region, raw, device, size, _peer_is_local(request))
+    return _empty(200)
+
+
+async def trace_setting(request: web.Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+    model = _name(m) if m.lastindex and m.group(1) is not None else ""
+    if model and model not in core.repository.models:
+        raise invalid_arg(f"Request for unknown model : {model}")
+    if request.method == "GET":
+        return _json(core.trace.get(model))
+    return _json(core.trace.update(await _body_json(request), model))
+
+
+async def logging_setting(request: web.Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+    if request.method == "GET":
+        return _json(core.logging.get())
+    return _json(core.logging.update(await _body_json(request)))
+
+
+# -- routing --------------------------------------------------------------------------------------
+_MODEL = r"/v2/models/([^/]+)(?:/versions/([0-9]+))?"
+_ROUTES: list[tuple[re.Pattern[str], dict[str, Handler]]] = [
+    (re.compile(r"/v2/models/stats"), {"GET": all_stats}),
+    (re.compile(r"/v2/logging"), {"GET": logging_setting, "POST": logging_setting}),
+    (re.compile(_MODEL), {"GET": model_metadata}),
+    (re.compile(_MODEL + r"/infer"), {"POST": infer}),
+    (re.compile(_MODEL + r"/(?:generate|generate_stream)"), {"POST": generate}),
+    (re.compile(_MODEL + r"/ready"), {"GET": model_ready}),
+    (re.compile(_MODEL + r"/config"), {"GET": model_config}),
+    (re.compile(_MODEL + r"/stats"), {"GET": model_stats}),
+    (re.compile(r"/v2/models/([^/]+)/trace/setting"), {"GET": trace_setting, "POST": trace_setting}),
+    (re.compile(r"/v2"), {"GET": server_metadata}),
+    (re.compile(r"/v2/health/live"), {"GET": live}),
+    (re.compile(r"/v2/health/ready"), {"GET": ready}),
+    (re.compile(r"/v2/systemsharedmemory(?:/region/([^/]+))?/(status)"), {"GET": sys_shm}),
+    (re.compile(r"/v2/systemsharedmemory(?:/region/([^/]+))?/(register|unregister)"),
+     {"POST": sys_shm}),
+    (re.compile(r"/v2/cudasharedmemory(?:/region/([^/]+))?/(status)"), {"GET": cuda_shm}),
+    (re.compile(r"/v2/cudasharedmemory(?:/region/([^/]+))?/(register|unregister)"),
+     {"POST": cuda_shm}),
+    (re.compile(r"/v2/repository(?:/([^/]+))?/index"), {"POST": repo_index}),
+    (re.compile(r"/v2/repository(?:/([^/]+))?/models/([^/]+)/load"), {"POST": repo_load}),
+    (re.compile(r"/v2/repository(?:/([^/]+))?/models/([^/]+)/unload"), {"POST": repo_unload}),
+    (re.compile(r"/v2/trace/setting"), {"GET": trace_setting, "POST": trace_setting}),
+]
+
+
+def _match(path: str) -> tuple[re.Match[str], dict[str, Handler]] | None:
+    for pattern, methods in _ROUTES:
+        m = pattern.fullmatch(path)
+        if m is not None:
+            return m, methods
+    return None
+
+
+def make_app(core: InferenceCore, max_input_size: int) -> web.Application:
+    async def dispatch(request: web.Request) -> web.StreamResponse:
+        path = request.raw_path.split("?", 1)[0]
+        found = _match(path)
+        if found is None:
+            return error_response(404, "Not Found")
+        m, methods = found
+        handler = methods.get(request.method)
+        if handler is None:
+            return error_response(405, "Method Not Allowed")
+        try:
+            return await handler(request, core, m)
+        except TritonliteError as exc:
+            return error_response(STATUS[exc.code], exc.message)
+        except web.HTTPException as exc:
+            text = exc.reason if exc.status != 413 else (
+                f"request body is larger than the {max_input_size} byte limit "
+                "(--http-max-input-size)")
+            return error_response(exc.status, text)
+        except Exception as exc:
+            log.exception("unexpected error handling %s %s", request.method, path)
+            return error_response(500, f"internal error: {type(exc).__name__}: {exc}")
+
+    app = web.Application(client_max_size=max_input_size)
+    app.router.add_route("*", "/{tail:.*}", dispatch)
+    return app

@@ -1,0 +1,328 @@
+"""HTTP/REST inference codec: request bytes -> InferRequest, InferResponse -> body + headers.
+
+Binary tensor data is never copied: inputs are numpy views over slices of the request body.
+JSON goes through orjson (numpy arrays serialized natively).
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from typing import Any
+
+import numpy as np
+import orjson
+
+from tritonlite.core import datatypes
+from tritonlite.core.types import InferInput, InferRequest, InferResponse, RequestedOutput, ShmRef
+from tritonlite.errors import invalid_arg
+
+_RESERVED = frozenset(
+    ("sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output")
+)
+
+
+def _is_uint(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _param_value(key: str, v: Any) -> Any:
+    if isinstance(v, (bool, int, float, str)):
+        return v
+    raise invalid_arg(
+        f"parameter '{key}' has an invalid type: expected string, integer, boolean or number"
+    )
+
+
+def _check_shape(name: str, shape: Any) -> tuple[int, ...]:
+    if not isinstance(shape, list) or not all(_is_uint(d) for d in shape):
+        raise invalid_arg(f"shape of input '{name}' must be an array of non-negative integers")
+    return tuple(shape)
+
+
+def _flatten(data: Any, depth: int = 0) -> list[Any]:
+    if depth > 100:
+        raise invalid_arg("'data' is nested too deeply")
+    out: list[Any] = []
+    for item in data:
+        if isinstance(item, list):
+            out.extend(_flatten(item, depth + 1))
+        else:
+            out.append(item)
+    return out
+
+
+def json_to_array(name: str, datatype: str, shape: tuple[int, ...], data: Any) -> np.ndarray[Any, Any]:
+    """JSON ``data`` (flat or nested, row-major) -> array of ``shape``, type-checked."""
+    if not isinstance(data, list):
+        data = [data]
+    flat = data if all(not isinstance(x, list) for x in data) else _flatten(data)
+    count = datatypes.num_elements(shape)
+    if len(flat) != count:
+        raise invalid_arg(
+            f"unable to parse 'data': shape does not match true shape of 'data' field for "
+            f"input '{name}' ({len(flat)} elements for shape {list(shape)})"
+        )
+    if datatype == "BYTES":
+        if not all(isinstance(x, str) for x in flat):
+            raise invalid_arg(f"unable to parse 'data' for input '{name}': expected strings")
+        arr = np.empty(count, dtype=object)
+        arr[:] = [x.encode("utf-8") for x in flat]
+        return arr.reshape(shape)
+    if datatype == "BOOL":
+        if not all(isinstance(x, bool) for x in flat):
+            raise invalid_arg(f"unable to parse 'data' for input '{name}': expected booleans")
+        return np.array(flat, dtype=np.bool_).reshape(shape)
+    dt = datatypes.numpy_dtype(datatype)
+    if datatype in ("BF16",):
+        raise invalid_arg(f"input '{name}': {datatype} tensors must use binary data")
+    if any(isinstance(x, (bool, str)) or x is None for x in flat):
+        raise invalid_arg(f"unable to parse 'data' for input '{name}': expected numbers")
+    if dt.kind in "iu":
+        if not all(isinstance(x, int) for x in flat):
+            raise invalid_arg(f"unable to parse 'data' for input '{name}': expected integers")
+        info = np.iinfo(dt)
+        if flat and (min(flat) < info.min or max(flat) > info.max):
+            raise invalid_arg(f"unable to parse 'data' for input '{name}': value out of range "
+                              f"for {datatype}")
+    return np.array(flat, dtype=dt).reshape(shape)
+
+
+def _shm_ref(name: str, params: dict[str, Any], what: str) -> ShmRef | None:
+    region = params.get("shared_memory_region")
+    if region is None:
+        if "shared_memory_offset" in params or "shared_memory_byte_size" in params:
+            raise invalid_arg(f"{what} '{name}' sets shared memory offset or size without a region")
+        return None
+    if not isinstance(region, str):
+        raise invalid_arg(f"{what} '{name}': 'shared_memory_region' must be a string")
+    size = params.get("shared_memory_byte_size")
+    offset = params.get("shared_memory_offset", 0)
+    if not _is_uint(size):
+        raise invalid_arg(f"{what} '{name}': 'shared_memory_byte_size' must be an unsigned integer")
+    if not _is_uint(offset):
+        raise invalid_arg(f"{what} '{name}': 'shared_memory_offset' must be an unsigned integer")
+    return ShmRef(region, size, offset)
+
+
+def _apply_request_params(req: InferRequest, params: Any) -> None:
+    if not isinstance(params, dict):
+        raise invalid_arg("request 'parameters' must be a JSON object")
+    for key, v in params.items():
+        if key.startswith("triton_"):
+            raise invalid_arg(f"parameter keys starting with 'triton_' are reserved for Triton "
+                              f"usage and should not be specified: '{key}'")
+        if key == "sequence_id":
+            if _is_uint(v) or isinstance(v, str):
+                req.sequence_id = v
+            else:
+                raise invalid_arg("'sequence_id' must be an unsigned integer or a string")
+        elif key in ("sequence_start", "sequence_end", "binary_data_output"):
+            if not isinstance(v, bool):
+                raise invalid_arg(f"'{key}' must be a boolean")
+            setattr(req, key, v)
+        elif key == "priority":
+            if not _is_uint(v):
+                raise invalid_arg("'priority' must be an unsigned integer")
+            req.priority = v
+        elif key == "timeout":
+            if not _is_uint(v):
+                raise invalid_arg("'timeout' must be an unsigned integer")
+            req.timeout_us = v
+        else:
+            req.parameters[key] = _param_value(key, v)
+
+
+def decode_infer(
+    body: bytes, header_length: int | None, model_name: str, version: int
+) -> InferRequest:
+    """Parse an infer request (JSON header + optional binary tail)."""
+    mv = memoryview(body)
+    if header_length is None:
+        head, tail = mv, mv[len(mv):]
+    else:
+        if header_length < 0 or header_length > len(mv):
+            raise invalid_arg(
+                f"Inference-Header-Content-Length {header_length} is out of range for a request "
+                f"body of {len(mv)} bytes"
+            )
+        head, tail = mv[:header_length], mv[header_length:]
+    try:
+        doc = orjson.loads(head)
+    except orjson.JSONDecodeError as exc:
+        raise invalid_arg(f"failed to parse the request JSON buffer: {exc}") from None
+    if not isinstance(doc, dict):
+        raise invalid_arg("failed to parse the request JSON buffer: expected a JSON object")
+    req = InferRequest(model_name=model_name, model_version=version)
+    rid = doc.get("id", "")
+    if not isinstance(rid, str):
+        raise invalid_arg("request 'id' must be a string")
+    req.id = rid
+    if "parameters" in doc:
+        _apply_request_params(req, doc["parameters"])
+    inputs = doc.get("inputs")
+    if not isinstance(inputs, list):
+        raise invalid_arg("request must contain an 'inputs' array")
+    pos = 0
+    for item in inputs:
+        if not isinstance(item, dict):
+            raise invalid_arg("each entry of 'inputs' must be a JSON object")
+        name = item.get("name")
+        if not isinstance(name, str):
+            raise invalid_arg("input 'name' must be a string")
+        datatype = item.get("datatype")
+        if not isinstance(datatype, str):
+            raise invalid_arg(f"input '{name}': 'datatype' must be a string")
+        if not datatypes.is_wire_name(datatype):
+            raise invalid_arg(f"input '{name}': invalid datatype '{datatype}'")
+        shape = _check_shape(name, item.get("shape"))
+        params = item.get("parameters", {})
+        if not isinstance(params, dict):
+            raise invalid_arg(f"input '{name}': 'parameters' must be a JSON object")
+        shm = _shm_ref(name, params, "input")
+        has_data = "data" in item
+        bsize = params.get("binary_data_size")
+        if bsize is not None and not _is_uint(bsize):
+            raise invalid_arg(f"input '{name}': 'binary_data_size' must be an unsigned integer")
+        sources = int(has_data) + int(bsize is not None) + int(shm is not None)
+        if sources != 1 and not (sources == 0 and datatypes.num_elements(shape) == 0):
+            raise invalid_arg(
+                f"Input '{name}' must set only one of the following fields: 'data', "
+                "'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'"
+            )
+        inp = InferInput(name, datatype, shape, shm=shm)
+        inp.parameters = {k: v for k, v in params.items()
+                          if k not in ("binary_data_size", "shared_memory_region",
+                                       "shared_memory_byte_size", "shared_memory_offset")}
+        if has_data:
+            inp.data = json_to_array(name, datatype, shape, item["data"])
+        elif bsize is not None:
+            if pos + bsize > len(tail):
+                raise invalid_arg(
+                    f"unexpected size for input '{name}', expecting {bsize} bytes but only "
+                    f"{len(tail) - pos} bytes of binary data remain for model '{model_name}'"
+                )
+            inp.data = datatypes.from_buffer(datatype, shape, tail[pos : pos + bsize],
+                                             f"input '{name}'")
+            pos += bsize
+        elif shm is None:
+            inp.data = np.empty(shape, dtype=datatypes.numpy_dtype(datatype))
+        req.inputs.append(inp)
+    if pos != len(tail):
+        raise invalid_arg(f"unexpected additional input data for model '{model_name}'")
+    outputs = doc.get("outputs")
+    if outputs is not None:
+        if not isinstance(outputs, list):
+            raise invalid_arg("request 'outputs' must be an array")
+        req.outputs = [_decode_output(o, req.binary_data_output) for o in outputs]
+    return req
+
+
+def _decode_output(item: Any, default_binary: bool) -> RequestedOutput:
+    if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+        raise invalid_arg("each entry of 'outputs' must be an object with a string 'name'")
+    name = item["name"]
+    params = item.get("parameters", {})
+    if not isinstance(params, dict):
+        raise invalid_arg(f"output '{name}': 'parameters' must be a JSON object")
+    out = RequestedOutput(name)
+    binary = params.get("binary_data")
+    if binary is not None and not isinstance(binary, bool):
+        raise invalid_arg(f"output '{name}': 'binary_data' must be a boolean")
+    # A listed output without binary_data is JSON, whatever binary_data_output says (Triton).
+    out.binary = bool(binary)
+    cls = params.get("classification", 0)
+    if not _is_uint(cls):
+        raise invalid_arg(f"output '{name}': 'classification' must be an unsigned integer")
+    out.classification = cls
+    out.shm = _shm_ref(name, params, "output")
+    if out.shm is not None and binary:
+        raise invalid_arg(f"output '{name}' can not set both 'binary_data' and shared memory")
+    out.parameters = {k: v for k, v in params.items()
+                      if k not in ("binary_data", "classification", "shared_memory_region",
+                                   "shared_memory_byte_size", "shared_memory_offset")}
+    return out
+
+
+def _json_data(name: str, arr: np.ndarray[Any, Any]) -> Any:
+    flat = arr.reshape(-1)
+    if arr.dtype == object:
+        try:
+            return [datatypes.as_bytes_element(x).decode("utf-8") for x in flat.tolist()]
+        except UnicodeDecodeError:
+            raise invalid_arg(
+                f"output '{name}' holds bytes that are not valid UTF-8 and can not be sent as "
+                "JSON; request it with binary_data=true"
+            ) from None
+    if arr.dtype.kind not in "biuf":  # BF16
+        return flat.astype(np.float32)
+    return np.ascontiguousarray(flat)
+
+
+def encode_infer(resp: InferResponse) -> tuple[list[bytes | memoryview], int, bool]:
+    """Encode a response: (body parts, JSON header length, has binary tail)."""
+    outs: list[dict[str, Any]] = []
+    tails: list[bytes | memoryview] = []
+    for o in resp.outputs:
+        d: dict[str, Any] = {"name": o.name, "datatype": o.datatype, "shape": list(o.shape)}
+        if o.data is None:
+            pass  # shared-memory output: no data, no parameters
+        elif o.binary:
+            raw = datatypes.tensor_bytes(o.data)
+            d["parameters"] = {"binary_data_size": len(raw)}
+            if len(raw):
+                tails.append(raw)
+        else:
+            d["data"] = _json_data(o.name, o.data)
+        outs.append(d)
+    doc: dict[str, Any] = {}
+    if resp.id:
+        doc["id"] = resp.id
+    doc["model_name"] = resp.model_name
+    doc["model_version"] = resp.model_version
+    if resp.parameters:
+        doc["parameters"] = resp.parameters
+    doc["outputs"] = outs
+    head = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+    has_binary = any("parameters" in d for d in outs)
+    return [head, *tails], len(head), has_binary
+
+
+def raw_binary_request(model_name: str, version: int, body: bytes) -> InferRequest:
+    """A request with Inference-Header-Content-Length 0: the body is the one input's bytes.
+
+    The core fills in the input's name, datatype and shape from the model's signature.
+    """
+    return InferRequest(model_name=model_name, model_version=version, binary_data_output=True,
+                        raw_input=memoryview(body))
+
+
+# -- compression -------------------------------------------------------------------------------
+def pick_encoding(accept: str | None) -> str | None:
+    """The response Content-Encoding (gzip/deflate) the client prefers, or None (identity)."""
+    if not accept:
+        return None
+    best, best_q = None, 0.0
+    identity_q = 0.001
+    for part in accept.split(","):
+        token, _, params = part.strip().partition(";")
+        token = token.strip().lower()
+        q = 1.0
+        params = params.strip()
+        if params.startswith("q="):
+            try:
+                q = float(params[2:])
+            except ValueError:
+                q = 0.0
+        if token == "identity":
+            identity_q = q
+        elif token in ("gzip", "deflate") and q > best_q:
+            best, best_q = token, q
+    return best if best is not None and best_q >= identity_q else None
+
+
+def compress(body: bytes, encoding: str) -> bytes:
+    if encoding == "gzip":
+        return gzip.compress(body, compresslevel=6)
+    return zlib.compress(body, 6)
+

@@ -1,0 +1,68 @@
+"""Server options: frozen dataclasses filled by the CLI (or by tests / embedding code)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CONTROL_MODES = ("none", "poll", "explicit")
+SHM_POLICIES = ("local", "true", "false")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerOptions:
+    model_repositories: tuple[Path, ...]
+    server_id: str = "triton"
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    http_address: str = "0.0.0.0"
+    grpc_address: str = "0.0.0.0"
+    metrics_address: str | None = None  # None: same as http_address
+    allow_http: bool = True
+    allow_grpc: bool = True
+    allow_metrics: bool = True
+    reuse_http_port: bool = False
+    reuse_grpc_port: bool = False
+    model_control_mode: str = "none"
+    load_models: tuple[str, ...] = ()
+    repository_poll_secs: float = 15.0
+    strict_readiness: bool = True
+    exit_on_error: bool = True
+    exit_timeout_secs: float = 30.0
+    auto_complete_config: bool = True
+    default_max_batch_size: int = 4
+    http_max_input_size: int = 64 * 1024 * 1024
+    allow_client_shm: str = "local"
+    log_verbose: int = 0
+    log_info: bool = True
+    log_warning: bool = True
+    log_error: bool = True
+    log_format: str = "default"
+    backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.model_repositories:
+            raise ValueError("at least one --model-repository is required")
+        if self.model_control_mode not in CONTROL_MODES:
+            raise ValueError(
+                f"invalid --model-control-mode '{self.model_control_mode}', "
+                f"expected one of {', '.join(CONTROL_MODES)}"
+            )
+        if self.allow_client_shm not in SHM_POLICIES:
+            raise ValueError(
+                f"invalid --allow-client-shm '{self.allow_client_shm}', expected local|true|false"
+            )
+        if "*" in self.load_models and len(self.load_models) > 1:
+            raise ValueError("--load-model=* must be the only --load-model flag")
+        if self.load_models and self.model_control_mode != "explicit":
+            raise ValueError("--load-model requires --model-control-mode=explicit")
+        if self.repository_poll_secs <= 0:
+            raise ValueError("--repository-poll-secs must be > 0")
+        for port in (self.http_port, self.grpc_port, self.metrics_port):
+            if not 0 <= port <= 65535:
+                raise ValueError(f"invalid port {port}")
+        if self.http_max_input_size <= 0:
+            raise ValueError("--http-max-input-size must be > 0")
+        if self.log_format not in ("default", "ISO8601"):
+            raise ValueError("--log-format must be 'default' or 'ISO8601'")

@@ -1,0 +1,152 @@
+"""Composition root: build the core and front ends, start them in order, stop them gracefully.
+
+Start: load startup models, then open HTTP, gRPC and metrics ports (as Triton does, so a port
+that answers belongs to a server that has finished its initial load). Stop (SIGTERM/SIGINT):
+refuse new inference with UNAVAILABLE, drain in-flight work up to --exit-timeout-secs, close
+ports, finalize models.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+from typing import Any
+
+from aiohttp import web
+
+import tritonlite
+from tritonlite.core.core import InferenceCore
+from tritonlite.frontends.http.app import make_app
+from tritonlite.options import ServerOptions
+
+log = logging.getLogger("tritonlite")
+
+
+def compiled_paths() -> str:
+    """Which compiled twins are active, e.g. 'batcher=cython kernels=numba'."""
+    parts = []
+    try:
+        from tritonlite.scheduling import batcher
+
+        parts.append(f"batcher={'cython' if batcher.ACCELERATED else 'python'}")
+    except ImportError as exc:
+        parts.append(f"batcher=unavailable ({exc})")
+    try:
+        from tritonlite import kernels
+
+        parts.append(f"kernels={'numba' if kernels.NUMBA_ACTIVE else 'python'}")
+    except ImportError as exc:
+        parts.append(f"kernels=unavailable ({exc})")
+    return " ".join(parts)
+
+
+def model_table(rows: list[tuple[str, str, str]]) -> str:
+    head = ("Model", "Version", "Status")
+    widths = [max(len(head[i]), *(len(r[i]) for r in rows)) if rows else len(head[i])
+              for i in range(3)]
+    line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+    def fmt(r: tuple[str, ...]) -> str:
+        return "|" + "|".join(f" {c:<{w}} " for c, w in zip(r, widths)) + "|"
+    return "\n".join([line, fmt(head), line, *(fmt(r) for r in rows), line])
+
+
+def _bind(address: str, port: int, reuse: bool) -> socket.socket:
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse and hasattr(socket, "SO_REUSEPORT"):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((address, port))
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
+
+
+class Server:
+    def __init__(self, options: ServerOptions) -> None:
+        self.options = options
+        self.core = InferenceCore(options)
+        self._runners: list[web.AppRunner] = []
+        self._grpc: Any = None
+        self.http_port: int | None = None
+        self.grpc_port: int | None = None
+        self.metrics_port: int | None = None
+
+    async def start(self) -> None:
+        opts = self.options
+        log.info("tritonlite %s (Triton %s API); compiled paths: %s",
+                 tritonlite.__version__, tritonlite.TRITON_VERSION, compiled_paths())
+        failed = await self.core.start()
+        log.info("\n%s", model_table(self.core.repository.model_table()))
+        if failed and opts.exit_on_error:
+            raise RuntimeError("failed to load all models: " + ", ".join(failed))
+        if opts.allow_grpc:
+            from tritonlite.frontends.grpc.server import start_grpc
+
+            self._grpc, self.grpc_port = await start_grpc(self.core, opts)
+            log.info("Started GRPCInferenceService at %s:%d", opts.grpc_address, self.grpc_port)
+        if opts.allow_http:
+            app = make_app(self.core, opts.http_max_input_size)
+            self.http_port = await self._serve(app, opts.http_address, opts.http_port,
+                                               opts.reuse_http_port)
+            log.info("Started HTTPService at %s:%d", opts.http_address, self.http_port)
+        if opts.allow_metrics:
+            from tritonlite.frontends.metrics import make_metrics_app
+
+            address = opts.metrics_address or opts.http_address
+            self.metrics_port = await self._serve(make_metrics_app(self.core), address,
+                                                  opts.metrics_port, False)
+            log.info("Started Metrics Service at %s:%d", address, self.metrics_port)
+
+    async def _serve(self, app: web.Application, address: str, port: int, reuse: bool) -> int:
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        sock = _bind(address, port, reuse)
+        site = web.SockSite(runner, sock)
+        await site.start()
+        self._runners.append(runner)
+        return int(sock.getsockname()[1])
+
+    async def stop(self) -> None:
+        """Graceful stop: refuse new work, drain in-flight requests, then close everything."""
+        core = self.core
+        core.exiting = True
+        models = [m for m in core.repository.ready_models()]
+        if models:
+            await asyncio.gather(*(m.drain(self.options.exit_timeout_secs) for m in models))
+        if self._grpc is not None:
+            await self._grpc.stop(grace=1.0)
+        for runner in self._runners:
+            await runner.cleanup()
+        await core.stop()
+        log.info("tritonlite stopped")
+
+
+async def serve(options: ServerOptions) -> int:
+    server = Server(options)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await server.start()
+    except (RuntimeError, OSError) as exc:
+        log.error("%s", exc)
+        await server.stop()
+        return 1
+    await stop.wait()
+    log.info("signal received: draining in-flight requests (up to %.0f s)",
+             options.exit_timeout_secs)
+    await server.stop()
+    return 0
+
+
+def run(options: ServerOptions) -> int:
+    try:
+        import uvloop
+
+        return uvloop.run(serve(options))  # type: ignore[no-any-return]
+    except ImportError:
+        return asyncio.run(serve(options))
