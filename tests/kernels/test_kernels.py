@@ -139,7 +139,7 @@ def test_gather_many_tiny_and_zero_size_parts(gk: KernelSet) -> None:
 
 
 def test_gather_takes_odd_parts_through_numpy(gk: KernelSet) -> None:
-    class Sub(np.ndarray):  # type: ignore[type-arg]
+    class Sub(np.ndarray):
         pass
 
     base = np.arange(24, dtype=np.int32).reshape(6, 4)

@@ -468,7 +468,7 @@ class RefQueue:
         return 0, wait
 
     def pop(self, n: int) -> list[int]:
-        out = []
+        out: list[int] = []
         for lv in self.levels:
             for queue in (lv.main, lv.delayed):
                 while queue and len(out) < n:
@@ -513,9 +513,7 @@ def _configs(draw: st.DrawFn) -> dict[str, Any]:
         "priority_levels": levels,
         "default_priority_level": draw(st.integers(1, levels)) if levels else 0,
         "default_policy": draw(_policy),
-        "level_policies": draw(st.dictionaries(st.integers(1, levels), _policy))
-        if levels
-        else {},
+        "level_policies": draw(st.dictionaries(st.integers(1, levels), _policy)) if levels else {},
     }
 
 
@@ -555,6 +553,7 @@ def test_twins_and_reference_agree(config: dict[str, Any], ops: list[tuple[Any, 
         twins.append(COMPILED.BatchQueue(**config))
     now = 0
     next_slot = 0
+    got: list[Any]
     for op in ops:
         kind = op[0]
         if kind == "push":

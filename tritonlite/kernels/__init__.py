@@ -54,8 +54,9 @@ def _compile() -> SimpleNamespace | None:
 
 
 _JIT_IMPL = _compile()
-PLAIN = KernelSet(SimpleNamespace(**{fn.__name__: fn for fn in _plain.KERNELS}), jitted=False,
-                  layout=_LAYOUT)
+PLAIN = KernelSet(
+    SimpleNamespace(**{fn.__name__: fn for fn in _plain.KERNELS}), jitted=False, layout=_LAYOUT
+)
 JIT: KernelSet | None = (
     None if _JIT_IMPL is None else KernelSet(_JIT_IMPL, jitted=True, layout=_LAYOUT)
 )

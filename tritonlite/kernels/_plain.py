@@ -48,7 +48,7 @@ def shape_prefix_len(shapes: I64) -> int:
         for k in range(rank):
             if shapes[i, k] != shapes[0, k]:
                 return i
-    return n
+    return int(n)
 
 
 def shape_group_ids(shapes: I64, ids: I64, heads: I64) -> int:

@@ -71,7 +71,7 @@ def probe_layout() -> np.ndarray[Any, np.dtype[np.int64]] | None:
     if object.__basicsize__ != 16 or list.__basicsize__ != 40 or np.ndarray.__basicsize__ < 80:
         return None
     layout = np.zeros(LAYOUT_SIZE, dtype=np.int64)
-    probes = [
+    probes: list[np.ndarray[Any, Any]] = [
         np.arange(15, dtype=np.float32).reshape(3, 5),
         np.zeros((2, 0, 4), dtype=np.int8),
         np.frombuffer(b"\x01\x02\x03\x04\x05\x06\x07\x08", dtype=np.uint16).reshape(2, 2),
@@ -101,7 +101,7 @@ def _field_ok(field: int, off: int, holder: list[Any], i: int, arr: np.ndarray[A
     if field == L_TYPE:
         return load_i64(base + off) == id(np.ndarray)
     if field == L_DATA:
-        return load_i64(base + off) == arr.__array_interface__["data"][0]
+        return bool(load_i64(base + off) == arr.__array_interface__["data"][0])
     if field == L_ND:
         return _low32(load_i64(base + off)) == arr.ndim
     if field == L_DIMS:
@@ -111,9 +111,8 @@ def _field_ok(field: int, off: int, holder: list[Any], i: int, arr: np.ndarray[A
         return load_i64(base + off) == id(arr.dtype)
     if field == L_FLAGS:
         flags = _low32(load_i64(base + off))
-        return bool(flags & NPY_C_CONTIGUOUS) == bool(arr.flags.c_contiguous) and bool(
-            flags & NPY_WRITEABLE
-        ) == bool(arr.flags.writeable)
+        contiguous = bool(flags & NPY_C_CONTIGUOUS) == bool(arr.flags.c_contiguous)
+        return contiguous and bool(flags & NPY_WRITEABLE) == bool(arr.flags.writeable)
     return False
 
 
@@ -138,7 +137,7 @@ def register_numba() -> None:
     def _copy_bytes(typingctx: Any, dst: Any, src: Any, nbytes: Any) -> Any:
         def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
             byte_ptr = context.get_value_type(types.uint8).as_pointer()
-            cgutils.raw_memcpy(
+            cgutils.raw_memcpy(  # type: ignore[no-untyped-call]
                 builder,
                 builder.inttoptr(args[0], byte_ptr),
                 builder.inttoptr(args[1], byte_ptr),
@@ -153,14 +152,14 @@ def register_numba() -> None:
     def _load_i64_impl(addr: Any) -> Any:
         # Numba requires the implementation's parameters to match these exactly.
         def impl(addr: Any) -> Any:
-            return _load_i64(addr)
+            return _load_i64(addr)  # type: ignore[call-arg]
 
         return impl
 
     @overload(copy_bytes, jit_options={"nogil": True})
     def _copy_bytes_impl(dst: Any, src: Any, nbytes: Any) -> Any:
         def impl(dst: Any, src: Any, nbytes: Any) -> Any:
-            _copy_bytes(dst, src, nbytes)
+            _copy_bytes(dst, src, nbytes)  # type: ignore[call-arg]
 
         return impl
 

@@ -258,22 +258,31 @@ def _gather_numpy(out: Any, parts: list[Array]) -> int:
         raise ValueError("out must be an ndarray with a batch dimension")
     if not out.flags.c_contiguous or not out.flags.writeable:
         raise ValueError("out must be writeable and C-contiguous")
+    # numpy checks shapes and dtypes before it copies anything; only a failure needs the
+    # slower walk that says which part is wrong.
+    try:
+        rows = int(sum(part.shape[0] for part in parts))
+        if rows <= out.shape[0]:
+            if parts:
+                np.concatenate(parts, axis=0, out=out[:rows], casting="no")
+            return rows
+    except (AttributeError, IndexError, TypeError, ValueError):
+        pass
+    raise _gather_error(out, parts)
+
+
+def _gather_error(out: Array, parts: list[Any]) -> ValueError:
     rows = 0
     for i, part in enumerate(parts):
         if not isinstance(part, np.ndarray):
-            raise ValueError(f"part {i} is a {type(part).__name__}, not an ndarray")
+            return ValueError(f"part {i} is a {type(part).__name__}, not an ndarray")
         if part.dtype != out.dtype:
-            raise ValueError(f"part {i} has dtype {part.dtype}, expected {out.dtype}")
+            return ValueError(f"part {i} has dtype {part.dtype}, expected {out.dtype}")
         if part.ndim != out.ndim or part.shape[1:] != out.shape[1:]:
-            raise ValueError(
-                f"part {i} has shape {part.shape}, expected (n, {', '.join(map(str, out.shape[1:]))})"
-            )
+            trailing = ", ".join(map(str, out.shape[1:]))
+            return ValueError(f"part {i} has shape {part.shape}, expected (n, {trailing})")
         rows += part.shape[0]
-    if rows > out.shape[0]:
-        raise ValueError(f"parts hold {rows} rows but out has {out.shape[0]}")
-    if parts:
-        np.concatenate(parts, axis=0, out=out[:rows], casting="no")
-    return rows
+    return ValueError(f"parts hold {rows} rows but out has {out.shape[0]}")
 
 
 def _bytes_error(code: int, size: int, count: int | None) -> BytesFormatError:

@@ -100,7 +100,7 @@ def _cuda_python_allocator() -> Callable[[int], U8] | None:
         owner = _CudaHostMemory(runtime, max(nbytes, 1))
         block = (ctypes.c_uint8 * max(nbytes, 1)).from_address(owner.ptr)
         block._owner = owner  # type: ignore[attr-defined]
-        return np.frombuffer(block, dtype=np.uint8)[:nbytes]
+        return np.frombuffer(memoryview(block), dtype=np.uint8)[:nbytes]
 
     return allocate
 

@@ -120,10 +120,13 @@ class Lease:
             count *= int(dim)
         nbytes = count * dt.itemsize
         if offset < 0 or offset + nbytes > self.nbytes:
-            raise ValueError(f"{nbytes} bytes at offset {offset} exceed the {self.nbytes}-byte lease")
+            raise ValueError(
+                f"{nbytes} bytes at offset {offset} exceed the {self.nbytes}-byte lease"
+            )
         if dt.itemsize and offset % dt.itemsize:
             raise ValueError(f"offset {offset} is not aligned to {dt} items")
-        return self.buffer.data[offset : offset + nbytes].view(dt).reshape(shape)
+        arr: np.ndarray[Any, Any] = self.buffer.data[offset : offset + nbytes].view(dt)
+        return arr.reshape(shape)
 
     def retain(self, count: int = 1) -> Lease:
         """Add ``count`` holds (one per extra consumer of views); returns self."""

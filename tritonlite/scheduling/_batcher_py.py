@@ -27,7 +27,7 @@ except ImportError:  # Cython is a build-time dependency; the pure twin runs wit
     class _CythonShim:
         compiled = False
 
-    cython = _CythonShim()  # type: ignore[assignment]
+    cython = _CythonShim()
 
 COMPILED: bool = bool(cython.compiled)
 
@@ -306,10 +306,7 @@ class BatchQueue:
             if self._scan_count == 0:
                 self._scan_shape = entry.shape_key
             else:
-                if (
-                    self._scan_pending + size > self._max_preferred
-                    and self._scan_best == 0
-                ):
+                if self._scan_pending + size > self._max_preferred and self._scan_best == 0:
                     self._scan_best = self._scan_pending
                     self._scan_best_count = self._scan_count
                 if self._scan_pending + size > self.max_batch_size:
@@ -326,9 +323,7 @@ class BatchQueue:
                 self._scan_closest == _NO_DEADLINE or entry.deadline_ns < self._scan_closest
             ):
                 self._scan_closest = entry.deadline_ns
-            if self._scan_pending <= self._max_preferred and self._is_preferred[
-                self._scan_pending
-            ]:
+            if self._scan_pending <= self._max_preferred and self._is_preferred[self._scan_pending]:
                 self._scan_best = self._scan_pending
                 self._scan_best_count = self._scan_count
         return False

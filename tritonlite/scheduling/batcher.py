@@ -37,7 +37,7 @@ ACCELERATED = False
 
 if os.environ.get("TRITONLITE_NO_EXTENSIONS") != "1":
     with suppress(ImportError):
-        from tritonlite.scheduling import _batcher_c
+        import tritonlite.scheduling._batcher_c as _batcher_c
 
         BatchQueue = _batcher_c.BatchQueue  # type: ignore[misc]
         ACCELERATED = True
