@@ -155,9 +155,8 @@ def tensor_bytes(array: np.ndarray[Any, Any]) -> memoryview:
         return memoryview(serialize_bytes(array))
     if array.dtype.byteorder == ">":
         array = array.astype(array.dtype.newbyteorder("<"))
-    if not array.flags.c_contiguous:
-        array = np.ascontiguousarray(array)
-    return memoryview(array).cast("B") if array.ndim else memoryview(array.reshape(1)).cast("B")
+    flat = np.ascontiguousarray(array).reshape(-1)
+    return memoryview(flat.view(np.uint8))
 
 
 def from_buffer(wire: str, shape: tuple[int, ...], buf: memoryview | bytes, what: str) -> np.ndarray[Any, Any]:

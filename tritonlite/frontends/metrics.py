@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from tritonlite.core.core import InferenceCore
@@ -39,6 +38,30 @@ def _strip_total(m: Metric) -> Metric:
     # prometheus-client appends _total to counter samples; Triton's names carry no suffix.
     m.samples = [s._replace(name=s.name.removesuffix("_total")) for s in m.samples]
     return m
+
+
+def _value(v: float) -> str:
+    # Triton prints counts as plain integers (perf_analyzer's regexes reject 1e+09 forms).
+    return str(int(v)) if float(v).is_integer() else repr(float(v))
+
+
+def _escape(v: str) -> str:
+    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def render(families: list[Metric]) -> bytes:
+    """Prometheus text exposition with Triton's family names and integer formatting."""
+    lines: list[str] = []
+    for fam in families:
+        name = fam.name.removesuffix("_total") if fam.type == "counter" else fam.name
+        lines.append(f"# HELP {name} {fam.documentation}")
+        lines.append(f"# TYPE {name} {fam.type}")
+        for s in fam.samples:
+            labels = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(s.labels.items()))
+            sample = s.name.removesuffix("_total") if fam.type == "counter" else s.name
+            lines.append(f"{sample}{{{labels}}} {_value(s.value)}" if labels
+                         else f"{sample} {_value(s.value)}")
+    return ("\n".join(lines) + "\n").encode()
 
 
 class _Collector:
@@ -100,15 +123,14 @@ def _cpu_metrics() -> Iterator[Metric]:
 
 
 def make_metrics_app(core: InferenceCore) -> web.Application:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Collector(core))  # type: ignore[arg-type]
+    collector = _Collector(core)
 
     async def metrics(request: web.Request) -> web.StreamResponse:
         if request.path.rstrip("/") != "/metrics":
             return error_response(404, "Not Found")
         if request.method != "GET":
             return error_response(405, "Method Not Allowed")
-        return web.Response(body=generate_latest(registry),
+        return web.Response(body=render(list(collector.collect())),
                             headers={"Content-Type": "text/plain; charset=utf-8"})
 
     app = web.Application()

@@ -12,4 +12,9 @@ if TYPE_CHECKING:
 
 
 def make_scheduler(model: Model) -> Scheduler:
+    cfg = model.config
+    if cfg.HasField("dynamic_batching") and model.signature.max_batch_size > 0:
+        from tritonlite.scheduling.dynamic import DynamicBatchScheduler
+
+        return DynamicBatchScheduler(model)
     return DirectScheduler(model)

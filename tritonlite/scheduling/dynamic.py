@@ -1,0 +1,178 @@
+"""Dynamic batching glue: owns requests, timers and instance dispatch around ``BatchQueue``.
+
+``BatchQueue`` makes every batching decision over plain ints; this module maps requests to
+slots and shape keys, arms one timer for the next decision or timeout, fails rejected
+requests, and (with ``preserve_ordering``) releases responses in arrival order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from tritonlite.core.types import InferRequest, InferResponse
+from tritonlite.errors import unavailable
+from tritonlite.scheduling.batcher import REJECT_QUEUE_FULL, BatchQueue, QueuePolicy
+
+if TYPE_CHECKING:
+    from tritonlite.core.model import Model, Pending
+
+_SHAPE_KEYS_MAX = 4096
+
+
+def _policy(p: Any) -> QueuePolicy:
+    return QueuePolicy(int(p.timeout_action), int(p.default_timeout_microseconds) * 1000,
+                       bool(p.allow_timeout_override), int(p.max_queue_size))
+
+
+class DynamicBatchScheduler:
+    def __init__(self, model: Model) -> None:
+        from tritonlite.core.model import Pending
+
+        self._pending_cls = Pending
+        self._model = model
+        db = model.config.dynamic_batching
+        self._queue = BatchQueue(
+            model.signature.max_batch_size,
+            tuple(int(s) for s in db.preferred_batch_size),
+            int(db.max_queue_delay_microseconds) * 1000,
+            int(db.priority_levels),
+            int(db.default_priority_level),
+            _policy(db.default_queue_policy),
+            {int(k): _policy(v) for k, v in db.priority_queue_policy.items()},
+        )
+        self._loop = asyncio.get_running_loop()
+        self._slots: dict[int, Pending] = {}
+        self._next_slot = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0
+        self._shape_keys: dict[tuple[Any, ...], int] = {}
+        self._ragged = frozenset(
+            t.name for t in model.config.input if t.allow_ragged_batch
+        )
+        self._preserve = bool(db.preserve_ordering)
+        self._order: deque[tuple[asyncio.Future[InferResponse], asyncio.Future[InferResponse]]] = deque()
+
+    # -- intake ---------------------------------------------------------------------------------
+    def _shape_key(self, req: InferRequest) -> int:
+        key = tuple(
+            (i.name, None if i.name in self._ragged else i.shape[1:]) for i in req.inputs
+        )
+        found = self._shape_keys.get(key)
+        if found is None:
+            if len(self._shape_keys) >= _SHAPE_KEYS_MAX and not self._slots:
+                self._shape_keys.clear()
+            found = self._shape_keys[key] = len(self._shape_keys) + 1
+        return found
+
+    def enqueue(self, request: InferRequest) -> asyncio.Future[InferResponse]:
+        loop = self._loop
+        fut: asyncio.Future[InferResponse] = loop.create_future()
+        now = time.monotonic_ns()
+        slot = self._next_slot
+        self._next_slot += 1
+        rc = self._queue.push(slot, request.batch_size, now, request.priority,
+                              request.timeout_us * 1000, self._shape_key(request))
+        if rc == REJECT_QUEUE_FULL:
+            err = unavailable(f"Exceeds maximum queue size for model '{self._model.name}'")
+            self._model.record_rejection(request, err)
+            fut.set_exception(err)
+            return fut
+        inner = fut
+        if self._preserve:
+            inner = loop.create_future()
+            self._order.append((inner, fut))
+            inner.add_done_callback(self._release_in_order)
+        self._slots[slot] = self._pending_cls(request, inner, now)
+        fut.add_done_callback(lambda f: self._cancelled(slot) if f.cancelled() else None)
+        self._schedule()
+        return fut
+
+    def _cancelled(self, slot: int) -> None:
+        if self._queue.remove(slot):
+            self._slots.pop(slot, None)
+
+    def _release_in_order(self, _: asyncio.Future[InferResponse]) -> None:
+        order = self._order
+        while order and order[0][0].done():
+            inner, outer = order.popleft()
+            if outer.done():
+                continue
+            exc = inner.exception() if not inner.cancelled() else None
+            if inner.cancelled():
+                outer.cancel()
+            elif exc is not None:
+                outer.set_exception(exc)
+            else:
+                outer.set_result(inner.result())
+
+    # -- dispatch -------------------------------------------------------------------------------
+    def instance_free(self) -> None:
+        self._schedule()
+
+    def _schedule(self) -> None:
+        queue, model = self._queue, self._model
+        now = time.monotonic_ns()
+        for slot in queue.expired(now):
+            self._reject(slot)
+        wait = -1
+        while model.idle and len(queue):
+            take, wait = queue.next_batch(now)
+            for slot in queue.expired(now):
+                self._reject(slot)
+            if take == 0:
+                break
+            batch = []
+            for slot in queue.pop(take):
+                p = self._slots.pop(slot)
+                if not p.future.done():
+                    batch.append(p)
+            if batch:
+                model.run_batch(model.idle.popleft(), batch)
+            wait = -1
+        deadline = queue.next_deadline_ns() if len(queue) else -1
+        when = now + wait if wait > 0 else -1
+        if deadline >= 0 and (when < 0 or deadline + 1 < when):
+            when = deadline + 1
+        self._arm(when)
+
+    def _arm(self, when_ns: int) -> None:
+        if when_ns < 0:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            return
+        if self._timer is not None:
+            if self._timer_at <= when_ns:
+                return
+            self._timer.cancel()
+        self._timer_at = when_ns
+        delay = max(0.0, (when_ns - time.monotonic_ns()) / 1e9)
+        self._timer = self._loop.call_later(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._schedule()
+
+    def _reject(self, slot: int) -> None:
+        p = self._slots.pop(slot, None)
+        if p is None or p.future.done():
+            return
+        err = unavailable("Request timeout expired")
+        self._model.record_rejection(p.request, err)
+        p.future.set_exception(err)
+
+    def inflight(self) -> int:
+        return len(self._slots) + self._model.executing
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for slot, p in list(self._slots.items()):
+            self._queue.remove(slot)
+            if not p.future.done():
+                p.future.set_exception(unavailable(f"model '{self._model.name}' is unloading"))
+        self._slots.clear()
