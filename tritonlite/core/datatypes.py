@@ -6,11 +6,11 @@ arrays of ``bytes``; on the wire each element is a 4-byte little-endian length a
 
 from __future__ import annotations
 
-import struct
 from typing import Any
 
 import numpy as np
 
+from tritonlite import kernels
 from tritonlite.errors import invalid_arg
 
 try:  # BF16 needs ml_dtypes; without it BF16 tensors are refused with a clear error.
@@ -98,33 +98,15 @@ def num_elements(shape: tuple[int, ...] | list[int]) -> int:
     return n
 
 
-_LEN = struct.Struct("<I")
-
-
 def deserialize_bytes(buf: memoryview | bytes, count: int | None = None) -> np.ndarray[Any, Any]:
     """Parse length-prefixed BYTES elements into an object array of ``bytes``.
 
     With ``count``, exactly that many elements must fill ``buf``; errors are INVALID_ARG.
     """
-    mv = memoryview(buf).cast("B")
-    out: list[bytes] = []
-    pos, end = 0, len(mv)
-    while pos < end:
-        if end - pos < 4:
-            raise invalid_arg("malformed BYTES tensor: truncated 4-byte length prefix")
-        (n,) = _LEN.unpack_from(mv, pos)
-        pos += 4
-        if n > end - pos:
-            raise invalid_arg(
-                f"malformed BYTES tensor: element of {n} bytes overruns the {end} byte buffer"
-            )
-        out.append(bytes(mv[pos : pos + n]))
-        pos += n
-    if count is not None and len(out) != count:
-        raise invalid_arg(f"expected {count} BYTES elements, found {len(out)}")
-    arr = np.empty(len(out), dtype=object)
-    arr[:] = out
-    return arr
+    try:
+        return kernels.decode_bytes(buf, count)
+    except kernels.BytesFormatError as exc:
+        raise invalid_arg(f"malformed BYTES tensor: {exc}") from None
 
 
 def as_bytes_element(value: Any) -> bytes:
@@ -141,12 +123,7 @@ def as_bytes_element(value: Any) -> bytes:
 
 def serialize_bytes(array: np.ndarray[Any, Any]) -> bytes:
     """Length-prefix every element of a BYTES array, row-major."""
-    parts: list[bytes] = []
-    for item in array.reshape(-1, order="C").tolist():
-        b = as_bytes_element(item)
-        parts.append(_LEN.pack(len(b)))
-        parts.append(b)
-    return b"".join(parts)
+    return kernels.encode_bytes(array)
 
 
 def tensor_bytes(array: np.ndarray[Any, Any]) -> memoryview:
