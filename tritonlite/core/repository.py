@@ -82,9 +82,14 @@ def _build_version(ctx: ModelContext) -> _Built:
     return _Built(ctx, Signature.from_config(ctx.config, ctx.model_dir), backend, instances)
 
 
-def write_override_files(files: dict[str, bytes]) -> Path:
-    """Write ``file:`` overrides into a fresh temp model dir; reject paths escaping it."""
-    root = Path(tempfile.mkdtemp(prefix="tritonlite-override-"))
+def write_override_files(name: str, files: dict[str, bytes]) -> Path:
+    """Write ``file:`` overrides into a fresh temp model dir; reject paths escaping it.
+
+    The directory is ``<fresh temp dir>/<name>`` so the model keeps its own name; remove it
+    with ``remove_override_dir``.
+    """
+    root = Path(tempfile.mkdtemp(prefix="tritonlite-override-")) / name
+    root.mkdir()
     try:
         for rel, content in files.items():
             p = PurePosixPath(rel)
@@ -97,9 +102,13 @@ def write_override_files(files: dict[str, bytes]) -> Path:
                 raise invalid_arg(f"invalid file override path '{rel}'")
             target.write_bytes(content)
     except BaseException:
-        shutil.rmtree(root, ignore_errors=True)
+        remove_override_dir(root)
         raise
     return root
+
+
+def remove_override_dir(path: Path) -> None:
+    shutil.rmtree(path.parent, ignore_errors=True)
 
 
 def decode_override_file(key: str, value: Any) -> tuple[str, bytes]:
@@ -234,7 +243,7 @@ class ModelRepository:
         if entry is None:
             entry = self.models[name] = ModelEntry(name)
         async with entry.lock:
-            override_dir = write_override_files(files) if files else None
+            override_dir = write_override_files(name, files) if files else None
             if override_dir is not None:
                 model_dir = override_dir
             else:
@@ -252,11 +261,11 @@ class ModelRepository:
                 await self._load_into(entry, name, model_dir, config_json)
             except BaseException:
                 if override_dir is not None:
-                    shutil.rmtree(override_dir, ignore_errors=True)
+                    remove_override_dir(override_dir)
                 raise
             old_override, entry.override_dir = entry.override_dir, override_dir
             if old_override is not None:
-                shutil.rmtree(old_override, ignore_errors=True)
+                remove_override_dir(old_override)
 
     async def _load_into(
         self, entry: ModelEntry, name: str, model_dir: Path, config_json: str | None
@@ -360,7 +369,7 @@ class ModelRepository:
                 if entry.versions[v].model is not None or entry.versions[v].state == lc.UNLOADING:
                     entry.versions[v] = VersionState(lc.UNAVAILABLE, lc.UNLOADED_REASON)
             if entry.override_dir is not None:
-                shutil.rmtree(entry.override_dir, ignore_errors=True)
+                remove_override_dir(entry.override_dir)
                 entry.override_dir = None
             log.info("successfully unloaded '%s'", name)
 
