@@ -156,6 +156,9 @@ class OnnxRuntimeBackend:
             raise unavailable(
                 f"unable to find '{path}' for model '{ctx.name}' version {ctx.version}"
             )
+        from tritonlite.backends.onnx_io import check_config, read_onnx_io
+
+        check_config(ctx.config, read_onnx_io(path))
         kernels.warmup()  # compile now, never on a request
 
     def new_instance(self, spec: InstanceSpec) -> OnnxRuntimeInstance:

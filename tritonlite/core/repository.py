@@ -279,9 +279,8 @@ class ModelRepository:
                 auto_complete=opts.auto_complete_config,
                 default_max_batch_size=opts.default_max_batch_size,
                 override_json=config_json,
+                model_name=name,
             )
-            if cfg.name and cfg.name != name and config_json is not None:
-                raise invalid_arg(f"failed to load '{name}': config name '{cfg.name}' does not match")
             versions = model_config.select_versions(cfg, model_config.version_dirs(model_dir))
             if not versions:
                 raise invalid_arg(
