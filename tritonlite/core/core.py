@@ -136,13 +136,11 @@ class InferenceCore:
             raise unavailable("Server is exiting")
         request.arrival_ns = time.monotonic_ns()
         model = self.repository.get(request.model_name, request.model_version)
-        try:
-            if request.raw_input is not None:
-                validate.fill_raw_input(model.signature, request)
-            validate.prepare(model.signature, request, self.shm)
-        except TritonliteError as exc:
-            model.record_rejection(request, exc)
-            raise
+        # A request that fails validation never reaches the model: Triton leaves it out of
+        # the model's statistics.
+        if request.raw_input is not None:
+            validate.fill_raw_input(model.signature, request)
+        validate.prepare(model.signature, request, self.shm)
         return await model.scheduler.enqueue(request)
 
     # -- statistics -------------------------------------------------------------------------------

@@ -90,9 +90,12 @@ async def model_metadata(request: web.Request, core: InferenceCore, m: re.Match[
 
 
 async def model_ready(request: web.Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
-    if core.model_ready(_name(m), _version(m)):
-        return _empty(200)
-    return error_response(400, "Model version not ready")
+    # Triton answers 400 "Model version not ready" for unknown models and versions too.
+    try:
+        ready = core.model_ready(_name(m), _version(m))
+    except TritonliteError:
+        ready = False
+    return _empty(200) if ready else error_response(400, "Model version not ready")
 
 
 async def model_config(request: web.Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
