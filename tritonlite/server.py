@@ -147,6 +147,6 @@ def run(options: ServerOptions) -> int:
     try:
         import uvloop
 
-        return uvloop.run(serve(options))  # type: ignore[no-any-return]
+        return uvloop.run(serve(options))
     except ImportError:
         return asyncio.run(serve(options))

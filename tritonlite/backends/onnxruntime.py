@@ -47,8 +47,8 @@ def _to_ort_input(arr: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     return arr
 
 
-def _from_ort_output(arr: Any) -> np.ndarray[Any, Any]:
-    arr = np.asarray(arr)
+def _from_ort_output(value: Any) -> np.ndarray[Any, Any]:
+    arr: np.ndarray[Any, Any] = np.asarray(value)
     if arr.dtype == object or arr.dtype.kind == "U":
         out = np.empty(arr.shape, dtype=object)
         flat = out.reshape(-1)
@@ -101,9 +101,9 @@ class OnnxRuntimeInstance:
     def execute(self, requests: list[InferRequest], timing: ExecTiming) -> list[Result]:
         if len(requests) == 1:
             req = requests[0]
-            feed = {inp.name: _to_ort_input(inp.data) for inp in req.inputs}  # type: ignore[arg-type]
+            single = {inp.name: _to_ort_input(inp.data) for inp in req.inputs}  # type: ignore[arg-type]
             timing.input_end_ns = time.monotonic_ns()
-            values = self._run(feed)
+            values = self._run(single)
             timing.infer_end_ns = time.monotonic_ns()
             return [{n: _from_ort_output(v) for n, v in zip(self._outputs, values)}]
         # Several requests batched along dim 0 (they share non-batch shapes by construction):
@@ -122,7 +122,7 @@ class OnnxRuntimeInstance:
                 lease = self._staging.acquire(max(1, int(np.prod(shape)) * dt.itemsize))
                 leases.append(lease)
                 buf = lease.view(dt, shape)
-                kernels.gather_into(buf, parts)
+                kernels.gather_into(buf, parts)  # type: ignore[arg-type]
                 feed[first.name] = buf
             timing.input_end_ns = time.monotonic_ns()
             values = self._run(feed)

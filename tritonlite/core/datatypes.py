@@ -133,7 +133,7 @@ def tensor_bytes(array: np.ndarray[Any, Any]) -> memoryview:
     if array.dtype.byteorder == ">":
         array = array.astype(array.dtype.newbyteorder("<"))
     flat = np.ascontiguousarray(array).reshape(-1)
-    return memoryview(flat.view(np.uint8))
+    return memoryview(flat.view(np.uint8))  # type: ignore[arg-type]
 
 
 def from_buffer(wire: str, shape: tuple[int, ...], buf: memoryview | bytes, what: str) -> np.ndarray[Any, Any]:

@@ -388,8 +388,8 @@ class ModelRepository:
         for name, path in on_disk.items():
             if path is None:
                 continue
-            entry = self.models.get(name)
-            if entry is not None and entry.override_dir is None and entry.fingerprint == _fingerprint(path):
+            known = self.models.get(name)
+            if known is not None and known.override_dir is None and known.fingerprint == _fingerprint(path):
                 continue
             try:
                 await self.load(name)

@@ -63,8 +63,14 @@ class ModelStats:
     )
 
     def __init__(self) -> None:
-        for name in _NAMES:
-            setattr(self, name, Duration())
+        self.success = Duration()
+        self.fail = Duration()
+        self.queue = Duration()
+        self.compute_input = Duration()
+        self.compute_infer = Duration()
+        self.compute_output = Duration()
+        self.cache_hit = Duration()
+        self.cache_miss = Duration()
         self.inference_count = 0
         self.execution_count = 0
         self.last_inference_ms = 0
@@ -85,17 +91,17 @@ class ModelStats:
         b.compute_output.add(co)
 
     def record_success(self, total_ns: int, queue_ns: int, timing: ExecTiming | None) -> None:
-        self.success.add(total_ns)  # type: ignore[attr-defined]
-        self.queue.add(queue_ns)  # type: ignore[attr-defined]
+        self.success.add(total_ns)
+        self.queue.add(queue_ns)
         if timing is not None:
             ci, cinf, co = timing.spans()
-            self.compute_input.add(ci)  # type: ignore[attr-defined]
-            self.compute_infer.add(cinf)  # type: ignore[attr-defined]
-            self.compute_output.add(co)  # type: ignore[attr-defined]
+            self.compute_input.add(ci)
+            self.compute_infer.add(cinf)
+            self.compute_output.add(co)
         self.last_inference_ms = time.time_ns() // 1_000_000
 
     def record_failure(self, total_ns: int, reason: str = "OTHER") -> None:
-        self.fail.add(total_ns)  # type: ignore[attr-defined]
+        self.fail.add(total_ns)
         self.failures_by_reason[reason] = self.failures_by_reason.get(reason, 0) + 1
         self.last_inference_ms = time.time_ns() // 1_000_000
 

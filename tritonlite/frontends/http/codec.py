@@ -98,9 +98,9 @@ def _shm_ref(name: str, params: dict[str, Any], what: str) -> ShmRef | None:
         raise invalid_arg(f"{what} '{name}': 'shared_memory_region' must be a string")
     size = params.get("shared_memory_byte_size")
     offset = params.get("shared_memory_offset", 0)
-    if not _is_uint(size):
+    if not isinstance(size, int) or not _is_uint(size):
         raise invalid_arg(f"{what} '{name}': 'shared_memory_byte_size' must be an unsigned integer")
-    if not _is_uint(offset):
+    if not isinstance(offset, int) or not _is_uint(offset):
         raise invalid_arg(f"{what} '{name}': 'shared_memory_offset' must be an unsigned integer")
     return ShmRef(region, size, offset)
 
