@@ -7,6 +7,8 @@ builds one set per twin and binds the module-level functions to the active one.
 
 from __future__ import annotations
 
+import threading
+
 from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
@@ -86,6 +88,8 @@ class KernelSet:
         self._layout = layout
         use_raw = jitted if raw_gather is None else raw_gather
         self._raw_gather = use_raw and layout is not None
+        self._warm = False
+        self._warm_lock = threading.Lock()
 
     # -- shape grouping -------------------------------------------------------------------
 
@@ -224,14 +228,26 @@ class KernelSet:
     # -- compilation ----------------------------------------------------------------------
 
     def warmup(self) -> None:
-        """Run every kernel once on tiny inputs, so compilation happens now (at model load)."""
+        """Run every kernel once on tiny inputs, so compilation happens now (at model load).
+
+        Models load on several threads at once; the first call compiles, later calls return.
+        """
+        with self._warm_lock:
+            if not self._warm:
+                self._warmup()
+                self._warm = True
+
+    def _warmup(self) -> None:
         shapes = np.array([[2, 3], [2, 3], [4, 3]], dtype=np.int64)
         self.shape_prefix_len(shapes)
         self.shape_group_ids(shapes)
         out = np.empty((3, 2), dtype=np.float32)
         self.gather_into(out, [np.ones((1, 2), np.float32), np.ones((2, 2), np.float32)])
         if self._layout is not None:
-            self.impl.gather_list(id([]), id(out), out.itemsize, self._layout)
+            # the kernel reads the list by address: it must stay alive across the call
+            no_parts: list[Array] = []
+            self.impl.gather_list(id(no_parts), id(out), out.itemsize, self._layout)
+            del no_parts
         self.split_views(out, [1, 2])
         encoded = self.encode_bytes([b"ab", b""])
         self.bytes_offsets(encoded)  # read-only buffer
