@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from pathlib import Path
@@ -17,14 +16,6 @@ pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def perf_analyzer_bin() -> str:
-    path = os.environ.get("PERF_ANALYZER", "")
-    if not path or not os.access(path, os.X_OK):
-        pytest.skip("perf_analyzer not installed (make test installs it into .tools/perf_analyzer)")
-    return path
-
-
-@pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
     repo = tmp_path_factory.mktemp("pa_repo")
     write_add_sub(repo, "add_sub", 8, extra_config="dynamic_batching { }\n")
@@ -35,8 +26,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 def run_pa(binary: str, server: Any, *args: str) -> str:
     cmd = [binary, "-m", "add_sub", "-u", server.http_url, "-i", "http",
-           "--measurement-interval", "1000", "--stability-percentage", "60",
-           "--max-trials", "8", *args]
+           "--measurement-interval", "1000", "--stability-percentage", "500",
+           "--max-trials", "5", *args]  # a wide stability band: the CPU is shared with the server
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=150)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
@@ -53,18 +44,18 @@ def throughput(out: str) -> float:
                                    ["--concurrency-range", "4"], ["--input-tensor-format=json",
                                                                   "--output-tensor-format=json"]],
                          ids=["plain", "shm", "batch4", "concurrency4", "json"])
-def test_perf_analyzer_http(perf_analyzer_bin: str, server: Any, extra: list[str]) -> None:
-    out = run_pa(perf_analyzer_bin, server, *extra)
+def test_perf_analyzer_http(perf_analyzer: str, server: Any, extra: list[str]) -> None:
+    out = run_pa(perf_analyzer, server, *extra)
     assert throughput(out) > 0
     # server-side statistics were read (the statistics extension works for it)
     assert "Server:" in out and re.search(r"Inference count: [1-9]", out), out
     assert re.search(r"compute infer [0-9]+ usec", out), out
 
 
-def test_perf_analyzer_sequence_of_runs_leaves_no_shm(perf_analyzer_bin: str, server: Any) -> None:
+def test_perf_analyzer_sequence_of_runs_leaves_no_shm(perf_analyzer: str, server: Any) -> None:
     import tritonclient.http as httpclient
 
-    run_pa(perf_analyzer_bin, server, "--shared-memory=system", "--output-shared-memory-size=1024")
+    run_pa(perf_analyzer, server, "--shared-memory=system", "--output-shared-memory-size=1024")
     c = httpclient.InferenceServerClient(server.http_url)
     assert c.get_system_shared_memory_status() == []
     assert c.is_server_ready()
