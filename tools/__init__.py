@@ -1,0 +1,1 @@
+"""Developer tools: protobuf descriptor generation and example model generation."""
