@@ -94,7 +94,7 @@ def _model(graph: onnx.GraphProto) -> onnx.ModelProto:
 
 def add_sub(dtype: str = "FP32", dims: Sequence[int] = (16,), batch: bool = True,
             ) -> onnx.ModelProto:
-    """Triton's classic ``simple``/``add_sub``: OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1.
+    """Triton's classic ``simple`` (add_sub): OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1.
 
     ``dtype`` is one of ``ADD_SUB_DTYPES``; integer results wrap as numpy's do.
     """
@@ -157,7 +157,7 @@ def mlp(layers: int = 4, width: int = 1024, batch: bool = True, seed: int = 0) -
 
 
 def failing(batch: bool = True) -> onnx.ModelProto:
-    """A model whose run fails for some inputs: OUTPUT0 FP32[1] = FAILING_TABLE[INPUT0], INPUT0 INT64[1].
+    """A model whose run fails for some inputs: OUTPUT0 FP32[1] = FAILING_TABLE[INPUT0 INT64[1]].
 
     It is a Gather from a 4-element constant; ONNX Runtime checks the indices at run time, so an
     INPUT0 value outside [-4, 3] makes the run raise INVALID_ARGUMENT ("indices element out of
@@ -173,7 +173,8 @@ def failing(batch: bool = True) -> onnx.ModelProto:
 
 # --- config.pbtxt ----------------------------------------------------------------------------
 
-Tensor = tuple[str, str, Sequence[int]]  # (name, data type, dims without the batch dimension)
+# (name, data type, dims without the batch dimension[, more fields of the tensor's entry])
+Tensor = tuple[str, str, Sequence[int]] | tuple[str, str, Sequence[int], str]
 
 
 def config_text(inputs: Sequence[Tensor], outputs: Sequence[Tensor], *, max_batch_size: int,
@@ -193,8 +194,9 @@ def config_text(inputs: Sequence[Tensor], outputs: Sequence[Tensor], *, max_batc
         lines.append(f'backend: "{backend}"')
     lines.append(f"max_batch_size: {max_batch_size}")
     for kind, tensors in (("input", inputs), ("output", outputs)):
-        rows = [f'  {{ name: "{n}" data_type: {config_dtype(t)} dims: [ {", ".join(map(str, d))} ] }}'
-                for n, t, d in tensors]
+        rows = [f'  {{ name: "{t[0]}" data_type: {config_dtype(t[1])} '
+                f'dims: [ {", ".join(map(str, t[2]))} ]{" " + t[3] if len(t) > 3 else ""} }}'
+                for t in tensors]
         lines.append(f"{kind} [\n" + ",\n".join(rows) + "\n]")
     if instance_count is not None:
         lines.append(f"instance_group [ {{ kind: KIND_CPU count: {instance_count} }} ]")
@@ -275,3 +277,40 @@ def write_model(repo: Path, name: str, onnx_model: onnx.ModelProto, config_pbtxt
     for rel, data in model_files(name, onnx_model, config_pbtxt, version).items():
         write_if_changed(Path(repo) / rel, data)
     return Path(repo) / name
+
+
+# --- whole models in one call (what the test repositories and the examples use) ---------------
+
+def write_add_sub(repo: Path, name: str, max_batch_size: int, dims: int = 16,
+                  extra_config: str = "", label_file: list[str] | None = None,
+                  dtype: str = "FP32") -> Path:
+    """``add_sub`` over ``dtype[dims]``, batching when ``max_batch_size > 0``.
+
+    ``label_file`` writes ``labels.txt`` and names it as OUTPUT0's ``label_filename`` (for the
+    classification extension).
+    """
+    model = add_sub(dtype, (dims,), batch=max_batch_size > 0)
+    inputs, outputs = model_tensors(model, batch=max_batch_size > 0)
+    if label_file:
+        n, t, d = outputs[0][:3]
+        outputs[0] = (n, t, d, 'label_filename: "labels.txt"')
+        write_if_changed(Path(repo) / name / "labels.txt", ("\n".join(label_file) + "\n").encode())
+    config = config_text(inputs, outputs, max_batch_size=max_batch_size, platform=None,
+                         extra=extra_config)
+    return write_model(repo, name, model, config)
+
+
+def write_identity(repo: Path, name: str, dtype: str, dims: Sequence[int], max_batch_size: int,
+                   extra_config: str = "") -> Path:
+    """``identity`` of ``dtype[dims]``, batching when ``max_batch_size > 0``."""
+    model = identity(dtype, dims, batch=max_batch_size > 0)
+    config = config_for(model, max_batch_size=max_batch_size, platform=None, extra=extra_config)
+    return write_model(repo, name, model, config)
+
+
+def write_mlp(repo: Path, name: str, max_batch_size: int = 64, layers: int = 4,
+              width: int = 1024, seed: int = 0, extra_config: str = "") -> Path:
+    """``mlp(layers, width, seed=seed)``, batching when ``max_batch_size > 0``."""
+    model = mlp(layers, width, batch=max_batch_size > 0, seed=seed)
+    config = config_for(model, max_batch_size=max_batch_size, platform=None, extra=extra_config)
+    return write_model(repo, name, model, config)
