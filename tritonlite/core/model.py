@@ -10,7 +10,8 @@ import asyncio
 import logging
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+import queue
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,14 +34,43 @@ class Pending:
     dispatch_ns: int = 0
 
 
+_STOP = object()
+
+
 class ModelInstance:
-    """One backend instance and the thread that runs it; executes one batch at a time."""
+    """One backend instance and the thread that runs it; executes one batch at a time.
+
+    The thread takes (model, batch) work from a queue and hands results back to the event loop
+    with one ``call_soon_threadsafe``: no executor futures on the hot path.
+    """
 
     def __init__(self, spec: InstanceSpec, impl: BackendInstance) -> None:
         self.spec = spec
         self.impl = impl
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=spec.name)
         self.healthy = True
+        self._work: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name=spec.name, daemon=True)
+        self._thread.start()
+
+    def submit(self, model: Model, batch: list[Pending], loop: asyncio.AbstractEventLoop) -> None:
+        """Run ``batch`` on this instance's thread; ``model._complete`` gets the results."""
+        self._work.put((model, batch, loop))
+
+    def _serve(self) -> None:
+        while True:
+            item = self._work.get()
+            if item is _STOP:
+                return
+            model, batch, loop = item
+            try:
+                results, timing, executed = self.run(model, [p.request for p in batch])
+            except BaseException as exc:  # never lose a batch: fail it instead
+                err = internal(f"instance {self.spec.name} failed: {exc}")
+                results, timing, executed = [err] * len(batch), None, False
+            try:
+                loop.call_soon_threadsafe(model._complete, self, batch, results, timing, executed)
+            except RuntimeError:  # the loop is closed: the server is gone
+                return
 
     def run(
         self, model: Model, requests: list[InferRequest]
@@ -74,10 +104,11 @@ class ModelInstance:
         return results, timing, executed
 
     def close(self) -> None:
-        try:
-            self.impl.close()
-        finally:
-            self.executor.shutdown(wait=False)
+        """Stop the thread after its current batch, then release the backend instance."""
+        self._work.put(_STOP)
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout=60)
+        self.impl.close()
 
 
 class Model:
@@ -119,18 +150,17 @@ class Model:
         for p in batch:
             p.dispatch_ns = now
         self.executing += len(batch)
-        fut = self._loop.run_in_executor(
-            instance.executor, instance.run, self, [p.request for p in batch]
-        )
-        fut.add_done_callback(lambda f: self._complete(instance, batch, f))
+        instance.submit(self, batch, self._loop)
 
-    def _complete(self, instance: ModelInstance, batch: list[Pending], fut: asyncio.Future[Any]) -> None:
+    def _complete(
+        self,
+        instance: ModelInstance,
+        batch: list[Pending],
+        results: list[InferResponse | TritonliteError],
+        timing: ExecTiming | None,
+        executed: bool,
+    ) -> None:
         self.executing -= len(batch)
-        try:
-            results, timing, executed = fut.result()
-        except BaseException as exc:  # the executor itself failed
-            err = internal(f"instance {instance.spec.name} failed: {exc}")
-            results, timing, executed = [err] * len(batch), None, False
         stats = self.stats
         if executed and timing is not None:
             stats.record_execution(sum(p.request.batch_size for p in batch), timing)
