@@ -1,57 +1,108 @@
-# tritonlite: `make serve` and `make test` do all set-up on a fresh machine.
+# tritonlite: `make serve` and `make test` do all the set-up on a fresh machine (GNU make).
+#
+#   make install         .venv with tritonlite (editable, Cython extension) and the [test] extra,
+#                        then the example models in model_repository/
+#   make serve           install, then serve model_repository/ on 8000 (HTTP), 8001 (gRPC),
+#                        8002 (metrics); SERVE_FLAGS="--log-verbose 1" adds flags
+#   make test            install, perf_analyzer, the suite on the compiled twins, then again
+#                        on the pure-Python twins
+#   make bench | compare-triton | proto | lint | clean | distclean
+
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+PIP := $(PY) -m pip --disable-pip-version-check
+STAMP := $(VENV)/.tritonlite-installed
+DEV_STAMP := $(VENV)/.tritonlite-dev-installed
+NO_TORCH := $(VENV)/no-torch-constraint.txt
 PA_DIR := .tools/perf_analyzer
 export PERF_ANALYZER := $(CURDIR)/$(PA_DIR)/perf_analyzer
+SERVE_FLAGS ?=
 
-# Everything the installed package (and its compiled twin) is built from.
-BUILD_INPUTS := pyproject.toml setup.py tritonlite/scheduling/_batcher_py.py \
-                tritonlite/scheduling/_batcher_c.pxd
+# What the installed package is built from: metadata, the build script and the sources Cython
+# compiles (each `_c.pxd` sits beside the pure-Python `_py.py` twin it is compiled from).
+COMPILED_SOURCES := $(wildcard tritonlite/*/*.pyx tritonlite/*/*.pxd) \
+                    $(patsubst %_c.pxd,%_py.py,$(wildcard tritonlite/*/*_c.pxd))
+BUILD_INPUTS := pyproject.toml setup.py $(COMPILED_SOURCES)
 
-.PHONY: install serve test test-pure bench compare-triton proto lint clean examples
+# The pure-Python twins run the whole suite too: they are what a machine without a C compiler or
+# Numba serves with, and every real-server test drives the batcher, kernels and codecs (the suite
+# takes about 2.5 minutes a pass on 2 cores). Should it outgrow that, narrow this to the
+# twin-sensitive suites:
+#   tests/scheduling tests/kernels tests/memory tests/frontends tests/compat/test_http.py
+PURE_TESTS ?=
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := install
+.PHONY: install examples serve test test-compiled test-pure check-accelerated perf-analyzer \
+        bench compare-triton proto lint clean distclean
 
 install: $(STAMP) examples
 
+# torch<0 can never be satisfied: should anything in [test] come to depend on torch, the install
+# fails here instead of quietly downloading a multi-gigabyte build.
 $(STAMP): $(BUILD_INPUTS)
-	[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -U pip
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
-	$(PY) -c "from tritonlite.scheduling import batcher; assert batcher.ACCELERATED, 'Cython extension missing'"
-	touch $(STAMP)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q -U pip
+	echo 'torch<0' > $(NO_TORCH)
+	$(PIP) install -q -c $(NO_TORCH) -e '.[test]'
+	touch $@
 
 examples: $(STAMP)
 	$(PY) tools/make_examples.py
 
 serve: install
-	$(VENV)/bin/tritonlite --model-repository model_repository --http-port 8000 --grpc-port 8001 --metrics-port 8002
+	$(VENV)/bin/tritonlite --model-repository model_repository \
+	  --http-port 8000 --grpc-port 8001 --metrics-port 8002 $(SERVE_FLAGS)
 
-$(PERF_ANALYZER):
+perf-analyzer:
 	tools/install-perf-analyzer.sh $(PA_DIR)
 
-# The whole suite on the compiled twins (CI fails if they did not build), then again on the
-# pure-Python twins.
-test: install $(PERF_ANALYZER)
-	TRITONLITE_REQUIRE_EXTENSIONS=1 $(PY) -m pytest -q
+# One after the other even under make -j: the suites start servers and share the 2 cores.
+test: install perf-analyzer
+	$(MAKE) --no-print-directory check-accelerated
+	$(MAKE) --no-print-directory test-compiled
 	$(MAKE) --no-print-directory test-pure
 
-test-pure: install
-	TRITONLITE_NO_EXTENSIONS=1 TRITONLITE_NO_NUMBA=1 $(PY) -m pytest -q
+check-accelerated:
+	TRITONLITE_REQUIRE_EXTENSIONS=1 $(PY) -c \
+	  "from tritonlite.scheduling import batcher; assert batcher.ACCELERATED" || { \
+	  echo "the Cython extension is not built: install a C compiler, then make clean test" >&2; \
+	  exit 1; }
 
-bench: install $(PERF_ANALYZER)
-	$(PY) bench/run_all.py
+test-compiled:
+	TRITONLITE_REQUIRE_EXTENSIONS=1 $(PY) -m pytest
+
+test-pure:
+	TRITONLITE_NO_EXTENSIONS=1 TRITONLITE_NO_NUMBA=1 $(PY) -m pytest $(PURE_TESTS)
+
+bench: install perf-analyzer
+	if [ -f bench/run_all.py ]; then $(PY) bench/run_all.py; \
+	else echo "bench/run_all.py is not there: no benchmarks to run"; fi
 
 compare-triton: install
 	$(PY) tests/compare/compare_triton.py
 
-proto:
+proto: $(STAMP)
 	$(PY) tools/gen_proto.py
 
-lint: install
-	$(PY) -m pip install -q --disable-pip-version-check ruff mypy
-	$(PY) -m ruff check tritonlite tests tools bench
-	$(PY) -m mypy tritonlite
+$(DEV_STAMP): $(STAMP)
+	$(PIP) install -q -c $(NO_TORCH) -e '.[test,dev]'
+	touch $@
 
+# Lint also fails when the generated protobuf descriptors are stale (regenerate with make proto).
+lint: $(DEV_STAMP)
+	$(PY) -m ruff check tritonlite tests tools bench
+	$(PY) -m mypy
+	$(PY) tools/gen_proto.py --check || { echo "descriptors are stale: run make proto" >&2; exit 1; }
+
+# Build outputs, caches and the generated example models; .venv and .tools stay (distclean).
 clean:
-	rm -rf build $(VENV) .tools *.egg-info tritonlite/scheduling/_batcher_c*.so
+	rm -rf build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -f $(STAMP) $(DEV_STAMP) tritonlite/*/*.so tritonlite/scheduling/_batcher_c.c
+	find tritonlite tests tools bench -name __pycache__ -type d -prune -exec rm -rf {} +
+	find model_repository -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV) .tools

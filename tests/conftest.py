@@ -4,10 +4,26 @@ The child binds port 0 for each service and logs ``Started HTTPService at HOST:P
 gRPC / Metrics twins); we read the ports from those lines and then poll the live endpoint.
 No sleeps as synchronization: a bounded poll with a deadline, and a loud failure with the
 child's output if it exits.
+
+Fixtures:
+
+* ``onnx_repo`` (session): a repository of real ONNX models, ``tests/onnx_models.py``'s
+  ``ONNX_REPO_MODELS`` (add_sub, add_sub_nobatch, identity_<dtype> for every type, identity_string,
+  variable-dim identities, a 2 x 64 mlp, failing...).
+* ``server`` (session): tritonlite serving ``onnx_repo`` with HTTP, gRPC and metrics.
+  A module that needs another server defines its own ``server`` fixture or calls
+  ``start_server``/``server_factory``.
+* ``server_factory`` (function): ``server_factory(repo, *args)`` starts servers that are stopped
+  when the test ends.
+* ``perf_analyzer`` (session): the path of Triton's perf_analyzer from ``$PERF_ANALYZER``
+  (``make test`` installs it), or the test is skipped.
+
+A server a test forgets to stop is stopped when the test process exits.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import signal
@@ -17,17 +33,26 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from onnx_models import build_onnx_repo
 
 _STARTED = re.compile(r"Started (HTTPService|GRPCInferenceService|Metrics Service) at (\S+):(\d+)")
 _STARTUP_TIMEOUT_S = 90.0
+_SERVICE_FLAGS = (("--allow-http", "HTTPService"), ("--allow-grpc", "GRPCInferenceService"),
+                  ("--allow-metrics", "Metrics Service"))
+_RUNNING: set[Server] = set()  # strong refs: a dropped Server must still be stopped
 
 
 class Server:
-    """A tritonlite child process and where its services listen."""
+    """A tritonlite child process and where its services listen.
+
+    ``http_url``, ``grpc_url`` and ``metrics_url`` are ``HOST:PORT`` (what tritonclient takes);
+    ``ports`` maps the logged service names to their ports; ``output()`` is everything the child
+    logged so far (its stderr is drained by a thread, so the pipe never fills).
+    """
 
     def __init__(self, proc: subprocess.Popen[str], args: list[str]) -> None:
         self.proc = proc
@@ -36,8 +61,10 @@ class Server:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self.ports: dict[str, int] = {}
+        self.hosts: dict[str, str] = {}
         self._pump = threading.Thread(target=self._drain, daemon=True)
         self._pump.start()
+        _RUNNING.add(self)
 
     def _drain(self) -> None:
         assert self.proc.stderr is not None
@@ -47,15 +74,18 @@ class Server:
                 m = _STARTED.search(line)
                 if m:
                     self.ports[m.group(1)] = int(m.group(3))
+                    self.hosts[m.group(1)] = m.group(2)
                 self._changed.notify_all()
         with self._changed:
             self._changed.notify_all()
 
     def output(self) -> str:
+        """Everything the server logged so far."""
         with self._lock:
             return "\n".join(self._lines)
 
     def wait_for(self, services: set[str], deadline: float) -> None:
+        """Block until each of ``services`` logged its ``Started ...`` line, or fail loudly."""
         with self._changed:
             while not services <= set(self.ports):
                 if self.proc.poll() is not None and not self._pump.is_alive():
@@ -71,19 +101,26 @@ class Server:
                 f"(exit code {self.proc.poll()}); command: {' '.join(self.args)}\n{self.output()}"
             )
 
+    def _url(self, service: str) -> str:
+        host = self.hosts.get(service, "127.0.0.1")
+        if host in ("0.0.0.0", "[::]", "::"):  # listening everywhere: talk to loopback
+            host = "127.0.0.1"
+        return f"{host}:{self.ports[service]}"
+
     @property
     def http_url(self) -> str:
-        return f"127.0.0.1:{self.ports['HTTPService']}"
+        return self._url("HTTPService")
 
     @property
     def grpc_url(self) -> str:
-        return f"127.0.0.1:{self.ports['GRPCInferenceService']}"
+        return self._url("GRPCInferenceService")
 
     @property
     def metrics_url(self) -> str:
-        return f"127.0.0.1:{self.ports['Metrics Service']}"
+        return self._url("Metrics Service")
 
     def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM, wait up to ``timeout`` s, then SIGKILL the process group; the exit code."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -94,7 +131,14 @@ class Server:
         self._pump.join(5)
         if self.proc.stderr is not None:
             self.proc.stderr.close()
+        _RUNNING.discard(self)
         return self.proc.returncode
+
+
+@atexit.register
+def _stop_leftovers() -> None:
+    for s in list(_RUNNING):
+        s.stop(timeout=10)
 
 
 def _flag_value(args: tuple[str, ...], flag: str) -> str | None:
@@ -106,8 +150,22 @@ def _flag_value(args: tuple[str, ...], flag: str) -> str | None:
     return None
 
 
+def _is_live(http_url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{http_url}/v2/health/live", timeout=5) as r:
+            return bool(r.status == 200)
+    except (urllib.error.URLError, OSError):  # refused, reset, timed out, non-200
+        return False
+
+
 def start_server(repo: Path | str, *args: str, env: dict[str, str] | None = None) -> Server:
-    """Start tritonlite on ``repo`` with free ports; ``args`` are more tritonserver flags."""
+    """Start tritonlite on ``repo`` with free ports; ``args`` are more tritonserver flags.
+
+    ``--allow-http=false`` (and the gRPC / metrics twins) in ``args`` say which ``Started``
+    lines to wait for; later flags win over the defaults here (``--http-address`` and so on).
+    ``env`` adds to this process's environment. Raises RuntimeError, with the server's output,
+    if it exits or is not live within 90 s.
+    """
     cmd = [sys.executable, "-m", "tritonlite", "--model-repository", str(repo),
            "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0",
            "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1", *args]
@@ -115,26 +173,33 @@ def start_server(repo: Path | str, *args: str, env: dict[str, str] | None = None
                             stderr=subprocess.PIPE, text=True, start_new_session=True,
                             env={**os.environ, **(env or {})})
     server = Server(proc, cmd)
-    wanted = set()
-    for flag, service in (("--allow-http", "HTTPService"), ("--allow-grpc", "GRPCInferenceService"),
-                          ("--allow-metrics", "Metrics Service")):
-        if (_flag_value(args, flag) or "true").lower() in ("true", "1", "yes", "on"):
-            wanted.add(service)
+    wanted = {service for flag, service in _SERVICE_FLAGS
+              if (_flag_value(args, flag) or "true").lower() in ("true", "1", "yes", "on")}
     deadline = time.monotonic() + _STARTUP_TIMEOUT_S
     server.wait_for(wanted, deadline)
     if "HTTPService" in wanted:
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://{server.http_url}/v2/health/live", timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except (urllib.error.URLError, ConnectionError):
-                pass
+        # The port is bound once its line is logged; this bounded poll only waits for the app.
+        while not _is_live(server.http_url):
             if proc.poll() is not None or time.monotonic() > deadline:
                 server.stop()
-                raise RuntimeError(f"tritonlite is not live:\n{server.output()}")
+                raise RuntimeError(f"tritonlite is not live (exit code {proc.poll()}); "
+                                   f"command: {' '.join(cmd)}\n{server.output()}")
             time.sleep(0.05)
     return server
+
+
+@pytest.fixture(scope="session")
+def onnx_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The shared repository of real ONNX models (``onnx_models.ONNX_REPO_MODELS``)."""
+    return build_onnx_repo(tmp_path_factory.mktemp("onnx_repo"))
+
+
+@pytest.fixture(scope="session")
+def server(onnx_repo: Path) -> Iterator[Server]:
+    """tritonlite serving ``onnx_repo`` over HTTP, gRPC and metrics, for the whole session."""
+    s = start_server(onnx_repo)
+    yield s
+    s.stop()
 
 
 @pytest.fixture(scope="session")
@@ -142,17 +207,18 @@ def perf_analyzer() -> str:
     """Path of Triton's perf_analyzer (installed by `make test`), or skip."""
     path = os.environ.get("PERF_ANALYZER", "")
     if not path or not os.access(path, os.X_OK):
-        pytest.skip("perf_analyzer not installed (make test installs it into .tools/perf_analyzer)")
+        pytest.skip("perf_analyzer not installed; run make test "
+                    "(it installs .tools/perf_analyzer and sets PERF_ANALYZER)")
     return path
 
 
 @pytest.fixture()
-def server_factory() -> Iterator[object]:
-    """Start servers inside a test; all are stopped at its end."""
+def server_factory() -> Iterator[Callable[..., Server]]:
+    """Start servers inside a test: ``server_factory(repo, *args)``; all stop at its end."""
     started: list[Server] = []
 
-    def factory(repo: Path | str, *args: str) -> Server:
-        s = start_server(repo, *args)
+    def factory(repo: Path | str, *args: str, env: dict[str, str] | None = None) -> Server:
+        s = start_server(repo, *args, env=env)
         started.append(s)
         return s
 

@@ -1,39 +1,72 @@
 """Generate the bundled example repository, ``model_repository/`` (idempotent).
 
-Run as ``python tools/make_examples.py [DIR]``; ``make install`` does it. A model directory
-that already has its config and model file is left as it is.
+    python tools/make_examples.py [DIR]        (``make install`` runs it)
+
+Each model is built in memory and a file is rewritten only when its bytes differ, so a second
+run writes nothing and says the repository is up to date; a generated file edited by hand is put
+back. Only the example models' own files are touched: other models in DIR are left alone.
+
+The models (real ONNX graphs from ``tools/onnx_graphs.py``, each with a config.pbtxt):
+
+* ``add_sub``: FP32[16] INPUT0, INPUT1 -> OUTPUT0 = a + b, OUTPUT1 = a - b; max_batch_size 8,
+  ``dynamic_batching { }`` (Triton's classic ``simple`` model).
+* ``add_sub_nobatch``: the same without a batch dimension (max_batch_size 0).
+* ``identity_string``: BYTES (TYPE_STRING) OUTPUT0 = INPUT0, dims [-1]; max_batch_size 8.
+* ``mlp``: FP32[1024] -> 4 x (1024 x 1024 MatMul + Add + Relu) -> FP32[1024], weights from a
+  fixed seed; max_batch_size 64, ``dynamic_batching { max_queue_delay_microseconds: 100 }``.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tools.onnx_graphs import write_add_sub, write_identity, write_mlp  # noqa: E402
+import onnx  # noqa: E402
 
-EXAMPLES = {
-    "add_sub": lambda repo: write_add_sub(repo, "add_sub", 8, extra_config="dynamic_batching { }\n"),
-    "add_sub_nobatch": lambda repo: write_add_sub(repo, "add_sub_nobatch", 0),
-    "identity_string": lambda repo: write_identity(repo, "identity_string", "BYTES", [-1], 8,
-                                                   "dynamic_batching { }\n"),
-    "mlp": lambda repo: write_mlp(repo, "mlp", extra_config=(
-        "dynamic_batching { max_queue_delay_microseconds: 100 }\n")),
+from tools.onnx_graphs import (  # noqa: E402
+    add_sub,
+    config_for,
+    identity,
+    mlp,
+    model_files,
+    write_if_changed,
+)
+
+# name -> (graph builder, config_for keywords)
+EXAMPLES: dict[str, tuple[Callable[[], onnx.ModelProto], dict[str, object]]] = {
+    "add_sub": (add_sub, {"max_batch_size": 8, "dynamic_batching": True}),
+    "add_sub_nobatch": (lambda: add_sub(batch=False), {"max_batch_size": 0}),
+    "identity_string": (lambda: identity("BYTES", (-1,)),
+                        {"max_batch_size": 8, "dynamic_batching": True}),
+    "mlp": (mlp, {"max_batch_size": 64, "max_queue_delay_us": 100}),
 }
 
 
-def main() -> int:
-    repo = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "model_repository"
-    repo.mkdir(parents=True, exist_ok=True)
-    for name, make in EXAMPLES.items():
-        if (repo / name / "config.pbtxt").exists() and (repo / name / "1" / "model.onnx").exists():
-            continue
-        make(repo)
-        print(f"generated {repo.name}/{name}")
+def generate(repo: Path) -> list[Path]:
+    """Bring the example models in ``repo`` up to date; returns the files it (re)wrote."""
+    written: list[Path] = []
+    for name, (build, config) in EXAMPLES.items():
+        model = build()
+        text = config_for(model, name=name, **config)  # type: ignore[arg-type]
+        for rel, data in model_files(name, model, text).items():
+            if write_if_changed(repo / rel, data):
+                written.append(rel)
+    return written
+
+
+def main(argv: list[str]) -> int:
+    repo = Path(argv[1]) if len(argv) > 1 else ROOT / "model_repository"
+    written = generate(repo)
+    for rel in written:
+        print(f"wrote {repo / rel}")
+    if not written:
+        print(f"{repo}: example models up to date")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv))

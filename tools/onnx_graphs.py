@@ -17,7 +17,7 @@ Models use opset 17 and IR version 8 so that every onnxruntime from 1.14 on load
 from __future__ import annotations
 
 import os
-import tempfile
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -259,13 +259,15 @@ def write_if_changed(path: Path, data: bytes) -> bool:
     except FileNotFoundError:
         pass
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    # Not tempfile.mkstemp: its files are 0600, and a model must stay readable by whoever
+    # serves the repository; "x" mode creates with the usual umask-derived permissions.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
     try:
-        with os.fdopen(fd, "wb") as f:
+        with open(tmp, "xb") as f:
             f.write(data)
         os.replace(tmp, path)
     except BaseException:
-        os.unlink(tmp)
+        tmp.unlink(missing_ok=True)
         raise
     return True
 
