@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 import tritonlite
 from tritonlite.options import ServerOptions
@@ -89,7 +90,47 @@ def build_parser() -> argparse.ArgumentParser:
     a("--log-warning", type=parse_bool, default=True, metavar="BOOL")
     a("--log-error", type=parse_bool, default=True, metavar="BOOL")
     a("--log-format", default="default", choices=("default", "ISO8601"))
+    _grpc_flags(a)
     return p
+
+
+def _grpc_flags(a: Any) -> None:
+    a("--grpc-infer-response-compression-level", default="none",
+      choices=("none", "low", "medium", "high"))
+    a("--grpc-use-ssl", type=parse_bool, default=False, metavar="BOOL")
+    a("--grpc-use-ssl-mutual", type=parse_bool, default=False, metavar="BOOL",
+      help="require and verify client certificates (implies --grpc-use-ssl)")
+    a("--grpc-server-cert", default=None, metavar="PEM")
+    a("--grpc-server-key", default=None, metavar="PEM")
+    a("--grpc-root-cert", default=None, metavar="PEM")
+    a("--grpc-keepalive-time", type=int, default=7_200_000, metavar="MS")
+    a("--grpc-keepalive-timeout", type=int, default=20_000, metavar="MS")
+    a("--grpc-keepalive-permit-without-calls", type=parse_bool, default=False, metavar="BOOL")
+    a("--grpc-http2-max-pings-without-data", type=int, default=2)
+    a("--grpc-http2-min-recv-ping-interval-without-data", type=int, default=300_000,
+      metavar="MS")
+    a("--grpc-http2-max-ping-strikes", type=int, default=2)
+    a("--grpc-max-connection-age", type=int, default=None, metavar="MS")
+    a("--grpc-max-connection-age-grace", type=int, default=None, metavar="MS")
+
+
+def _grpc_options(ns: argparse.Namespace) -> dict[str, Any]:
+    return dict(
+        grpc_infer_response_compression_level=ns.grpc_infer_response_compression_level,
+        grpc_use_ssl=ns.grpc_use_ssl or ns.grpc_use_ssl_mutual,
+        grpc_use_ssl_mutual=ns.grpc_use_ssl_mutual,
+        grpc_server_cert=ns.grpc_server_cert, grpc_server_key=ns.grpc_server_key,
+        grpc_root_cert=ns.grpc_root_cert,
+        grpc_keepalive_time_ms=ns.grpc_keepalive_time,
+        grpc_keepalive_timeout_ms=ns.grpc_keepalive_timeout,
+        grpc_keepalive_permit_without_calls=ns.grpc_keepalive_permit_without_calls,
+        grpc_http2_max_pings_without_data=ns.grpc_http2_max_pings_without_data,
+        grpc_http2_min_recv_ping_interval_without_data_ms=(
+            ns.grpc_http2_min_recv_ping_interval_without_data),
+        grpc_http2_max_ping_strikes=ns.grpc_http2_max_ping_strikes,
+        grpc_max_connection_age_ms=ns.grpc_max_connection_age,
+        grpc_max_connection_age_grace_ms=ns.grpc_max_connection_age_grace,
+    )
 
 
 def options_from_args(argv: list[str]) -> ServerOptions:
@@ -119,6 +160,7 @@ def options_from_args(argv: list[str]) -> ServerOptions:
             http_max_input_size=ns.http_max_input_size, allow_client_shm=ns.allow_client_shm,
             log_verbose=ns.log_verbose, log_info=ns.log_info, log_warning=ns.log_warning,
             log_error=ns.log_error, log_format=ns.log_format, backend_config=backend_config,
+            **_grpc_options(ns),
         )
     except ValueError as exc:
         raise SystemExit(f"tritonlite: error: {exc}") from None

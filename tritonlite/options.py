@@ -7,6 +7,7 @@ from pathlib import Path
 
 CONTROL_MODES = ("none", "poll", "explicit")
 SHM_POLICIES = ("local", "true", "false")
+GRPC_COMPRESSION_LEVELS = ("none", "low", "medium", "high")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +41,21 @@ class ServerOptions:
     log_error: bool = True
     log_format: str = "default"
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
+    # gRPC front end (Triton's flags and defaults, PROTOCOL §2.2 / §4); times in ms
+    grpc_infer_response_compression_level: str = "none"
+    grpc_use_ssl: bool = False
+    grpc_use_ssl_mutual: bool = False
+    grpc_server_cert: str | None = None
+    grpc_server_key: str | None = None
+    grpc_root_cert: str | None = None
+    grpc_keepalive_time_ms: int = 7_200_000
+    grpc_keepalive_timeout_ms: int = 20_000
+    grpc_keepalive_permit_without_calls: bool = False
+    grpc_http2_max_pings_without_data: int = 2
+    grpc_http2_min_recv_ping_interval_without_data_ms: int = 300_000
+    grpc_http2_max_ping_strikes: int = 2
+    grpc_max_connection_age_ms: int | None = None  # None: connections are not aged out
+    grpc_max_connection_age_grace_ms: int | None = None
 
     def __post_init__(self) -> None:
         if not self.model_repositories:
@@ -66,3 +82,29 @@ class ServerOptions:
             raise ValueError("--http-max-input-size must be > 0")
         if self.log_format not in ("default", "ISO8601"):
             raise ValueError("--log-format must be 'default' or 'ISO8601'")
+        self._check_grpc()
+
+    def _check_grpc(self) -> None:
+        if self.grpc_infer_response_compression_level not in GRPC_COMPRESSION_LEVELS:
+            raise ValueError(
+                "invalid --grpc-infer-response-compression-level "
+                f"'{self.grpc_infer_response_compression_level}', expected none|low|medium|high"
+            )
+        if self.grpc_use_ssl_mutual and not self.grpc_use_ssl:
+            raise ValueError("--grpc-use-ssl-mutual requires --grpc-use-ssl")
+        if self.grpc_use_ssl and not (self.grpc_server_cert and self.grpc_server_key):
+            raise ValueError("--grpc-use-ssl requires --grpc-server-cert and --grpc-server-key")
+        if self.grpc_use_ssl_mutual and not self.grpc_root_cert:
+            raise ValueError("--grpc-use-ssl-mutual requires --grpc-root-cert")
+        for flag, value in (
+            ("--grpc-keepalive-time", self.grpc_keepalive_time_ms),
+            ("--grpc-keepalive-timeout", self.grpc_keepalive_timeout_ms),
+            ("--grpc-http2-max-pings-without-data", self.grpc_http2_max_pings_without_data),
+            ("--grpc-http2-min-recv-ping-interval-without-data",
+             self.grpc_http2_min_recv_ping_interval_without_data_ms),
+            ("--grpc-http2-max-ping-strikes", self.grpc_http2_max_ping_strikes),
+            ("--grpc-max-connection-age", self.grpc_max_connection_age_ms),
+            ("--grpc-max-connection-age-grace", self.grpc_max_connection_age_grace_ms),
+        ):
+            if value is not None and not 0 <= value <= 2**31 - 1:
+                raise ValueError(f"{flag} must be between 0 and 2147483647, got {value}")

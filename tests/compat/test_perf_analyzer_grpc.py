@@ -1,0 +1,72 @@
+"""The real perf_analyzer (Triton's C++ gRPC client) against tritonlite over gRPC: sync,
+``--async``, ``--streaming`` and ``--shared-memory=system``, each exiting 0 with nonzero
+throughput and the server-side statistics it reads between measurement windows.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import start_server
+from repos import write_add_sub
+
+pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    repo = tmp_path_factory.mktemp("pa_grpc_repo")
+    write_add_sub(repo, "add_sub", 8, extra_config="dynamic_batching { }\n")
+    s = start_server(repo, "--allow-http=false", "--allow-metrics=false")
+    yield s
+    s.stop()
+
+
+def run_pa(binary: str, server: Any, *args: str) -> str:
+    # --stability-percentage: perf_analyzer shares this 2-core machine with the server (and
+    # with whatever else runs), so windows are allowed to differ a lot; one retry when even
+    # that is not stable enough, never on any other failure.
+    cmd = [binary, "-m", "add_sub", "-u", server.grpc_url, "-i", "grpc",
+           "--measurement-interval", "1000", "--stability-percentage", "80",
+           "--max-trials", "10", *args]
+    for attempt in range(2):
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=80)
+        out = proc.stdout + proc.stderr
+        if proc.returncode == 0 or "stable measurement" not in out or attempt:
+            break
+    assert proc.returncode == 0, out
+    return out
+
+
+def throughput(out: str) -> float:
+    found = re.findall(r"throughput: ([0-9.]+) infer/sec", out)
+    assert found, out
+    return float(found[-1])
+
+
+@pytest.mark.parametrize("extra", [
+    [], ["--async"], ["--streaming"], ["--shared-memory=system"],
+    ["--async", "--streaming", "--concurrency-range", "4"], ["-b", "4", "--async"],
+], ids=["sync", "async", "streaming", "shm", "streaming-concurrency4", "batch4-async"])
+def test_perf_analyzer_grpc(perf_analyzer: str, server: Any, extra: list[str]) -> None:
+    out = run_pa(perf_analyzer, server, *extra)
+    assert throughput(out) > 0
+    # server-side statistics were read (ModelStatistics before and after each window)
+    assert "Server:" in out and re.search(r"Inference count: [1-9]", out), out
+    assert re.search(r"compute infer [0-9]+ usec", out), out
+
+
+def test_perf_analyzer_grpc_shm_leaves_no_regions(perf_analyzer: str, server: Any) -> None:
+    import tritonclient.grpc as grpcclient
+
+    run_pa(perf_analyzer, server, "--shared-memory=system", "--output-shared-memory-size=1024",
+           "--streaming")
+    c = grpcclient.InferenceServerClient(server.grpc_url)
+    assert c.get_system_shared_memory_status().regions == {}
+    assert c.get_cuda_shared_memory_status().regions == {}
+    assert c.is_server_ready()
+    c.close()
