@@ -13,6 +13,10 @@ def create_backend(ctx: ModelContext) -> Backend:
         from tritonlite.backends.onnxruntime import OnnxRuntimeBackend
 
         return OnnxRuntimeBackend(ctx)
+    if name == "python":
+        from tritonlite.backends.python import PythonBackend
+
+        return PythonBackend(ctx)
     raise unavailable(
         f"backend '{name}' for model '{ctx.name}' is not supported by this server"
     )

@@ -3,7 +3,8 @@
 A ``Backend`` is made once per loaded (model, version) and makes one ``BackendInstance`` per
 instance of the model's instance groups. The core owns requests; an instance borrows a batch for
 the duration of ``execute`` only and keeps no reference to it afterwards (outputs it returns may
-view its own buffers until the responses are encoded).
+view its own buffers until the responses are encoded). An instance may also define
+``is_ready() -> bool``, its own readiness probe, which the model-ready endpoints consult.
 """
 
 from __future__ import annotations
@@ -21,6 +22,23 @@ from tritonlite.errors import TritonliteError
 # One request's result: output name -> array, or the error that request alone failed with.
 Outputs = dict[str, np.ndarray[Any, Any]]
 Result = Outputs | TritonliteError
+
+
+class ModelOutputs(dict[str, np.ndarray[Any, Any]]):
+    """Outputs with what a backend adds to the response itself (a plain dict works too).
+
+    ``parameters`` become the response's parameters. With ``partial`` true, requested outputs
+    missing from the dict are left out of the response instead of failing it (the python
+    backend's rule: a model returns what it returns).
+    """
+
+    __slots__ = ("parameters", "partial")
+
+    def __init__(self, outputs: Outputs | None = None, *, parameters: dict[str, Any] | None = None,
+                 partial: bool = False) -> None:
+        super().__init__(outputs or {})
+        self.parameters: dict[str, Any] = parameters or {}
+        self.partial = partial
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,6 +47,15 @@ def parse_version(text: str) -> int:
     return int(text)
 
 
+def _instances_ready(model: Any) -> bool:
+    """Backend instances' own readiness probes (a python model's ``is_ready()``), if any."""
+    for inst in model.instances:
+        probe = getattr(inst.impl, "is_ready", None)
+        if inst.healthy and probe is not None and not probe():
+            return False
+    return True
+
+
 class InferenceCore:
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
@@ -96,14 +105,14 @@ class InferenceCore:
             raise TritonliteError(ErrorCode.NOT_FOUND,
                                   f"Request for unknown model: '{name}' is not found")
         if version < 0:
-            return any(s.is_ready for s in entry.versions.values())
+            return any(s.is_ready and _instances_ready(s.model) for s in entry.versions.values())
         st = entry.versions.get(version)
         if st is None:
             raise TritonliteError(
                 ErrorCode.NOT_FOUND,
                 f"Request for unknown model: '{name}' version {version} is not found",
             )
-        return st.is_ready
+        return st.is_ready and _instances_ready(st.model)
 
     def model_metadata(self, name: str, version: int) -> dict[str, Any]:
         model = self.repository.get(name, version)

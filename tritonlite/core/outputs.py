@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from tritonlite.backends.base import ModelOutputs
 from tritonlite.core import datatypes
 from tritonlite.core.classification import classify
 from tritonlite.core.shm import SharedMemoryManager
@@ -57,6 +58,8 @@ def build_response(
     for w in wanted:
         arr = produced.get(w.name)
         if arr is None:
+            if isinstance(produced, ModelOutputs) and produced.partial:
+                continue
             raise internal(f"output '{w.name}' was not produced by model '{sig.name}'")
         spec = sig.outputs[w.name]
         if spec.reshape is not None:
@@ -70,4 +73,5 @@ def build_response(
             outs.append(InferOutput(w.name, wire, shape, None, shm=w.shm))
         else:
             outs.append(InferOutput(w.name, wire, shape, arr, binary=bool(w.binary)))
-    return InferResponse(sig.name, version, req.id, outs)
+    params = dict(produced.parameters) if isinstance(produced, ModelOutputs) else {}
+    return InferResponse(sig.name, version, req.id, outs, params)

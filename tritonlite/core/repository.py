@@ -19,6 +19,7 @@ from typing import Any
 
 from tritonlite.backends import create_backend
 from tritonlite.backends.base import InstanceSpec, ModelContext
+from tritonlite.backends.python_autocomplete import auto_complete as python_auto_complete
 from tritonlite.core import config as model_config
 from tritonlite.core import lifecycle as lc
 from tritonlite.core.lifecycle import VersionState
@@ -279,6 +280,7 @@ class ModelRepository:
                 auto_complete=opts.auto_complete_config,
                 default_max_batch_size=opts.default_max_batch_size,
                 override_json=config_json,
+                auto_completer=python_auto_complete,
                 model_name=name,
             )
             versions = model_config.select_versions(cfg, model_config.version_dirs(model_dir))

@@ -1,0 +1,728 @@
+"""``triton_python_backend_utils``: what a Triton Python-backend ``model.py`` imports.
+
+Importing the python backend installs this module as ``sys.modules["triton_python_backend_utils"]``,
+so ``import triton_python_backend_utils as pb_utils`` in an unchanged ``model.py`` resolves here.
+Names, signatures, return types and error messages follow Triton's python_backend (the pure-Python
+``triton_python_backend_utils.py`` plus the classes its C++ stub injects: ``Tensor``,
+``InferenceRequest``, ``InferenceResponse``, ``TritonError``, ``TritonModelException``, ``Logger``,
+``MetricFamily``, ``PreferredMemory``), with three deliberate widenings: ``np.str_`` arrays are
+accepted as BYTES outputs, response parameters may also be floats, and execute may return a tuple.
+
+Tensors are numpy arrays in this process, so there are no shared-memory copies: an input's
+``as_numpy()`` is the request's own array (copied once, on first use, only when it is read-only,
+because Triton hands models writable arrays), and an output array is encoded after ``execute``
+returns, so a model must not change it afterwards. Only CPU tensors exist here.
+
+Not supported yet (each raises ``TritonModelException`` with ``code`` UNSUPPORTED, which the
+backend reports as UNSUPPORTED): BLS (``InferenceRequest.exec`` / ``async_exec``,
+``load_model``, ``unload_model``, ``is_model_ready``) and decoupled response senders.
+``MetricFamily`` metrics work in memory but are not exported on ``/metrics`` yet.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import struct
+import sys
+import threading
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tritonlite.backends.python_autocomplete import ModelConfig
+
+if TYPE_CHECKING:
+    from tritonlite.core.types import InferRequest as CoreRequest
+
+__all__ = [
+    "InferenceRequest", "InferenceResponse", "InferenceResponseSender", "InferenceTrace",
+    "Logger", "MetricFamily", "ModelConfig", "PreferredMemory", "Tensor",
+    "TritonError", "TritonModelException", "TRITON_STRING_TO_NUMPY",
+    "TRITONSERVER_MEMORY_CPU", "TRITONSERVER_MEMORY_GPU",
+    "TRITONSERVER_REQUEST_FLAG_SEQUENCE_END", "TRITONSERVER_REQUEST_FLAG_SEQUENCE_START",
+    "TRITONSERVER_REQUEST_RELEASE_ALL", "TRITONSERVER_REQUEST_RELEASE_RESCHEDULE",
+    "TRITONSERVER_RESPONSE_COMPLETE_FINAL", "deserialize_bytes_tensor",
+    "get_input_config_by_name", "get_input_tensor_by_name", "get_model_dir",
+    "get_output_config_by_name", "get_output_tensor_by_name", "is_model_ready", "load_model",
+    "numpy_to_triton_type", "serialize_byte_tensor", "triton_string_to_numpy",
+    "triton_to_numpy_type", "unload_model", "using_decoupled_model_transaction_policy",
+]
+
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
+TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+TRITONSERVER_REQUEST_RELEASE_ALL = 1
+TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
+
+# Config type name -> numpy type, exactly Triton's table (TYPE_BOOL is Python's bool; no BF16).
+TRITON_STRING_TO_NUMPY: dict[str, Any] = {
+    "TYPE_BOOL": bool, "TYPE_UINT8": np.uint8, "TYPE_UINT16": np.uint16,
+    "TYPE_UINT32": np.uint32, "TYPE_UINT64": np.uint64, "TYPE_INT8": np.int8,
+    "TYPE_INT16": np.int16, "TYPE_INT32": np.int32, "TYPE_INT64": np.int64,
+    "TYPE_FP16": np.float16, "TYPE_FP32": np.float32, "TYPE_FP64": np.float64,
+    "TYPE_STRING": np.object_,
+}
+
+# TRITONSERVER_DataType numbers (tritonserver.h): BOOL=1 ... BYTES=13, BF16=14.
+_NUMPY_BY_CODE: tuple[Any, ...] = (
+    None, np.bool_, np.uint8, np.uint16, np.uint32, np.uint64, np.int8, np.int16, np.int32,
+    np.int64, np.float16, np.float32, np.float64, np.object_,
+)
+_BYTES_CODE = 13
+_BF16_CODE = 14
+_log = logging.getLogger("tritonlite.python")
+
+
+# -- errors ----------------------------------------------------------------------------------
+
+class _ErrorCode(enum.IntEnum):
+    """TRITONSERVER_Error_Code (Triton shows it as ``TritonError.__ErrorCode``)."""
+
+    UNKNOWN = 0
+    INTERNAL = 1
+    NOT_FOUND = 2
+    INVALID_ARG = 3
+    UNAVAILABLE = 4
+    UNSUPPORTED = 5
+    ALREADY_EXISTS = 6
+    CANCELLED = 7
+
+
+class TritonError:
+    """An error a model puts in a response: ``TritonError(message, code=TritonError.INTERNAL)``."""
+
+    UNKNOWN = _ErrorCode.UNKNOWN
+    INTERNAL = _ErrorCode.INTERNAL
+    NOT_FOUND = _ErrorCode.NOT_FOUND
+    INVALID_ARG = _ErrorCode.INVALID_ARG
+    UNAVAILABLE = _ErrorCode.UNAVAILABLE
+    UNSUPPORTED = _ErrorCode.UNSUPPORTED
+    ALREADY_EXISTS = _ErrorCode.ALREADY_EXISTS
+    CANCELLED = _ErrorCode.CANCELLED
+
+    __slots__ = ("_message", "_code")
+
+    def __init__(self, message: str, code: _ErrorCode = _ErrorCode.INTERNAL) -> None:
+        if not isinstance(message, str):
+            raise TypeError(f"TritonError(): 'message' must be a str, got {type(message)}")
+        self._message = message
+        self._code = _ErrorCode(code)
+
+    def message(self) -> str:
+        return self._message
+
+    def code(self) -> _ErrorCode:
+        return self._code
+
+    def __str__(self) -> str:
+        return self._message
+
+    def __repr__(self) -> str:
+        return f"TritonError({self._message!r}, {self._code.name})"
+
+
+class TritonModelException(Exception):
+    """Raised by model code (and by this module) to fail the requests being executed.
+
+    ``code`` is INTERNAL unless this module raises it for a feature the server lacks
+    (UNSUPPORTED); the backend reports the batch's requests with that code.
+    """
+
+    def __init__(self, message: str = "", code: _ErrorCode = _ErrorCode.INTERNAL) -> None:
+        super().__init__(message)
+        self._message = message
+        self.code = _ErrorCode(code)
+
+    def message(self) -> str:
+        return self._message
+
+
+def _unsupported(what: str) -> TritonModelException:
+    return TritonModelException(f"{what} is not supported yet", _ErrorCode.UNSUPPORTED)
+
+
+# -- dtypes and BYTES --------------------------------------------------------------------------
+
+def triton_to_numpy_type(data_type: int) -> Any:
+    """TRITONSERVER_DataType number -> numpy type; None when there is none (e.g. BF16)."""
+    if isinstance(data_type, (int, np.integer)) and 0 < int(data_type) < len(_NUMPY_BY_CODE):
+        return _NUMPY_BY_CODE[int(data_type)]
+    return None
+
+
+def numpy_to_triton_type(data_type: Any) -> int | None:
+    """numpy dtype or type -> TRITONSERVER_DataType number; object and ``bytes_`` are BYTES."""
+    if data_type == np.object_ or data_type == np.bytes_:
+        return _BYTES_CODE
+    for code in range(1, _BYTES_CODE):
+        if data_type == _NUMPY_BY_CODE[code]:
+            return code
+    return None
+
+
+def triton_string_to_numpy(triton_type_string: str) -> Any:
+    """``"TYPE_FP32"`` -> ``np.float32``; raises KeyError for names Triton has no entry for."""
+    return TRITON_STRING_TO_NUMPY[triton_type_string]
+
+
+def _dtype_code(dtype: np.dtype[Any]) -> int | None:
+    if dtype.kind in ("O", "S", "U"):
+        return _BYTES_CODE
+    code = numpy_to_triton_type(dtype)
+    if code is None and dtype.name == "bfloat16":
+        return _BF16_CODE
+    return code
+
+
+def serialize_byte_tensor(input_tensor: np.ndarray[Any, Any]) -> Any:
+    """Length-prefix every element (C order): ``bytes``; ``()`` when empty; None if not BYTES.
+
+    ``bytes`` elements go as they are, anything else as ``str(x)`` in UTF-8. numpy strips
+    trailing NULs from ``np.bytes_`` elements, so prefer object arrays.
+    """
+    if input_tensor.size == 0:
+        return ()
+    if input_tensor.dtype != np.object_ and input_tensor.dtype.type != np.bytes_:
+        return None
+    chunks = []
+    for item in input_tensor.reshape(-1, order="C").tolist():
+        raw = item if type(item) is bytes else str(item).encode("utf-8")
+        chunks.append(struct.pack("<I", len(raw)))
+        chunks.append(raw)
+    return b"".join(chunks)
+
+
+def deserialize_bytes_tensor(
+    encoded_tensor: bytes | bytearray | memoryview,
+) -> np.ndarray[Any, Any]:
+    """The inverse of ``serialize_byte_tensor``: a 1-D object array of ``bytes``."""
+    buf = memoryview(encoded_tensor).cast("B")
+    items: list[bytes] = []
+    offset = 0
+    while offset < len(buf):
+        (length,) = struct.unpack_from("<I", buf, offset)
+        offset += 4
+        if offset + length > len(buf):
+            raise struct.error(f"unpack_from requires a buffer of at least {offset + length} bytes")
+        items.append(bytes(buf[offset:offset + length]))
+        offset += length
+    out = np.empty(len(items), dtype=np.object_)
+    out[:] = items
+    return out
+
+
+# -- config and tensor lookups ------------------------------------------------------------------
+
+def get_input_tensor_by_name(inference_request: Any, name: str) -> Tensor | None:
+    for tensor in inference_request.inputs():
+        if tensor.name() == name:
+            return tensor  # type: ignore[no-any-return]
+    return None
+
+
+def get_output_tensor_by_name(inference_response: Any, name: str) -> Tensor | None:
+    for tensor in inference_response.output_tensors():
+        if tensor.name() == name:
+            return tensor  # type: ignore[no-any-return]
+    return None
+
+
+def get_input_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
+    for entry in model_config.get("input", ()):
+        if entry["name"] == name:
+            return entry  # type: ignore[no-any-return]
+    return None
+
+
+def get_output_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
+    for entry in model_config.get("output", ()):
+        if entry["name"] == name:
+            return entry  # type: ignore[no-any-return]
+    return None
+
+
+def using_decoupled_model_transaction_policy(model_config: dict[str, Any]) -> bool:
+    if "model_transaction_policy" in model_config:
+        return bool(model_config["model_transaction_policy"]["decoupled"])
+    return False
+
+
+# -- the running model (set by the backend on the threads that run model code) -----------------
+
+class _Runtime(threading.local):
+    model_dir: str | None = None  # the version directory of the model this thread runs
+
+
+_runtime = _Runtime()
+
+
+def _no_caller() -> str | None:
+    return None
+
+
+# Finds the model whose code is calling, from a thread the backend did not set up; the backend
+# installs it (the import isolation knows which files belong to which model).
+_caller_model_dir: Callable[[], str | None] = _no_caller
+
+
+def get_model_dir() -> str:
+    """The version directory (``<repo>/<model>/<version>``) of the calling model."""
+    found = _runtime.model_dir or _caller_model_dir()
+    if found is None:
+        raise TritonModelException("get_model_dir() must be called from a Python model")
+    return found
+
+
+# -- tensors --------------------------------------------------------------------------------
+
+class Tensor:
+    """A named numpy array: ``Tensor(name, numpy_array)``."""
+
+    __slots__ = ("_name", "_array", "_dtype", "_owned")
+
+    def __init__(self, name: str, data: np.ndarray[Any, Any]) -> None:
+        if not isinstance(name, str):
+            raise TypeError(f"Tensor(): 'name' must be a str, got {type(name)}")
+        if name == "":
+            raise TritonModelException("Tensor name cannot be an empty string.")
+        if not isinstance(data, np.ndarray):
+            raise TypeError(f"Tensor(): expected a numpy.ndarray, got {type(data)}")
+        code = _dtype_code(data.dtype)
+        if code is None:
+            raise TritonModelException("NumPy dtype is not supported.")
+        if not data.flags.c_contiguous:
+            data = np.ascontiguousarray(data)
+        self._name = name
+        self._array = data
+        self._dtype = code
+        self._owned = True
+
+    @classmethod
+    def _of_input(cls, name: str, data: np.ndarray[Any, Any]) -> Tensor:
+        """A request input around the core's array (copied later only if written to)."""
+        t = cls.__new__(cls)
+        t._name, t._array, t._dtype, t._owned = name, data, _dtype_code(data.dtype) or 0, False
+        return t
+
+    def name(self) -> str:
+        return self._name
+
+    def as_numpy(self) -> np.ndarray[Any, Any]:
+        if not self._owned:
+            # Inputs view the request's bytes, which are read-only; Triton's are writable.
+            if not self._array.flags.writeable:
+                self._array = self._array.copy()
+            self._owned = True
+        return self._array
+
+    def shape(self) -> list[int]:
+        return [int(d) for d in self._array.shape]
+
+    def triton_dtype(self) -> int:
+        return self._dtype
+
+    def is_cpu(self) -> bool:
+        return True
+
+    def to_dlpack(self) -> Any:
+        if self._dtype == _BYTES_CODE:
+            raise TritonModelException("DLPack does not have support for string tensors.")
+        return self.as_numpy().__dlpack__()
+
+    def __dlpack__(self, stream: Any = None) -> Any:
+        return self.to_dlpack()
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)  # kDLCPU, device 0
+
+    @staticmethod
+    def from_dlpack(name: str, tensor: Any) -> Tensor:
+        """A tensor from a DLPack capsule or an object with ``__dlpack__`` (CPU memory only)."""
+        if name == "":
+            raise TritonModelException("Tensor name cannot be an empty string.")
+        if type(tensor).__name__ == "PyCapsule":
+            tensor = _Capsule(tensor)
+        elif not hasattr(tensor, "__dlpack__"):
+            raise TritonModelException(
+                "Provided tensor is not supported. Tensor must be a DLPack capsule or have a "
+                "`__dlpack__` attribute")
+        device = tensor.__dlpack_device__()
+        if int(device[0]) not in (1, 3):  # kDLCPU, kDLCUDAHost
+            raise TritonModelException(
+                f"DLPack tensors on device type {int(device[0])} are not supported by this "
+                "server: only CPU tensors are", _ErrorCode.UNSUPPORTED)
+        return Tensor(name, np.from_dlpack(tensor))
+
+    def __repr__(self) -> str:
+        return f"Tensor({self._name!r}, shape={self.shape()}, dtype={self._array.dtype})"
+
+
+class _Capsule:
+    """Gives a bare DLPack capsule the protocol ``np.from_dlpack`` expects."""
+
+    def __init__(self, capsule: Any) -> None:
+        self._capsule = capsule
+
+    def __dlpack__(self, stream: Any = None, **_: Any) -> Any:
+        return self._capsule
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        import ctypes
+
+        get = ctypes.pythonapi.PyCapsule_GetPointer
+        get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+        ptr = get(self._capsule, b"dltensor")
+        # DLManagedTensor starts with DLTensor {void* data; DLDevice {int32 type; int32 id}; ...}
+        dev = (ctypes.c_int32 * 2).from_address(ptr + ctypes.sizeof(ctypes.c_void_p))
+        return int(dev[0]), int(dev[1])
+
+
+# -- requests, responses, senders -------------------------------------------------------------
+
+def _parameters_json(parameters: Any) -> str:
+    if parameters is None:
+        return "{}"
+    if not isinstance(parameters, dict):
+        raise TritonModelException(f"Expect dict, got {type(parameters)}")
+    for key, value in parameters.items():
+        if not isinstance(key, str):
+            raise TritonModelException(
+                f"Expect parameters keys to have type str, found type {type(key)}")
+        if not isinstance(value, (bool, int, float, str)):
+            raise TritonModelException(
+                f"Expect parameters values to have type bool/int/float/str, found type "
+                f"{type(value)}")
+    return json.dumps(parameters)
+
+
+class PreferredMemory:
+    """Where BLS outputs should go; accepted for compatibility (every tensor is on the CPU)."""
+
+    def __init__(self, preferred_memory_type: int, preferred_device_id: int = 0) -> None:
+        self.preferred_memory_type = preferred_memory_type
+        self.preferred_device_id = preferred_device_id
+
+
+TRITONSERVER_MEMORY_GPU = 0
+TRITONSERVER_MEMORY_CPU = 1
+
+
+class InferenceTrace:
+    def __init__(self, context: str | None = None) -> None:
+        self._context = context
+
+    def get_context(self) -> str | None:
+        return self._context or None
+
+
+class InferenceResponse:
+    """``InferenceResponse(output_tensors=[], error=None, parameters=None)``."""
+
+    __slots__ = ("_tensors", "_error", "_parameters", "_parameters_json")
+
+    def __init__(self, output_tensors: Iterable[Tensor] | None = None,
+                 error: TritonError | None = None,
+                 parameters: dict[str, Any] | None = None) -> None:
+        tensors = list(output_tensors) if output_tensors is not None else []
+        for t in tensors:
+            if not isinstance(t, Tensor):
+                raise TypeError(
+                    f"InferenceResponse(): output_tensors must hold pb_utils.Tensor, got {type(t)}")
+        if error is not None and not isinstance(error, TritonError):
+            raise TypeError(f"InferenceResponse(): error must be a pb_utils.TritonError, got "
+                            f"{type(error)}")
+        self._parameters_json = _parameters_json(parameters)
+        self._tensors = tensors
+        self._error = error
+        self._parameters: dict[str, Any] = dict(parameters) if parameters else {}
+
+    def output_tensors(self) -> list[Tensor]:
+        return self._tensors
+
+    def has_error(self) -> bool:
+        return self._error is not None
+
+    def error(self) -> TritonError | None:
+        return self._error
+
+    def parameters(self) -> str:
+        return self._parameters_json
+
+
+class InferenceResponseSender:
+    """``request.get_response_sender()``; a non-decoupled model may send exactly one response,
+    with the FINAL flag, instead of returning it from execute."""
+
+    __slots__ = ("_decoupled", "_closed", "response")
+
+    def __init__(self, decoupled: bool = False) -> None:
+        self._decoupled = decoupled
+        self._closed = False
+        self.response: InferenceResponse | None = None
+
+    def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
+        if self._decoupled:
+            raise _unsupported("sending responses of a decoupled model")
+        if self._closed:
+            raise TritonModelException(
+                "Unable to send response. Non-decoupled model cannot send more than one "
+                "response.")
+        if response is None or not flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+            raise TritonModelException(
+                "Unable to send response. Non-decoupled model must send its one response "
+                "together with the flag TRITONSERVER_RESPONSE_COMPLETE_FINAL.")
+        if not isinstance(response, InferenceResponse):
+            raise TypeError(f"send(): expected a pb_utils.InferenceResponse, got {type(response)}")
+        self.response = response
+        self._closed = True
+
+    def is_cancelled(self) -> bool:
+        return False
+
+
+class InferenceRequest:
+    """A request the model executes, or (BLS, not supported yet) one it would send.
+
+    The BLS form is ``InferenceRequest(model_name=..., inputs=[...], requested_output_names=[...],
+    model_version=-1, request_id="", correlation_id=0, flags=0, timeout=0, preferred_memory=...,
+    trace=..., parameters=None)``.
+    """
+
+    __slots__ = ("_id", "_correlation_id", "_inputs", "_requested", "_model_name",
+                 "_model_version", "_flags", "_timeout", "_parameters", "_trace",
+                 "_sender", "_release_flags", "_core", "_bls")
+
+    def __init__(self, request_id: str = "", correlation_id: int | str = 0,
+                 inputs: Iterable[Tensor] | None = None,
+                 requested_output_names: Iterable[str] | None = None,
+                 model_name: str | None = None, model_version: int = -1, flags: int = 0,
+                 timeout: int = 0, preferred_memory: PreferredMemory | None = None,
+                 trace: InferenceTrace | None = None,
+                 parameters: dict[str, Any] | None = None) -> None:
+        if inputs is None or requested_output_names is None or model_name is None:
+            raise TypeError("InferenceRequest(): 'inputs', 'requested_output_names' and "
+                            "'model_name' are required")
+        if isinstance(correlation_id, bool) or not isinstance(correlation_id, (int, str)):
+            raise TritonModelException("Correlation ID must be integer or string")
+        self._parameters = _parameters_json(parameters)
+        self._id = request_id
+        self._correlation_id: int | str = correlation_id
+        self._inputs: list[Tensor] | None = list(inputs)
+        self._requested = set(requested_output_names)
+        self._model_name = model_name
+        self._model_version = model_version
+        self._flags = flags
+        self._timeout = timeout
+        self._trace = trace or InferenceTrace()
+        self._sender = InferenceResponseSender()
+        self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
+        self._core: CoreRequest | None = None
+        self._bls = True
+
+    @classmethod
+    def _of_core(cls, req: CoreRequest, requested: Iterable[str], model_name: str,
+                 model_version: int) -> InferenceRequest:
+        """The request a model's execute sees for one of the core's requests."""
+        r = cls.__new__(cls)
+        r._core = req
+        r._inputs = None  # made on first use
+        r._id = req.id
+        r._correlation_id = req.sequence_id
+        r._requested = set(requested)
+        r._model_name = model_name
+        r._model_version = model_version
+        r._flags = ((TRITONSERVER_REQUEST_FLAG_SEQUENCE_START if req.sequence_start else 0)
+                    | (TRITONSERVER_REQUEST_FLAG_SEQUENCE_END if req.sequence_end else 0))
+        r._timeout = req.timeout_us
+        # Triton hands the model the request's custom parameters as compact JSON.
+        r._parameters = json.dumps(req.parameters, separators=(",", ":"))
+        r._trace = InferenceTrace()
+        r._sender = InferenceResponseSender()
+        r._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
+        r._bls = False
+        return r
+
+    def inputs(self) -> list[Tensor]:
+        if self._inputs is None:
+            assert self._core is not None
+            self._inputs = [Tensor._of_input(i.name, i.data) for i in self._core.inputs
+                            if i.data is not None]
+        return self._inputs
+
+    def request_id(self) -> str:
+        return self._id
+
+    def correlation_id(self) -> int | str:
+        return self._correlation_id
+
+    def flags(self) -> int:
+        return self._flags
+
+    def set_flags(self, flags: int) -> None:
+        self._flags = flags
+
+    def timeout(self) -> int:
+        return self._timeout
+
+    def parameters(self) -> str:
+        return self._parameters
+
+    def trace(self) -> InferenceTrace:
+        return self._trace
+
+    def requested_output_names(self) -> set[str]:
+        return self._requested
+
+    def get_response_sender(self) -> InferenceResponseSender:
+        return self._sender
+
+    def is_cancelled(self) -> bool:
+        return False
+
+    def set_release_flags(self, flags: int) -> None:
+        self._release_flags = flags
+
+    def exec(self, decoupled: bool = False) -> Any:
+        raise _unsupported("BLS (InferenceRequest.exec)")
+
+    def async_exec(self, decoupled: bool = False) -> Any:
+        raise _unsupported("BLS (InferenceRequest.async_exec)")
+
+
+def load_model(model_name: str, config: str = "", files: dict[str, bytes] | None = None) -> None:
+    raise _unsupported("Model management from a Python model (load_model)")
+
+
+def unload_model(model_name: str, unload_dependents: bool = False) -> None:
+    raise _unsupported("Model management from a Python model (unload_model)")
+
+
+def is_model_ready(model_name: str, model_version: str = "") -> bool:
+    raise _unsupported("Model management from a Python model (is_model_ready)")
+
+
+# -- logging ------------------------------------------------------------------------------------
+
+class _LogLevel(enum.IntEnum):
+    INFO = 0
+    WARNING = 1
+    ERROR = 2
+    VERBOSE = 3
+
+
+_PY_LEVEL = {_LogLevel.INFO: logging.INFO, _LogLevel.WARNING: logging.WARNING,
+             _LogLevel.ERROR: logging.ERROR, _LogLevel.VERBOSE: logging.DEBUG}
+
+
+class Logger:
+    """Triton's model logger; lines go to the server log with the caller's file and line."""
+
+    LogLevel = _LogLevel
+    INFO = _LogLevel.INFO
+    WARNING = _LogLevel.WARNING
+    ERROR = _LogLevel.ERROR
+    VERBOSE = _LogLevel.VERBOSE
+
+    @staticmethod
+    def log(message: str, level: _LogLevel = _LogLevel.INFO) -> None:
+        _log.log(_PY_LEVEL.get(_LogLevel(level), logging.INFO), "%s", message, stacklevel=2)
+
+    @staticmethod
+    def log_info(message: str) -> None:
+        _log.info("%s", message, stacklevel=2)
+
+    @staticmethod
+    def log_warn(message: str) -> None:
+        _log.warning("%s", message, stacklevel=2)
+
+    @staticmethod
+    def log_error(message: str) -> None:
+        _log.error("%s", message, stacklevel=2)
+
+    @staticmethod
+    def log_verbose(message: str) -> None:
+        _log.debug("%s", message, stacklevel=2)
+
+
+# -- custom metrics (kept in memory; not exported on /metrics yet) ------------------------------
+
+class _MetricKind(enum.IntEnum):
+    COUNTER = 0
+    GAUGE = 1
+    HISTOGRAM = 2
+
+
+class _Metric:
+    def __init__(self, kind: _MetricKind, buckets: list[float] | None) -> None:
+        self._kind = kind
+        self._value = 0.0
+        self._lock = threading.Lock()
+        self._buckets = sorted(buckets) if buckets is not None else None
+        self._counts = [0] * (len(self._buckets) + 1) if self._buckets is not None else []
+
+    def increment(self, value: float) -> None:
+        if self._kind == _MetricKind.HISTOGRAM:
+            raise TritonModelException("Failed to increment metric value. Metric kind "
+                                       "HISTOGRAM does not support increment.")
+        if self._kind == _MetricKind.COUNTER and value < 0:
+            raise TritonModelException("Failed to increment metric value. Counter metrics "
+                                       "cannot be decremented.")
+        with self._lock:
+            self._value += value
+
+    def set(self, value: float) -> None:
+        if self._kind != _MetricKind.GAUGE:
+            raise TritonModelException("Failed to set metric value. Only GAUGE metrics can be "
+                                       "set.")
+        with self._lock:
+            self._value = float(value)
+
+    def observe(self, value: float) -> None:
+        if self._kind != _MetricKind.HISTOGRAM or self._buckets is None:
+            raise TritonModelException("Failed to observe metric value. Only HISTOGRAM metrics "
+                                       "can observe.")
+        with self._lock:
+            self._value += value
+            i = next((k for k, b in enumerate(self._buckets) if value <= b), len(self._buckets))
+            self._counts[i] += 1
+
+    def value(self) -> float:
+        if self._kind == _MetricKind.HISTOGRAM:
+            raise TritonModelException("Failed to get metric value. Metric kind HISTOGRAM does "
+                                       "not support value().")
+        return self._value
+
+
+class MetricFamily:
+    COUNTER = _MetricKind.COUNTER
+    GAUGE = _MetricKind.GAUGE
+    HISTOGRAM = _MetricKind.HISTOGRAM
+    _warned = False
+
+    def __init__(self, name: str, description: str, kind: _MetricKind) -> None:
+        self.name = name
+        self.description = description
+        self.kind = _MetricKind(kind)
+        self._metrics: dict[tuple[tuple[str, str], ...], _Metric] = {}
+        if not MetricFamily._warned:
+            MetricFamily._warned = True
+            _log.warning("pb_utils.MetricFamily '%s': custom metrics are kept in memory but are "
+                         "not exported on /metrics by this server yet", name)
+
+    def Metric(self, labels: dict[str, str] | None = None,  # noqa: N802 (Triton's name)
+               buckets: list[float] | None = None) -> _Metric:
+        if self.kind == _MetricKind.HISTOGRAM and buckets is None:
+            raise TritonModelException("Missing required buckets for histogram metric.")
+        key = tuple(sorted((labels or {}).items()))
+        metric = self._metrics.get(key)
+        if metric is None:
+            metric = self._metrics[key] = _Metric(self.kind, buckets)
+        return metric
+
+
+def _install() -> None:
+    """Make ``import triton_python_backend_utils`` resolve to this module."""
+    sys.modules["triton_python_backend_utils"] = sys.modules[__name__]

@@ -1,0 +1,345 @@
+"""Python backend (``backend: "python"``): Triton's ``TritonPythonModel`` classes, in this process.
+
+One ``PythonBackend`` per loaded version imports ``<version>/model.py`` (``python_loader`` keeps
+models' imports apart) and makes one ``TritonPythonModel()`` per model instance, each with its
+own thread: ``initialize``, ``execute`` and ``finalize`` all run on it, as they run on the one
+thread of Triton's stub process (so thread-local state such as a CUDA device or torch's grad
+mode set in ``initialize`` holds in ``execute``). The core's instance thread hands each batch
+to it (about 20 us). ``async def execute`` runs on a per-instance event loop on a second
+thread, created on first use, as in Triton.
+
+Results follow Triton's stub: one ``InferenceResponse`` per request in order (or None when the
+request's response sender already sent it); an exception, a non-list or a wrong count fails the
+whole batch with ``Failed to process the request(s) for model '<instance>', message: ...``
+(INTERNAL); a response's ``TritonError`` fails its request alone with the error's code. Outputs
+the client did not request are dropped and requested ones the model did not return are left out;
+response parameters go into the response.
+
+UNSUPPORTED (load fails with a clear message): decoupled models, sequence batching, request
+rescheduling, ``EXECUTION_ENV_PATH`` environments; BLS calls fail their batch with UNSUPPORTED.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from tritonlite import kernels
+from tritonlite.backends import pb_utils, python_loader
+from tritonlite.backends.base import InstanceSpec, ModelContext, ModelOutputs, Result
+from tritonlite.backends.python_loader import ModelScope, describe
+from tritonlite.core.stats import ExecTiming
+from tritonlite.core.types import InferRequest
+from tritonlite.errors import ErrorCode, TritonliteError, internal, unavailable, unsupported
+
+log = logging.getLogger("tritonlite")
+
+pb_utils._install()
+pb_utils._caller_model_dir = python_loader.caller_model_dir
+
+_READY_TIMEOUT_S = 5.0  # Triton's bound on a model's is_ready()
+_probes = ThreadPoolExecutor(max_workers=4, thread_name_prefix="python-is-ready")
+
+
+class _BatchError(Exception):
+    """A malformed execute result: fails every request of the batch with this message."""
+
+
+class _ModelThread:
+    """The one thread a model instance's code runs on; ``call`` runs a function there."""
+
+    def __init__(self, name: str) -> None:
+        self._work: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+        self.ident = self._thread.ident
+
+    def _serve(self) -> None:
+        while True:
+            item = self._work.get()
+            if item is None:
+                return
+            fn, args, done, box = item
+            try:
+                box.append((True, fn(*args)))
+            except BaseException as exc:
+                box.append((False, exc))
+            done.release()
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        if threading.get_ident() == self.ident:
+            return fn(*args)
+        done = threading.Lock()
+        done.acquire()
+        box: list[tuple[bool, Any]] = []
+        self._work.put((fn, args, done, box))
+        done.acquire()
+        ok, value = box[0]
+        if ok:
+            return value
+        raise value
+
+    def stop(self) -> None:
+        self._work.put(None)
+        if threading.get_ident() != self.ident:
+            self._thread.join(timeout=60)
+
+
+class PythonBackend:
+    def __init__(self, ctx: ModelContext) -> None:
+        cfg = ctx.config
+        name = ctx.name
+        if cfg.HasField("model_transaction_policy") and cfg.model_transaction_policy.decoupled:
+            raise unsupported(f"python model '{name}' is decoupled (model_transaction_policy "
+                              "{ decoupled: true }): decoupled models are not supported yet")
+        if cfg.HasField("sequence_batching"):
+            raise unsupported(f"python model '{name}' uses sequence_batching: sequence "
+                              "batching is not supported yet")
+        if "EXECUTION_ENV_PATH" in cfg.parameters:
+            raise unsupported(
+                f"python model '{name}' sets EXECUTION_ENV_PATH: custom execution environments "
+                "are not supported; install the model's packages into the server's environment "
+                "and remove the parameter")
+        path = ctx.version_dir / (cfg.default_model_filename or "model.py")
+        if not path.is_file():
+            raise unavailable(f"Python model file not found in '{path}'")
+        self.ctx = ctx
+        self.path = path
+        self.scope = ModelScope(name, ctx.version, ctx.model_dir, path)
+        try:
+            module = self.scope.load()
+        except Exception as exc:
+            self.scope.close()
+            raise internal(describe(exc)) from None
+        cls = getattr(module, "TritonPythonModel", None)
+        if cls is None:
+            self.scope.close()
+            raise internal(f"AttributeError: module '{module.__name__}' has no attribute "
+                           "'TritonPythonModel'")
+        self.model_class = cls
+        self.outputs = [o.name for o in cfg.output]
+        kernels.warmup()  # BYTES outputs go through the kernels; compile now, not on a request
+
+    def new_instance(self, spec: InstanceSpec) -> PythonInstance:
+        return PythonInstance(self, spec)
+
+    def close(self) -> None:
+        self.scope.close()
+
+
+class PythonInstance:
+    """One ``TritonPythonModel`` object and the thread it runs on."""
+
+    def __init__(self, backend: PythonBackend, spec: InstanceSpec) -> None:
+        self._backend = backend
+        self._ctx = backend.ctx
+        self._name = spec.name
+        self._scope = backend.scope
+        self._model: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
+        self._thread = _ModelThread(spec.name)
+        try:
+            self._thread.call(self._initialize, spec)
+        except BaseException:
+            self._thread.stop()
+            raise
+
+    # -- model thread ------------------------------------------------------------------------
+    def _initialize(self, spec: InstanceSpec) -> None:
+        ctx = self._ctx
+        pb_utils._runtime.model_dir = self._scope.version_dir
+        args = {
+            "model_config": ctx.config_json,
+            "model_instance_kind": spec.kind,
+            "model_instance_name": spec.name,
+            "model_instance_device_id": str(spec.device_id),
+            "model_repository": str(ctx.model_dir),
+            "model_version": str(ctx.version),
+            "model_name": ctx.name,
+        }
+        # No scope lock here: models initialize in parallel (loading weights can take minutes);
+        # sibling imports made now reach the model's files through the loader's finder.
+        try:
+            self._model = self._backend.model_class()
+            init = getattr(self._model, "initialize", None)
+            if init is not None:
+                ret = init(args)
+                if inspect.iscoroutine(ret):
+                    self._run_coroutine(ret)
+        except Exception as exc:
+            raise internal(describe(exc)) from None
+        finally:
+            python_loader.sweep()
+
+    def execute(self, requests: list[InferRequest], timing: ExecTiming) -> list[Result]:
+        return self._thread.call(self._execute, requests, timing)  # type: ignore[no-any-return]
+
+    def _execute(self, requests: list[InferRequest], timing: ExecTiming) -> list[Result]:
+        ctx = self._ctx
+        default_outputs = self._backend.outputs
+        batch = [pb_utils.InferenceRequest._of_core(
+                     r, default_outputs if r.outputs is None else [o.name for o in r.outputs],
+                     ctx.name, ctx.version)
+                 for r in requests]
+        timing.input_end_ns = time.monotonic_ns()
+        try:
+            fn = getattr(self._model, "execute", None)
+            if fn is None:
+                raise _BatchError(f"Python model {self._backend.path} does not implement "
+                                  "`execute` method.")
+            ret = fn(batch)
+            if inspect.iscoroutine(ret):
+                ret = self._run_coroutine(ret)
+            timing.infer_end_ns = time.monotonic_ns()
+            return self._results(batch, ret)
+        except Exception as exc:
+            timing.infer_end_ns = timing.infer_end_ns or time.monotonic_ns()
+            err = self._failure(exc)
+            log.error("%s", err.message)
+            return [err] * len(requests)
+        finally:
+            python_loader.sweep()
+
+    def _failure(self, exc: Exception) -> TritonliteError:
+        text = str(exc) if isinstance(exc, _BatchError) else describe(exc)
+        unsupported_feature = (isinstance(exc, pb_utils.TritonModelException)
+                               and exc.code == pb_utils.TritonError.UNSUPPORTED)
+        kind = ErrorCode.UNSUPPORTED if unsupported_feature else ErrorCode.INTERNAL
+        return TritonliteError(
+            kind, f"Failed to process the request(s) for model '{self._name}', message: {text}")
+
+    def _results(self, batch: list[pb_utils.InferenceRequest], ret: Any) -> list[Result]:
+        n = len(batch)
+        if ret is None:
+            ret = [None] * n
+        elif not isinstance(ret, (list, tuple)):
+            raise _BatchError(f"Expected a list in the execute return, found type '{type(ret)}'.")
+        elif len(ret) != n:
+            raise _BatchError(
+                "Number of InferenceResponse objects do not match the number of InferenceRequest "
+                f"objects. InferenceRequest(s) size is:{n}, and InferenceResponse(s) size "
+                f"is:{len(ret)}\n")
+        results: list[Result] = []
+        for req, resp in zip(batch, ret):
+            sent = req.get_response_sender().response
+            reschedule = bool(req._release_flags & pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+            if resp is not None:
+                if reschedule:
+                    raise _BatchError(
+                        "Expected a None object in the execute function return list for "
+                        f"reschduled request, found type '{type(resp)}'.")
+                if not isinstance(resp, pb_utils.InferenceResponse):
+                    raise _BatchError(
+                        "Expected an 'InferenceResponse' object in the execute function return "
+                        f"list, found type '{type(resp)}'.")
+                if sent is not None:
+                    raise _BatchError("Unable to send response. Non-decoupled model cannot send "
+                                      "more than one response.")
+            elif reschedule:
+                results.append(unsupported(
+                    f"model '{self._name}' asked to reschedule a request "
+                    "(TRITONSERVER_REQUEST_RELEASE_RESCHEDULE): not supported yet"))
+                continue
+            else:
+                resp = sent
+            if resp is None:
+                results.append(internal(
+                    f"Failed to process the request(s) for model '{self._name}', message: "
+                    "execute returned no response for a request and none was sent with its "
+                    "response sender"))
+                continue
+            results.append(_result(resp))
+        return results
+
+    def _run_coroutine(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._event_loop()).result()
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            loop = asyncio.new_event_loop()
+            model_dir = self._scope.version_dir
+
+            def run() -> None:
+                pb_utils._runtime.model_dir = model_dir
+                asyncio.set_event_loop(loop)
+                loop.run_forever()
+
+            self._loop_thread = threading.Thread(target=run, name=f"{self._name}-asyncio",
+                                                 daemon=True)
+            self._loop_thread.start()
+            self._loop = loop
+            if threading.get_ident() == self._thread.ident:
+                asyncio.set_event_loop(loop)
+        return self._loop
+
+    def _finalize(self) -> None:
+        loop, self._loop = self._loop, None
+        if loop is not None:
+            loop.call_soon_threadsafe(loop.stop)
+            if self._loop_thread is not None:
+                self._loop_thread.join(timeout=5.0)
+            if not loop.is_running():
+                loop.close()
+        fn = getattr(self._model, "finalize", None)
+        if fn is not None:
+            try:
+                ret = fn()
+                if inspect.iscoroutine(ret):
+                    asyncio.run(ret)
+            except Exception as exc:
+                log.error("finalize of model instance '%s' failed: %s", self._name,
+                          describe(exc))
+            finally:
+                python_loader.sweep()
+        self._model = None
+
+    # -- other threads ---------------------------------------------------------------------
+    def is_ready(self) -> bool:
+        """The model's own ``is_ready()`` (sync or async), bounded by 5 s; True without one."""
+        fn = getattr(self._model, "is_ready", None)
+        if fn is None:
+            return True
+
+        def probe() -> Any:
+            pb_utils._runtime.model_dir = self._scope.version_dir
+            ret = fn()
+            if inspect.iscoroutine(ret):
+                loop = self._event_loop()
+                ret = asyncio.run_coroutine_threadsafe(ret, loop).result(_READY_TIMEOUT_S)
+            return ret
+
+        try:
+            ready = _probes.submit(probe).result(timeout=_READY_TIMEOUT_S)
+        except Exception as exc:
+            log.warning("is_ready() of model instance '%s' failed: %s", self._name,
+                        describe(exc) if not isinstance(exc, TimeoutError) else "timed out")
+            return False
+        if not isinstance(ready, bool):
+            log.warning("is_ready() of model instance '%s' returned %s, not a bool", self._name,
+                        type(ready).__name__)
+            return False
+        return ready
+
+    def close(self) -> None:
+        try:
+            self._thread.call(self._finalize)
+        finally:
+            self._thread.stop()
+
+
+def _result(resp: pb_utils.InferenceResponse) -> Result:
+    err = resp.error()
+    if err is not None:
+        return TritonliteError(ErrorCode[err.code().name], err.message())
+    outputs = ModelOutputs(parameters=resp._parameters, partial=True)
+    for tensor in resp.output_tensors():
+        outputs[tensor.name()] = tensor._array
+    return outputs
