@@ -12,7 +12,7 @@ from tools.onnx_graphs import write_add_sub, write_identity, write_mlp  # noqa: 
 __all__ = ["DTYPES", "build_http_repo", "write_add_sub", "write_identity", "write_mlp"]
 
 DTYPES = ["BOOL", "INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64",
-          "FP16", "FP32", "FP64"]
+          "FP16", "BF16", "FP32", "FP64"]
 
 
 def build_http_repo(repo: Path) -> Path:

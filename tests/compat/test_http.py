@@ -23,7 +23,7 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException, serialize_byte_tensor
 
 from conftest import start_server
-from repos import build_http_repo
+from repos import DTYPES, build_http_repo
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -176,8 +176,6 @@ def test_infer_nobatch(client: httpclient.InferenceServerClient) -> None:
     np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + b)
 
 
-DTYPES = ["BOOL", "INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64",
-          "FP16", "FP32", "FP64"]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -189,13 +187,13 @@ def test_identity_every_dtype(client: httpclient.InferenceServerClient, dtype: s
     rng = np.random.default_rng(3)
     if dtype == "BOOL":
         data = rng.random((2, 4)) > 0.5
-    elif np.dtype(np_dtype).kind == "f":
+    elif dtype == "BF16" or np.dtype(np_dtype).kind == "f":
         data = (rng.random((2, 4)) * 100).astype(np_dtype)
     else:
         info = np.iinfo(np_dtype)
         data = rng.integers(info.min, info.max, size=(2, 4), dtype=np_dtype, endpoint=True)
-    if dtype == "FP16" and not binary:
-        pytest.skip("FP16 is binary-only in Triton's JSON tensor format")
+    if dtype in ("FP16", "BF16") and not binary:
+        pytest.skip(f"{dtype} is binary-only in Triton's JSON tensor format")
     inp = httpclient.InferInput("INPUT0", [2, 4], dtype)
     inp.set_data_from_numpy(data, binary_data=binary)
     out = httpclient.InferRequestedOutput("OUTPUT0", binary_data=binary)

@@ -8,6 +8,7 @@ off so idle ORT threads do not compete with the event loop for a core.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import time
 from pathlib import Path
@@ -16,11 +17,21 @@ from typing import Any
 import numpy as np
 
 from tritonlite import kernels
+from tritonlite._proto import pb
 from tritonlite.backends.base import InstanceSpec, ModelContext, Result
 from tritonlite.core.stats import ExecTiming
 from tritonlite.core.types import InferRequest
 from tritonlite.errors import internal, unavailable
 from tritonlite.memory import StagingPool
+
+
+_ONNX_BFLOAT16 = 16  # onnx.TensorProto.BFLOAT16
+try:
+    import ml_dtypes
+
+    _BF16: Any = np.dtype(ml_dtypes.bfloat16)
+except ImportError:  # pragma: no cover - ml_dtypes is a dependency
+    _BF16 = None
 
 
 def _param(config: Any, key: str) -> str | None:
@@ -95,6 +106,9 @@ class OnnxRuntimeInstance:
         self._batched = cfg.max_batch_size > 0
         model_outputs = {o.name for o in self._session.get_outputs()}
         self._outputs = [o.name for o in cfg.output if o.name in model_outputs]
+        bf16 = pb.DataType.values_by_name["TYPE_BF16"].number
+        self._bf16_outputs = {o.name for o in cfg.output if o.data_type == bf16}
+        self._bf16 = bool(self._bf16_outputs) or any(t.data_type == bf16 for t in cfg.input)
         self._model = ctx.name
         self._staging = StagingPool()
 
@@ -139,9 +153,38 @@ class OnnxRuntimeInstance:
 
     def _run(self, feed: dict[str, Any]) -> list[Any]:
         try:
+            if self._bf16:
+                return self._run_bound(feed)
             return self._session.run(self._outputs, feed)  # type: ignore[no-any-return]
         except Exception as exc:  # ORT raises its own exception types
             raise internal(f"onnx runtime error: {exc}") from None
+
+    def _run_bound(self, feed: dict[str, Any]) -> list[Any]:
+        # ORT's Python API has no numpy bfloat16: BF16 tensors travel as OrtValues over their
+        # 16-bit patterns, and outputs are read back from ORT's buffers.
+        import onnxruntime as ort
+
+        binding = self._session.io_binding()
+        for name, arr in feed.items():
+            if arr.dtype == _BF16:
+                bits = np.ascontiguousarray(arr).view(np.uint16)
+                binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
+                    bits, onnx_element_type=_ONNX_BFLOAT16))
+            else:
+                binding.bind_cpu_input(name, np.ascontiguousarray(arr))
+        for name in self._outputs:
+            binding.bind_output(name, "cpu")
+        self._session.run_with_iobinding(binding)
+        values = []
+        for name, value in zip(self._outputs, binding.get_outputs()):
+            if name in self._bf16_outputs:
+                shape = tuple(value.shape())
+                count = int(np.prod(shape)) if shape else 1
+                raw = (ctypes.c_uint16 * count).from_address(value.data_ptr()) if count else []
+                values.append(np.array(raw, dtype=np.uint16).view(_BF16).reshape(shape))
+            else:
+                values.append(value.numpy())
+        return values
 
     def close(self) -> None:
         del self._session
