@@ -399,8 +399,39 @@ def test_aio_client(server: Any) -> None:
             stats = await c.get_inference_statistics("add_sub", as_json=True)
             assert stats["model_stats"][0]["name"] == "add_sub"
             assert (await c.get_model_repository_index()).models
-            assert (await c.get_system_shared_memory_status()).regions == {}
+            with pytest.raises(InferenceServerException, match="not allowed"):
+                await c.load_model("add_sub")
+            with pytest.raises(InferenceServerException, match="not allowed"):
+                await c.unload_model("add_sub")
+            # system shared memory: register, status, infer from it, unregister
+            await c.unregister_system_shared_memory()
+            region = shm.create_shared_memory_region("tl_aio", "/tl_grpc_aio", 128)
+            try:
+                shm.set_shared_memory_region(region, [A, B])
+                await c.register_system_shared_memory("tl_aio", "/tl_grpc_aio", 128)
+                status = await c.get_system_shared_memory_status()
+                assert set(status.regions) == {"tl_aio"}
+                i0 = aioclient.InferInput("INPUT0", [1, 16], "FP32")
+                i0.set_shared_memory("tl_aio", 64)
+                i1 = aioclient.InferInput("INPUT1", [1, 16], "FP32")
+                i1.set_shared_memory("tl_aio", 64, offset=64)
+                r = await c.infer("add_sub", [i0, i1])
+                np.testing.assert_array_equal(r.as_numpy("OUTPUT1"), A - B)
+                await c.unregister_system_shared_memory("tl_aio")
+                assert (await c.get_system_shared_memory_status()).regions == {}
+            finally:
+                shm.destroy_shared_memory_region(region)
+            await c.unregister_cuda_shared_memory()
+            assert (await c.get_cuda_shared_memory_status()).regions == {}
+            with pytest.raises(InferenceServerException, match="CUDA"):
+                await c.register_cuda_shared_memory("r", base64.b64encode(b"\0" * 64), 0, 64)
             assert (await c.get_log_settings(as_json=True))["settings"]
+            log = await c.update_log_settings({"log_verbose_level": 0}, as_json=True)
+            assert log["settings"]["log_verbose_level"] == {"uint32_param": 0}
+            assert (await c.get_trace_settings(as_json=True))["settings"]["trace_rate"]
+            trace = await c.update_trace_settings("add_sub", {"trace_count": "3"}, as_json=True)
+            assert trace["settings"]["trace_count"]["value"] == ["3"]
+            await c.update_trace_settings("add_sub", {"trace_count": None})
             with pytest.raises(InferenceServerException, match="unknown model"):
                 await c.get_model_metadata("no_such_model")
         finally:

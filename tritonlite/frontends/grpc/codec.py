@@ -13,8 +13,8 @@ ModelInferRequest that declares its message fields as ``bytes`` (same field numb
 same wire format): each input's, output's and parameter's serialized form is then a dict key
 into a small cache of what it decodes to, since a client sends the same tensor headers again
 and again. Responses are written as wire bytes directly: cached per-tensor headers plus
-length-prefixed raw contents, joined once. Both directions are checked against the message
-classes in ``tests/frontends``-style round-trip tests in ``tests/compat/test_grpc.py``.
+length-prefixed raw contents, joined once. ``tests/frontends/test_grpc_codec.py`` holds both
+directions to what the message classes build and parse.
 """
 
 from __future__ import annotations

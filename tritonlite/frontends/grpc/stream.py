@@ -27,6 +27,7 @@ from tritonlite.frontends.grpc.errors import STATUS
 
 log = logging.getLogger("tritonlite")
 
+
 def _wants_grpc_error(context: Any) -> bool:
     for key, value in context.invocation_metadata() or ():
         if key == "triton_grpc_error" and str(value).strip().lower() == "true":
