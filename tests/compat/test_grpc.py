@@ -216,7 +216,7 @@ def _random(dtype: str, shape: tuple[int, ...]) -> np.ndarray:
     rng = np.random.default_rng(3)
     if dtype == "BOOL":
         return rng.random(shape) > 0.5
-    if np.dtype(np_dtype).kind == "f":
+    if dtype == "BF16" or np.dtype(np_dtype).kind == "f":
         return (rng.random(shape) * 100).astype(np_dtype)
     info = np.iinfo(np_dtype)
     return rng.integers(info.min, info.max, size=shape, dtype=np_dtype, endpoint=True)

@@ -127,7 +127,7 @@ def _identity(dtype: str) -> Callable[[Proto], Any]:
     np_dtype = triton_to_np_dtype(dtype)
     if dtype == "BOOL":
         data = RNG.random((3, 4)) > 0.5
-    elif np.dtype(np_dtype).kind == "f":
+    elif dtype == "BF16" or np.dtype(np_dtype).kind == "f":
         data = (RNG.random((3, 4)) * 50).astype(np_dtype)
     else:
         info = np.iinfo(np_dtype)
