@@ -10,6 +10,7 @@ import re
 import struct
 import sys
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -87,16 +88,41 @@ def context(model_dir: Path, version: int = 1, auto: bool = True) -> ModelContex
                         model_config.render_json_bytes(cfg).decode())
 
 
+class OnThread:
+    """An instance driven the way the core drives it: every call on the instance's own thread."""
+
+    def __init__(self, backend: PythonBackend, spec: InstanceSpec) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=spec.name)
+        self.inst: PythonInstance = self._pool.submit(backend.new_instance, spec).result()
+
+    def execute(self, requests: list[InferRequest], timing: ExecTiming) -> list[Any]:
+        return self._pool.submit(self.inst.execute, requests, timing).result()
+
+    def is_ready(self) -> bool:
+        return self.inst.is_ready()
+
+    @property
+    def _model(self) -> Any:
+        return self.inst._model
+
+    def close(self) -> None:
+        try:
+            self._pool.submit(self.inst.close).result()
+        finally:
+            self._pool.shutdown()
+
+
 class Loaded:
     """A backend and its instances; closed by the ``load`` fixture."""
 
     def __init__(self, model_dir: Path) -> None:
         self.ctx = context(model_dir)
         self.backend = PythonBackend(self.ctx)
-        self.instances: list[PythonInstance] = []
+        self.instances: list[OnThread] = []
 
-    def instance(self, name: str = "", kind: str = "CPU", device: int = 0) -> PythonInstance:
-        inst = self.backend.new_instance(InstanceSpec(name or f"{self.ctx.name}_0_0", kind, device))
+    def instance(self, name: str = "", kind: str = "CPU", device: int = 0) -> OnThread:
+        spec = InstanceSpec(name or f"{self.ctx.name}_0_0", kind, device)
+        inst = OnThread(self.backend, spec)
         self.instances.append(inst)
         return inst
 
@@ -127,7 +153,7 @@ def fp32_request(a: Any, b: Any, **kw: Any) -> InferRequest:
                                      InferInput("INPUT1", "FP32", b.shape, b)], **kw)
 
 
-def run(inst: PythonInstance, *requests: InferRequest) -> list[Any]:
+def run(inst: OnThread, *requests: InferRequest) -> list[Any]:
     return inst.execute(list(requests), ExecTiming())
 
 

@@ -1,7 +1,8 @@
 """The backend contract: what the core asks of a backend.
 
 A ``Backend`` is made once per loaded (model, version) and makes one ``BackendInstance`` per
-instance of the model's instance groups. The core owns requests; an instance borrows a batch for
+instance of the model's instance groups. Each instance lives on a thread of its own: its
+``new_instance`` call, every ``execute`` and its ``close`` run on that one thread. The core owns requests; an instance borrows a batch for
 the duration of ``execute`` only and keeps no reference to it afterwards (outputs it returns may
 view its own buffers until the responses are encoded). An instance may also define
 ``is_ready() -> bool``, its own readiness probe, which the model-ready endpoints consult.

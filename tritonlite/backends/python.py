@@ -2,11 +2,11 @@
 
 One ``PythonBackend`` per loaded version imports ``<version>/model.py`` (``python_loader`` keeps
 models' imports apart) and makes one ``TritonPythonModel()`` per model instance, each with its
-own thread: ``initialize``, ``execute`` and ``finalize`` all run on it, as they run on the one
-thread of Triton's stub process (so thread-local state such as a CUDA device or torch's grad
-mode set in ``initialize`` holds in ``execute``). The core's instance thread hands each batch
-to it (about 20 us). ``async def execute`` runs on a per-instance event loop on a second
-thread, created on first use, as in Triton.
+own thread: the core runs ``new_instance``, ``execute`` and ``close`` of an instance on one
+thread, so ``initialize``, ``execute`` and ``finalize`` all run on it, as they run on the one
+thread of Triton's stub process (thread-local state such as a CUDA device or torch's grad mode
+set in ``initialize`` holds in ``execute``). ``async def execute`` runs on a per-instance event
+loop on a second thread, created on first use, as in Triton.
 
 Results follow Triton's stub: one ``InferenceResponse`` per request in order (or None when the
 request's response sender already sent it); an exception, a non-list or a wrong count fails the
@@ -50,46 +50,6 @@ _probes = ThreadPoolExecutor(max_workers=4, thread_name_prefix="python-is-ready"
 
 class _BatchError(Exception):
     """A malformed execute result: fails every request of the batch with this message."""
-
-
-class _ModelThread:
-    """The one thread a model instance's code runs on; ``call`` runs a function there."""
-
-    def __init__(self, name: str) -> None:
-        self._work: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
-        self._thread.start()
-        self.ident = self._thread.ident
-
-    def _serve(self) -> None:
-        while True:
-            item = self._work.get()
-            if item is None:
-                return
-            fn, args, done, box = item
-            try:
-                box.append((True, fn(*args)))
-            except BaseException as exc:
-                box.append((False, exc))
-            done.release()
-
-    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        if threading.get_ident() == self.ident:
-            return fn(*args)
-        done = threading.Lock()
-        done.acquire()
-        box: list[tuple[bool, Any]] = []
-        self._work.put((fn, args, done, box))
-        done.acquire()
-        ok, value = box[0]
-        if ok:
-            return value
-        raise value
-
-    def stop(self) -> None:
-        self._work.put(None)
-        if threading.get_ident() != self.ident:
-            self._thread.join(timeout=60)
 
 
 class PythonBackend:
@@ -145,12 +105,8 @@ class PythonInstance:
         self._model: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
-        self._thread = _ModelThread(spec.name)
-        try:
-            self._thread.call(self._initialize, spec)
-        except BaseException:
-            self._thread.stop()
-            raise
+        self._ident = threading.get_ident()  # the instance's thread (see the module docstring)
+        self._initialize(spec)
 
     # -- model thread ------------------------------------------------------------------------
     def _initialize(self, spec: InstanceSpec) -> None:
@@ -180,7 +136,7 @@ class PythonInstance:
             python_loader.sweep()
 
     def execute(self, requests: list[InferRequest], timing: ExecTiming) -> list[Result]:
-        return self._thread.call(self._execute, requests, timing)  # type: ignore[no-any-return]
+        return self._execute(requests, timing)
 
     def _execute(self, requests: list[InferRequest], timing: ExecTiming) -> list[Result]:
         ctx = self._ctx
@@ -276,7 +232,7 @@ class PythonInstance:
                                                  daemon=True)
             self._loop_thread.start()
             self._loop = loop
-            if threading.get_ident() == self._thread.ident:
+            if threading.get_ident() == self._ident:
                 asyncio.set_event_loop(loop)
         return self._loop
 
@@ -329,10 +285,7 @@ class PythonInstance:
         return ready
 
     def close(self) -> None:
-        try:
-            self._thread.call(self._finalize)
-        finally:
-            self._thread.stop()
+        self._finalize()
 
 
 def _result(resp: pb_utils.InferenceResponse) -> Result:

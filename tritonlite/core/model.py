@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections import deque
 import queue
 import threading
+import time
+from collections import deque
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 from tritonlite.backends.base import Backend, BackendInstance, InstanceSpec, ModelContext
@@ -40,17 +41,37 @@ _STOP = object()
 class ModelInstance:
     """One backend instance and the thread that runs it; executes one batch at a time.
 
-    The thread takes (model, batch) work from a queue and hands results back to the event loop
-    with one ``call_soon_threadsafe``: no executor futures on the hot path.
+    Every call into the backend instance (its creation, each ``execute``, ``close``) happens on
+    this one thread, so thread-local state a model sets up when created holds when it runs. The
+    thread takes work from a queue and hands results back to the event loop with one
+    ``call_soon_threadsafe``: no executor futures on the hot path.
     """
 
-    def __init__(self, spec: InstanceSpec, impl: BackendInstance) -> None:
+    def __init__(self, spec: InstanceSpec, factory: Callable[[], BackendInstance]) -> None:
+        """Start the thread and create the backend instance on it; raises what ``factory`` raised."""
         self.spec = spec
-        self.impl = impl
         self.healthy = True
         self._work: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._serve, name=spec.name, daemon=True)
+        made: list[tuple[bool, Any]] = []
+        ready = threading.Event()
+
+        def main() -> None:
+            try:
+                made.append((True, factory()))
+            except BaseException as exc:
+                made.append((False, exc))
+            ready.set()
+            if made[0][0]:
+                self._serve()
+
+        self._thread = threading.Thread(target=main, name=spec.name, daemon=True)
         self._thread.start()
+        ready.wait()
+        ok, value = made[0]
+        if not ok:
+            self._thread.join()
+            raise value
+        self.impl: BackendInstance = value
 
     def submit(self, model: Model, batch: list[Pending], loop: asyncio.AbstractEventLoop) -> None:
         """Run ``batch`` on this instance's thread; ``model._complete`` gets the results."""
@@ -60,6 +81,10 @@ class ModelInstance:
         while True:
             item = self._work.get()
             if item is _STOP:
+                try:
+                    self.impl.close()
+                except Exception:
+                    log.exception("closing instance %s", self.spec.name)
                 return
             model, batch, loop = item
             try:
@@ -104,11 +129,10 @@ class ModelInstance:
         return results, timing, executed
 
     def close(self) -> None:
-        """Stop the thread after its current batch, then release the backend instance."""
+        """Release the backend instance on its thread after the current batch; wait for it."""
         self._work.put(_STOP)
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout=60)
-        self.impl.close()
 
 
 class Model:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import logging
 import os
 import shutil
@@ -72,7 +73,7 @@ def _build_version(ctx: ModelContext) -> _Built:
     try:
         for group, inst_name, kind, device in model_config.instance_names(ctx.config):
             spec = InstanceSpec(inst_name, _KINDS.get(kind, "CPU"), device)
-            instances.append(ModelInstance(spec, backend.new_instance(spec)))
+            instances.append(ModelInstance(spec, functools.partial(backend.new_instance, spec)))
     except BaseException:
         for inst in instances:
             inst.close()
