@@ -1,7 +1,8 @@
 """ModelInfer calls/s through tritonlite vs a bare grpc.aio echo server, side by side.
 
 Run: ``python bench/bench_grpc.py [--duration 5] [--concurrency 16] [--clients 1]``.
-Prints a Markdown table and writes the raw numbers to ``bench/results/grpc.csv``.
+Prints Markdown tables and writes the raw numbers to ``bench/results/grpc.csv`` (replacing
+the rows of the same configuration, with or without ``--dynamic-batching``).
 Goal: tritonlite >= 85% of the echo server's calls/s.
 
 What is compared
@@ -337,12 +338,21 @@ def main() -> int:
     print(f"\ngoal: tritonlite >= 85% of echo's calls/s; measured {ratio['tritonlite']:.1%} "
           f"(front end alone {ratio['front end']:.1%})")
     RESULTS.mkdir(exist_ok=True)
-    with open(RESULTS / "grpc.csv", "w", newline="") as f:
+    header = ["server", "round", "clients", "concurrency", "duration_s", "dynamic_batching",
+              "calls", "calls_per_s", "server_cpu_us_per_call", "p50_us", "p99_us",
+              "ratio_to_echo"]
+    path = RESULTS / "grpc.csv"
+    kept: list[list[str]] = []  # the other configuration's rows from an earlier run
+    if path.exists():
+        with open(path, newline="") as f:
+            old = list(csv.reader(f))
+        if old and old[0] == header:
+            kept = [row for row in old[1:] if row[5] != str(int(args.dynamic_batching))]
+    echo_by_round = {r["round"]: r["calls_per_s"] for r in rows if r["server"] == "echo"}
+    with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["server", "round", "clients", "concurrency", "duration_s",
-                    "dynamic_batching", "calls", "calls_per_s", "server_cpu_us_per_call",
-                    "p50_us", "p99_us", "ratio_to_echo"])
-        echo_by_round = {r["round"]: r["calls_per_s"] for r in rows if r["server"] == "echo"}
+        w.writerow(header)
+        w.writerows(kept)
         for r in rows:
             w.writerow([r["server"], r["round"], args.clients, args.concurrency, args.duration,
                         int(args.dynamic_batching), r["calls"], f"{r['calls_per_s']:.1f}",
