@@ -70,6 +70,8 @@ def _from_ort_output(value: Any) -> np.ndarray[Any, Any]:
 
 
 class OnnxRuntimeInstance:
+    thread_agnostic = True  # an ORT session may run on any thread
+
     def __init__(self, ctx: ModelContext, spec: InstanceSpec) -> None:
         import onnxruntime as ort
 
