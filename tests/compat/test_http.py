@@ -564,7 +564,7 @@ def test_non_utf8_bytes_stay_valid_json(client: httpclient.InferenceServerClient
 
 
 def test_bytes_binary_malformed(server: Any) -> None:
-    blob = serialize_byte_tensor(np.array([b"ab", b"c", b"d", b"e"], dtype=object)).tobytes()[:-2]
+    blob = serialize_byte_tensor(np.array([b"ab", b"c", b"d", b"e"], dtype=object)).item()[:-2]
     head = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 4], "datatype": "BYTES",
                                    "parameters": {"binary_data_size": len(blob)}}]})
     r = raw(server, "POST", "/v2/models/identity_string/infer", head.encode() + blob,
