@@ -12,17 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import tritonlite
-from tritonlite.options import ServerOptions
+from tritonlite.options import MetricsConfig, ServerOptions
 
 # tritonserver flags that tritonlite does not implement (yet): refused by name.
 _NOT_IMPLEMENTED = (
     "--model-config-name", "--rate-limit", "--rate-limit-resource", "--pinned-memory-pool-byte-size",
     "--cuda-memory-pool-byte-size", "--cuda-virtual-address-size", "--min-supported-compute-capability",
     "--buffer-manager-thread-count", "--host-policy", "--model-load-gpu-limit",
-    "--backend-directory", "--repoagent-directory", "--cache-directory", "--cache-config",
-    "--response-cache-byte-size", "--trace-config", "--trace-file", "--trace-level",
-    "--trace-rate", "--trace-count", "--trace-log-frequency", "--metrics-config",
-    "--metrics-interval-ms", "--allow-gpu-metrics", "--allow-cpu-metrics", "--log-file",
+    "--backend-directory", "--repoagent-directory", "--cache-directory",
+    "--trace-config", "--trace-file", "--trace-level",
+    "--trace-rate", "--trace-count", "--trace-log-frequency", "--log-file",
     "--http-header-forward-pattern", "--grpc-header-forward-pattern", "--http-restricted-api",
     "--grpc-restricted-protocol", "--model-namespacing", "--model-load-thread-count",
     "--model-load-retry-count", "--enable-peer-access", "--http-thread-count",
@@ -49,6 +48,50 @@ def _backend_config(values: list[str]) -> dict[str, dict[str, str]]:
             raise SystemExit(f"--backend-config expects <backend>,<setting>=<value>, got '{v}'")
         out.setdefault(backend, {})[key] = val
     return out
+
+
+def _cache_size(cache_config: list[str], byte_size: int | None) -> int:
+    """``--cache-config local,size=N`` (or the deprecated byte-size flag) -> N; 0: no cache."""
+    if cache_config and byte_size is not None:
+        raise SystemExit("tritonlite: error: Incompatible flags --response-cache-byte-size and "
+                         "--cache-config both provided. Please provide one or the other.")
+    if byte_size is not None:
+        print("Warning: '--response-cache-byte-size' has been deprecated! This will default to "
+              "the 'local' cache implementation with the provided byte size for its config. "
+              "Please use '--cache-config' instead.", file=sys.stderr)
+        return byte_size
+    settings: dict[str, str] = {}
+    for v in cache_config:
+        cache, _, setting = v.partition(",")
+        key, eq, val = setting.partition("=")
+        if cache != "local":
+            raise SystemExit(f"tritonlite: error: --cache-config: unsupported cache '{cache}' "
+                             "(tritonlite has the 'local' cache only)")
+        if not eq or key != "size":
+            raise SystemExit(f"tritonlite: error: --cache-config expects local,size=<bytes>, "
+                             f"got '{v}'")
+        settings[key] = val
+    if not settings:
+        return 0
+    try:
+        return int(settings["size"])
+    except ValueError:
+        raise SystemExit(f"tritonlite: error: --cache-config local,size expects an integer "
+                         f"byte count, got '{settings['size']}'") from None
+
+
+_METRICS_CONFIG_HELP = (
+    "metrics setting (repeatable): counter_latencies=BOOL (default true: the "
+    "nv_inference_*_duration_us and nv_cache_* counters); summary_latencies=BOOL (default false: "
+    "nv_inference_{request,queue,compute_input,compute_infer,compute_output}_summary_us and "
+    "nv_cache_{hit,miss}_summary_per_model, quantiles of the last 60 s); "
+    "summary_quantiles=Q:ERR,Q:ERR,... (default 0.5:0.05,0.9:0.01,0.95:0.001,0.99:0.001,"
+    "0.999:0.001); histogram_latencies=BOOL (tritonlite, default false: "
+    "nv_inference_{request,queue,compute_input,compute_infer,compute_output}_histogram_us, "
+    "aggregatable across replicas); histogram_buckets_us=B1:B2:... (ascending upper bounds in "
+    "microseconds; default 100:250:500:1000:2500:5000:10000:25000:50000:100000:250000:500000:"
+    "1000000)"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -90,6 +133,17 @@ def build_parser() -> argparse.ArgumentParser:
     a("--log-warning", type=parse_bool, default=True, metavar="BOOL")
     a("--log-error", type=parse_bool, default=True, metavar="BOOL")
     a("--log-format", default="default", choices=("default", "ISO8601"))
+    a("--cache-config", action="append", default=[], metavar="local,size=BYTES",
+      help="response cache: one LRU of BYTES shared by the models with response_cache enabled")
+    a("--response-cache-byte-size", type=int, default=None, metavar="BYTES",
+      help="deprecated: --cache-config local,size=BYTES")
+    a("--allow-cpu-metrics", type=parse_bool, default=True, metavar="BOOL")
+    a("--allow-gpu-metrics", type=parse_bool, default=True, metavar="BOOL",
+      help="nv_gpu_* metrics through NVML (needs the nvidia-ml-py package and a GPU)")
+    a("--metrics-interval-ms", type=int, default=2000, metavar="MS",
+      help="how often CPU and GPU gauges are refreshed")
+    a("--metrics-config", action="append", default=[], metavar="SETTING=VALUE",
+      help=_METRICS_CONFIG_HELP)
     _grpc_flags(a)
     return p
 
@@ -143,9 +197,11 @@ def options_from_args(argv: list[str]) -> ServerOptions:
         raise SystemExit("tritonlite: error: --model-repository is required")
     backend_config = _backend_config(ns.backend_config)
     auto_complete = not ns.disable_auto_complete_config and ns.strict_model_config is not True
+    cache_size = _cache_size(ns.cache_config, ns.response_cache_byte_size)
     max_batch = backend_config.get("onnxruntime", {}).get(
         "default-max-batch-size", backend_config.get("default", {}).get("default-max-batch-size", "4"))
     try:
+        metrics_config = MetricsConfig.parse(ns.metrics_config)
         return ServerOptions(
             model_repositories=tuple(Path(p).resolve() for p in ns.model_repository),
             server_id=ns.server_id, http_port=ns.http_port, grpc_port=ns.grpc_port,
@@ -160,6 +216,9 @@ def options_from_args(argv: list[str]) -> ServerOptions:
             http_max_input_size=ns.http_max_input_size, allow_client_shm=ns.allow_client_shm,
             log_verbose=ns.log_verbose, log_info=ns.log_info, log_warning=ns.log_warning,
             log_error=ns.log_error, log_format=ns.log_format, backend_config=backend_config,
+            response_cache_byte_size=cache_size, allow_cpu_metrics=ns.allow_cpu_metrics,
+            allow_gpu_metrics=ns.allow_gpu_metrics, metrics_interval_ms=ns.metrics_interval_ms,
+            metrics_config=metrics_config,
             **_grpc_options(ns),
         )
     except ValueError as exc:

@@ -8,6 +8,77 @@ from pathlib import Path
 CONTROL_MODES = ("none", "poll", "explicit")
 SHM_POLICIES = ("local", "true", "false")
 GRPC_COMPRESSION_LEVELS = ("none", "low", "medium", "high")
+# Triton's default summary quantiles, (quantile, allowed error)
+DEFAULT_SUMMARY_QUANTILES = ((0.5, 0.05), (0.9, 0.01), (0.95, 0.001), (0.99, 0.001),
+                             (0.999, 0.001))
+DEFAULT_HISTOGRAM_BUCKETS_US = (100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0, 25000.0,
+                                50000.0, 100000.0, 250000.0, 500000.0, 1000000.0)
+
+
+def _metrics_bool(key: str, value: str) -> bool:
+    v = value.strip().lower()
+    if v in ("true", "1"):
+        return True
+    if v in ("false", "0"):
+        return False
+    raise ValueError(f"--metrics-config {key} expects true or false, got '{value}'")
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsConfig:
+    """``--metrics-config`` settings (PROTOCOL.md §5); see ``MetricsConfig.parse``."""
+
+    counter_latencies: bool = True
+    summary_latencies: bool = False
+    summary_quantiles: tuple[tuple[float, float], ...] = DEFAULT_SUMMARY_QUANTILES
+    histogram_latencies: bool = False  # a tritonlite addition
+    histogram_buckets_us: tuple[float, ...] = DEFAULT_HISTOGRAM_BUCKETS_US
+
+    @classmethod
+    def parse(cls, settings: list[str]) -> MetricsConfig:
+        """``["summary_latencies=true", "summary_quantiles=0.5:0.05,0.9:0.01", ...]`` -> config.
+
+        Keys: counter_latencies, summary_latencies, summary_quantiles (``q:error`` pairs,
+        comma-separated), histogram_latencies, histogram_buckets_us (ascending upper bounds in
+        microseconds, colon-separated). Raises ValueError naming a bad setting.
+        """
+        values: dict[str, object] = {}
+        for s in settings:
+            key, eq, value = s.partition("=")
+            key = key.strip()
+            if not eq or not key:
+                raise ValueError(f"--metrics-config expects <setting>=<value>, got '{s}'")
+            if "," in key:
+                raise ValueError(f"--metrics-config groups are not supported: '{s}'")
+            if key in ("counter_latencies", "summary_latencies", "histogram_latencies"):
+                values[key] = _metrics_bool(key, value)
+            elif key == "summary_quantiles":
+                pairs = []
+                for item in value.strip().strip('"').split(","):
+                    q, colon, err = item.partition(":")
+                    try:
+                        pair = (float(q), float(err))
+                    except ValueError:
+                        pair = (-1.0, -1.0)
+                    if not colon or not 0.0 <= pair[0] <= 1.0 or not 0.0 <= pair[1] <= 1.0:
+                        raise ValueError(
+                            f"--metrics-config summary_quantiles expects <quantile>:<error> "
+                            f"pairs in [0, 1], got '{item}'")
+                    pairs.append(pair)
+                values[key] = tuple(pairs)
+            elif key == "histogram_buckets_us":
+                try:
+                    bounds = tuple(float(b) for b in value.strip().strip('"').split(":"))
+                except ValueError:
+                    bounds = ()
+                if not bounds or any(b <= a for a, b in zip(bounds, bounds[1:])) or bounds[0] < 0:
+                    raise ValueError(
+                        "--metrics-config histogram_buckets_us expects ascending bounds in "
+                        f"microseconds separated by ':', got '{value}'")
+                values[key] = bounds
+            else:
+                raise ValueError(f"unknown --metrics-config setting '{key}'")
+        return cls(**values)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +127,13 @@ class ServerOptions:
     grpc_http2_max_ping_strikes: int = 2
     grpc_max_connection_age_ms: int | None = None  # None: connections are not aged out
     grpc_max_connection_age_grace_ms: int | None = None
+    # response cache (PROTOCOL §3.4): bytes of the local LRU; 0 = the server has no cache
+    response_cache_byte_size: int = 0
+    # metrics (PROTOCOL §5)
+    allow_cpu_metrics: bool = True
+    allow_gpu_metrics: bool = True
+    metrics_interval_ms: int = 2000
+    metrics_config: MetricsConfig = field(default_factory=MetricsConfig)
 
     def __post_init__(self) -> None:
         if not self.model_repositories:
@@ -82,6 +160,10 @@ class ServerOptions:
             raise ValueError("--http-max-input-size must be > 0")
         if self.log_format not in ("default", "ISO8601"):
             raise ValueError("--log-format must be 'default' or 'ISO8601'")
+        if self.response_cache_byte_size < 0:
+            raise ValueError("the response cache size must be >= 0 bytes")
+        if self.metrics_interval_ms <= 0:
+            raise ValueError("--metrics-interval-ms must be > 0")
         self._check_grpc()
 
     def _check_grpc(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import socket
 from typing import Any
@@ -73,6 +74,7 @@ class Server:
         self.http_port: int | None = None
         self.grpc_port: int | None = None
         self.metrics_port: int | None = None
+        self.cut_off = False  # stop() gave up on work still running at --exit-timeout-secs
 
     async def start(self) -> None:
         opts = self.options
@@ -116,6 +118,13 @@ class Server:
         models = [m for m in core.repository.ready_models()]
         if models:
             await asyncio.gather(*(m.drain(self.options.exit_timeout_secs) for m in models))
+        # Work still running past the exit timeout: give up on it, as Triton does; closing its
+        # connections or its instances would wait for it and ignore the bound.
+        self.cut_off = any(m.scheduler.inflight() for m in models)
+        if self.cut_off:
+            log.error("failed to stop server: Exit timeout expired. Exiting immediately.")
+            core.shm.close()
+            return
         if self._grpc is not None:
             await self._grpc.stop(grace=1.0)
         for runner in self._runners:
@@ -140,6 +149,9 @@ async def serve(options: ServerOptions) -> int:
     log.info("signal received: draining in-flight requests (up to %.0f s)",
              options.exit_timeout_secs)
     await server.stop()
+    if server.cut_off:  # Triton exits 1 here; instance threads may still be inside a model
+        logging.shutdown()
+        os._exit(1)
     return 0
 
 

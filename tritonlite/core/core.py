@@ -12,7 +12,9 @@ from typing import Any
 
 import tritonlite
 from tritonlite.core import config as model_config
-from tritonlite.core import validate
+from tritonlite.core import latency, validate
+from tritonlite.core import stats as model_stats
+from tritonlite.core.cache import ResponseCache
 from tritonlite.core.repository import ModelRepository, control_error, decode_override_file
 from tritonlite.core.settings import LogSettings, TraceSettings
 from tritonlite.core.shm import SharedMemoryManager
@@ -24,6 +26,7 @@ log = logging.getLogger("tritonlite")
 
 EXTENSIONS = (
     "classification",
+    "sequence",
     "model_repository",
     "model_repository(unload_dependents)",
     "schedule_policy",
@@ -67,6 +70,11 @@ class InferenceCore:
         self.live = True
         self.exiting = False
         self.started = False
+        # One response cache for every model that enables it (PROTOCOL §3.4); None: no cache,
+        # and models asking for one load and run uncached, as in Triton.
+        self.cache = (ResponseCache(options.response_cache_byte_size)
+                      if options.response_cache_byte_size > 0 else None)
+        model_stats.set_latency_factory(latency.recorder_factory(options))
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> list[str]:
@@ -150,6 +158,8 @@ class InferenceCore:
         if request.raw_input is not None:
             validate.fill_raw_input(model.signature, request)
         validate.prepare(model.signature, request, self.shm)
+        if self.cache is not None and model.response_cache:
+            return await self.cache.infer(model, request, self.shm)
         return await model.scheduler.enqueue(request)
 
     # -- statistics -------------------------------------------------------------------------------

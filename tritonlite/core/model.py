@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import queue
 import threading
 import time
@@ -169,6 +170,10 @@ class Model:
         self._loop = asyncio.get_running_loop()
         self.scheduler = make_scheduler(self)
         self._drained: asyncio.Event | None = None
+        # Response cache (core/cache.py; used only when the server has one too). The salt, part
+        # of every key, keeps a reload of this version off its predecessor's entries.
+        self.response_cache = bool(self.config.response_cache.enable)
+        self.cache_salt = os.urandom(8)
 
     @property
     def ready(self) -> bool:

@@ -7,8 +7,9 @@ Units are nanoseconds; metrics convert to microseconds.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 
 @dataclass(slots=True)
@@ -47,6 +48,32 @@ class ExecTiming:
         return max(0, inp - self.start_ns), max(0, inf - inp), max(0, self.end_ns - inf)
 
 
+class LatencyObserver(Protocol):
+    """Per-request observations for the opt-in summaries/histograms (core/latency.py)."""
+
+    def request(self, total_ns: int, queue_ns: int, compute: tuple[int, int, int] | None) -> None:
+        ...
+
+    def cache_hit(self, ns: int) -> None:
+        ...
+
+    def cache_miss(self, ns: int) -> None:
+        ...
+
+
+_latency_factory: Callable[[], LatencyObserver] | None = None
+
+
+def set_latency_factory(factory: Callable[[], LatencyObserver] | None) -> None:
+    """Give every ModelStats created from now on ``factory()`` as its observer (None: none).
+
+    Set once by the core from the metrics options, before any model loads; with no factory
+    the statistics path makes no observations at all.
+    """
+    global _latency_factory
+    _latency_factory = factory
+
+
 _NAMES = (
     "success", "fail", "queue", "compute_input", "compute_infer", "compute_output",
     "cache_hit", "cache_miss",
@@ -59,7 +86,7 @@ class ModelStats:
     __slots__ = (
         "success", "fail", "queue", "compute_input", "compute_infer", "compute_output",
         "cache_hit", "cache_miss", "inference_count", "execution_count", "last_inference_ms",
-        "batches", "failures_by_reason",
+        "batches", "failures_by_reason", "latency",
     )
 
     def __init__(self) -> None:
@@ -78,6 +105,9 @@ class ModelStats:
         self.failures_by_reason: dict[str, int] = {
             "REJECTED": 0, "CANCELED": 0, "BACKEND": 0, "OTHER": 0,
         }
+        self.latency: LatencyObserver | None = (
+            _latency_factory() if _latency_factory is not None else None
+        )
 
     def record_execution(self, batch_size: int, timing: ExecTiming) -> None:
         ci, cinf, co = timing.spans()
@@ -98,7 +128,28 @@ class ModelStats:
             self.compute_input.add(ci)
             self.compute_infer.add(cinf)
             self.compute_output.add(co)
+        if self.latency is not None:
+            self.latency.request(total_ns, queue_ns,
+                                 None if timing is None else (ci, cinf, co))
         self.last_inference_ms = time.time_ns() // 1_000_000
+
+    def record_cache_hit(self, total_ns: int, hit_ns: int) -> None:
+        """A response served by the response cache: a success with no queue and no compute."""
+        self.success.add(total_ns)
+        self.queue.add(0)
+        self.cache_hit.add(hit_ns)
+        if self.latency is not None:
+            self.latency.request(total_ns, 0, None)
+            self.latency.cache_hit(hit_ns)
+        self.last_inference_ms = time.time_ns() // 1_000_000
+
+    def record_cache_miss(self, miss_ns: int, insert_ns: int) -> None:
+        """A successful response after a miss (already a success): ``miss_ns`` is lookup +
+        insert; the insert happened after the request's duration was taken, so it is added."""
+        self.cache_miss.add(miss_ns)
+        self.success.ns += insert_ns
+        if self.latency is not None:
+            self.latency.cache_miss(miss_ns)
 
     def record_failure(self, total_ns: int, reason: str = "OTHER") -> None:
         self.fail.add(total_ns)

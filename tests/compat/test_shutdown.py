@@ -1,0 +1,181 @@
+"""Graceful shutdown on SIGTERM: in-flight work drains, new work is refused, the wait is bounded.
+
+A python model that sleeps in ``execute`` keeps requests running (one instance, no batching,
+so a burst queues behind it). The server gets SIGTERM in the middle of a burst sent with
+tritonclient.http.aio; every request accepted before the signal must still get its 200 and
+its own data, requests after the signal get 503 (UNAVAILABLE) or a refused connection, and
+``--exit-timeout-secs`` bounds how long a request that outlives it holds the exit. A drained
+server exits 0; one that gives up on a request at the timeout exits 1 with Triton's "Exit timeout
+expired. Exiting immediately." (tritonserver's main exits 1 when ``TRITONSERVER_ServerStop``
+fails that way).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.http.aio as aioclient
+from conftest import Server, start_server
+from prometheus_client.parser import text_string_to_metric_families
+from tritonclient.utils import InferenceServerException
+
+pytestmark = pytest.mark.timeout(120)
+
+SLOW_MODEL = '''
+import sys
+import time
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.delay = {delay}
+
+    def execute(self, requests):
+        print("slow model: execute started", file=sys.stderr, flush=True)
+        time.sleep(self.delay)
+        out = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x * 2)]))
+        return out
+'''
+
+SLOW_CONFIG = '''
+backend: "python"
+max_batch_size: 0
+input { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] }
+output { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] }
+instance_group [ { count: 1 kind: KIND_CPU } ]
+'''
+
+BURST = 6
+DELAY_S = 0.3
+
+
+def _write_slow(repo: Path, name: str, delay: float) -> None:
+    (repo / name / "1").mkdir(parents=True)
+    (repo / name / "config.pbtxt").write_text(SLOW_CONFIG)
+    (repo / name / "1" / "model.py").write_text(SLOW_MODEL.format(delay=delay))
+
+
+def _pending(server: Server, model: str) -> int:
+    with urllib.request.urlopen(f"http://{server.metrics_url}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    for fam in text_string_to_metric_families(text):
+        if fam.name == "nv_inference_pending_request_count":
+            for s in fam.samples:
+                if s.labels.get("model") == model:
+                    return int(s.value)
+    return 0
+
+
+def _wait(pred: object, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+async def _infer(client: aioclient.InferenceServerClient, model: str, value: float) -> np.ndarray:
+    inp = aioclient.InferInput("IN", [4], "FP32")
+    inp.set_data_from_numpy(np.full(4, value, dtype=np.float32))
+    result = await client.infer(model, [inp])
+    return result.as_numpy("OUT")
+
+
+async def _late_request(url: str, model: str) -> str:
+    """What a request sent after SIGTERM gets: '503' or 'refused' (anything else is a failure)."""
+    client = aioclient.InferenceServerClient(url)
+    try:
+        await _infer(client, model, 99.0)
+    except InferenceServerException as exc:
+        return str(exc.status())
+    except OSError:  # aiohttp.ClientConnectorError is one: the port is already closed
+        return "refused"
+    finally:
+        await client.close()
+    return "200"
+
+
+@pytest.fixture()
+def slow_repo(tmp_path: Path) -> Path:
+    _write_slow(tmp_path, "slow", DELAY_S)
+    _write_slow(tmp_path, "stuck", 10.0)
+    return tmp_path
+
+
+def test_sigterm_drains_accepted_requests_and_refuses_new_ones(slow_repo: Path) -> None:
+    server = start_server(slow_repo, "--allow-grpc=false", "--exit-timeout-secs=30")
+    try:
+        async def scenario() -> tuple[list[np.ndarray | BaseException], list[str], float]:
+            client = aioclient.InferenceServerClient(server.http_url)
+            try:
+                burst = [asyncio.create_task(_infer(client, "slow", float(i)))
+                         for i in range(BURST)]
+                # All accepted: one executing, the rest queued behind it.
+                await asyncio.to_thread(_wait, lambda: _pending(server, "slow") == BURST - 1,
+                                        30, "the burst to queue")
+                server.proc.send_signal(signal.SIGTERM)
+                t_signal = time.monotonic()
+                late = []
+                for _ in range(3):
+                    late.append(await _late_request(server.http_url, "slow"))
+                results = await asyncio.gather(*burst, return_exceptions=True)
+                return results, late, t_signal
+            finally:
+                await client.close()
+
+        results, late, t_signal = asyncio.run(scenario())
+        rc = server.proc.wait(30)
+        drained_in = time.monotonic() - t_signal
+    finally:
+        server.stop()
+    for i, r in enumerate(results):
+        assert not isinstance(r, BaseException), f"request {i} failed: {r!r}\n{server.output()}"
+        np.testing.assert_array_equal(r, np.full(4, 2.0 * i, dtype=np.float32))
+    assert all(v in ("503", "refused") for v in late), late
+    assert rc == 0, server.output()
+    # The queue behind the signal needed (BURST - 1) * DELAY_S to drain; nothing waited longer.
+    assert drained_in < (BURST - 1) * DELAY_S + 10, drained_in
+
+
+def test_exit_timeout_bounds_the_wait_for_a_stuck_request(slow_repo: Path) -> None:
+    timeout_s = 1.0
+    server = start_server(slow_repo, "--allow-grpc=false", f"--exit-timeout-secs={timeout_s}")
+    try:
+        async def scenario() -> tuple[BaseException | np.ndarray, float]:
+            client = aioclient.InferenceServerClient(server.http_url)
+            try:
+                task = asyncio.create_task(_infer(client, "stuck", 1.0))
+                await asyncio.to_thread(
+                    _wait, lambda: "slow model: execute started" in server.output(), 30,
+                    "the stuck request to start executing")
+                server.proc.send_signal(signal.SIGTERM)
+                t_signal = time.monotonic()
+                result = (await asyncio.gather(task, return_exceptions=True))[0]
+                return result, t_signal
+            finally:
+                await client.close()
+
+        result, t_signal = asyncio.run(scenario())
+        try:
+            rc = server.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            rc = None
+        exited_in = time.monotonic() - t_signal
+    finally:
+        server.stop()
+    assert rc == 1, server.output()
+    assert "Exit timeout expired. Exiting immediately." in server.output()
+    # Cut off: the server exits within the timeout plus a margin, well before the 10 s execute.
+    assert exited_in < timeout_s + 4.0, f"exited {exited_in:.1f} s after SIGTERM\n{server.output()}"
+    assert isinstance(result, BaseException), result  # no response: the request was cut off
