@@ -554,9 +554,6 @@ LOAD_FAILURES = [
     ("class TritonPythonModel:\n    pass\n",
      UTILS_CONFIG + "model_transaction_policy { decoupled: true }\n", ErrorCode.UNSUPPORTED,
      "decoupled models are not supported yet"),
-    ("class TritonPythonModel:\n    pass\n",
-     UTILS_CONFIG.replace('backend: "python"', 'backend: "python"\nmax_batch_size: 4')
-     + "sequence_batching { }\n", ErrorCode.UNSUPPORTED, "sequence batching is not supported yet"),
     ("class TritonPythonModel:\n    pass\n", UTILS_CONFIG
      + 'parameters { key: "EXECUTION_ENV_PATH" value { string_value: "env.tar.gz" } }\n',
      ErrorCode.UNSUPPORTED, "custom execution environments are not supported"),

@@ -108,6 +108,9 @@ class OnnxRuntimeInstance:
         self._batched = cfg.max_batch_size > 0
         model_outputs = {o.name for o in self._session.get_outputs()}
         self._outputs = [o.name for o in cfg.output if o.name in model_outputs]
+        # Implicit-state outputs are not config outputs; the sequence batcher keeps them.
+        self._outputs += [s.output_name for s in cfg.sequence_batching.state
+                          if s.output_name in model_outputs and s.output_name not in self._outputs]
         bf16 = pb.DataType.values_by_name["TYPE_BF16"].number
         self._bf16_outputs = {o.name for o in cfg.output if o.data_type == bf16}
         self._bf16 = bool(self._bf16_outputs) or any(t.data_type == bf16 for t in cfg.input)

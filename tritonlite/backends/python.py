@@ -15,8 +15,8 @@ whole batch with ``Failed to process the request(s) for model '<instance>', mess
 the client did not request are dropped and requested ones the model did not return are left out;
 response parameters go into the response.
 
-UNSUPPORTED (load fails with a clear message): decoupled models, sequence batching, request
-rescheduling, ``EXECUTION_ENV_PATH`` environments; BLS calls fail their batch with UNSUPPORTED.
+UNSUPPORTED (load fails with a clear message): decoupled models, request rescheduling,
+``EXECUTION_ENV_PATH`` environments; BLS calls fail their batch with UNSUPPORTED.
 """
 
 from __future__ import annotations
@@ -59,9 +59,6 @@ class PythonBackend:
         if cfg.HasField("model_transaction_policy") and cfg.model_transaction_policy.decoupled:
             raise unsupported(f"python model '{name}' is decoupled (model_transaction_policy "
                               "{ decoupled: true }): decoupled models are not supported yet")
-        if cfg.HasField("sequence_batching"):
-            raise unsupported(f"python model '{name}' uses sequence_batching: sequence "
-                              "batching is not supported yet")
         if "EXECUTION_ENV_PATH" in cfg.parameters:
             raise unsupported(
                 f"python model '{name}' sets EXECUTION_ENV_PATH: custom execution environments "

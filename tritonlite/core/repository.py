@@ -68,6 +68,10 @@ def _fingerprint(model_dir: Path) -> tuple[Any, ...]:
 
 def _build_version(ctx: ModelContext) -> _Built:
     """Make the backend and every instance of one version (on a worker thread)."""
+    if ctx.config.HasField("sequence_batching"):
+        from tritonlite.scheduling.sequence_state import load_states
+
+        load_states(ctx.config, ctx.model_dir)  # a bad initial_state fails the load, as in Triton
     backend = create_backend(ctx)
     instances: list[ModelInstance] = []
     try:

@@ -13,6 +13,10 @@ if TYPE_CHECKING:
 
 def make_scheduler(model: Model) -> Scheduler:
     cfg = model.config
+    if cfg.HasField("sequence_batching"):
+        from tritonlite.scheduling.sequence import SequenceBatchScheduler
+
+        return SequenceBatchScheduler(model)
     if cfg.HasField("dynamic_batching") and model.signature.max_batch_size > 0:
         from tritonlite.scheduling.dynamic import DynamicBatchScheduler
 

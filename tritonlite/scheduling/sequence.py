@@ -1,0 +1,403 @@
+"""The sequence batcher for stateful models (``sequence_batching``), with Triton's semantics.
+
+Each sequence (correlation ID) is bound to a slot of one instance for its lifetime, so its
+requests run on that instance, one at a time, in arrival order. A START takes a free slot (the
+lowest slot index first, across instances) or waits in the backlog until one frees; the slot is
+freed when the sequence's END is dispatched, or once its queue empties after it was idle (no new
+request) for ``max_sequence_idle_microseconds``. When an instance is idle its batcher forms:
+
+* ``direct``: one batch with the front request of each ready slot at the slot's own position;
+  empty positions below the highest ready slot get null requests (READY false, zero inputs)
+  whose results are dropped. With both ``max_queue_delay_microseconds`` and
+  ``minimum_slot_utilization`` set, fewer ready slots than that share wait up to the delay.
+* ``oldest``: a dynamic batch over the instance's ``max_candidate_sequences`` slots, oldest
+  front request first, at most one request per sequence, preferring ``preferred_batch_size``
+  and waiting up to ``max_queue_delay_microseconds`` for a fuller one.
+
+Requests of one batch have equal input and state shapes. Before a request reaches the backend
+it gets the model's control inputs and implicit-state inputs (``sequence_state``); its state
+outputs become the sequence's next state. A client's request whose future is cancelled while
+queued ends its sequence (Triton cancels the rest). Errors use Triton's words: batch size > 1,
+no correlation ID, a non-START request for a sequence the batcher does not know.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from tritonlite.core.types import InferInput, InferRequest, InferResponse
+from tritonlite.errors import ErrorCode, TritonliteError, invalid_arg, unavailable
+from tritonlite.scheduling.sequence_state import (
+    Controls,
+    Interposer,
+    Plan,
+    State,
+    load_states,
+    null_request,
+)
+
+if TYPE_CHECKING:
+    from tritonlite.core.model import Model, ModelInstance, Pending
+
+log = logging.getLogger("tritonlite")
+
+# Triton's reaper looks again this soon at a backlogged sequence that is past its idle time.
+_BACKLOG_RECHECK_NS = 50_000_000
+
+
+class _Sequence:
+    __slots__ = ("corr_id", "queue", "state", "last_ns", "slot", "expired")
+
+    def __init__(self, corr_id: int | str, now: int) -> None:
+        self.corr_id = corr_id
+        self.queue: deque[Pending] = deque()
+        self.state: State | None = None  # None: the initial state on the next dispatch
+        self.last_ns = now  # when its last request arrived (what the idle timeout counts from)
+        self.slot: _Slot | None = None  # None while in the backlog
+        self.expired = False  # idle too long: free the slot once the queue is empty
+
+
+class _Slot:
+    __slots__ = ("batcher", "index", "seq")
+
+    def __init__(self, batcher: int, index: int) -> None:
+        self.batcher = batcher
+        self.index = index
+        self.seq: _Sequence | None = None
+
+
+class _Batcher:
+    """The slots of one instance and the batch it is running."""
+
+    __slots__ = ("instance", "interposer", "slots", "running")
+
+    def __init__(self, instance: ModelInstance, interposer: Interposer, index: int,
+                 slots: int) -> None:
+        self.instance = instance
+        self.interposer = interposer
+        self.slots = [_Slot(index, s) for s in range(slots)]
+        # each dispatched sequence and the dict its next state is written into
+        self.running: list[tuple[_Sequence, State]] = []
+
+
+class SequenceBatchScheduler:
+    """Scheduler for models with ``sequence_batching`` (see the module docstring)."""
+
+    def __init__(self, model: Model) -> None:
+        from tritonlite.core.model import Pending
+
+        self._pending_cls = Pending
+        self._model = model
+        cfg = model.config
+        seq = cfg.sequence_batching
+        self._batch_max = max(1, model.signature.max_batch_size)
+        self._oldest = seq.HasField("oldest")
+        slots = self._batch_max
+        self._preferred: list[int] = []
+        self._min_util = 0.0
+        if self._oldest:
+            if seq.oldest.max_candidate_sequences > 0:
+                slots = int(seq.oldest.max_candidate_sequences)
+            self._delay_ns = int(seq.oldest.max_queue_delay_microseconds) * 1000
+            self._preferred = sorted({int(s) for s in seq.oldest.preferred_batch_size})
+        else:
+            self._delay_ns = int(seq.direct.max_queue_delay_microseconds) * 1000
+            self._min_util = float(seq.direct.minimum_slot_utilization)
+        self._idle_ns = int(seq.max_sequence_idle_microseconds) * 1000
+        self._controls = Controls(cfg)
+        self._states = load_states(cfg, model.ctx.model_dir)
+        self._initial: State = {st.input_name: st.initial for st in self._states}
+        self._order = {t.name: i for i, t in enumerate(cfg.input)}
+        self._loop = asyncio.get_running_loop()
+        self._batchers: list[_Batcher] = []
+        self._free: list[tuple[int, int]] = []  # heap of (slot index, batcher index)
+        for b, inst in enumerate(model.instances):
+            interposer = Interposer(inst.impl, self._states)
+            inst.impl = interposer
+            self._batchers.append(_Batcher(inst, interposer, b, slots))
+            self._free.extend((s, b) for s in range(slots))
+        heapq.heapify(self._free)
+        self._backlog: deque[_Sequence] = deque()
+        self._active: dict[int | str, _Sequence] = {}  # correlation ID -> its live sequence
+        self._queued = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0
+        self._reap_at: int | None = None  # next idle check; None while no sequence is live
+
+    # -- intake ---------------------------------------------------------------------------------
+    def enqueue(self, request: InferRequest) -> asyncio.Future[InferResponse]:
+        fut: asyncio.Future[InferResponse] = self._loop.create_future()
+        now = time.monotonic_ns()
+        try:
+            seq = self._sequence_for(request, now)
+        except TritonliteError as exc:
+            fut.set_exception(exc)
+            return fut
+        seq.queue.append(self._pending_cls(request, fut, now))
+        self._queued += 1
+        self._schedule(now)
+        return fut
+
+    def _sequence_for(self, request: InferRequest, now: int) -> _Sequence:
+        name = self._model.name
+        if request.batch_size > 1:
+            raise invalid_arg(f"inference request to model '{name}' must specify batch-size 1 "
+                              "due to requirements of sequence batcher")
+        cid = request.sequence_id
+        if cid == 0 or cid == "":
+            raise invalid_arg(f"inference request to model '{name}' must specify a non-zero or "
+                              "non-empty correlation ID")
+        if isinstance(cid, str) and self._controls.corrid_is_string is False:
+            raise invalid_arg(f"inference request to model '{name}' must specify an unsigned "
+                              "integer correlation ID: its CORRID control is not TYPE_STRING")
+        seq = self._active.get(cid)
+        if seq is None:
+            if not request.sequence_start:
+                raise invalid_arg(f"inference request for sequence {cid} to model '{name}' must "
+                                  "specify the START flag on the first request of the sequence")
+            seq = _Sequence(cid, now)
+            self._active[cid] = seq
+            if self._free:
+                s, b = heapq.heappop(self._free)
+                self._bind(seq, self._batchers[b].slots[s])
+            else:
+                self._backlog.append(seq)
+            if self._reap_at is None:
+                self._reap_at = now + self._idle_ns
+        elif request.sequence_start:
+            log.warning("sequence %s for model '%s' has a conflict. The previous sequence did not "
+                        "end before this sequence start. Previous sequence will be terminated "
+                        "early.", cid, name)
+        seq.last_ns = now
+        if request.sequence_end:
+            # Later requests with this ID start a new sequence (or fail without START).
+            del self._active[cid]
+        return seq
+
+    # -- slots ----------------------------------------------------------------------------------
+    @staticmethod
+    def _bind(seq: _Sequence, slot: _Slot) -> None:
+        seq.slot = slot
+        slot.seq = seq
+
+    def _release(self, seq: _Sequence) -> None:
+        """Free ``seq``'s slot for the oldest backlogged sequence, else for a new one."""
+        slot = seq.slot
+        if slot is None:
+            return
+        seq.slot = None
+        slot.seq = None
+        while self._backlog:
+            nxt = self._backlog.popleft()
+            if nxt.queue:
+                self._bind(nxt, slot)
+                return
+        heapq.heappush(self._free, (slot.index, slot.batcher))
+
+    def _cancel(self, seq: _Sequence) -> None:
+        err = TritonliteError(ErrorCode.CANCELLED,
+                              f"sequence {seq.corr_id} of model '{self._model.name}' was cancelled")
+        while seq.queue:
+            p = seq.queue.popleft()
+            self._queued -= 1
+            if not p.future.done():
+                p.future.set_exception(err)
+        if self._active.get(seq.corr_id) is seq:
+            del self._active[seq.corr_id]
+        self._release(seq)
+
+    def _ready(self, slot: _Slot) -> _Sequence | None:
+        """The slot's sequence if it has a request to run (ending cancelled sequences)."""
+        while slot.seq is not None and slot.seq.queue:
+            seq = slot.seq
+            if not seq.queue[0].future.done():
+                return seq
+            self._cancel(seq)
+        return None
+
+    def _reap(self, now: int) -> None:
+        wait = self._idle_ns
+        for cid, seq in list(self._active.items()):
+            left = seq.last_ns + self._idle_ns - now
+            if left > 0:
+                wait = min(wait, left)
+            elif seq.slot is None:
+                wait = min(wait, _BACKLOG_RECHECK_NS)
+            else:
+                log.debug("sequence %s of model '%s': max sequence idle exceeded", cid,
+                          self._model.name)
+                del self._active[cid]
+                seq.expired = True
+                if not seq.queue:
+                    self._release(seq)
+        self._reap_at = now + max(wait, 1) if self._active else None
+
+    # -- dispatch -------------------------------------------------------------------------------
+    def instance_free(self) -> None:
+        self._schedule()
+
+    def _schedule(self, now: int = 0) -> None:
+        now = now or time.monotonic_ns()
+        idle = self._model.idle
+        for b in self._batchers:
+            if b.running and b.instance in idle:
+                self._finish(b)
+        if self._reap_at is not None and now >= self._reap_at:
+            self._reap(now)
+        wake = self._reap_at if self._reap_at is not None else -1
+        for b in self._batchers:
+            if b.running or b.instance not in idle:
+                continue
+            when = self._dispatch(b, now)
+            if when >= 0 and (wake < 0 or when < wake):
+                wake = when
+        self._arm(wake)
+
+    def _finish(self, b: _Batcher) -> None:
+        for seq, next_state in b.running:
+            if next_state:  # a model that leaves a state out keeps the one it was given
+                seq.state = {**(seq.state or self._initial), **next_state}
+        b.running = []
+
+    def _input_state(self, seq: _Sequence, req: InferRequest) -> State:
+        if req.sequence_start or seq.state is None:
+            return self._initial
+        return seq.state
+
+    def _key(self, seq: _Sequence) -> tuple[Any, ...]:
+        req = seq.queue[0].request
+        state = self._input_state(seq, req)
+        return (tuple(sorted((i.name, i.shape) for i in req.inputs)),
+                tuple(a.shape for a in state.values()))
+
+    def _dispatch(self, b: _Batcher, now: int) -> int:
+        """Run a batch on ``b``'s idle instance if one is due; else when to look again (or -1)."""
+        ready = [(slot.index, seq) for slot in b.slots if (seq := self._ready(slot)) is not None]
+        if not ready:
+            return -1
+        if self._oldest:
+            ready.sort(key=lambda r: r[1].queue[0].enqueue_ns)
+            n = min(len(ready), self._batch_max)
+            take = n
+            if self._delay_ns and n < self._batch_max and n not in self._preferred:
+                oldest = ready[0][1].queue[0].enqueue_ns
+                if now - oldest < self._delay_ns:
+                    smaller = [p for p in self._preferred if p < n]
+                    if not smaller:
+                        return oldest + self._delay_ns
+                    take = smaller[-1]
+            key = self._key(ready[0][1])
+            chosen = [ready[0]]
+            for entry in ready[1:take]:
+                if self._key(entry[1]) != key:
+                    break  # as the dynamic batcher: a batch is a prefix of equal shapes
+                chosen.append(entry)
+            self._run(b, [seq for _, seq in chosen])
+            return -1
+        if self._delay_ns and self._min_util:
+            earliest = min(seq.queue[0].enqueue_ns for _, seq in ready)
+            if (now - earliest <= self._delay_ns
+                    and len(ready) / self._batch_max < self._min_util):
+                return earliest + self._delay_ns + 1
+        key = self._key(ready[0][1])
+        by_slot = {i: seq for i, seq in ready if i == ready[0][0] or self._key(seq) == key}
+        last = max(by_slot)
+        self._run(b, [by_slot.get(i) for i in range(last + 1)])
+        return -1
+
+    def _run(self, b: _Batcher, entries: list[_Sequence | None]) -> None:
+        """Dispatch the front request of each sequence in ``entries`` (None: a null request)."""
+        requests: list[InferRequest | None] = []
+        positions: list[int] = []
+        running: list[tuple[_Sequence, State]] = []
+        batch: list[Pending] = []
+        rep: tuple[InferRequest, int, State] | None = None
+        for seq in entries:
+            if seq is None:
+                requests.append(None)
+                continue
+            p = seq.queue.popleft()
+            self._queued -= 1
+            req = p.request
+            state = self._input_state(seq, req)
+            seq.state = state
+            if rep is None:
+                rep = (req, len(req.inputs), state)
+            self._add_inputs(req, seq.corr_id, state)
+            positions.append(len(requests))
+            requests.append(req)
+            running.append((seq, {}))
+            batch.append(p)
+            if req.sequence_end or (seq.expired and not seq.queue):
+                self._release(seq)
+        assert rep is not None
+        if len(positions) < len(requests):
+            shapes = {n: tuple(a.shape) for n, a in rep[2].items()}
+            null = null_request(rep[0], rep[1], self._controls, self._states, shapes)
+            full = [null if r is None else r for r in requests]
+        else:
+            full = [r for r in requests if r is not None]
+        b.interposer.plan = Plan(full, positions, [st for _, st in running])
+        b.running = running
+        model = self._model
+        model.idle.remove(b.instance)
+        model.run_batch(b.instance, batch)
+
+    def _add_inputs(self, req: InferRequest, corr_id: int | str, state: State) -> None:
+        # Requests of a batch must list their inputs in one order: the backends gather by index.
+        order, tail = self._order, len(self._order)
+        req.inputs.sort(key=lambda i: order.get(i.name, tail))
+        req.inputs += self._controls.tensors(req.sequence_start, req.sequence_end, True, corr_id)
+        for st in self._states:
+            arr = state[st.input_name]
+            req.inputs.append(InferInput(st.input_name, st.wire, tuple(arr.shape), arr))
+
+    # -- timer ----------------------------------------------------------------------------------
+    def _arm(self, when_ns: int) -> None:
+        if when_ns < 0:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            return
+        if self._timer is not None:
+            if self._timer_at <= when_ns:
+                return
+            self._timer.cancel()
+        self._timer_at = when_ns
+        delay = max(0.0, (when_ns - time.monotonic_ns()) / 1e9)
+        self._timer = self._loop.call_later(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._schedule()
+
+    # -- the rest of the contract ------------------------------------------------------------------
+    def inflight(self) -> int:
+        return self._queued + self._model.executing
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._reap_at = None
+        err = unavailable(f"model '{self._model.name}' is unloading")
+        seqs = [s.seq for b in self._batchers for s in b.slots if s.seq is not None]
+        for seq in seqs + list(self._backlog):
+            while seq.queue:
+                p = seq.queue.popleft()
+                if not p.future.done():
+                    p.future.set_exception(err)
+        self._queued = 0
+        self._backlog.clear()
+        self._active.clear()
+
+    def sequences(self) -> dict[int | str, str]:
+        """Live correlation IDs and where each is ("slot <instance>:<index>" or "backlog")."""
+        return {cid: (f"slot {seq.slot.batcher}:{seq.slot.index}" if seq.slot is not None
+                      else "backlog")
+                for cid, seq in self._active.items()}
