@@ -137,8 +137,12 @@ async def serve(options: ServerOptions) -> int:
     server = Server(options)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
+    def on_signal() -> None:
+        server.core.exiting = True  # refuse new work from this loop step on
+        stop.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal)
     try:
         await server.start()
     except (RuntimeError, OSError) as exc:

@@ -126,6 +126,10 @@ def test_sigterm_drains_accepted_requests_and_refuses_new_ones(slow_repo: Path) 
                                         30, "the burst to queue")
                 server.proc.send_signal(signal.SIGTERM)
                 t_signal = time.monotonic()
+                # Signals arrive asynchronously: wait until the server has acted on it (it logs
+                # this line in the same loop step that starts refusing new work).
+                await asyncio.to_thread(_wait, lambda: "signal received" in server.output(),
+                                        30, "the server to take the signal")
                 late = []
                 for _ in range(3):
                     late.append(await _late_request(server.http_url, "slow"))
