@@ -33,7 +33,7 @@ MLP_WIDTH = 1024
 MLP_LAYERS = 4
 MLP_MAX_BATCH = 64
 # Why 500 us: in the server (one ORT intra-op thread, the client on the other core) one MLP
-# sample computes in ~0.6-0.8 ms and a batch of 8 in ~1.5 ms. Under load the delay hardly
+# sample computes in ~0.65-1.0 ms and a batch of 8 in ~1.5 ms. Under load the delay hardly
 # matters: requests pile up while the instance is busy and the batcher takes them all when it
 # frees. It matters when the instance is idle with a partial batch queued: there it costs at most
 # 500 us, less than one sample's compute (the worst case is concurrency 1, where every request

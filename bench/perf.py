@@ -201,7 +201,7 @@ def run_point(binary: Path, point: Point, url: str, settings: Settings, csv_path
         last = [ln for ln in out.strip().splitlines() if ln.strip()][-1:] or ["no output"]
         point.status = f"failed (rc {rc}): {last[0][:120]}"
     elif retried:
-        point.status = (f"ok (retried: {retry.measurement_interval_ms} ms windows, "
+        point.status = (f"ok (retried: {retry.measurement_interval_ms} ms windows; "
                         f"stability {retry.stability_percentage}%)")
     return point, lines
 

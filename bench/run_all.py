@@ -91,8 +91,8 @@ def machine_info(pa: Path) -> dict[str, str]:
 
     def out(cmd: list[str]) -> str:
         try:
-            return subprocess.run(cmd, capture_output=True, text=True, timeout=60,
-                                  cwd=ROOT).stdout.strip()
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=ROOT)
+            return (proc.stdout + proc.stderr).strip()
         except (OSError, subprocess.TimeoutExpired):
             return "?"
 
@@ -202,19 +202,19 @@ def find(points: list[Point], server: str, model: str, proto: str, c: int) -> Po
 def table_points(points: list[Point]) -> list[str]:
     out = ["| server | backend | model | protocol | conc. | infer/s | p50 µs | p99 µs | "
            "avg batch | srv overhead µs | srv queue µs | srv compute in µs | "
-           "srv compute infer µs | srv compute out µs | status |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "srv compute infer µs | srv compute out µs | load 1m | status |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in points:
         if not p.ok:
             out.append(f"| {p.server} | {p.backend} | {p.model} | {p.protocol} | {p.concurrency} "
-                       f"| – | – | – | – | – | – | – | – | – | {p.status} |")
+                       f"| – | – | – | – | – | – | – | – | – | – | {p.status} |")
             continue
         out.append(
             f"| {p.server} | {p.backend} | {p.model} | {p.protocol} | {p.concurrency} | "
             f"{fmt(p.throughput, 1)} | {fmt(p.p50_us)} | {fmt(p.p99_us)} | {p.avg_batch:.2f} | "
             f"{fmt(p.server_overhead_us)} | {fmt(p.server_queue_us)} | "
             f"{fmt(p.server_compute_input_us)} | {fmt(p.server_compute_infer_us)} | "
-            f"{fmt(p.server_compute_output_us)} | {p.status} |")
+            f"{fmt(p.server_compute_output_us)} | {p.loadavg_1m:.1f} | {p.status} |")
     return out
 
 
@@ -310,7 +310,9 @@ def summary_markdown(points: list[Point], machine: dict[str, str], settings: Set
           f"{' '.join(settings.flags())} -f ...` (synchronous client, one thread per request "
           "in flight, batch size 1)", "",
           "Server and perf_analyzer share the same cores; servers ran one at a time. Compare rows "
-          "of this run only.", "",
+          "of this run only. 1-minute load average at the start of the points: "
+          f"{load_range(points)} (on {machine['nproc']} cores; above the core count means other "
+          "work was competing).", "",
           "## Dynamic batching on vs off (MLP)", "", *table_batching(points, protocols), "",
           "## tritonlite vs Triton", "", *table_vs_triton(points, protocols), "",
           "## Server-side overhead at concurrency 1 (add_sub)", "",
@@ -321,6 +323,11 @@ def summary_markdown(points: list[Point], machine: dict[str, str], settings: Set
     if plots:
         md += ["## Plots", "", *(f"![{p.stem}]({p.name})" for p in plots), ""]
     return "\n".join(md)
+
+
+def load_range(points: list[Point]) -> str:
+    loads = [p.loadavg_1m for p in points if p.ok]
+    return f"{min(loads):.1f}–{max(loads):.1f}" if loads else "–"
 
 
 def write_summary_csv(path: Path, points: list[Point]) -> None:
