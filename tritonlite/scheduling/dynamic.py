@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from tritonlite.core.types import InferRequest, InferResponse
 from tritonlite.errors import unavailable
 from tritonlite.scheduling.batcher import REJECT_QUEUE_FULL, BatchQueue, QueuePolicy
+from tritonlite.scheduling.wakeup import Wakeup
 
 if TYPE_CHECKING:
     from tritonlite.core.model import Model, Pending
@@ -46,8 +47,7 @@ class DynamicBatchScheduler:
         self._loop = asyncio.get_running_loop()
         self._slots: dict[int, Pending] = {}
         self._next_slot = 0
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at = 0
+        self._wakeup = Wakeup(self._loop, self._schedule)
         self._shape_keys: dict[tuple[Any, ...], int] = {}
         self._ragged = frozenset(
             t.name for t in model.config.input if t.allow_ragged_batch
@@ -136,25 +136,7 @@ class DynamicBatchScheduler:
         when = now + wait if wait > 0 else -1
         if deadline >= 0 and (when < 0 or deadline + 1 < when):
             when = deadline + 1
-        self._arm(when)
-
-    def _arm(self, when_ns: int) -> None:
-        if when_ns < 0:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-            return
-        if self._timer is not None:
-            if self._timer_at <= when_ns:
-                return
-            self._timer.cancel()
-        self._timer_at = when_ns
-        delay = max(0.0, (when_ns - time.monotonic_ns()) / 1e9)
-        self._timer = self._loop.call_later(delay, self._on_timer)
-
-    def _on_timer(self) -> None:
-        self._timer = None
-        self._schedule()
+        self._wakeup.arm(when)
 
     def _reject(self, slot: int) -> None:
         p = self._slots.pop(slot, None)
@@ -168,9 +150,7 @@ class DynamicBatchScheduler:
         return len(self._slots) + self._model.executing
 
     def stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._wakeup.cancel()
         for slot, p in list(self._slots.items()):
             self._queue.remove(slot)
             if not p.future.done():

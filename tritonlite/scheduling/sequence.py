@@ -40,6 +40,7 @@ from tritonlite.scheduling.sequence_state import (
     load_states,
     null_request,
 )
+from tritonlite.scheduling.wakeup import Wakeup
 
 if TYPE_CHECKING:
     from tritonlite.core.model import Model, ModelInstance, Pending
@@ -125,8 +126,7 @@ class SequenceBatchScheduler:
         self._backlog: deque[_Sequence] = deque()
         self._active: dict[int | str, _Sequence] = {}  # correlation ID -> its live sequence
         self._queued = 0
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at = 0
+        self._wakeup = Wakeup(self._loop, self._schedule)
         self._reap_at: int | None = None  # next idle check; None while no sequence is live
 
     # -- intake ---------------------------------------------------------------------------------
@@ -256,7 +256,7 @@ class SequenceBatchScheduler:
             when = self._dispatch(b, now)
             if when >= 0 and (wake < 0 or when < wake):
                 wake = when
-        self._arm(wake)
+        self._wakeup.arm(wake)
 
     def _finish(self, b: _Batcher) -> None:
         for seq, next_state in b.running:
@@ -358,32 +358,12 @@ class SequenceBatchScheduler:
             req.inputs.append(InferInput(st.input_name, st.wire, tuple(arr.shape), arr))
 
     # -- timer ----------------------------------------------------------------------------------
-    def _arm(self, when_ns: int) -> None:
-        if when_ns < 0:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-            return
-        if self._timer is not None:
-            if self._timer_at <= when_ns:
-                return
-            self._timer.cancel()
-        self._timer_at = when_ns
-        delay = max(0.0, (when_ns - time.monotonic_ns()) / 1e9)
-        self._timer = self._loop.call_later(delay, self._on_timer)
-
-    def _on_timer(self) -> None:
-        self._timer = None
-        self._schedule()
-
     # -- the rest of the contract ------------------------------------------------------------------
     def inflight(self) -> int:
         return self._queued + self._model.executing
 
     def stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._wakeup.cancel()
         self._reap_at = None
         err = unavailable(f"model '{self._model.name}' is unloading")
         seqs = [s.seq for b in self._batchers for s in b.slots if s.seq is not None]
