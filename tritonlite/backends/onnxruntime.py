@@ -185,7 +185,7 @@ class OnnxRuntimeInstance:
             if name in self._bf16_outputs:
                 shape = tuple(value.shape())
                 count = int(np.prod(shape)) if shape else 1
-                raw = (ctypes.c_uint16 * count).from_address(value.data_ptr()) if count else []
+                raw: Any = (ctypes.c_uint16 * count).from_address(value.data_ptr()) if count else []
                 values.append(np.array(raw, dtype=np.uint16).view(_BF16).reshape(shape))
             else:
                 values.append(value.numpy())
