@@ -14,7 +14,9 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 STAMP := $(VENV)/.tritonlite-installed
 DEV_STAMP := $(VENV)/.tritonlite-dev-installed
-NO_TORCH := $(VENV)/no-torch-constraint.txt
+TORCH_PIN := $(VENV)/torch-constraint.txt
+# The PyTorch backend's tests run on this torch (a CPU build where the index offers one).
+TORCH_VERSION ?= 2.13.0
 PA_DIR := .tools/perf_analyzer
 export PERF_ANALYZER := $(CURDIR)/$(PA_DIR)/perf_analyzer
 SERVE_FLAGS ?=
@@ -40,13 +42,13 @@ SHELL := /bin/bash
 
 install: $(STAMP) examples
 
-# torch<0 can never be satisfied: should anything in [test] come to depend on torch, the install
-# fails here instead of quietly downloading a multi-gigabyte build.
+# torch is pinned: a range, or a package asking for torch, would otherwise pull the newest
+# release, a multi-gigabyte CUDA build.
 $(STAMP): $(BUILD_INPUTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q -U pip
-	echo 'torch<0' > $(NO_TORCH)
-	$(PIP) install -q -c $(NO_TORCH) -e '.[test]'
+	echo 'torch==$(TORCH_VERSION)' > $(TORCH_PIN)
+	$(PIP) install -q -c $(TORCH_PIN) -e '.[test]' 'torch==$(TORCH_VERSION)'
 	touch $@
 
 examples: $(STAMP)
@@ -88,7 +90,7 @@ proto: $(STAMP)
 	$(PY) tools/gen_proto.py
 
 $(DEV_STAMP): $(STAMP)
-	$(PIP) install -q -c $(NO_TORCH) -e '.[test,dev]'
+	$(PIP) install -q -c $(TORCH_PIN) -e '.[test,dev]'
 	touch $@
 
 # Lint also fails when the generated protobuf descriptors are stale (regenerate with make proto).

@@ -13,6 +13,10 @@ def create_backend(ctx: ModelContext) -> Backend:
         from tritonlite.backends.onnxruntime import OnnxRuntimeBackend
 
         return OnnxRuntimeBackend(ctx)
+    if name in ("pytorch", "pytorch_libtorch"):
+        from tritonlite.backends.pytorch import PyTorchBackend
+
+        return PyTorchBackend(ctx)
     if name == "python":
         from tritonlite.backends.python import PythonBackend
 
