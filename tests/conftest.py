@@ -225,3 +225,16 @@ def server_factory() -> Iterator[Callable[..., Server]]:
     yield factory
     for s in started:
         s.stop()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``gpu`` skip with the reason "no CUDA device" where there is none."""
+    marked = [item for item in items if item.get_closest_marker("gpu")]
+    if not marked:
+        return
+    from tritonlite.gpu.devices import visible_gpus
+
+    if visible_gpus() == 0:
+        skip = pytest.mark.skip(reason="no CUDA device")
+        for item in marked:
+            item.add_marker(skip)

@@ -101,7 +101,7 @@ def _write_region(shm: SharedMemoryManager, out: RequestedOutput, raw: bytes | m
             f"shared memory size specified with the request for output '{out.name}' "
             f"({ref.byte_size} bytes) should be at least {len(raw)} bytes to hold the results"
         )
-    shm.view(ref.region, ref.offset, len(raw))[:] = raw
+    shm.write(ref.region, ref.offset, raw)
 
 
 class ResponseCache:
@@ -176,7 +176,7 @@ class ResponseCache:
             elif out.shm is not None and out.datatype != "BYTES":
                 dt = datatypes.numpy_dtype(out.datatype)
                 size = datatypes.num_elements(out.shape) * dt.itemsize
-                view = shm.view(out.shm.region, out.shm.offset, size)
+                view = shm.read(out.shm.region, out.shm.offset, size)
                 arr = np.frombuffer(view, dtype=dt).reshape(out.shape).copy()
             else:
                 return False

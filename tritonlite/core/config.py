@@ -307,7 +307,7 @@ def load_model_config(
     auto_complete: bool = True,
     default_max_batch_size: int = 4,
     override_json: str | None = None,
-    gpu_count: int = 0,
+    gpu_count: int | Callable[[str], int] = 0,
     auto_completer: AutoCompleter | None = None,
     model_name: str | None = None,
 ) -> ModelConfig:
@@ -325,7 +325,8 @@ def load_model_config(
     override_json
         The load request's ``config`` JSON; used instead of config.pbtxt.
     gpu_count
-        GPUs usable by the model's backend (see ``normalize``).
+        GPUs usable by the model's backend (see ``normalize``), or a function of the backend
+        name giving it (called once the backend is known).
     auto_completer
         The python backend's auto-complete (``TritonPythonModel.auto_complete_config``):
         called as ``auto_completer(cfg, model_dir)`` after platform resolution when
@@ -380,8 +381,9 @@ def load_model_config(
                 auto_complete_onnx(cfg, read_onnx_io(model_file), default_max_batch_size)
         elif cfg.backend == "python" and auto_completer is not None:
             auto_completer(cfg, model_dir)
-    normalize(cfg, gpu_count=gpu_count)
-    validate(cfg, gpu_count=gpu_count)
+    gpus = gpu_count(cfg.backend) if callable(gpu_count) else gpu_count
+    normalize(cfg, gpu_count=gpus)
+    validate(cfg, gpu_count=gpus)
     return cfg
 
 

@@ -226,4 +226,4 @@ class InferenceCore:
                 f"failed to register CUDA shared memory region '{name}': "
                 f"raw_handle must be 64 bytes, got {len(raw_handle)}"
             )
-        self.shm.register_cuda(name)
+        self.shm.register_cuda(name, raw_handle, device_id, byte_size)

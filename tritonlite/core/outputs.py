@@ -38,8 +38,7 @@ def _write_shm(
             f"shared memory size specified with the request for output '{out.name}' "
             f"({ref.byte_size} bytes) should be at least {len(data)} bytes to hold the results"
         )
-    view = shm.view(ref.region, ref.offset, len(data))
-    view[:] = data
+    shm.write(ref.region, ref.offset, data)
 
 
 def build_response(

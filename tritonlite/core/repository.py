@@ -28,6 +28,7 @@ from tritonlite.core.model import Model, ModelInstance
 from tritonlite.core.shm import SharedMemoryManager
 from tritonlite.core.signature import Signature
 from tritonlite.errors import ErrorCode, TritonliteError, invalid_arg, not_found, unavailable
+from tritonlite.gpu.devices import usable_gpus
 from tritonlite.options import ServerOptions
 
 log = logging.getLogger("tritonlite")
@@ -287,6 +288,7 @@ class ModelRepository:
                 override_json=config_json,
                 auto_completer=python_auto_complete,
                 model_name=name,
+                gpu_count=usable_gpus,
             )
             versions = model_config.select_versions(cfg, model_config.version_dirs(model_dir))
             if not versions:

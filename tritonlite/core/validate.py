@@ -31,7 +31,7 @@ def _dims_match(dims: tuple[int, ...], shape: tuple[int, ...]) -> bool:
 def _resolve_shm(inp: InferInput, shm: SharedMemoryManager, model: str) -> None:
     ref = inp.shm
     assert ref is not None
-    view = shm.view(ref.region, ref.offset, ref.byte_size)
+    view = shm.read(ref.region, ref.offset, ref.byte_size)
     inp.data = datatypes.from_buffer(inp.datatype, inp.shape, view, f"input '{inp.name}'")
 
 
@@ -127,7 +127,7 @@ def prepare(sig: Signature, req: InferRequest, shm: SharedMemoryManager) -> None
                     raise invalid_arg(
                         f"output '{out.name}' can not set both shared memory and classification"
                     )
-                shm.view(out.shm.region, out.shm.offset, out.shm.byte_size)
+                shm.check(out.shm.region, out.shm.offset, out.shm.byte_size)
 
 
 def fill_raw_input(sig: Signature, req: InferRequest) -> None:

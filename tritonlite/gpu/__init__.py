@@ -1,0 +1,1 @@
+"""GPU plumbing behind capability checks: importable, and inert, on machines without CUDA."""
