@@ -19,6 +19,7 @@ import numpy as np
 from tritonlite import kernels
 from tritonlite._proto import pb
 from tritonlite.backends.base import InstanceSpec, ModelContext, Result
+from tritonlite.backends.ort_providers import providers_for
 from tritonlite.core.stats import ExecTiming
 from tritonlite.core.types import InferRequest
 from tritonlite.errors import internal, unavailable
@@ -93,15 +94,12 @@ class OnnxRuntimeInstance:
         pattern = _param(cfg, "enable_mem_pattern")
         if pattern is not None:
             opts.enable_mem_pattern = pattern not in ("0", "false")
-        if spec.kind == "GPU":
-            raise unavailable(
-                f"instance '{spec.name}' of model '{ctx.name}' asks for KIND_GPU, "
-                "but no CUDA execution provider is available on this server"
-            )
+        providers = providers_for(cfg, spec.kind, spec.device_id, ort.get_available_providers())
         path = model_path(ctx)
         try:
             self._session = ort.InferenceSession(
-                str(path), sess_options=opts, providers=["CPUExecutionProvider"]
+                str(path), sess_options=opts, providers=[p for p, _ in providers],
+                provider_options=[o for _, o in providers],
             )
         except Exception as exc:  # ORT raises its own exception types
             raise unavailable(f"failed to load '{path.name}' for model '{ctx.name}': {exc}")
