@@ -17,6 +17,10 @@ def create_backend(ctx: ModelContext) -> Backend:
         from tritonlite.backends.pytorch import PyTorchBackend
 
         return PyTorchBackend(ctx)
+    if name in ("tensorrt", "tensorrt_plan"):
+        from tritonlite.backends.tensorrt import TensorRTBackend
+
+        return TensorRTBackend(ctx)
     if name == "python":
         from tritonlite.backends.python import PythonBackend
 
