@@ -14,6 +14,10 @@ The models (real ONNX graphs from ``tools/onnx_graphs.py``, each with a config.p
 * ``identity_string``: BYTES (TYPE_STRING) OUTPUT0 = INPUT0, dims [-1]; max_batch_size 8.
 * ``mlp``: FP32[1024] -> 4 x (1024 x 1024 MatMul + Add + Relu) -> FP32[1024], weights from a
   fixed seed; max_batch_size 64, ``dynamic_batching { max_queue_delay_microseconds: 100 }``.
+
+Static model trees: every directory ``tools/examples/<name>/`` (a config.pbtxt, ``1/model.py``,
+...) is copied file for file to ``DIR/<name>/`` with the same write-if-changed rule. Files a
+tree does not have are left alone in DIR; dot-files and ``__pycache__`` are not copied.
 """
 
 from __future__ import annotations
@@ -46,7 +50,27 @@ EXAMPLES: dict[str, tuple[Callable[[], onnx.ModelProto], dict[str, object]]] = {
 }
 
 
-def generate(repo: Path) -> list[Path]:
+STATIC_DIR = Path(__file__).resolve().parent / "examples"
+
+
+def static_files(source: Path = STATIC_DIR) -> dict[Path, bytes]:
+    """The files of every static model tree under ``source``, keyed by repository-relative path."""
+    files: dict[Path, bytes] = {}
+    if not source.is_dir():
+        return files
+    for tree in sorted(p for p in source.iterdir() if p.is_dir() and not _skipped(p.name)):
+        for path in sorted(tree.rglob("*")):
+            rel = path.relative_to(source)
+            if path.is_file() and not any(_skipped(part) for part in rel.parts):
+                files[rel] = path.read_bytes()
+    return files
+
+
+def _skipped(name: str) -> bool:
+    return name.startswith(".") or name == "__pycache__" or name.endswith(".pyc")
+
+
+def generate(repo: Path, static_source: Path = STATIC_DIR) -> list[Path]:
     """Bring the example models in ``repo`` up to date; returns the files it (re)wrote."""
     written: list[Path] = []
     for name, (build, config) in EXAMPLES.items():
@@ -55,6 +79,9 @@ def generate(repo: Path) -> list[Path]:
         for rel, data in model_files(name, model, text).items():
             if write_if_changed(repo / rel, data):
                 written.append(rel)
+    for rel, data in static_files(static_source).items():
+        if write_if_changed(repo / rel, data):
+            written.append(rel)
     return written
 
 
