@@ -123,6 +123,17 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
     _model(repo, "gpu_kind", Identity, "max_batch_size: 0\n"
            + _io("input", "INPUT__0", "TYPE_FP32", "2") + _io("output", "OUTPUT__0", "TYPE_FP32", "2")
            + "instance_group [ { kind: KIND_GPU gpus: [ 0 ] } ]\n")
+    # a torch.export program with a dynamic batch dimension
+    (repo / "exported" / "1").mkdir(parents=True)
+    x = torch.ones(2, 4)
+    batch = torch.export.Dim("batch", min=1, max=8)
+    program = torch.export.export(AddSub(), (x, x.clone()), dynamic_shapes=({0: batch}, {0: batch}))
+    torch.export.save(program, str(repo / "exported" / "1" / "model.pt2"))
+    (repo / "exported" / "config.pbtxt").write_text(
+        'platform: "pytorch_libtorch"\ndefault_model_filename: "model.pt2"\nmax_batch_size: 8\n'
+        "dynamic_batching { }\n" + _io("input", "a", "TYPE_FP32", "4")
+        + _io("input", "b", "TYPE_FP32", "4") + _io("output", "OUTPUT__0", "TYPE_FP32", "4")
+        + _io("output", "OUTPUT__1", "TYPE_FP32", "4"))
     s = start_server(repo, "--exit-on-error=false")
     yield s
     s.stop()
@@ -147,6 +158,14 @@ def test_add_sub_named_index(server: Any, mod: Any) -> None:
     a = np.arange(8, dtype=np.float32).reshape(2, 4)
     b = np.full((2, 4), 2.0, dtype=np.float32)
     res = _infer(client, mod, "add_sub_pt", {"INPUT__0": a, "INPUT__1": b}, "FP32")
+    np.testing.assert_array_equal(res.as_numpy("OUTPUT__0"), a + b)
+    np.testing.assert_array_equal(res.as_numpy("OUTPUT__1"), a - b)
+
+
+def test_torch_export_program(server: Any) -> None:
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    b = np.full((3, 4), 0.5, dtype=np.float32)
+    res = _infer(http(server), httpclient, "exported", {"b": b, "a": a}, "FP32")
     np.testing.assert_array_equal(res.as_numpy("OUTPUT__0"), a + b)
     np.testing.assert_array_equal(res.as_numpy("OUTPUT__1"), a - b)
 

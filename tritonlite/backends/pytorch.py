@@ -1,5 +1,10 @@
 """PyTorch backend (``pytorch_libtorch``): TorchScript ``model.pt`` files, one module per instance.
 
+A ``default_model_filename`` ending in ``.pt2`` is a ``torch.export.save`` program instead: it is
+loaded with ``torch.export.load`` and called the same way (inputs by ``forward``'s argument names,
+``<name>__<index>`` or config order; export with a dynamic batch dimension to batch it).
+AOTInductor packages are not supported (they fail to load with torch's message).
+
 Triton's PyTorch backend semantics (``pytorch_io`` holds the naming rules): inputs by forward
 argument name, ``<name>__<index>`` or config order, a single ``Dict[str, Tensor]`` argument by
 name; outputs by index into the returned tensor / tuple / list; TYPE_STRING as ``List[str]``
@@ -19,6 +24,7 @@ UNAVAILABLE naming the missing package; a KIND_GPU instance without a CUDA devic
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from typing import Any
@@ -87,7 +93,11 @@ def _kind(type_: Any) -> str:
 
 
 def forward_arguments(module: Any) -> list[io.Argument]:
-    """``forward``'s parameters after ``self`` of a loaded TorchScript module."""
+    """``forward``'s parameters after ``self`` of a loaded TorchScript or exported module."""
+    if not hasattr(module, "_c"):  # torch.export: plain Python signature, tensors only
+        params = inspect.signature(module.forward).parameters.values()
+        return [io.Argument(p.name, "Tensor") for p in params
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     schema = module._c._get_method("forward").schema
     args = list(schema.arguments)
     if args and _kind(args[0].type) == "Class":
@@ -141,10 +151,15 @@ class PyTorchInstance:
             self._stream = None
         self.thread_agnostic = self._stream is None  # a CPU module runs on any thread
         try:
-            self._module = torch.jit.load(str(backend.path), map_location=self._device)
+            if backend.path.suffix == ".pt2":
+                self._module = _load_exported(torch, backend.path, self._device)
+            else:
+                self._module = torch.jit.load(str(backend.path), map_location=self._device)
+                self._module.eval()
+        except TritonliteError:
+            raise
         except Exception as exc:  # torch raises its own error types
             raise internal(f"failed to load model '{ctx.name}': {exc}") from None
-        self._module.eval()
         layout = backend.layout(self._module)
         self._layout = layout
         self._outputs = backend.outputs
@@ -295,6 +310,13 @@ class PyTorchInstance:
         self._staging.close()
 
 
+def _load_exported(torch: Any, path: Any, device: Any) -> Any:
+    """A ``torch.export.save`` program (``.pt2``), as a callable module on ``device``."""
+    program = torch.export.load(str(path))
+    module = program.module()
+    return module.to(device)
+
+
 class _NoStream:
     def __enter__(self) -> None:
         return None
@@ -308,10 +330,6 @@ class PyTorchBackend:
         cfg = ctx.config
         self.ctx = ctx
         self.path = ctx.version_dir / (cfg.default_model_filename or "model.pt")
-        if self.path.suffix == ".pt2":
-            raise unavailable(f"model '{ctx.name}': '{self.path.name}' (a torch.export / "
-                              "AOTInductor package) is not supported by this server; serve a "
-                              "TorchScript model.pt")
         if not self.path.is_file():
             raise unavailable(f"unable to find '{self.path}' for model '{ctx.name}' version "
                               f"{ctx.version}")
