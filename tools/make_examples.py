@@ -17,7 +17,8 @@ The models (real ONNX graphs from ``tools/onnx_graphs.py``, each with a config.p
 
 Static model trees: every directory ``tools/examples/<name>/`` (a config.pbtxt, ``1/model.py``,
 ...) is copied file for file to ``DIR/<name>/`` with the same write-if-changed rule. Files a
-tree does not have are left alone in DIR; dot-files and ``__pycache__`` are not copied.
+tree does not have are left alone in DIR; dot-files and ``__pycache__`` are not copied, but
+every directory is made (an ensemble's version directory is empty: a ``.gitkeep`` keeps it).
 """
 
 from __future__ import annotations
@@ -66,6 +67,14 @@ def static_files(source: Path = STATIC_DIR) -> dict[Path, bytes]:
     return files
 
 
+def static_dirs(source: Path = STATIC_DIR) -> list[Path]:
+    """Every directory of the static model trees (git keeps an empty one by a dot-file)."""
+    if not source.is_dir():
+        return []
+    return [p.relative_to(source) for p in sorted(source.rglob("*"))
+            if p.is_dir() and not any(_skipped(part) for part in p.relative_to(source).parts)]
+
+
 def _skipped(name: str) -> bool:
     return name.startswith(".") or name == "__pycache__" or name.endswith(".pyc")
 
@@ -82,6 +91,8 @@ def generate(repo: Path, static_source: Path = STATIC_DIR) -> list[Path]:
     for rel, data in static_files(static_source).items():
         if write_if_changed(repo / rel, data):
             written.append(rel)
+    for rel in static_dirs(static_source):  # e.g. an ensemble's empty version directory
+        (repo / rel).mkdir(parents=True, exist_ok=True)
     return written
 
 

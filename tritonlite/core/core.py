@@ -6,8 +6,10 @@ messages) or raises TritonliteError. Front ends hold no behaviour of their own.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import tritonlite
@@ -18,6 +20,7 @@ from tritonlite.core.cache import ResponseCache
 from tritonlite.core.repository import ModelRepository, control_error, decode_override_file
 from tritonlite.core.settings import LogSettings, TraceSettings
 from tritonlite.core.shm import SharedMemoryManager
+from tritonlite.core.stream import ResponseStream, StreamResponse, is_decoupled
 from tritonlite.core.types import InferRequest, InferResponse
 from tritonlite.errors import ErrorCode, TritonliteError, invalid_arg, unavailable, unsupported
 from tritonlite.options import ServerOptions
@@ -39,6 +42,10 @@ EXTENSIONS = (
     "trace",
     "logging",
 )
+
+
+# What ``infer`` says for a decoupled model; each front end names itself as Triton does.
+DECOUPLED_REFUSAL = "Inference doesn't support models with decoupled transaction policy"
 
 
 def parse_version(text: str) -> int:
@@ -148,11 +155,14 @@ class InferenceCore:
         return model_config.render_json_bytes(self.model_config(name, version))
 
     # -- inference ------------------------------------------------------------------------------
-    async def infer(self, request: InferRequest) -> InferResponse:
+    async def infer(self, request: InferRequest,
+                    decoupled_message: str = DECOUPLED_REFUSAL) -> InferResponse:
         if self.exiting:
             raise unavailable("Server is exiting")
         request.arrival_ns = time.monotonic_ns()
         model = self.repository.get(request.model_name, request.model_version)
+        if is_decoupled(model):
+            raise unsupported(decoupled_message)
         # A request that fails validation never reaches the model: Triton leaves it out of
         # the model's statistics.
         if request.raw_input is not None:
@@ -161,6 +171,59 @@ class InferenceCore:
         if self.cache is not None and model.response_cache:
             return await self.cache.infer(model, request, self.shm)
         return await model.scheduler.enqueue(request)
+
+    async def infer_stream(self, request: InferRequest) -> AsyncIterator[StreamResponse]:
+        """Run one request of any model; yields its responses as they come (``StreamResponse``).
+
+        Contract, for every model:
+
+        - the last item has ``final`` True and no other does; nothing follows it;
+        - errors never raise out of the iterator: a request that cannot run (unknown model,
+          bad inputs, queue full, a failed execution) yields one error item, ``final`` True;
+          a decoupled model's error response is an error item, final or not as it was sent;
+        - a model that ends its request without a last response (a flags-only final) yields
+          ``StreamResponse(None, None, final=True)``: the front end decides whether the client
+          sees an empty response (gRPC's ``triton_enable_empty_final_response``) or nothing;
+        - a non-decoupled model yields exactly one item: its response or its error, ``final``;
+          such a request is traced as ``infer`` traces it (``request.trace``, once set, is the
+          caller's to release);
+        - closing the iterator early (``aclose``, or cancelling the task iterating it) cancels
+          the request: a queued one never runs, a running decoupled one sees
+          ``is_cancelled()`` and whatever it sends afterwards is dropped.
+
+        Statistics are kept as for ``infer``: a request counts once, when its execution ends
+        (for a decoupled model, when ``execute`` returns, whatever it sends later).
+        """
+        try:
+            if self.exiting:
+                raise unavailable("Server is exiting")
+            model = self.repository.get(request.model_name, request.model_version)
+            if not is_decoupled(model):
+                response = await self.infer(request)
+                yield StreamResponse(response, None, True)
+                return
+            request.arrival_ns = time.monotonic_ns()
+            if request.raw_input is not None:
+                validate.fill_raw_input(model.signature, request)
+            validate.prepare(model.signature, request, self.shm)
+        except TritonliteError as exc:
+            yield StreamResponse(None, exc, True)
+            return
+        stream = ResponseStream(asyncio.get_running_loop(), model, request)
+        request.responder = stream
+        fut = model.scheduler.enqueue(request)
+        fut.add_done_callback(stream.executed)
+        finished = False
+        try:
+            while not finished:
+                item = await stream.get()
+                finished = item.final
+                yield item
+        finally:
+            if not finished:
+                stream.cancel()
+                if not fut.done():
+                    fut.cancel()  # a queued request is skipped; a running one runs on
 
     # -- statistics -------------------------------------------------------------------------------
     def statistics(self, name: str = "", version: int = -1) -> dict[str, Any]:

@@ -7,9 +7,12 @@ bytes (no copies). BYTES tensors are object arrays of ``bytes``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from tritonlite.core.stream import ResponseStream
 
 Params = dict[str, Any]  # values: bool | int | float | str
 
@@ -62,6 +65,8 @@ class InferRequest:
     # Set by the core: when the request arrived (monotonic ns) and its batch size (1 if unbatched).
     arrival_ns: int = 0
     batch_size: int = 1
+    # Set by the core for a request of a decoupled model: where its responses go (core/stream.py)
+    responder: ResponseStream | None = None
 
     def input(self, name: str) -> InferInput | None:
         for inp in self.inputs:

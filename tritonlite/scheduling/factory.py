@@ -13,6 +13,10 @@ if TYPE_CHECKING:
 
 def make_scheduler(model: Model) -> Scheduler:
     cfg = model.config
+    if cfg.HasField("ensemble_scheduling"):
+        from tritonlite.core.ensemble import EnsembleScheduler
+
+        return EnsembleScheduler(model)
     if cfg.HasField("sequence_batching"):
         from tritonlite.scheduling.sequence import SequenceBatchScheduler
 

@@ -1,0 +1,98 @@
+"""An ensemble config checked against its composing models' configs (Triton's
+``ValidateEnsembleConfig``), with Triton's messages.
+
+``validate_ensemble`` in ``config`` checks the ensemble config alone (steps, data flow); this
+runs at load once the composing models are loaded: every step maps existing inputs and outputs
+of its model, every required model input is mapped exactly once, an ensemble tensor keeps one
+datatype and a compatible shape wherever it appears, and the ensemble's max_batch_size fits
+every batching composing model. Raises ``TritonliteError`` (INVALID_ARG).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tritonlite._proto import pb
+from tritonlite.errors import invalid_arg
+
+
+@dataclass(frozen=True, slots=True)
+class _Node:
+    model: str
+    data_type: int
+    dims: tuple[int, ...]
+    full_dims: tuple[int, ...]  # with -1 for the batch dim of a batching model
+
+
+def _node(model: str, batching: bool, data_type: int, dims: Any) -> _Node:
+    d = tuple(int(x) for x in dims)
+    return _Node(model, data_type, d, ((-1,) + d) if batching else d)
+
+
+def _dims_str(dims: tuple[int, ...]) -> str:
+    return "[" + ",".join(str(d) for d in dims) + "]"
+
+
+def _compatible(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    return len(a) == len(b) and all(x == -1 or y == -1 or x == y for x, y in zip(a, b))
+
+
+def _consistent(lhs: _Node, rhs: _Node, prefix: str) -> None:
+    if lhs.data_type != rhs.data_type:
+        lt = pb.DataType.Name(lhs.data_type)
+        rt = pb.DataType.Name(rhs.data_type)
+        raise invalid_arg(f"{prefix}inconsistent data type: {lt} is inferred from model "
+                          f"{lhs.model} while {rt} is inferred from model {rhs.model}")
+    if not _compatible(lhs.dims, rhs.dims) and not _compatible(lhs.full_dims, rhs.full_dims):
+        raise invalid_arg(
+            f"{prefix}inconsistent shape: {_dims_str(lhs.full_dims)} is inferred from model "
+            f"{lhs.model} while {_dims_str(rhs.full_dims)} is inferred from model {rhs.model}")
+
+
+def validate_composing(cfg: Any, configs: dict[str, Any]) -> None:
+    """Check ensemble ``cfg`` against ``configs`` (composing model name -> its loaded config)."""
+    name = cfg.name
+    batching = cfg.max_batch_size > 0
+    tensors: dict[str, _Node] = {}
+    for io in list(cfg.input) + list(cfg.output):
+        dims = io.reshape.shape if io.HasField("reshape") else io.dims
+        tensors.setdefault(io.name, _node(name, batching, io.data_type, dims))
+    for step in cfg.ensemble_scheduling.step:
+        model = step.model_name
+        mc = configs[model]
+        if mc.max_batch_size != 0 and mc.max_batch_size < cfg.max_batch_size:
+            raise invalid_arg(
+                f"ensemble {name} allows maximum batch size {cfg.max_batch_size}, but it "
+                f"contains model {model} which only allows maximum batch size to be "
+                f"{mc.max_batch_size}")
+        step_batching = mc.max_batch_size > 0
+        inputs = {i.name: i for i in mc.input}
+        for model_input, tensor in sorted(step.input_map.items()):
+            if model_input not in inputs:
+                raise invalid_arg(f"in ensemble {name}, ensemble tensor {tensor} is mapping to "
+                                  f"non-existing input {model_input} in model {model}")
+        for io in mc.input:
+            tensor = step.input_map.get(io.name)
+            if tensor is None:
+                if io.optional:
+                    continue
+                raise invalid_arg(f"in ensemble {name}, input {io.name} in model {model} is "
+                                  "not mapped to any ensemble tensors")
+            _merge(tensors, tensor, _node(model, step_batching, io.data_type, io.dims), name)
+        outputs = {o.name: o for o in mc.output}
+        for model_output, tensor in sorted(step.output_map.items()):
+            if model_output not in outputs:
+                raise invalid_arg(f"in ensemble {name}, ensemble tensor {tensor} is mapped from "
+                                  f"non-existing output {model_output} in model {model}")
+        for model_output, tensor in sorted(step.output_map.items()):
+            o = outputs[model_output]
+            _merge(tensors, tensor, _node(model, step_batching, o.data_type, o.dims), name)
+
+
+def _merge(tensors: dict[str, _Node], tensor: str, node: _Node, ensemble: str) -> None:
+    known = tensors.get(tensor)
+    if known is None:
+        tensors[tensor] = node
+    else:
+        _consistent(known, node, f"in ensemble {ensemble}, ensemble tensor {tensor}: ")
