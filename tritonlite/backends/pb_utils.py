@@ -13,9 +13,11 @@ Tensors are numpy arrays in this process, so there are no shared-memory copies: 
 because Triton hands models writable arrays), and an output array is encoded after ``execute``
 returns, so a model must not change it afterwards. Only CPU tensors exist here.
 
-Not supported yet (each raises ``TritonModelException`` with ``code`` UNSUPPORTED, which the
-backend reports as UNSUPPORTED): BLS (``InferenceRequest.exec`` / ``async_exec``,
-``load_model``, ``unload_model``, ``is_model_ready``) and decoupled response senders.
+BLS (``InferenceRequest.exec`` / ``async_exec``) runs in this process through the server's core
+(``backends/bls.py``); ``load_model``, ``unload_model`` and ``is_model_ready`` call the core's
+model management, under the server's model-control mode. Unlike Triton, BLS also works from
+``initialize``, and BLS requests take ``parameters`` as a JSON object string too, with float
+values.
 ``MetricFamily`` metrics work in memory but are not exported on ``/metrics`` yet.
 """
 
@@ -452,43 +454,88 @@ class InferenceResponse:
         return self._parameters_json
 
 
+def _never() -> bool:
+    return False
+
+
 class InferenceResponseSender:
-    """``request.get_response_sender()``; a non-decoupled model may send exactly one response,
-    with the FINAL flag, instead of returning it from execute."""
+    """``request.get_response_sender()``: ``send(response=None, flags=0)``.
 
-    __slots__ = ("_decoupled", "_closed", "response")
+    Triton's rules and messages: ``flags`` is 0 or ``TRITONSERVER_RESPONSE_COMPLETE_FINAL``;
+    flags 0 needs a response; nothing may be sent after the FINAL flag. A decoupled model's
+    sender may be called any number of times, from any thread, during or after ``execute``;
+    each call is delivered at once, in call order (``deliver(response or None, final)``,
+    installed by the backend). A non-decoupled model may send exactly one response (then,
+    optionally, a flags-only FINAL) instead of returning it from ``execute``; it is kept in
+    ``response`` for the backend. ``is_cancelled()`` is True once the client cancelled the
+    request or went away (streams only).
+    """
 
-    def __init__(self, decoupled: bool = False) -> None:
+    __slots__ = ("_decoupled", "_closed", "_sent", "_lock", "_deliver", "_cancelled",
+                 "response")
+
+    def __init__(self, decoupled: bool = False,
+                 deliver: Callable[[InferenceResponse | None, bool], None] | None = None,
+                 cancelled: Callable[[], bool] = _never) -> None:
         self._decoupled = decoupled
         self._closed = False
+        self._sent = 0
+        self._lock = threading.Lock()
+        self._deliver = deliver
+        self._cancelled = cancelled
         self.response: InferenceResponse | None = None
 
     def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
-        if self._decoupled:
-            raise _unsupported("sending responses of a decoupled model")
-        if self._closed:
-            raise TritonModelException(
-                "Unable to send response. Non-decoupled model cannot send more than one "
-                "response.")
-        if response is None or not flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
-            raise TritonModelException(
-                "Unable to send response. Non-decoupled model must send its one response "
-                "together with the flag TRITONSERVER_RESPONSE_COMPLETE_FINAL.")
-        if not isinstance(response, InferenceResponse):
+        if flags != TRITONSERVER_RESPONSE_COMPLETE_FINAL and flags != 0:
+            raise TritonModelException("Unable to send response. Unsupported flag provided.")
+        if flags == 0 and response is None:
+            raise TritonModelException("Inference Response object must be provided when the "
+                                       "response flags is set to zero.")
+        if response is not None and not isinstance(response, InferenceResponse):
             raise TypeError(f"send(): expected a pb_utils.InferenceResponse, got {type(response)}")
-        self.response = response
-        self._closed = True
+        final = flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        with self._lock:
+            if not self._decoupled:
+                if response is not None and self._sent > 0:
+                    raise TritonModelException("Unable to send response. Non-decoupled model "
+                                               "cannot send more than one response.")
+                if response is None and self._sent == 0:
+                    raise TritonModelException("Unable to send response. Non-decoupled model "
+                                               "cannot send complete final before sending a "
+                                               "response.")
+            if self._closed:
+                raise TritonModelException(
+                    "Unable to send response. Response sender has been closed.")
+            self._closed = final
+            self._sent += 1
+            if self._deliver is None:
+                if response is not None:
+                    self.response = response
+                return
+            # Under the lock, so that deliveries keep the order of the calls.
+            self._deliver(response, final)
 
     def is_cancelled(self) -> bool:
-        return False
+        return self._cancelled()
+
+    def _close(self) -> bool:
+        """Refuse further sends (the execution failed); True if it was still open."""
+        with self._lock:
+            was_open = not self._closed
+            self._closed = True
+            return was_open
 
 
 class InferenceRequest:
-    """A request the model executes, or (BLS, not supported yet) one it would send.
+    """A request the model executes, or (BLS) one it sends to another model with ``exec``.
 
     The BLS form is ``InferenceRequest(model_name=..., inputs=[...], requested_output_names=[...],
     model_version=-1, request_id="", correlation_id=0, flags=0, timeout=0, preferred_memory=...,
-    trace=..., parameters=None)``.
+    trace=..., parameters=None)``: ``inputs`` a list of ``Tensor``, ``requested_output_names``
+    a list of str (empty: every output), ``correlation_id`` an unsigned int or a str, ``flags``
+    the SEQUENCE_START / SEQUENCE_END bits, ``timeout`` in microseconds (0: none),
+    ``parameters`` a dict of bool/int/float/str values (or its JSON string). Outputs always
+    arrive in CPU memory, whatever ``preferred_memory`` asks for.
     """
 
     __slots__ = ("_id", "_correlation_id", "_inputs", "_requested", "_model_name",
@@ -507,11 +554,19 @@ class InferenceRequest:
                             "'model_name' are required")
         if isinstance(correlation_id, bool) or not isinstance(correlation_id, (int, str)):
             raise TritonModelException("Correlation ID must be integer or string")
-        self._parameters = _parameters_json(parameters)
+        tensors, names = _bls_arguments(inputs, requested_output_names, locals())
+        if isinstance(correlation_id, int) and not 0 <= correlation_id < 1 << 64:
+            raise TritonModelException(
+                f"Correlation ID must be an unsigned 64-bit integer or a string, got "
+                f"{correlation_id}")
+        if preferred_memory is not None and not isinstance(preferred_memory, PreferredMemory):
+            raise TypeError(f"InferenceRequest(): 'preferred_memory' must be a "
+                            f"pb_utils.PreferredMemory, got {type(preferred_memory)}")
+        self._parameters = _bls_parameters_json(parameters)
         self._id = request_id
         self._correlation_id: int | str = correlation_id
-        self._inputs: list[Tensor] | None = list(inputs)
-        self._requested = set(requested_output_names)
+        self._inputs: list[Tensor] | None = tensors
+        self._requested = names
         self._model_name = model_name
         self._model_version = model_version
         self._flags = flags
@@ -580,28 +635,121 @@ class InferenceRequest:
         return self._sender
 
     def is_cancelled(self) -> bool:
-        return False
+        return self._sender.is_cancelled()
 
     def set_release_flags(self, flags: int) -> None:
         self._release_flags = flags
 
     def exec(self, decoupled: bool = False) -> Any:
-        raise _unsupported("BLS (InferenceRequest.exec)")
+        """Run this request on ``model_name`` and wait: an ``InferenceResponse`` (errors in it,
+        never raised) or, with ``decoupled``, an iterator of them."""
+        from tritonlite.backends import bls
+
+        return bls.execute(self, bool(decoupled))
 
     def async_exec(self, decoupled: bool = False) -> Any:
-        raise _unsupported("BLS (InferenceRequest.async_exec)")
+        """``exec`` without blocking: an awaitable, from a running (``async def execute``) loop."""
+        from tritonlite.backends import bls
+
+        return bls.execute_async(self, bool(decoupled))
+
+
+def _bls_arguments(inputs: Any, requested: Any,
+                   args: dict[str, Any]) -> tuple[list[Tensor], set[str]]:
+    """Type checks of the BLS constructor (pybind's in Triton: TypeError, as there)."""
+    tensors = list(inputs) if isinstance(inputs, (list, tuple)) else None
+    if tensors is None or not all(isinstance(t, Tensor) for t in tensors):
+        raise TypeError("InferenceRequest(): 'inputs' must be a list of pb_utils.Tensor")
+    if (not isinstance(requested, (list, tuple, set, frozenset))
+            or not all(isinstance(n, str) for n in requested)):
+        raise TypeError("InferenceRequest(): 'requested_output_names' must be a list of str")
+    checks = (("request_id", str), ("model_name", str), ("model_version", int), ("flags", int),
+              ("timeout", int))
+    for key, kind in checks:
+        value = args[key]
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise TypeError(f"InferenceRequest(): '{key}' must be {kind.__name__}, got "
+                            f"{type(value)}")
+    for key in ("flags", "timeout"):
+        if args[key] < 0:
+            raise TypeError(f"InferenceRequest(): '{key}' must not be negative, got {args[key]}")
+    return tensors, set(requested)
+
+
+def _bls_parameters_json(parameters: Any) -> str:
+    if isinstance(parameters, str):
+        try:
+            parameters = json.loads(parameters)
+        except ValueError as exc:
+            raise TritonModelException(f"parameters is not valid JSON: {exc}") from None
+        if not isinstance(parameters, dict):
+            raise TritonModelException("parameters must be a JSON object")
+    return _parameters_json(parameters)
+
+
+def _instance_name() -> str:
+    """The calling model instance (its thread is named after it; ``-asyncio``: its own loop)."""
+    return threading.current_thread().name.removesuffix("-asyncio")
+
+
+def _manage(what: str, factory: Callable[[Any], Any]) -> Any:
+    from tritonlite.core import inprocess
+    from tritonlite.errors import TritonliteError
+
+    if inprocess.is_loop_thread():
+        raise TritonModelException(f"{what}: not allowed on the server's event loop thread")
+    try:
+        return inprocess.call(factory)
+    except TritonliteError as exc:
+        raise TritonModelException(
+            f"{what}: Failed to process the request for model '{_instance_name()}', message: "
+            f"{exc.message}") from None
 
 
 def load_model(model_name: str, config: str = "", files: dict[str, bytes] | None = None) -> None:
-    raise _unsupported("Model management from a Python model (load_model)")
+    """Load (or reload) ``model_name``, optionally with a JSON ``config`` and ``files``
+    (``{"file:<version>/<name>": bytes}``); needs ``--model-control-mode=explicit``."""
+    if not isinstance(model_name, str) or not isinstance(config, str):
+        raise TypeError("load_model(): 'model_name' and 'config' must be str")
+    params: dict[str, Any] = {"config": config} if config else {}
+    for key, content in (files or {}).items():
+        if not isinstance(key, str) or not key.startswith("file:"):
+            raise TritonModelException(
+                f"Failed to load model: file keys must start with 'file:', got {key!r}")
+        if not isinstance(content, (bytes, bytearray)):
+            raise TypeError(f"load_model(): the content of {key!r} must be bytes")
+        params[key] = bytes(content)
+    _manage("Failed to load model", lambda core: core.load_model(model_name, params))
 
 
 def unload_model(model_name: str, unload_dependents: bool = False) -> None:
-    raise _unsupported("Model management from a Python model (unload_model)")
+    """Unload ``model_name`` (and, if asked, its dependents); needs explicit model control."""
+    if not isinstance(model_name, str):
+        raise TypeError("unload_model(): 'model_name' must be str")
+    _manage("Failed to unload model",
+            lambda core: core.unload_model(model_name, bool(unload_dependents)))
 
 
 def is_model_ready(model_name: str, model_version: str = "") -> bool:
-    raise _unsupported("Model management from a Python model (is_model_ready)")
+    """Whether ``model_name`` (``model_version``; "" lets the server pick) is ready; False
+    for a model the server does not know."""
+    if not isinstance(model_name, str) or not isinstance(model_version, str):
+        raise TypeError("is_model_ready(): 'model_name' and 'model_version' must be str")
+    if model_version != "" and not (model_version.isdigit() and int(model_version) > 0):
+        raise TritonModelException(
+            f"Failed to check model readiness: Failed to process the request for model "
+            f"'{_instance_name()}', message: failed to get model version from specified "
+            f"version string '{model_version}' (details: stol), version should be an integral "
+            "value > 0")
+    version = int(model_version) if model_version else -1
+
+    async def ready(core: Any) -> bool:
+        try:
+            return bool(core.model_ready(model_name, version))
+        except Exception:
+            return False
+
+    return bool(_manage("Failed to check model readiness", ready))
 
 
 # -- logging ------------------------------------------------------------------------------------

@@ -15,8 +15,17 @@ whole batch with ``Failed to process the request(s) for model '<instance>', mess
 the client did not request are dropped and requested ones the model did not return are left out;
 response parameters go into the response.
 
-UNSUPPORTED (load fails with a clear message): decoupled models, request rescheduling,
-``EXECUTION_ENV_PATH`` environments; BLS calls fail their batch with UNSUPPORTED.
+Decoupled models (``model_transaction_policy { decoupled: true }``) answer through
+``request.get_response_sender()``: each ``send`` goes straight to the request's
+``ResponseStream`` (core/stream.py), from ``execute`` or from any thread after it returns;
+``execute`` must return None (Triton's check and message). An ``async def execute`` of a
+decoupled model runs in the background on the instance's event loop, so the instance takes its
+next batch at once, as in Triton. When a decoupled execute fails, every request not yet
+finished gets the error as its final response and its sender is closed; an async one that
+fails does the same (Triton only logs it, leaving such requests open).
+
+UNSUPPORTED: request rescheduling (its request fails), ``EXECUTION_ENV_PATH`` environments
+(load fails with a clear message); BLS calls fail their batch with UNSUPPORTED.
 """
 
 from __future__ import annotations
@@ -56,9 +65,7 @@ class PythonBackend:
     def __init__(self, ctx: ModelContext) -> None:
         cfg = ctx.config
         name = ctx.name
-        if cfg.HasField("model_transaction_policy") and cfg.model_transaction_policy.decoupled:
-            raise unsupported(f"python model '{name}' is decoupled (model_transaction_policy "
-                              "{ decoupled: true }): decoupled models are not supported yet")
+        self.decoupled = bool(cfg.model_transaction_policy.decoupled)
         if "EXECUTION_ENV_PATH" in cfg.parameters:
             raise unsupported(
                 f"python model '{name}' sets EXECUTION_ENV_PATH: custom execution environments "
@@ -142,6 +149,10 @@ class PythonInstance:
                      r, default_outputs if r.outputs is None else [o.name for o in r.outputs],
                      ctx.name, ctx.version)
                  for r in requests]
+        decoupled = self._backend.decoupled
+        if decoupled:
+            for pb_req, core_req in zip(batch, requests):
+                pb_req._sender = _decoupled_sender(core_req)
         timing.input_end_ns = time.monotonic_ns()
         try:
             fn = getattr(self._model, "execute", None)
@@ -149,6 +160,14 @@ class PythonInstance:
                 raise _BatchError(f"Python model {self._backend.path} does not implement "
                                   "`execute` method.")
             ret = fn(batch)
+            if decoupled:
+                if inspect.iscoroutine(ret):
+                    self._run_in_background(ret, batch, requests)
+                elif ret is not None:
+                    raise _BatchError(f"Python model '{self._name}' is using the decoupled "
+                                      "mode and the execute function must return None.")
+                timing.infer_end_ns = time.monotonic_ns()
+                return [_STREAMED] * len(requests)
             if inspect.iscoroutine(ret):
                 ret = self._run_coroutine(ret)
             timing.infer_end_ns = time.monotonic_ns()
@@ -157,9 +176,32 @@ class PythonInstance:
             timing.infer_end_ns = timing.infer_end_ns or time.monotonic_ns()
             err = self._failure(exc)
             log.error("%s", err.message)
+            if decoupled:
+                # The core ends each request still open with ``err``; no more sends after it.
+                for pb_req in batch:
+                    pb_req.get_response_sender()._close()
             return [err] * len(requests)
         finally:
             python_loader.sweep()
+
+    def _run_in_background(self, coro: Any, batch: list[pb_utils.InferenceRequest],
+                           requests: list[InferRequest]) -> None:
+        """A decoupled ``async def execute``: not awaited; a failure ends the open requests."""
+        fut = asyncio.run_coroutine_threadsafe(coro, self._event_loop())
+
+        def done(f: Any) -> None:
+            if f.cancelled():
+                return
+            exc = f.exception()
+            if exc is None:
+                return
+            err = self._failure(exc)
+            log.error("%s", err.message)
+            for pb_req, core_req in zip(batch, requests):
+                if pb_req.get_response_sender()._close() and core_req.responder is not None:
+                    core_req.responder.send(err, True)
+
+        fut.add_done_callback(done)
 
     def _failure(self, exc: Exception) -> TritonliteError:
         text = str(exc) if isinstance(exc, _BatchError) else describe(exc)
@@ -283,6 +325,21 @@ class PythonInstance:
 
     def close(self) -> None:
         self._finalize()
+
+
+# What execute "returns" for a request of a decoupled model: it ran; its responses are streamed.
+_STREAMED = ModelOutputs(partial=True)
+
+
+def _decoupled_sender(req: InferRequest) -> pb_utils.InferenceResponseSender:
+    stream = req.responder
+    if stream is None:  # only infer_stream runs decoupled models; a guard, not a path
+        raise internal("a request of a decoupled model came without a response stream")
+
+    def deliver(resp: pb_utils.InferenceResponse | None, final: bool) -> None:
+        stream.send(None if resp is None else _result(resp), final)
+
+    return pb_utils.InferenceResponseSender(True, deliver, stream.is_cancelled)
 
 
 def _result(resp: pb_utils.InferenceResponse) -> Result:
