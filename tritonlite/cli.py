@@ -20,8 +20,6 @@ _NOT_IMPLEMENTED = (
     "--cuda-memory-pool-byte-size", "--cuda-virtual-address-size", "--min-supported-compute-capability",
     "--buffer-manager-thread-count", "--host-policy", "--model-load-gpu-limit",
     "--backend-directory", "--repoagent-directory", "--cache-directory",
-    "--trace-config", "--trace-file", "--trace-level",
-    "--trace-rate", "--trace-count", "--trace-log-frequency", "--log-file",
     "--http-header-forward-pattern", "--grpc-header-forward-pattern", "--http-restricted-api",
     "--grpc-restricted-protocol", "--model-namespacing", "--model-load-thread-count",
     "--model-load-retry-count", "--enable-peer-access", "--http-thread-count",
@@ -78,6 +76,96 @@ def _cache_size(cache_config: list[str], byte_size: int | None) -> int:
     except ValueError:
         raise SystemExit(f"tritonlite: error: --cache-config local,size expects an integer "
                          f"byte count, got '{settings['size']}'") from None
+
+
+_TRACE_DEPRECATED = {  # flag -> (--trace-config setting, what tritonserver suggests)
+    "trace_file": ("file", "triton,file=<filepath>"),
+    "trace_level": ("level", "level=<OFF|TIMESTAMPS|TENSORS>"),
+    "trace_rate": ("rate", "rate=<rate value>"),
+    "trace_count": ("count", "count=<count value>"),
+    "trace_log_frequency": ("log-frequency", "triton,log-frequency=<log frequency value>"),
+}
+
+
+def _trace_int(setting: str, value: str, minimum: int) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = minimum - 1
+    if n < minimum:
+        raise SystemExit(f"tritonlite: error: --trace-config {setting}: invalid value '{value}' "
+                         f"(expected an integer >= {minimum})")
+    return n
+
+
+def _trace_options(ns: argparse.Namespace) -> dict[str, Any]:
+    """``--trace-config [triton,]setting=value`` (and the deprecated flags) -> option values.
+
+    Global settings: level (repeatable), rate, count, mode (triton only); triton settings:
+    file, log-frequency. opentelemetry settings are accepted and unused, as tritonserver does
+    unless mode=opentelemetry, which tritonlite refuses.
+    """
+    given: dict[str, list[str]] = {}
+    for item in ns.trace_config:
+        head, comma, rest = item.partition(",")
+        mode, setting = (head, rest) if comma else ("", item)
+        if mode not in ("", "triton", "opentelemetry"):
+            raise SystemExit(f"tritonlite: error: --trace-config: invalid value for trace mode "
+                             f"option: {mode}. Available options are \"triton\" and "
+                             "\"opentelemetry\"")
+        key, eq, value = setting.partition("=")
+        if not eq or not key:
+            raise SystemExit(f"tritonlite: error: --trace-config expects "
+                             f"[<mode>,]<setting>=<value>, got '{item}'")
+        if mode == "opentelemetry":
+            continue
+        allowed = ("file", "log-frequency") if mode == "triton" else ("level", "rate", "count",
+                                                                       "mode")
+        if key not in allowed:
+            raise SystemExit(f"tritonlite: error: --trace-config: unknown "
+                             f"{'triton ' if mode else ''}setting '{key}' "
+                             f"(expected one of {', '.join(allowed)})")
+        given.setdefault(key, []).append(value)
+    for dest, (key, form) in _TRACE_DEPRECATED.items():
+        value = getattr(ns, dest)
+        if value is None or value == []:
+            continue
+        print(f"Warning: '--{dest.replace('_', '-')}' has been deprecated and will be removed "
+              f"in future releases. Please use '--trace-config {form} instead.", file=sys.stderr)
+        if key in given:
+            print(f"Warning: Overriding deprecated '--{dest.replace('_', '-')}' in favor of "
+                  f"provided {key} in --trace-config!", file=sys.stderr)
+        else:
+            given[key] = value if isinstance(value, list) else [value]
+    for mode in given.get("mode", []):
+        if mode not in ("triton", "opentelemetry"):
+            raise SystemExit(f"tritonlite: error: --trace-config mode: invalid value for trace "
+                             f"mode option: {mode}. Available options are \"triton\" and "
+                             "\"opentelemetry\"")
+        if mode == "opentelemetry":
+            raise SystemExit("tritonlite: error: --trace-config mode=opentelemetry is not "
+                             "supported by tritonlite (only mode=triton, the trace file)")
+    levels: list[str] = []
+    for value in given.get("level", []):
+        level = value.upper()
+        if level not in ("OFF", "TIMESTAMPS", "TENSORS"):
+            raise SystemExit(f"tritonlite: error: --trace-config level: invalid value for trace "
+                             f"level option: {value.lower()} (expected OFF, TIMESTAMPS)")
+        if level == "TENSORS":
+            raise SystemExit("tritonlite: error: --trace-config level=TENSORS is not supported "
+                             "by tritonlite (TIMESTAMPS is)")
+        levels.append(level)
+    on = [x for x in dict.fromkeys(levels) if x != "OFF"]
+    out: dict[str, Any] = {"trace_level": tuple(on) or ("OFF",)}
+    if "rate" in given:
+        out["trace_rate"] = _trace_int("rate", given["rate"][-1], 0)
+    if "count" in given:
+        out["trace_count"] = _trace_int("count", given["count"][-1], -1)
+    if "log-frequency" in given:
+        out["trace_log_frequency"] = _trace_int("log-frequency", given["log-frequency"][-1], 0)
+    if "file" in given:
+        out["trace_file"] = str(Path(given["file"][-1]).resolve())
+    return out
 
 
 _METRICS_CONFIG_HELP = (
@@ -145,7 +233,23 @@ def build_parser() -> argparse.ArgumentParser:
     a("--metrics-config", action="append", default=[], metavar="SETTING=VALUE",
       help=_METRICS_CONFIG_HELP)
     _grpc_flags(a)
+    _trace_flags(a)
     return p
+
+
+def _trace_flags(a: Any) -> None:
+    a("--trace-config", action="append", default=[], metavar="[triton,]SETTING=VALUE",
+      help="tracing: level=OFF|TIMESTAMPS (repeatable), rate=N (trace every N-th request, "
+           "default 1000), count=N (traces to collect, -1: no limit), mode=triton; "
+           "triton,file=PATH (the trace JSON), triton,log-frequency=N (write PATH.0, PATH.1, "
+           "... every N traces; 0: write PATH at exit)")
+    a("--trace-file", default=None, help="deprecated: --trace-config triton,file=PATH")
+    a("--trace-level", action="append", default=[], help="deprecated: --trace-config level=")
+    a("--trace-rate", default=None, help="deprecated: --trace-config rate=N")
+    a("--trace-count", default=None, help="deprecated: --trace-config count=N")
+    a("--trace-log-frequency", default=None,
+      help="deprecated: --trace-config triton,log-frequency=N")
+    a("--log-file", default="", metavar="PATH", help="write the log to PATH instead of stderr")
 
 
 def _grpc_flags(a: Any) -> None:
@@ -218,8 +322,8 @@ def options_from_args(argv: list[str]) -> ServerOptions:
             log_error=ns.log_error, log_format=ns.log_format, backend_config=backend_config,
             response_cache_byte_size=cache_size, allow_cpu_metrics=ns.allow_cpu_metrics,
             allow_gpu_metrics=ns.allow_gpu_metrics, metrics_interval_ms=ns.metrics_interval_ms,
-            metrics_config=metrics_config,
-            **_grpc_options(ns),
+            metrics_config=metrics_config, log_file=ns.log_file,
+            **_grpc_options(ns), **_trace_options(ns),
         )
     except ValueError as exc:
         raise SystemExit(f"tritonlite: error: {exc}") from None
@@ -234,5 +338,5 @@ def main(argv: list[str] | None = None) -> int:
               f"compiled paths: {server.compiled_paths()}")
         return 0
     options = options_from_args(args)
-    logs.configure(options.log_verbose, options.log_format == "ISO8601")
+    logs.configure(options.log_verbose, options.log_format == "ISO8601", options.log_file)
     return server.run(options)

@@ -28,8 +28,17 @@ class TritonFormatter(logging.Formatter):
         return text
 
 
-def configure(verbose: int, iso8601: bool) -> None:
-    handler = logging.StreamHandler(sys.stderr)
+def set_iso8601(iso8601: bool) -> None:
+    """Switch the package's log lines between the default and ISO8601 formats (at run time)."""
+    for handler in logging.getLogger("tritonlite").handlers:
+        if isinstance(handler.formatter, TritonFormatter):
+            handler.formatter._iso = iso8601
+
+
+def configure(verbose: int, iso8601: bool, log_file: str = "") -> None:
+    """Log to stderr, or to ``log_file`` (appended) when one is given (``--log-file``)."""
+    handler: logging.Handler = (logging.FileHandler(log_file, encoding="utf-8") if log_file
+                                else logging.StreamHandler(sys.stderr))
     handler.setFormatter(TritonFormatter(iso8601))
     root = logging.getLogger("tritonlite")
     root.handlers[:] = [handler]

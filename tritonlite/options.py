@@ -134,6 +134,13 @@ class ServerOptions:
     allow_gpu_metrics: bool = True
     metrics_interval_ms: int = 2000
     metrics_config: MetricsConfig = field(default_factory=MetricsConfig)
+    # tracing (--trace-config; core/trace.py) and --log-file
+    trace_level: tuple[str, ...] = ("OFF",)
+    trace_rate: int = 1000
+    trace_count: int = -1
+    trace_log_frequency: int = 0
+    trace_file: str = ""
+    log_file: str = ""
 
     def __post_init__(self) -> None:
         if not self.model_repositories:
@@ -165,6 +172,23 @@ class ServerOptions:
         if self.metrics_interval_ms <= 0:
             raise ValueError("--metrics-interval-ms must be > 0")
         self._check_grpc()
+        self._check_trace()
+
+    def _check_trace(self) -> None:
+        levels = self.trace_level
+        if not levels or any(x not in ("OFF", "TIMESTAMPS", "TENSORS") for x in levels):
+            raise ValueError(f"invalid trace level {list(levels)}: expected OFF, TIMESTAMPS")
+        if "TENSORS" in levels:
+            raise ValueError("trace level TENSORS is not supported by tritonlite "
+                             "(TIMESTAMPS is)")
+        if not 0 <= self.trace_rate <= 2**32 - 1:
+            raise ValueError(f"the trace rate must be between 0 and 4294967295, got "
+                             f"{self.trace_rate}")
+        if self.trace_count < -1:
+            raise ValueError(f"the trace count must be >= -1, got {self.trace_count}")
+        if self.trace_log_frequency < 0:
+            raise ValueError(f"the trace log frequency must be >= 0, got "
+                             f"{self.trace_log_frequency}")
 
     def _check_grpc(self) -> None:
         if self.grpc_infer_response_compression_level not in GRPC_COMPRESSION_LEVELS:

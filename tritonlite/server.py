@@ -124,6 +124,7 @@ class Server:
         if self.cut_off:
             log.error("failed to stop server: Exit timeout expired. Exiting immediately.")
             core.shm.close()
+            core.trace.close()
             return
         if self._grpc is not None:
             await self._grpc.stop(grace=1.0)

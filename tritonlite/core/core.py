@@ -71,9 +71,10 @@ class InferenceCore:
         self.options = options
         self.shm = SharedMemoryManager()
         self.repository = ModelRepository(options, self.shm)
-        self.trace = TraceSettings()
+        self.trace = TraceSettings(options.trace_level, options.trace_rate, options.trace_count,
+                                   options.trace_log_frequency, options.trace_file)
         self.logging = LogSettings(options.log_verbose, options.log_info, options.log_warning,
-                                   options.log_error, options.log_format)
+                                   options.log_error, options.log_format, options.log_file)
         self.live = True
         self.exiting = False
         self.started = False
@@ -94,6 +95,7 @@ class InferenceCore:
         self.exiting = True
         await self.repository.shutdown()
         self.shm.close()
+        self.trace.close()
 
     # -- health and metadata ------------------------------------------------------------------
     def is_live(self) -> bool:
@@ -157,20 +159,37 @@ class InferenceCore:
     # -- inference ------------------------------------------------------------------------------
     async def infer(self, request: InferRequest,
                     decoupled_message: str = DECOUPLED_REFUSAL) -> InferResponse:
+        """Run one request. When it comes back with ``request.trace`` set (it was sampled for
+        tracing), the caller owns that trace: it adds its front-end stamps and calls
+        ``release()`` once the response is sent. On an error the core releases it."""
         if self.exiting:
             raise unavailable("Server is exiting")
         request.arrival_ns = time.monotonic_ns()
         model = self.repository.get(request.model_name, request.model_version)
         if is_decoupled(model):
             raise unsupported(decoupled_message)
-        # A request that fails validation never reaches the model: Triton leaves it out of
-        # the model's statistics.
-        if request.raw_input is not None:
-            validate.fill_raw_input(model.signature, request)
-        validate.prepare(model.signature, request, self.shm)
-        if self.cache is not None and model.response_cache:
-            return await self.cache.infer(model, request, self.shm)
-        return await model.scheduler.enqueue(request)
+        trace = (self.trace.sample(model.name, model.version, request.id)
+                 if self.trace.enabled else None)
+        if trace is not None:
+            request.trace = trace
+            trace.stamp("REQUEST_START", request.arrival_ns)
+        try:
+            # A request that fails validation never reaches the model: Triton leaves it out
+            # of the model's statistics.
+            if request.raw_input is not None:
+                validate.fill_raw_input(model.signature, request)
+            validate.prepare(model.signature, request, self.shm)
+            if self.cache is not None and model.response_cache:
+                response = await self.cache.infer(model, request, self.shm)
+                if trace is not None:
+                    trace.end(time.monotonic_ns())
+                return response
+            return await model.scheduler.enqueue(request)
+        except BaseException:
+            if trace is not None:
+                trace.end(time.monotonic_ns())
+                trace.release()
+            raise
 
     async def infer_stream(self, request: InferRequest) -> AsyncIterator[StreamResponse]:
         """Run one request of any model; yields its responses as they come (``StreamResponse``).

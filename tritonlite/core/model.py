@@ -214,6 +214,8 @@ class Model:
         now = time.monotonic_ns()
         for p, res in zip(batch, results):
             total = now - p.request.arrival_ns
+            if p.request.trace is not None:
+                p.request.trace.completed(p.enqueue_ns, timing, now)
             if isinstance(res, TritonliteError):
                 stats.record_failure(total, "BACKEND" if executed else "OTHER")
                 if not p.future.done():

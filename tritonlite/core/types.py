@@ -13,6 +13,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from tritonlite.core.stream import ResponseStream
+    from tritonlite.core.trace import Trace
 
 Params = dict[str, Any]  # values: bool | int | float | str
 
@@ -65,6 +66,7 @@ class InferRequest:
     # Set by the core: when the request arrived (monotonic ns) and its batch size (1 if unbatched).
     arrival_ns: int = 0
     batch_size: int = 1
+    trace: Trace | None = None  # set by the core when this request is traced (core/trace.py)
     # Set by the core for a request of a decoupled model: where its responses go (core/stream.py)
     responder: ResponseStream | None = None
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import unquote
@@ -23,6 +24,7 @@ from tritonlite.errors import TritonliteError, invalid_arg, unsupported
 from tritonlite.frontends.grpc import codec
 from tritonlite.frontends.grpc.errors import STATUS
 from tritonlite.frontends.grpc.stream import model_stream_infer
+from tritonlite.frontends.grpc.tracing import trace_unary
 from tritonlite.options import ServerOptions
 
 log = logging.getLogger("tritonlite")
@@ -101,7 +103,10 @@ class Servicer:
     async def ModelInfer(self, request: bytes, context: Any) -> bytes:
         # The hot path: bytes in and out (see codec), no wrapper, errors handled inline.
         try:
-            resp = await self.core.infer(codec.decode_infer(codec.parse(request)))
+            recv_start = time.monotonic_ns() if self.core.trace.enabled else 0
+            req = codec.decode_infer(codec.parse(request))
+            recv_end = time.monotonic_ns() if recv_start else 0
+            resp = await self.core.infer(req)
             msg = codec.encode_infer(resp)
         except TritonliteError as exc:
             await context.abort(STATUS[exc.code], exc.message)
@@ -114,6 +119,8 @@ class Servicer:
             # (which carries the algorithm) is sent explicitly
             context.set_compression(self.compression)
             await context.send_initial_metadata(())
+        if req.trace is not None:
+            trace_unary(context, req.trace, (recv_start, recv_end))
         return msg
 
     async def ModelStreamInfer(self, request_iterator: Any, context: Any) -> None:

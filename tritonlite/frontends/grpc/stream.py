@@ -16,14 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 import grpc
 
 from tritonlite.core.core import InferenceCore
+from tritonlite.core.trace import Trace
 from tritonlite.errors import TritonliteError, internal
 from tritonlite.frontends.grpc import codec
 from tritonlite.frontends.grpc.errors import STATUS
+from tritonlite.frontends.grpc.tracing import write_traced
 
 log = logging.getLogger("tritonlite")
 
@@ -35,13 +38,20 @@ def _wants_grpc_error(context: Any) -> bool:
     return False
 
 
-async def _infer_one(core: InferenceCore, data: bytes, grpc_error: bool) -> bytes:
-    """One streamed request -> its serialized ModelStreamInferResponse (errors as messages)."""
+async def _infer_one(core: InferenceCore, data: bytes,
+                     grpc_error: bool) -> tuple[bytes, Trace | None]:
+    """One streamed request -> its serialized ModelStreamInferResponse (errors as messages),
+    and its trace when it was traced (the writer releases it)."""
     w = None
     try:
+        recv_start = time.monotonic_ns() if core.trace.enabled else 0
         w = codec.parse(data)
-        resp = await core.infer(codec.decode_infer(w))
-        return codec.encode_stream(resp)
+        req = codec.decode_infer(w)
+        recv_end = time.monotonic_ns() if recv_start else 0
+        resp = await core.infer(req)
+        if req.trace is not None:
+            req.trace.recv = (recv_start, recv_end)
+        return codec.encode_stream(resp), req.trace
     except TritonliteError as exc:
         if grpc_error:
             raise
@@ -52,8 +62,8 @@ async def _infer_one(core: InferenceCore, data: bytes, grpc_error: bool) -> byte
         if grpc_error:
             raise err from None
     if w is None:
-        return codec.stream_error(err.message, "", "", "")
-    return codec.stream_error(err.message, w.id, w.model_name, w.model_version)
+        return codec.stream_error(err.message, "", "", ""), None
+    return codec.stream_error(err.message, w.id, w.model_name, w.model_version), None
 
 
 async def model_stream_infer(
@@ -78,10 +88,13 @@ async def model_stream_infer(
             if task is None:
                 break
             try:
-                out = await task
+                out, trace = await task
             except TritonliteError as exc:
                 await context.abort(STATUS[exc.code], exc.message)
-            await context.write(out)
+            if trace is None:
+                await context.write(out)
+            else:
+                await write_traced(context, out, trace)
         await reader  # re-raises a failure to read the request stream
     finally:
         reader.cancel()

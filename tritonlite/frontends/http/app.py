@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import unquote
@@ -20,6 +21,7 @@ from tritonlite.core.core import InferenceCore, parse_version
 from tritonlite.errors import TritonliteError, invalid_arg, unsupported
 from tritonlite.frontends.http import codec
 from tritonlite.frontends.http.errors import STATUS, error_response
+from tritonlite.frontends.http.tracing import send_traced
 
 log = logging.getLogger("tritonlite")
 
@@ -112,6 +114,7 @@ async def all_stats(request: web.Request, core: InferenceCore, m: re.Match[str])
 
 
 async def infer(request: web.Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+    recv_start = time.monotonic_ns() if core.trace.enabled else 0
     encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
     if encoding not in ("identity", "gzip", "deflate", ""):
         return error_response(501, f"Unsupported compression type '{encoding}'",
@@ -122,6 +125,7 @@ async def infer(request: web.Request, core: InferenceCore, m: re.Match[str]) -> 
         raise
     except Exception as exc:  # aiohttp's decompression errors
         raise invalid_arg(f"unable to decompress the request body ({encoding}): {exc}") from None
+    recv_end = time.monotonic_ns() if recv_start else 0
     header = request.headers.get("Inference-Header-Content-Length")
     name, version = _name(m), _version(m)
     if header is not None:
@@ -148,6 +152,10 @@ async def infer(request: web.Request, core: InferenceCore, m: re.Match[str]) -> 
     if accept is not None:
         payload = codec.compress(payload, accept)
         headers["Content-Encoding"] = accept
+    if req.trace is not None:
+        return await send_traced(request, web.Response(
+            body=payload, content_type=content_type, headers=headers), req.trace,
+            (recv_start, recv_end))
     return web.Response(body=payload, content_type=content_type, headers=headers)
 
 
