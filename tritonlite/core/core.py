@@ -14,7 +14,7 @@ from typing import Any
 
 import tritonlite
 from tritonlite.core import config as model_config
-from tritonlite.core import latency, validate
+from tritonlite.core import inprocess, latency, validate
 from tritonlite.core import stats as model_stats
 from tritonlite.core.cache import ResponseCache
 from tritonlite.core.repository import ModelRepository, control_error, decode_override_file
@@ -87,6 +87,7 @@ class InferenceCore:
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> list[str]:
         """Load the startup models; returns the names that failed to load."""
+        inprocess.bind(self)  # before loading: a model's initialize may reach the core
         failed = await self.repository.startup()
         self.started = True
         return failed
