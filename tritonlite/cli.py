@@ -232,6 +232,12 @@ def build_parser() -> argparse.ArgumentParser:
       help="how often CPU and GPU gauges are refreshed")
     a("--metrics-config", action="append", default=[], metavar="SETTING=VALUE",
       help=_METRICS_CONFIG_HELP)
+    a("--backend-execution-timeout", type=float, default=0.0, metavar="SECONDS",
+      help="tritonlite: a batch running longer fails with UNAVAILABLE and its instance is "
+           "taken out of rotation and rebuilt (default 0: no timeout)")
+    a("--health-probe-interval", type=float, default=30.0, metavar="SECONDS",
+      help="tritonlite: how often idle instances of models with model_warmup run their "
+           "warm-up samples as a health probe (0: never)")
     _grpc_flags(a)
     _trace_flags(a)
     return p
@@ -323,6 +329,8 @@ def options_from_args(argv: list[str]) -> ServerOptions:
             response_cache_byte_size=cache_size, allow_cpu_metrics=ns.allow_cpu_metrics,
             allow_gpu_metrics=ns.allow_gpu_metrics, metrics_interval_ms=ns.metrics_interval_ms,
             metrics_config=metrics_config, log_file=ns.log_file,
+            backend_execution_timeout_s=ns.backend_execution_timeout,
+            health_probe_interval_s=ns.health_probe_interval,
             **_grpc_options(ns), **_trace_options(ns),
         )
     except ValueError as exc:

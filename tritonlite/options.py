@@ -134,6 +134,9 @@ class ServerOptions:
     allow_gpu_metrics: bool = True
     metrics_interval_ms: int = 2000
     metrics_config: MetricsConfig = field(default_factory=MetricsConfig)
+    # instance health (tritonlite's, core/health.py): seconds; 0 = no timeout / no probe
+    backend_execution_timeout_s: float = 0.0
+    health_probe_interval_s: float = 30.0
     # tracing (--trace-config; core/trace.py) and --log-file
     trace_level: tuple[str, ...] = ("OFF",)
     trace_rate: int = 1000
@@ -171,6 +174,10 @@ class ServerOptions:
             raise ValueError("the response cache size must be >= 0 bytes")
         if self.metrics_interval_ms <= 0:
             raise ValueError("--metrics-interval-ms must be > 0")
+        if not self.backend_execution_timeout_s >= 0:
+            raise ValueError("--backend-execution-timeout must be >= 0 seconds (0: no timeout)")
+        if not self.health_probe_interval_s >= 0:
+            raise ValueError("--health-probe-interval must be >= 0 seconds (0: no probe)")
         self._check_grpc()
         self._check_trace()
 

@@ -8,6 +8,14 @@ time); the core then runs its short batches on the event loop itself. The core o
 the duration of ``execute`` only and keeps no reference to it afterwards (outputs it returns may
 view its own buffers until the responses are encoded). An instance may also define
 ``is_ready() -> bool``, its own readiness probe, which the model-ready endpoints consult.
+
+Request errors and fatal errors: anything ``execute`` raises or returns fails requests and
+nothing more, except ``BackendFatalError``, which says the *instance* can no longer serve (its
+session or device context is gone, its interpreter state is broken). The core then takes the
+instance out of rotation (it is handed no more batches), fails that batch with a message
+naming the instance, and rebuilds it in the background with ``Backend.new_instance`` on a new
+thread; the model stays ready while any other instance is healthy. The broken instance's
+``close`` is still called, on its own thread, and may fail.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ import numpy as np
 
 from tritonlite.core.stats import ExecTiming
 from tritonlite.core.types import InferRequest
-from tritonlite.errors import TritonliteError
+from tritonlite.errors import ErrorCode, TritonliteError
 
 # One request's result: output name -> array, or the error that request alone failed with.
 Outputs = dict[str, np.ndarray[Any, Any]]
@@ -42,6 +50,19 @@ class ModelOutputs(dict[str, np.ndarray[Any, Any]]):
         super().__init__(outputs or {})
         self.parameters: dict[str, Any] = parameters or {}
         self.partial = partial
+
+
+class BackendFatalError(TritonliteError):
+    """Raised by ``BackendInstance.execute``: this instance is unusable (see the module docs).
+
+    ``message`` says what broke; the core adds the instance's name. The code is what the
+    batch's requests fail with (INTERNAL unless the backend knows better).
+    """
+
+    __slots__ = ()
+
+    def __init__(self, message: str, code: ErrorCode = ErrorCode.INTERNAL) -> None:
+        super().__init__(code, message)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,10 @@ Session threads are configured the way Triton's ORT backend names them in config
 ``parameters``: ``intra_op_thread_count``, ``inter_op_thread_count``, ``execution_mode``
 (0 sequential, 1 parallel), ``enable_mem_arena``, ``enable_mem_pattern``. Intra-op spinning is
 off so idle ORT threads do not compete with the event loop for a core.
+
+A run failure fails its batch; one that leaves the session unusable (``run_error``: an
+execution-provider failure, a CUDA error) is a ``BackendFatalError``, so the instance is
+rebuilt with a new session.
 """
 
 from __future__ import annotations
@@ -18,11 +22,11 @@ import numpy as np
 
 from tritonlite import kernels
 from tritonlite._proto import pb
-from tritonlite.backends.base import InstanceSpec, ModelContext, Result
+from tritonlite.backends.base import BackendFatalError, InstanceSpec, ModelContext, Result
 from tritonlite.backends.ort_providers import providers_for
 from tritonlite.core.stats import ExecTiming
 from tritonlite.core.types import InferRequest
-from tritonlite.errors import internal, unavailable
+from tritonlite.errors import TritonliteError, internal, unavailable
 from tritonlite.memory import StagingPool
 
 
@@ -46,6 +50,22 @@ def model_path(ctx: ModelContext) -> Path:
     if path.is_dir():
         path = path / "model.onnx"
     return path
+
+
+# Failures that leave a session unusable: its execution provider failed, or the device context
+# it runs in is broken (CUDA errors are sticky: every later call on that context fails too).
+_FATAL_TYPES = ("EPFail", "DeviceReset", "EngineError")
+_FATAL_MARKERS = ("CUDA failure", "CUDA error", "cudaError", "CUDNN failure", "CUBLAS failure",
+                  "illegal memory access", "device-side assert", "TensorRT EP execute")
+
+
+def run_error(exc: Exception) -> TritonliteError:
+    """An exception from ``InferenceSession.run`` as the error the batch fails with:
+    ``BackendFatalError`` for the failures above, INTERNAL (this batch only) otherwise."""
+    text = f"onnx runtime error: {exc}"
+    if type(exc).__name__ in _FATAL_TYPES or any(m in str(exc) for m in _FATAL_MARKERS):
+        return BackendFatalError(text)
+    return internal(text)
 
 
 def _to_ort_input(arr: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -160,7 +180,7 @@ class OnnxRuntimeInstance:
                 return self._run_bound(feed)
             return self._session.run(self._outputs, feed)  # type: ignore[no-any-return]
         except Exception as exc:  # ORT raises its own exception types
-            raise internal(f"onnx runtime error: {exc}") from None
+            raise run_error(exc) from None
 
     def _run_bound(self, feed: dict[str, Any]) -> list[Any]:
         # ORT's Python API has no numpy bfloat16: BF16 tensors travel as OrtValues over their

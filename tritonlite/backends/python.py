@@ -26,6 +26,12 @@ fails does the same (Triton only logs it, leaving such requests open).
 
 UNSUPPORTED: request rescheduling (its request fails), ``EXECUTION_ENV_PATH`` environments
 (load fails with a clear message); BLS calls fail their batch with UNSUPPORTED.
+
+Fatal errors (the instance is taken out of rotation and rebuilt: a fresh ``TritonPythonModel``
+with ``initialize`` called again, see backends/base.py): ``execute`` raising ``SystemExit`` or
+``MemoryError`` (what ends Triton's stub process, which Triton restarts), or raising anything
+while the model's own ``is_ready()``, asked right then, returns False: that is how a model
+says an error left it unusable. Every other exception fails the batch only.
 """
 
 from __future__ import annotations
@@ -42,7 +48,13 @@ from typing import Any
 
 from tritonlite import kernels
 from tritonlite.backends import pb_utils, python_loader
-from tritonlite.backends.base import InstanceSpec, ModelContext, ModelOutputs, Result
+from tritonlite.backends.base import (
+    BackendFatalError,
+    InstanceSpec,
+    ModelContext,
+    ModelOutputs,
+    Result,
+)
 from tritonlite.backends.python_loader import ModelScope, describe
 from tritonlite.core.stats import ExecTiming
 from tritonlite.core.types import InferRequest
@@ -172,6 +184,9 @@ class PythonInstance:
                 ret = self._run_coroutine(ret)
             timing.infer_end_ns = time.monotonic_ns()
             return self._results(batch, ret)
+        except (SystemExit, MemoryError) as exc:
+            # What would end Triton's stub process (which Triton then restarts): fatal.
+            raise BackendFatalError(self._failure(exc).message) from None
         except Exception as exc:
             timing.infer_end_ns = timing.infer_end_ns or time.monotonic_ns()
             err = self._failure(exc)
@@ -180,6 +195,8 @@ class PythonInstance:
                 # The core ends each request still open with ``err``; no more sends after it.
                 for pb_req in batch:
                     pb_req.get_response_sender()._close()
+            if getattr(self._model, "is_ready", None) is not None and not self.is_ready():
+                raise BackendFatalError(f"{err.message}\n(and its is_ready() is now False)")
             return [err] * len(requests)
         finally:
             python_loader.sweep()
@@ -203,7 +220,7 @@ class PythonInstance:
 
         fut.add_done_callback(done)
 
-    def _failure(self, exc: Exception) -> TritonliteError:
+    def _failure(self, exc: BaseException) -> TritonliteError:
         text = str(exc) if isinstance(exc, _BatchError) else describe(exc)
         unsupported_feature = (isinstance(exc, pb_utils.TritonModelException)
                                and exc.code == pb_utils.TritonError.UNSUPPORTED)

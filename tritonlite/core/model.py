@@ -7,6 +7,7 @@ thread and back; schedulers decide only which requests form a batch and when.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import os
 import queue
@@ -14,16 +15,24 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from tritonlite.backends.base import Backend, BackendInstance, InstanceSpec, ModelContext
+from tritonlite.backends.base import (
+    Backend,
+    BackendFatalError,
+    BackendInstance,
+    InstanceSpec,
+    ModelContext,
+)
+from tritonlite.core.health import HealthSettings, InstanceHealth
 from tritonlite.core.outputs import build_response
 from tritonlite.core.shm import SharedMemoryManager
 from tritonlite.core.signature import Signature
 from tritonlite.core.stats import ExecTiming, ModelStats
 from tritonlite.core.types import InferRequest, InferResponse
-from tritonlite.errors import ErrorCode, TritonliteError, internal
+from tritonlite.core.warmup import WarmupSample
+from tritonlite.errors import ErrorCode, TritonliteError, internal, unavailable
 
 log = logging.getLogger("tritonlite")
 
@@ -43,20 +52,19 @@ _STOP = object()
 INLINE_MAX_NS = 100_000
 
 
-class ModelInstance:
-    """One backend instance and the thread that runs it; executes one batch at a time.
+class _Worker:
+    """One thread and the backend instance it created; what a rebuild replaces.
 
-    Every call into the backend instance (its creation, each ``execute``, ``close``) happens on
-    this one thread, so thread-local state a model sets up when created holds when it runs. The
-    thread takes work from a queue and hands results back to the event loop with one
-    ``call_soon_threadsafe``: no executor futures on the hot path.
+    The thread runs the callables put on ``work`` one at a time, until ``_STOP``, then closes
+    the backend instance it made. A worker abandoned while hung inside the backend (Python
+    threads cannot be killed) closes its instance whenever that call returns.
     """
 
-    def __init__(self, spec: InstanceSpec, factory: Callable[[], BackendInstance]) -> None:
+    __slots__ = ("work", "thread", "impl")
+
+    def __init__(self, name: str, factory: Callable[[], BackendInstance]) -> None:
         """Start the thread and create the backend instance on it; raises what ``factory`` raised."""
-        self.spec = spec
-        self.healthy = True
-        self._work: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.work: queue.SimpleQueue[Any] = queue.SimpleQueue()
         made: list[tuple[bool, Any]] = []
         ready = threading.Event()
 
@@ -67,42 +75,165 @@ class ModelInstance:
                 made.append((False, exc))
             ready.set()
             if made[0][0]:
-                self._serve()
+                self._serve(made[0][1], name)
 
-        self._thread = threading.Thread(target=main, name=spec.name, daemon=True)
-        self._thread.start()
+        self.thread = threading.Thread(target=main, name=name, daemon=True)
+        self.thread.start()
         ready.wait()
         ok, value = made[0]
         if not ok:
-            self._thread.join()
+            self.thread.join()
             raise value
         self.impl: BackendInstance = value
-        self.inline_ok = bool(getattr(value, "thread_agnostic", False))
+
+    def _serve(self, impl: BackendInstance, name: str) -> None:
+        work = self.work
+        while True:
+            item = work.get()
+            if item is _STOP:
+                try:
+                    impl.close()
+                except Exception:
+                    log.exception("closing instance %s", name)
+                return
+            item()
+
+    def stop(self) -> None:
+        self.work.put(_STOP)
+
+
+class ModelInstance:
+    """One backend instance and the thread that runs it; executes one batch at a time.
+
+    Every call into the backend instance (its creation, each ``execute``, ``close``) happens on
+    this one thread, so thread-local state a model sets up when created holds when it runs. The
+    thread takes work from a queue and hands results back to the event loop with one
+    ``call_soon_threadsafe``: no executor futures on the hot path.
+
+    Health (core/health.py decides; this class carries it out): ``healthy`` is False while the
+    instance is out of rotation. ``generation`` counts the threads this instance has had: a
+    result delivered by an older one (an abandoned, hung thread) is dropped. ``restart`` makes
+    a new backend instance on a new thread; ``impl`` keeps pointing at what the scheduler sees
+    (a wrapper such as the sequence batcher's, whose ``inner`` is replaced, or the instance).
+    """
+
+    def __init__(self, spec: InstanceSpec, factory: Callable[[], BackendInstance]) -> None:
+        """Start the thread and create the backend instance on it; raises what ``factory`` raised."""
+        self.spec = spec
+        self.healthy = True
+        self.fault = ""  # why the instance is out of rotation
+        self.failovers = 0  # times taken out of rotation
+        self.rebuilds = 0  # successful rebuilds
+        self.generation = 0
+        self._factory = factory
+        self._lock = threading.Lock()
+        self._closed = False
+        self._watch: asyncio.TimerHandle | None = None
+        self._worker = _Worker(spec.name, factory)
+        self.impl: BackendInstance = self._worker.impl
+        self.inline_ok = bool(getattr(self.impl, "thread_agnostic", False))
         self.recent_ns = 0  # moving average of one batch's execution time
 
     def submit(self, model: Model, batch: list[Pending], loop: asyncio.AbstractEventLoop) -> None:
         """Run ``batch`` on this instance's thread; ``model._complete`` gets the results."""
-        self._work.put((model, batch, loop))
+        gen = self.generation
 
-    def _serve(self) -> None:
-        while True:
-            item = self._work.get()
-            if item is _STOP:
-                try:
-                    self.impl.close()
-                except Exception:
-                    log.exception("closing instance %s", self.spec.name)
-                return
-            model, batch, loop = item
+        def job() -> None:
             try:
                 results, timing, executed = self.run(model, [p.request for p in batch])
             except BaseException as exc:  # never lose a batch: fail it instead
                 err = internal(f"instance {self.spec.name} failed: {exc}")
                 results, timing, executed = [err] * len(batch), None, False
             try:
-                loop.call_soon_threadsafe(model._complete, self, batch, results, timing, executed)
+                loop.call_soon_threadsafe(self.finished, model, gen, batch, results, timing,
+                                          executed)
             except RuntimeError:  # the loop is closed: the server is gone
                 return
+
+        self._worker.work.put(job)
+        timeout = model.health.settings.execution_timeout_s
+        if timeout > 0:
+            self._watch = loop.call_later(timeout, self._timed_out, model, gen, batch)
+
+    def call_soon(self, fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
+        """Run ``fn`` on this instance's thread (after the current batch); its future."""
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def job() -> None:
+            if not fut.set_running_or_notify_cancel():
+                return
+            try:
+                fut.set_result(fn())
+            except BaseException as exc:
+                fut.set_exception(exc)
+
+        self._worker.work.put(job)
+        return fut
+
+    def finished(self, model: Model, gen: int, batch: list[Pending],
+                 results: list[InferResponse | TritonliteError], timing: ExecTiming | None,
+                 executed: bool) -> None:
+        """On the loop: a batch came back. A fatal error takes the instance out first."""
+        if gen != self.generation:
+            log.warning("abandoned thread of instance %s returned; its results are dropped",
+                        self.spec.name)
+            return
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
+        fatal = next((r for r in results if isinstance(r, BackendFatalError)), None)
+        if fatal is not None:
+            model.health.take_out(self, fatal.message)
+        model._complete(self, batch, results, timing, executed)
+
+    def _timed_out(self, model: Model, gen: int, batch: list[Pending]) -> None:
+        if gen != self.generation:
+            return
+        self._watch = None
+        timeout = model.health.settings.execution_timeout_s
+        msg = (f"execution timed out after {timeout:g} s on model instance '{self.spec.name}'; "
+               "the instance was taken out of rotation")
+        model.health.take_out(self, msg)
+        model._complete(self, batch, [unavailable(msg)] * len(batch), None, True)
+
+    def abandon(self) -> None:
+        """Out of rotation: results still to come from the current thread are dropped, and the
+        thread closes its backend instance after its current call (on the loop)."""
+        self.healthy = False
+        self.generation += 1
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
+        self._worker.stop()
+
+    def restart(self) -> None:
+        """Make a new backend instance on a new thread (blocking; call on a worker thread).
+
+        Raises what the backend raised; a closed instance closes the new one at once.
+        """
+        worker = _Worker(self.spec.name, self._factory)
+        with self._lock:
+            if self._closed:
+                worker.stop()
+                raise unavailable(f"instance {self.spec.name} was closed while rebuilding")
+            old, self._worker = self._worker.impl, worker
+            self._replace_impl(old, worker.impl)
+        self.inline_ok = bool(getattr(worker.impl, "thread_agnostic", False))
+        self.recent_ns = 0
+
+    def _replace_impl(self, old: BackendInstance, new: BackendInstance) -> None:
+        if self.impl is old:
+            self.impl = new
+            return
+        wrapper: Any = self.impl
+        while (inner := getattr(wrapper, "inner", None)) is not None:
+            if inner is old:
+                wrapper.inner = new
+                return
+            wrapper = inner
+        log.warning("instance %s: its old backend instance was not found; replacing impl",
+                    self.spec.name)
+        self.impl = new
 
     def run(
         self, model: Model, requests: list[InferRequest]
@@ -117,6 +248,12 @@ class ModelInstance:
                     f"model '{model.name}' returned {len(produced)} responses "
                     f"for {len(requests)} requests"
                 )
+        except BackendFatalError as exc:
+            log.error("instance %s failed fatally: %s", self.spec.name, exc.message)
+            fatal = BackendFatalError(
+                f"model instance '{self.spec.name}' failed and was taken out of rotation: "
+                f"{exc.message}", exc.code)
+            produced = [fatal] * len(requests)
         except TritonliteError as exc:
             produced = [exc] * len(requests)
         except Exception as exc:
@@ -136,10 +273,14 @@ class ModelInstance:
         return results, timing, executed
 
     def close(self) -> None:
-        """Release the backend instance on its thread after the current batch; wait for it."""
-        self._work.put(_STOP)
-        if threading.current_thread() is not self._thread:
-            self._thread.join(timeout=60)
+        """Release the backend instance on its thread after the current batch; wait for it
+        (not for a thread that was abandoned: it may be hung)."""
+        with self._lock:
+            self._closed = True
+            worker = self._worker
+        worker.stop()
+        if self.healthy and threading.current_thread() is not worker.thread:
+            worker.thread.join(timeout=60)
 
 
 class Model:
@@ -152,6 +293,8 @@ class Model:
         backend: Backend,
         instances: list[ModelInstance],
         shm: SharedMemoryManager,
+        health: HealthSettings | None = None,
+        warmup: Sequence[WarmupSample] = (),
     ) -> None:
         from tritonlite.scheduling.factory import make_scheduler
 
@@ -169,6 +312,7 @@ class Model:
         self.executing = 0
         self._loop = asyncio.get_running_loop()
         self.scheduler = make_scheduler(self)
+        self.health = InstanceHealth(self, health or HealthSettings(), warmup)
         self._drained: asyncio.Event | None = None
         # Response cache (core/cache.py; used only when the server has one too). The salt, part
         # of every key, keeps a reload of this version off its predecessor's entries.
@@ -190,9 +334,10 @@ class Model:
         for p in batch:
             p.dispatch_ns = now
         self.executing += len(batch)
-        if instance.inline_ok and 0 < instance.recent_ns < INLINE_MAX_NS:
+        if instance.inline_ok and 0 < instance.recent_ns < INLINE_MAX_NS and self.health.inline_ok:
             results, timing, executed = instance.run(self, [p.request for p in batch])
-            self._loop.call_soon(self._complete, instance, batch, results, timing, executed)
+            self._loop.call_soon(instance.finished, self, instance.generation, batch, results,
+                                 timing, executed)
             return
         instance.submit(self, batch, self._loop)
 
@@ -222,9 +367,12 @@ class Model:
                     p.future.set_exception(res)
             else:
                 stats.record_success(total, p.dispatch_ns - p.enqueue_ns, timing)
+                if p.request.on_timing is not None and timing is not None:
+                    p.request.on_timing(timing)
                 if not p.future.done():
                     p.future.set_result(res)
-        self.idle.append(instance)
+        if instance.healthy:  # one taken out of rotation comes back when rebuilt
+            self.idle.append(instance)
         self.scheduler.instance_free()
         if self._drained is not None and self.scheduler.inflight() == 0:
             self._drained.set()
@@ -246,6 +394,7 @@ class Model:
 
     def close(self) -> None:
         """Close instances and backend; call from a worker thread after ``drain``."""
+        self.health.stop()
         self.scheduler.stop()
         for inst in self.instances:
             try:

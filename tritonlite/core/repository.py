@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import concurrent.futures
 import functools
 import logging
 import os
@@ -23,10 +24,12 @@ from tritonlite.backends.base import InstanceSpec, ModelContext
 from tritonlite.backends.python_autocomplete import auto_complete as python_auto_complete
 from tritonlite.core import config as model_config
 from tritonlite.core import lifecycle as lc
+from tritonlite.core.health import HealthSettings
 from tritonlite.core.lifecycle import VersionState
 from tritonlite.core.model import Model, ModelInstance
 from tritonlite.core.shm import SharedMemoryManager
 from tritonlite.core.signature import Signature
+from tritonlite.core.warmup import WarmupSample, build_samples, run_samples
 from tritonlite.errors import ErrorCode, TritonliteError, invalid_arg, not_found, unavailable
 from tritonlite.gpu.devices import usable_gpus
 from tritonlite.options import ServerOptions
@@ -51,6 +54,7 @@ class _Built:
     signature: Signature
     backend: Any
     instances: list[ModelInstance]
+    warmup: list[WarmupSample]
 
 
 def _fingerprint(model_dir: Path) -> tuple[Any, ...]:
@@ -67,8 +71,25 @@ def _fingerprint(model_dir: Path) -> tuple[Any, ...]:
     return tuple(items)
 
 
-def _build_version(ctx: ModelContext) -> _Built:
+def _warm_up(instances: list[ModelInstance], samples: list[WarmupSample], signature: Signature,
+             timeout_s: float) -> None:
+    """Run the warm-up samples on every instance, each on its own thread (Triton does this
+    before the model is READY); raises the first failure."""
+    futures = [(inst, inst.call_soon(functools.partial(run_samples, inst.impl, samples, signature)))
+               for inst in instances]
+    for inst, fut in futures:
+        try:
+            fut.result(timeout_s if timeout_s > 0 else None)
+        except concurrent.futures.TimeoutError:
+            inst.abandon()  # hung: closing it must not wait for it
+            raise unavailable(f"warm-up of instance {inst.spec.name} timed out after "
+                              f"{timeout_s:g} s") from None
+
+
+def _build_version(ctx: ModelContext, health: HealthSettings) -> _Built:
     """Make the backend and every instance of one version (on a worker thread)."""
+    signature = Signature.from_config(ctx.config, ctx.model_dir)
+    samples = build_samples(ctx.config, ctx.model_dir, signature)
     if ctx.config.HasField("sequence_batching"):
         from tritonlite.scheduling.sequence_state import load_states
 
@@ -79,6 +100,8 @@ def _build_version(ctx: ModelContext) -> _Built:
         for group, inst_name, kind, device in model_config.instance_names(ctx.config):
             spec = InstanceSpec(inst_name, _KINDS.get(kind, "CPU"), device)
             instances.append(ModelInstance(spec, functools.partial(backend.new_instance, spec)))
+        if samples:
+            _warm_up(instances, samples, signature, health.execution_timeout_s)
     except BaseException:
         for inst in instances:
             inst.close()
@@ -86,7 +109,7 @@ def _build_version(ctx: ModelContext) -> _Built:
         raise
     if not instances:
         raise unavailable(f"model '{ctx.name}' has no instances")
-    return _Built(ctx, Signature.from_config(ctx.config, ctx.model_dir), backend, instances)
+    return _Built(ctx, signature, backend, instances, samples)
 
 
 def write_override_files(name: str, files: dict[str, bytes]) -> Path:
@@ -136,6 +159,8 @@ class ModelRepository:
         self.options = options
         self.shm = shm
         self.models: dict[str, ModelEntry] = {}
+        self.health = HealthSettings(options.backend_execution_timeout_s,
+                                     options.health_probe_interval_s)
         self._poll_task: asyncio.Task[None] | None = None
 
     # -- disk ------------------------------------------------------------------------------
@@ -309,7 +334,7 @@ class ModelRepository:
         async def build(v: int) -> None:
             ctx = ModelContext(name, v, model_dir, model_dir / str(v), cfg, config_text)
             try:
-                built[v] = await asyncio.to_thread(_build_version, ctx)
+                built[v] = await asyncio.to_thread(_build_version, ctx, self.health)
             except TritonliteError as exc:
                 errors[v] = exc.message
             except Exception as exc:  # a backend's own exception types
@@ -327,7 +352,8 @@ class ModelRepository:
         for v in versions:
             if v in built:
                 b = built[v]
-                model = Model(b.ctx, b.signature, b.backend, b.instances, self.shm)
+                model = Model(b.ctx, b.signature, b.backend, b.instances, self.shm,
+                              self.health, b.warmup)
                 new_states[v] = VersionState(lc.READY, "", model)
                 log.info("successfully loaded '%s' version %d", name, v)
             else:

@@ -11,7 +11,10 @@ never disagree (ns in stats, µs here, ``ns // 1000``). What is exposed follows 
   ``nv_inference_*_histogram_us`` with ``histogram_latencies=true`` (core/latency.py);
 * CPU gauges unless ``--allow-cpu-metrics=false``; ``nv_gpu_*`` gauges and
   ``nv_energy_consumption`` (gpu_uuid label only) when ``--allow-gpu-metrics`` and NVML sees a
-  GPU. Both refresh every ``--metrics-interval-ms`` (core/sysinfo.py).
+  GPU. Both refresh every ``--metrics-interval-ms`` (core/sysinfo.py);
+* tritonlite's instance health (Triton has none): ``tritonlite_instance_healthy`` (gauge, 1 in
+  rotation / 0 out), ``tritonlite_instance_failovers`` and ``tritonlite_instance_rebuilds``
+  (counters), labelled by instance, model and version (core/health.py).
 
 Values are plain decimals (perf_analyzer's regexes reject exponents).
 """
@@ -30,6 +33,7 @@ from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from tritonlite.core import latency as lat
+from tritonlite.core import lifecycle as lc
 from tritonlite.core.core import InferenceCore
 from tritonlite.core.sysinfo import CpuSampler, GpuSampler, load_nvml
 from tritonlite.frontends.http.errors import error_response
@@ -259,6 +263,7 @@ class _Collector:
             yield from self._summaries(models, cached, mc.summary_quantiles)
         if mc.histogram_latencies:
             yield from self._histograms(models)
+        yield from self._instance_health()
         yield from self._system()
 
     @staticmethod
@@ -302,6 +307,35 @@ class _Collector:
                 fam.add_sample(name + "_sum", labels, h.sum)
             if fam.samples:
                 yield fam
+
+    def _instance_health(self) -> Iterator[Metric]:
+        # Every loaded version, ready or not: a model whose instances are all down is exactly
+        # the one these must show.
+        healthy = GaugeMetricFamily(
+            "tritonlite_instance_healthy",
+            "1 while a model instance is in rotation, 0 while it is out (failed, being rebuilt)",
+            labels=["instance", "model", "version"])
+        failovers = CounterMetricFamily(
+            "tritonlite_instance_failovers",
+            "Times a model instance was taken out of rotation (fatal error, execution timeout, "
+            "failed health probe)", labels=["instance", "model", "version"])
+        rebuilds = CounterMetricFamily(
+            "tritonlite_instance_rebuilds",
+            "Times a model instance was rebuilt and put back in rotation",
+            labels=["instance", "model", "version"])
+        for entry in sorted(self._core.repository.models.values(), key=lambda e: e.name):
+            for _, st in sorted(entry.versions.items()):
+                m = st.model
+                if m is None or st.state != lc.READY:
+                    continue
+                for inst in m.instances:
+                    lbl = [inst.spec.name, m.name, m.version_str]
+                    healthy.add_metric(lbl, 1 if inst.healthy else 0)
+                    failovers.add_metric(lbl, inst.failovers)
+                    rebuilds.add_metric(lbl, inst.rebuilds)
+        yield healthy
+        yield _strip_total(failovers)
+        yield _strip_total(rebuilds)
 
     def _system(self) -> Iterator[Metric]:
         gpu = self._samplers.gpu
