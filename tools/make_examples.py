@@ -15,6 +15,10 @@ The models (real ONNX graphs from ``tools/onnx_graphs.py``, each with a config.p
 * ``mlp``: FP32[1024] -> 4 x (1024 x 1024 MatMul + Add + Relu) -> FP32[1024], weights from a
   fixed seed; max_batch_size 64, ``dynamic_batching { max_queue_delay_microseconds: 100 }``.
 
+From ``tools/examples/``: ``add_sub_python`` (Triton's classic python add_sub), the
+``mlp_pipeline`` ensemble (``mlp_preprocess`` python -> ``mlp`` ONNX -> ``mlp_postprocess``
+python) and ``accumulator`` (a stateful python model on the sequence batcher, implicit state).
+
 Static model trees: every directory ``tools/examples/<name>/`` (a config.pbtxt, ``1/model.py``,
 ...) is copied file for file to ``DIR/<name>/`` with the same write-if-changed rule. Files a
 tree does not have are left alone in DIR; dot-files and ``__pycache__`` are not copied, but

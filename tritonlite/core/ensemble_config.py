@@ -40,8 +40,8 @@ def _compatible(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
 
 def _consistent(lhs: _Node, rhs: _Node, prefix: str) -> None:
     if lhs.data_type != rhs.data_type:
-        lt = pb.DataType.Name(lhs.data_type)
-        rt = pb.DataType.Name(rhs.data_type)
+        lt = pb.DataType.values_by_number[lhs.data_type].name
+        rt = pb.DataType.values_by_number[rhs.data_type].name
         raise invalid_arg(f"{prefix}inconsistent data type: {lt} is inferred from model "
                           f"{lhs.model} while {rt} is inferred from model {rhs.model}")
     if not _compatible(lhs.dims, rhs.dims) and not _compatible(lhs.full_dims, rhs.full_dims):

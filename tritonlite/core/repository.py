@@ -23,7 +23,9 @@ from tritonlite.backends import create_backend
 from tritonlite.backends.base import InstanceSpec, ModelContext
 from tritonlite.backends.python_autocomplete import auto_complete as python_auto_complete
 from tritonlite.core import config as model_config
+from tritonlite.core import ensemble_deps
 from tritonlite.core import lifecycle as lc
+from tritonlite.core.ensemble import EnsembleBackend, EnsembleGraph, EnsembleModel
 from tritonlite.core.health import HealthSettings
 from tritonlite.core.lifecycle import VersionState
 from tritonlite.core.model import Model, ModelInstance
@@ -159,6 +161,8 @@ class ModelRepository:
         self.options = options
         self.shm = shm
         self.models: dict[str, ModelEntry] = {}
+        # Explicit mode: models loaded only as some ensemble's composing models.
+        self.loaded_for_ensembles: set[str] = set()
         self.health = HealthSettings(options.backend_execution_timeout_s,
                                      options.health_probe_interval_s)
         self._poll_task: asyncio.Task[None] | None = None
@@ -259,7 +263,13 @@ class ModelRepository:
                 log.error("failed to load '%s': %s", name, exc.message)
                 failed.append(name)
 
-        await asyncio.gather(*(one(n) for n in wanted))
+        # Composing models first; ensembles then load one at a time (they build no backends,
+        # and a circular pair loading at once would wait on each other).
+        await asyncio.gather(*(one(n) for n in wanted
+                               if not ensemble_deps.is_ensemble_dir(on_disk.get(n))))
+        for n in wanted:
+            if ensemble_deps.is_ensemble_dir(on_disk.get(n)):
+                await one(n)
         if mode == "poll":
             self._poll_task = asyncio.create_task(self._poll())
         return sorted(failed)
@@ -274,6 +284,7 @@ class ModelRepository:
         entry = self.models.get(name)
         if entry is None:
             entry = self.models[name] = ModelEntry(name)
+        self.loaded_for_ensembles.discard(name)
         async with entry.lock:
             override_dir = write_override_files(name, files) if files else None
             if override_dir is not None:
@@ -321,6 +332,8 @@ class ModelRepository:
                     f"failed to load '{name}': at least one version must be available under "
                     "the version policy of the model"
                 )
+            if ensemble_deps.is_ensemble(cfg):
+                await ensemble_deps.load_composing(self, cfg, opts.model_control_mode == "explicit")
         except TritonliteError as exc:
             if first_load:
                 self._mark_failed(entry, exc.message)
@@ -334,6 +347,10 @@ class ModelRepository:
         async def build(v: int) -> None:
             ctx = ModelContext(name, v, model_dir, model_dir / str(v), cfg, config_text)
             try:
+                if ensemble_deps.is_ensemble(cfg):
+                    built[v] = _Built(ctx, Signature.from_config(cfg, model_dir),
+                                      EnsembleBackend(EnsembleGraph(cfg), self), [], [])
+                    return
                 built[v] = await asyncio.to_thread(_build_version, ctx, self.health)
             except TritonliteError as exc:
                 errors[v] = exc.message
@@ -352,7 +369,8 @@ class ModelRepository:
         for v in versions:
             if v in built:
                 b = built[v]
-                model = Model(b.ctx, b.signature, b.backend, b.instances, self.shm,
+                cls = EnsembleModel if isinstance(b.backend, EnsembleBackend) else Model
+                model = cls(b.ctx, b.signature, b.backend, b.instances, self.shm,
                               self.health, b.warmup)
                 new_states[v] = VersionState(lc.READY, "", model)
                 log.info("successfully loaded '%s' version %d", name, v)
@@ -406,6 +424,11 @@ class ModelRepository:
                 remove_override_dir(entry.override_dir)
                 entry.override_dir = None
             log.info("successfully unloaded '%s'", name)
+        if unload_dependents:
+            for m in models:
+                if ensemble_deps.is_ensemble(m.config):
+                    await ensemble_deps.unload_composing(self, m.config)
+                    break
 
     async def _poll(self) -> None:
         while True:

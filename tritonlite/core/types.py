@@ -66,6 +66,8 @@ class InferRequest:
     # Set by the core: when the request arrived (monotonic ns) and its batch size (1 if unbatched).
     arrival_ns: int = 0
     batch_size: int = 1
+    # Ensemble steps: called with the ExecTiming of the batch that ran this request.
+    on_timing: Any = None
     trace: Trace | None = None  # set by the core when this request is traced (core/trace.py)
     # Set by the core for a request of a decoupled model: where its responses go (core/stream.py)
     responder: ResponseStream | None = None

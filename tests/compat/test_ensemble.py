@@ -1,0 +1,313 @@
+"""Ensembles behind a real server, seen by tritonclient (HTTP and gRPC) and perf_analyzer.
+
+The repository: ``scale`` (python, OUT = 2 * IN), ``add_sub`` (ONNX), ``guard`` (python, fails
+on negative input) and ensembles over them:
+
+* ``fan``: X -> scale -> M; (X, M) -> add_sub -> S = 3X, D = -X; D -> scale -> E = -2X
+  (fan-out of X, fan-in at add_sub, a model used by two steps);
+* ``guarded``: X -> guard -> Y (a step error);
+* ``fan_nobatch``: ``fan``'s first two steps with max_batch_size 0 over the batching models;
+* ``broken``: names a model that is not in the repository (fails to load, the rest serve).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from conftest import Server, start_server
+from tritonclient.utils import InferenceServerException
+
+from tools.onnx_graphs import write_add_sub
+
+pytestmark = pytest.mark.timeout(180)
+
+SCALE = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", (2 * x).astype(np.float32))]))
+        return out
+'''
+
+GUARD = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()
+            if (x < 0).any():
+                out.append(pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError("negative input is not allowed")))
+            else:
+                out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x)]))
+        return out
+'''
+
+PY_CONFIG = '''
+backend: "python"
+max_batch_size: 8
+input [{ name: "IN" data_type: TYPE_FP32 dims: [4] }]
+output [{ name: "OUT" data_type: TYPE_FP32 dims: [4] }]
+instance_group [{ count: 1 kind: KIND_CPU }]
+'''
+
+
+def _step(model: str, inputs: dict[str, str], outputs: dict[str, str]) -> str:
+    ins = " ".join(f'input_map {{ key: "{k}" value: "{v}" }}' for k, v in inputs.items())
+    outs = " ".join(f'output_map {{ key: "{k}" value: "{v}" }}' for k, v in outputs.items())
+    return f'{{ model_name: "{model}" model_version: -1 {ins} {outs} }}'
+
+
+def _ensemble(repo: Path, name: str, mbs: int, outputs: list[str], steps: list[str],
+              dims: str = "[4]") -> None:
+    (repo / name / "1").mkdir(parents=True)
+    outs = ", ".join(f'{{ name: "{o}" data_type: TYPE_FP32 dims: {dims} }}' for o in outputs)
+    (repo / name / "config.pbtxt").write_text(textwrap.dedent(f"""\
+        platform: "ensemble"
+        max_batch_size: {mbs}
+        input [{{ name: "X" data_type: TYPE_FP32 dims: {dims} }}]
+        output [{outs}]
+        ensemble_scheduling {{ step [ {", ".join(steps)} ] }}
+        """))
+
+
+FAN_STEPS = [
+    _step("scale", {"IN": "X"}, {"OUT": "M"}),
+    _step("add_sub", {"INPUT0": "X", "INPUT1": "M"}, {"OUTPUT0": "S", "OUTPUT1": "D"}),
+    _step("scale", {"IN": "D"}, {"OUT": "E"}),
+]
+
+
+def build_repo(repo: Path) -> Path:
+    for name, code in (("scale", SCALE), ("guard", GUARD)):
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "1" / "model.py").write_text(code)
+        (repo / name / "config.pbtxt").write_text(PY_CONFIG)
+    write_add_sub(repo, "add_sub", 8, dims=4, extra_config="dynamic_batching { }\n")
+    _ensemble(repo, "fan", 8, ["S", "E"], FAN_STEPS)
+    _ensemble(repo, "guarded", 8, ["Y"], [_step("guard", {"IN": "X"}, {"OUT": "Y"})])
+    _ensemble(repo, "fan_nobatch", 0, ["S"], [
+        FAN_STEPS[0], _step("add_sub", {"INPUT0": "X", "INPUT1": "M"}, {"OUTPUT0": "S"})],
+        dims="[1, 4]")
+    _ensemble(repo, "broken", 8, ["Y"], [_step("nonexistent", {"IN": "X"}, {"OUT": "Y"})])
+    return repo
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_repo(tmp_path_factory.mktemp("ensemble_repo"))
+
+
+@pytest.fixture(scope="module")
+def server(repo: Path) -> Iterator[Server]:
+    s = start_server(repo, "--allow-metrics=false", "--exit-on-error=false")
+    yield s
+    s.stop()
+
+
+def _clients(server: Server) -> dict[str, tuple[Any, Any]]:
+    return {"http": (httpclient.InferenceServerClient(server.http_url), httpclient),
+            "grpc": (grpcclient.InferenceServerClient(server.grpc_url), grpcclient)}
+
+
+def _infer(server: Server, protocol: str, model: str, x: np.ndarray,
+           outputs: list[str] | None = None) -> Any:
+    client, mod = _clients(server)[protocol]
+    inp = mod.InferInput("X", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x)
+    requested = None if outputs is None else [mod.InferRequestedOutput(o) for o in outputs]
+    return client.infer(model, [inp], outputs=requested, request_id="rid-7")
+
+
+X = np.arange(12, dtype=np.float32).reshape(3, 4) - 2.5
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_fan_out_fan_in(server: Server, protocol: str) -> None:
+    r = _infer(server, protocol, "fan", X)
+    np.testing.assert_allclose(r.as_numpy("S"), 3 * X)
+    np.testing.assert_allclose(r.as_numpy("E"), -2 * X)
+    resp = r.get_response()
+    assert (resp["id"] if protocol == "http" else resp.id) == "rid-7"
+    assert (resp["model_name"] if protocol == "http" else resp.model_name) == "fan"
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_requested_output_only(server: Server, protocol: str) -> None:
+    r = _infer(server, protocol, "fan", X, outputs=["S"])
+    np.testing.assert_allclose(r.as_numpy("S"), 3 * X)
+    assert r.as_numpy("E") is None
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_non_batching_ensemble_over_batching_models(server: Server, protocol: str) -> None:
+    x = X[:1]
+    r = _infer(server, protocol, "fan_nobatch", x)
+    np.testing.assert_allclose(r.as_numpy("S"), 3 * x)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_step_error_fails_request_with_step_message(server: Server, protocol: str) -> None:
+    with pytest.raises(InferenceServerException) as info:
+        _infer(server, protocol, "guarded", -np.ones((1, 4), np.float32))
+    msg = info.value.message()
+    assert msg.startswith("in ensemble 'guarded', "), msg
+    assert "negative input is not allowed" in msg
+    # and the server keeps serving the same ensemble
+    r = _infer(server, protocol, "guarded", np.ones((1, 4), np.float32))
+    np.testing.assert_allclose(r.as_numpy("Y"), np.ones((1, 4)))
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_bad_input_is_rejected_by_the_ensemble(server: Server, protocol: str) -> None:
+    client, mod = _clients(server)[protocol]
+    bad = mod.InferInput("X", [1, 5], "FP32")
+    bad.set_data_from_numpy(np.ones((1, 5), np.float32))
+    with pytest.raises(InferenceServerException, match=re.escape(
+            "unexpected shape for input 'X' for model 'fan'. Expected [-1,4], got [1,5]")):
+        client.infer("fan", [bad])
+    wrong = mod.InferInput("X", [1, 4], "INT32")
+    wrong.set_data_from_numpy(np.ones((1, 4), np.int32))
+    with pytest.raises(InferenceServerException, match="data-type is 'INT32'"):
+        client.infer("fan", [wrong])
+    assert client.is_model_ready("fan")
+
+
+def test_missing_composing_model_fails_only_that_ensemble(server: Server) -> None:
+    client = httpclient.InferenceServerClient(server.http_url)
+    rows = {r["name"]: r for r in client.get_model_repository_index()}
+    assert rows["broken"]["state"] == "UNAVAILABLE"
+    assert rows["broken"]["reason"] == (
+        "ensemble broken contains models that are not available or ambiguous: nonexistent")
+    for name in ("fan", "guarded", "fan_nobatch", "scale", "add_sub", "guard"):
+        assert rows[name]["state"] == "READY", rows[name]
+    assert not client.is_model_ready("broken")
+
+
+def test_metadata_and_config(server: Server) -> None:
+    client = httpclient.InferenceServerClient(server.http_url)
+    meta = client.get_model_metadata("fan")
+    assert meta["platform"] == "ensemble"
+    assert [o["name"] for o in meta["outputs"]] == ["S", "E"]
+    cfg = client.get_model_config("fan")
+    assert [s["model_name"] for s in cfg["ensemble_scheduling"]["step"]] == [
+        "scale", "add_sub", "scale"]
+
+
+def _stats(client: Any, name: str) -> dict[str, Any]:
+    return dict(client.get_inference_statistics(name)["model_stats"][0])
+
+
+def test_statistics_for_ensemble_and_composing_models(repo: Path,
+                                                      server_factory: Callable[..., Server]) -> None:
+    s = server_factory(repo, "--allow-metrics=false", "--exit-on-error=false")
+    client = httpclient.InferenceServerClient(s.http_url)
+    for _ in range(3):
+        _infer(s, "http", "fan", X)
+    with pytest.raises(InferenceServerException):
+        _infer(s, "http", "guarded", -np.ones((2, 4), np.float32))
+    fan = _stats(client, "fan")
+    assert fan["inference_count"] == 9 and fan["execution_count"] == 3
+    inf = fan["inference_stats"]
+    assert inf["success"]["count"] == 3 and inf["fail"]["count"] == 0
+    # the ensemble's compute is its steps' compute, summed
+    assert inf["compute_infer"]["count"] == 3 and inf["compute_infer"]["ns"] > 0
+    assert [b["batch_size"] for b in fan["batch_stats"]] == [3]
+    # each step is a normal inference of its composing model: scale runs twice per request
+    assert _stats(client, "scale")["inference_stats"]["success"]["count"] == 6
+    assert _stats(client, "add_sub")["inference_stats"]["success"]["count"] == 3
+    guarded = _stats(client, "guarded")["inference_stats"]
+    assert guarded["fail"]["count"] == 1 and guarded["success"]["count"] == 0
+    assert _stats(client, "guard")["inference_stats"]["fail"]["count"] == 1
+
+
+def test_explicit_load_and_unload_dependents(repo: Path,
+                                             server_factory: Callable[..., Server]) -> None:
+    s = server_factory(repo, "--model-control-mode=explicit", "--allow-metrics=false")
+    client = httpclient.InferenceServerClient(s.http_url)
+    client.load_model("fan")  # loads scale and add_sub too, as Triton does
+    for name in ("fan", "scale", "add_sub"):
+        assert client.is_model_ready(name), name
+    assert not client.is_model_ready("guard")
+    np.testing.assert_allclose(_infer(s, "http", "fan", X).as_numpy("S"), 3 * X)
+    client.unload_model("fan")  # without unload_dependents the composing models stay
+    assert not client.is_model_ready("fan")
+    assert client.is_model_ready("scale") and client.is_model_ready("add_sub")
+    client.load_model("fan")
+    client.unload_model("fan", unload_dependents=True)
+    for name in ("fan", "scale", "add_sub"):
+        assert not client.is_model_ready(name), name
+    # a model the user loaded is theirs: unload_dependents leaves it
+    client.load_model("scale")
+    client.load_model("fan")
+    client.unload_model("fan", unload_dependents=True)
+    assert client.is_model_ready("scale") and not client.is_model_ready("add_sub")
+    with pytest.raises(InferenceServerException, match=re.escape(
+            "ensemble broken contains models that are not available or ambiguous: nonexistent")):
+        client.load_model("broken")
+    assert client.is_model_ready("scale")
+
+
+def test_composing_model_load_failure_names_the_cause(tmp_path: Path,
+                                                      server_factory: Callable[..., Server]) -> None:
+    repo = tmp_path / "repo"
+    (repo / "bad" / "1").mkdir(parents=True)
+    (repo / "bad" / "1" / "model.py").write_text("raise RuntimeError('cannot import me')\n")
+    (repo / "bad" / "config.pbtxt").write_text(PY_CONFIG)
+    _ensemble(repo, "uses_bad", 8, ["Y"], [_step("bad", {"IN": "X"}, {"OUT": "Y"})])
+    (repo / "ok" / "1").mkdir(parents=True)
+    (repo / "ok" / "1" / "model.py").write_text(SCALE)
+    (repo / "ok" / "config.pbtxt").write_text(PY_CONFIG)
+    s = server_factory(repo, "--allow-metrics=false", "--allow-grpc=false",
+                       "--exit-on-error=false")
+    client = httpclient.InferenceServerClient(s.http_url)
+    rows = {r["name"]: r for r in client.get_model_repository_index()}
+    reason = rows["uses_bad"]["reason"]
+    assert reason.startswith("ensemble 'uses_bad' depends on 'bad' which has no loaded version. "
+                             "Model 'bad' loading failed with error: "), reason
+    assert "cannot import me" in reason
+    assert rows["ok"]["state"] == "READY"
+
+
+def _run_pa(binary: str, url: str, protocol: str) -> str:
+    cmd = [binary, "-m", "fan", "-u", url, "-i", protocol, "--shape", "X:4",
+           "--measurement-interval", "1000", "--stability-percentage", "80",
+           "--max-trials", "10"]
+    for attempt in range(2):
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=80)
+        out = proc.stdout + proc.stderr
+        if proc.returncode == 0 or "stable measurement" not in out or attempt:
+            break
+    assert proc.returncode == 0, out
+    return out
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_perf_analyzer_profiles_the_ensemble(perf_analyzer: str, server: Server,
+                                             protocol: str) -> None:
+    url = server.http_url if protocol == "http" else server.grpc_url
+    out = _run_pa(perf_analyzer, url, protocol)
+    found = re.findall(r"throughput: ([0-9.]+) infer/sec", out)
+    assert found and float(found[-1]) > 0, out
+    # perf_analyzer read the composing models' configs and statistics
+    assert "Composing models:" in out, out
+    assert re.search(r"\bscale, version:", out) and re.search(r"\badd_sub, version:", out), out
