@@ -149,6 +149,13 @@ def test_fan_out_fan_in(server: Server, protocol: str) -> None:
     resp = r.get_response()
     assert (resp["id"] if protocol == "http" else resp.id) == "rid-7"
     assert (resp["model_name"] if protocol == "http" else resp.model_name) == "fan"
+    # as Triton's ensemble responses: the request's sequence parameters
+    if protocol == "http":
+        assert resp["parameters"] == {"sequence_id": 0, "sequence_start": False,
+                                      "sequence_end": False}
+    else:
+        assert resp.parameters["sequence_start"].bool_param is False
+        assert resp.parameters["sequence_id"].int64_param == 0
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
@@ -211,6 +218,8 @@ def test_metadata_and_config(server: Server) -> None:
     cfg = client.get_model_config("fan")
     assert [s["model_name"] for s in cfg["ensemble_scheduling"]["step"]] == [
         "scale", "add_sub", "scale"]
+    assert cfg["model_transaction_policy"] == {"decoupled": False}
+    assert cfg["instance_group"] == []
 
 
 def _stats(client: Any, name: str) -> dict[str, Any]:

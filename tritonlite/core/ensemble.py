@@ -239,7 +239,10 @@ class _Run:
     def _response(self, wanted: list[str]) -> InferResponse:
         graph, req = self.graph, self.req
         batching = req.batch_size != 0 and graph.batching
-        produced = ModelOutputs(partial=True)
+        # Triton's ensemble responses carry the sequence parameters of the tensors' steps.
+        params = {"sequence_id": req.sequence_id, "sequence_start": req.sequence_start,
+                  "sequence_end": req.sequence_end}
+        produced = ModelOutputs(partial=True, parameters=params)
         for name in wanted:
             t = self.tensors.get(name)
             if t is None:  # "Composing models did not output tensor": left out, as in Triton

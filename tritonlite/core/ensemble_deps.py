@@ -110,6 +110,8 @@ async def load_composing(repo: ModelRepository, cfg: Any, explicit: bool) -> Non
                 "supported")
         configs[dep] = model.config
     validate_composing(cfg, configs)
+    # Triton sets this on every valid ensemble (decoupled when a step is); its config shows it.
+    cfg.model_transaction_policy.SetInParent()
 
 
 async def _ensure_loaded(repo: ModelRepository, name: str, dep: str, explicit: bool) -> None:
