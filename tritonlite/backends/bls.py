@@ -25,9 +25,10 @@ The request's ``timeout`` (microseconds) becomes the core request's timeout, whi
 scheduler applies exactly as it applies a client's (Triton does not bound ``exec`` itself).
 
 A model that calls itself (or a cycle of models) while no instance of the target is free waits,
-as in Triton, until one is: with a single instance, forever. Only the calling instance waits;
-the server keeps serving everything else, and unloading or shutdown fails the queued inner
-request with UNAVAILABLE, which releases the caller.
+as in Triton, until one is: with a single instance, forever (a ``timeout`` only bounds the
+inner request's time in a queue whose policy allows it). Only the calling instance waits; the
+server keeps serving everything else, and at shutdown ``--exit-timeout-secs`` bounds the wait
+for it, as in Triton, after which the server exits.
 """
 
 from __future__ import annotations
@@ -150,10 +151,15 @@ def _release_trace(request: InferRequest) -> None:
 
 async def _infer(core: InferenceCore, request: InferRequest) -> InferResponse:
     _admit(core, request, decoupled=False)
+    task = asyncio.ensure_future(core.infer(request))
+    # call_soon is FIFO: the task's first step (lookup, validation, enqueue) runs before this
+    # resumes, so a task already done failed (or answered) without being queued.
+    await asyncio.sleep(0)
+    queued = not task.done()
     try:
-        response = await core.infer(request)
+        response = await task
     except TritonliteError as exc:
-        if exc.code == ErrorCode.INVALID_ARG:  # validation: the request was never queued
+        if not queued:
             raise _Refused(exc.message) from None
         raise
     _release_trace(request)
@@ -170,7 +176,8 @@ async def _pump(core: InferenceCore, request: InferRequest, sink: queue.SimpleQu
             first = True
             async for item in core.infer_stream(request):
                 if item.error is not None:
-                    refused = first and item.final and item.error.code == ErrorCode.INVALID_ARG
+                    # infer_stream hands the request a responder only once it is queued
+                    refused = first and getattr(request, "responder", None) is None
                     sink.put(_failed(name, _Refused(item.error.message) if refused
                                      else item.error))
                 elif item.response is not None:
