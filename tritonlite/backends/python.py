@@ -25,7 +25,8 @@ finished gets the error as its final response and its sender is closed; an async
 fails does the same (Triton only logs it, leaving such requests open).
 
 UNSUPPORTED: request rescheduling (its request fails), ``EXECUTION_ENV_PATH`` environments
-(load fails with a clear message); BLS calls fail their batch with UNSUPPORTED.
+(load fails with a clear message). BLS requests a model makes run through the server's
+core (``backends/bls.py``).
 
 Fatal errors (the instance is taken out of rotation and rebuilt: a fresh ``TritonPythonModel``
 with ``initialize`` called again, see backends/base.py): ``execute`` raising ``SystemExit`` or
