@@ -208,6 +208,10 @@ def management():
             "load": attempt(lambda: pb_utils.load_model("add_sub")),
             "unload": attempt(lambda: pb_utils.unload_model("add_sub"))}
 
+def cached():
+    return [describe(request("add_sub_cached", add_sub_inputs(a=(7, 7, 7, 7))).exec())
+            for _ in range(2)]
+
 def self_call():
     import os
     repo = os.path.join(pb_utils.get_model_dir(), "..", "..")
@@ -369,6 +373,8 @@ def _python_model(repo: Path, name: str, config: str, code: str) -> None:
 def build_repo(repo: Path) -> Path:
     write_add_sub(repo, "add_sub", 8, dims=4, extra_config="dynamic_batching { }\n")
     write_identity(repo, "identity_string", "BYTES", [4], 8)
+    write_add_sub(repo, "add_sub_cached", 8, dims=4,
+                  extra_config="response_cache { enable: true }\n")
     write_acc_onnx(repo, "acc_onnx")
     _python_model(repo, "echo", ECHO_CONFIG, ECHO)
     _python_model(repo, "repeat", REPEAT_CONFIG, REPEAT)
@@ -385,7 +391,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(repo: Path) -> Any:
-    s = start_server(repo, "--allow-metrics=false")
+    s = start_server(repo, "--allow-metrics=false", "--cache-config", "local,size=1048576")
     yield s
     s.stop()
 
@@ -408,7 +414,7 @@ NOT_READY = ("Model {0} - Error when running inference: Failed for execute the i
 PREFIX = "Model add_sub - Error when running inference: "
 
 
-# -- requests and responses ------------------------------------------------------------------
+# -- requests and responses -----------------------------------------------------------------------
 
 def test_bls_to_onnx_returns_every_output_when_none_are_requested(server: Server) -> None:
     outs = ok(run_case(server, "onnx_all_outputs"))
@@ -466,11 +472,11 @@ def test_bls_sequence_reaches_the_sequence_batcher(server: Server) -> None:
     sums = [ok(step)["OUTPUT"]["data"][0][0] for step in report["steps"]]
     assert sums == [1.0, 3.0, 6.0, 1.0, 3.0, 6.0]
     assert report["without_start"]["error"] == (
-        "Model acc_onnx - Error when running inference: inference request for sequence 78 to model 'acc_onnx' must specify the START flag on "
-        "the first request of the sequence")
+        "Model acc_onnx - Error when running inference: inference request for sequence 78 to "
+        "model 'acc_onnx' must specify the START flag on the first request of the sequence")
 
 
-# -- errors -----------------------------------------------------------------------------------
+# -- errors ---------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("case, message", [
     ("unknown_model", NOT_READY.format("nope")),
@@ -520,7 +526,7 @@ def test_bad_bls_calls_leave_the_server_serving(server: Server) -> None:
     assert ok(run_case(server, "onnx_one_output"))
 
 
-# -- statistics ---------------------------------------------------------------------------------
+# -- statistics -----------------------------------------------------------------------------------
 
 def test_composing_model_statistics_count_bls_requests(server: Server) -> None:
     client = httpclient.InferenceServerClient(server.http_url)
@@ -536,6 +542,22 @@ def test_composing_model_statistics_count_bls_requests(server: Server) -> None:
     # a refused BLS request is not the model's: validation failures stay out, as for clients
     run_case(server, "bad_shape")
     assert counts() == after
+
+
+def test_bls_goes_through_the_response_cache(server: Server) -> None:
+    client = httpclient.InferenceServerClient(server.http_url)
+
+    def counts() -> tuple[int, int]:
+        stats = client.get_inference_statistics("add_sub_cached")["model_stats"][0]
+        return (stats["inference_stats"]["cache_hit"]["count"],
+                stats["inference_stats"]["cache_miss"]["count"])
+
+    before = counts()
+    first, second = run_case(server, "cached")
+    assert ok(first) == ok(second)
+    assert ok(second)["OUTPUT0"]["data"] == [[8.0, 8.0, 8.0, 8.0]]
+    hits, misses = counts()
+    assert (hits - before[0], misses - before[1]) == (1, 1)  # the first ran, the second hit
 
 
 # -- async execute --------------------------------------------------------------------------------
@@ -587,7 +609,7 @@ def test_bls_timeout_is_the_request_timeout_a_client_sets(server: Server, repo: 
         assert second["outputs"]["OUT"]["data"] == direct["outputs"]
 
 
-# -- decoupled --------------------------------------------------------------------------------------
+# -- decoupled ------------------------------------------------------------------------------------
 
 def test_decoupled_bls(server: Server) -> None:
     report = run_case(server, "decoupled")
@@ -610,7 +632,7 @@ def test_async_decoupled_bls(server: Server) -> None:
     assert [r["outputs"].get("I", {}).get("data") for r in report["items"]] == [[0], [1], None]
 
 
-# -- model management ---------------------------------------------------------------------------------
+# -- model management -----------------------------------------------------------------------------
 
 def test_model_management_respects_the_control_mode(server: Server) -> None:
     r = run_case(server, "management")
@@ -687,7 +709,7 @@ def test_model_management_in_explicit_mode(tmp_path: Path, server_factory: Any) 
     assert not client.is_model_ready("add_sub") and client.is_model_ready("manager")
 
 
-# -- a model calling itself ---------------------------------------------------------------------------
+# -- a model calling itself -----------------------------------------------------------------------
 
 def test_self_call_blocks_only_the_caller(tmp_path: Path) -> None:
     build_repo(tmp_path)
@@ -718,7 +740,7 @@ def test_self_call_blocks_only_the_caller(tmp_path: Path) -> None:
     assert not (tmp_path / "self_call.finished").exists()
 
 
-# -- in-process contracts ------------------------------------------------------------------------------
+# -- in-process contracts -------------------------------------------------------------------------
 
 def test_response_tensors_view_the_response_arrays() -> None:
     from tritonlite.backends import bls
