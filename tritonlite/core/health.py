@@ -18,8 +18,9 @@ and when no rebuild is left to try, its queued requests fail with UNAVAILABLE.
 
 The health probe: every ``probe_interval_s`` seconds, for a model with ``model_warmup``, each
 instance that is idle while nothing is queued or executing runs the warm-up samples (a request
-arriving meanwhile waits for at most that one run). Probes count in no statistics. A probe that
-fails or exceeds the execution timeout takes the instance out as above.
+arriving meanwhile waits for at most that one run). A probe that
+fails or exceeds the execution timeout takes the instance out as above. Neither probes nor
+the warm-up of a rebuild count in statistics (the warm-up at load does, as in Triton).
 """
 
 from __future__ import annotations
@@ -172,6 +173,7 @@ class InstanceHealth:
             except Exception as exc:
                 self.take_out(inst, f"health probe failed: {_describe(exc)}")
                 continue
+            log.debug("health probe of instance %s passed", inst.spec.name)
             if inst.healthy and not self._stopped:
                 model.idle.append(inst)
                 model.scheduler.instance_free()

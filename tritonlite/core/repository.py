@@ -31,7 +31,8 @@ from tritonlite.core.lifecycle import VersionState
 from tritonlite.core.model import Model, ModelInstance
 from tritonlite.core.shm import SharedMemoryManager
 from tritonlite.core.signature import Signature
-from tritonlite.core.warmup import WarmupSample, build_samples, run_samples
+from tritonlite.core.stats import ExecTiming
+from tritonlite.core.warmup import WarmupSample, build_samples, record_runs, run_samples
 from tritonlite.errors import ErrorCode, TritonliteError, invalid_arg, not_found, unavailable
 from tritonlite.gpu.devices import usable_gpus
 from tritonlite.options import ServerOptions
@@ -57,6 +58,7 @@ class _Built:
     backend: Any
     instances: list[ModelInstance]
     warmup: list[WarmupSample]
+    warmup_runs: list[tuple[int, ExecTiming]] = field(default_factory=list)  # for the stats
 
 
 def _fingerprint(model_dir: Path) -> tuple[Any, ...]:
@@ -74,18 +76,20 @@ def _fingerprint(model_dir: Path) -> tuple[Any, ...]:
 
 
 def _warm_up(instances: list[ModelInstance], samples: list[WarmupSample], signature: Signature,
-             timeout_s: float) -> None:
+             timeout_s: float) -> list[tuple[int, ExecTiming]]:
     """Run the warm-up samples on every instance, each on its own thread (Triton does this
-    before the model is READY); raises the first failure."""
-    futures = [(inst, inst.call_soon(functools.partial(run_samples, inst.impl, samples, signature)))
-               for inst in instances]
+    before the model is READY); raises the first failure, else returns the runs."""
+    futures = [(i, i.call_soon(functools.partial(run_samples, i.impl, samples, signature)))
+               for i in instances]
+    runs: list[tuple[int, ExecTiming]] = []
     for inst, fut in futures:
         try:
-            fut.result(timeout_s if timeout_s > 0 else None)
+            runs += fut.result(timeout_s if timeout_s > 0 else None)
         except concurrent.futures.TimeoutError:
             inst.abandon()  # hung: closing it must not wait for it
             raise unavailable(f"warm-up of instance {inst.spec.name} timed out after "
                               f"{timeout_s:g} s") from None
+    return runs
 
 
 def _build_version(ctx: ModelContext, health: HealthSettings) -> _Built:
@@ -102,8 +106,8 @@ def _build_version(ctx: ModelContext, health: HealthSettings) -> _Built:
         for group, inst_name, kind, device in model_config.instance_names(ctx.config):
             spec = InstanceSpec(inst_name, _KINDS.get(kind, "CPU"), device)
             instances.append(ModelInstance(spec, functools.partial(backend.new_instance, spec)))
-        if samples:
-            _warm_up(instances, samples, signature, health.execution_timeout_s)
+        runs = (_warm_up(instances, samples, signature, health.execution_timeout_s)
+                if samples else [])
     except BaseException:
         for inst in instances:
             inst.close()
@@ -111,7 +115,7 @@ def _build_version(ctx: ModelContext, health: HealthSettings) -> _Built:
         raise
     if not instances:
         raise unavailable(f"model '{ctx.name}' has no instances")
-    return _Built(ctx, signature, backend, instances, samples)
+    return _Built(ctx, signature, backend, instances, samples, runs)
 
 
 def write_override_files(name: str, files: dict[str, bytes]) -> Path:
@@ -372,6 +376,7 @@ class ModelRepository:
                 cls = EnsembleModel if isinstance(b.backend, EnsembleBackend) else Model
                 model = cls(b.ctx, b.signature, b.backend, b.instances, self.shm,
                               self.health, b.warmup)
+                record_runs(model.stats, b.warmup_runs)
                 new_states[v] = VersionState(lc.READY, "", model)
                 log.info("successfully loaded '%s' version %d", name, v)
             else:

@@ -13,12 +13,18 @@ Triton's rules, followed here:
 * outputs are not checked; any error fails the warm-up with ``failed to run warmup sample
   '<name>': <error>; ...`` (one error per failed request), which fails the model's load.
 
-Warm-up runs on the instance's own thread, bypasses the scheduler and leaves the model's
-statistics alone. The periodic health probe (core/health.py) runs the same samples.
+Warm-up runs on the instance's own thread and bypasses the scheduler. Its runs at load count
+in the model's statistics, as Triton's do (successes with their compute times, no queue time:
+``record_runs``); the periodic health probe (core/health.py) runs the same samples and counts in
+no statistics.
+
+Load-failure messages are Triton's, word for word (its ``[request id: <id_unknown>] `` prefix
+and the missing space in "...<file>only has..." included).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,12 +36,13 @@ from tritonlite.backends.base import BackendInstance
 from tritonlite.core import datatypes, validate
 from tritonlite.core.shm import SharedMemoryManager
 from tritonlite.core.signature import Signature
-from tritonlite.core.stats import ExecTiming
+from tritonlite.core.stats import ExecTiming, ModelStats
 from tritonlite.core.types import InferInput, InferRequest
 from tritonlite.errors import TritonliteError, invalid_arg
 
 WARMUP_DIR = "warmup"  # Triton's folder for input_data_file, under the model directory
 _NO_SHM = SharedMemoryManager()  # warm-up inputs never name shared memory
+_NO_ID = "[request id: <id_unknown>] "  # how Triton's messages name a warm-up request
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,10 +106,10 @@ def _data(name: str, wire: str, dims: tuple[int, ...], inp: Any,
         dt = datatypes.numpy_dtype(wire)
         need = count * dt.itemsize
         if len(blob) < need:
-            raise invalid_arg(f"warmup setting expects {need} bytes, but the data provided from "
-                              f"{inp.input_data_file} only has {len(blob)} bytes")
+            raise invalid_arg(f"{_NO_ID}warmup setting expects {need} bytes, but the data "
+                              f"provided from {inp.input_data_file}only has {len(blob)} bytes")
         return np.frombuffer(blob, dtype=dt, count=count).reshape(dims)
-    raise invalid_arg(f"warmup setting expects input '{name}' to have input_data_type set")
+    raise invalid_arg(f"{_NO_ID}warmup setting expects input '{name}' to have input_data_type set")
 
 
 def build_samples(config: Any, model_dir: Path, signature: Signature) -> list[WarmupSample]:
@@ -134,13 +141,19 @@ def build_samples(config: Any, model_dir: Path, signature: Signature) -> list[Wa
     return samples
 
 
-def run_samples(impl: BackendInstance, samples: list[WarmupSample], signature: Signature) -> None:
-    """Run every sample on the calling (instance) thread; raise INVALID_ARG on a failure."""
+def run_samples(impl: BackendInstance, samples: list[WarmupSample],
+                signature: Signature) -> list[tuple[int, ExecTiming]]:
+    """Run every sample on the calling (instance) thread; raise INVALID_ARG on a failure.
+
+    Returns each run as (requests in it, its timing), for ``record_runs``.
+    """
+    runs = []
     for sample in samples:
         for _ in range(sample.count):
             requests = sample.requests(signature)
+            timing = ExecTiming(start_ns=time.monotonic_ns())
             try:
-                results = impl.execute(requests, ExecTiming())
+                results = impl.execute(requests, timing)
                 if len(results) != len(requests):
                     raise invalid_arg(f"returned {len(results)} responses for "
                                       f"{len(requests)} requests")
@@ -152,3 +165,14 @@ def run_samples(impl: BackendInstance, samples: list[WarmupSample], signature: S
             if errors:
                 raise invalid_arg(f"failed to run warmup sample '{sample.name}': "
                                   + "".join(f"{e}; " for e in errors))
+            timing.end_ns = time.monotonic_ns()
+            runs.append((len(requests), timing))
+    return runs
+
+
+def record_runs(stats: ModelStats, runs: list[tuple[int, ExecTiming]]) -> None:
+    """Count load-time warm-up runs in ``stats`` the way Triton does (on the event loop)."""
+    for n, timing in runs:
+        stats.record_execution(n, timing)
+        for _ in range(n):
+            stats.record_success(timing.end_ns - timing.start_ns, 0, timing)
