@@ -46,7 +46,7 @@ class StreamResponse:
 
 def is_decoupled(model: Model) -> bool:
     """The model's ``model_transaction_policy { decoupled }``."""
-    return bool(model.config.model_transaction_policy.decoupled)
+    return model.signature.decoupled
 
 
 class ResponseStream:

@@ -15,7 +15,7 @@ from tritonlite.core import datatypes
 from tritonlite.core.shm import SharedMemoryManager
 from tritonlite.core.signature import Signature, TensorSpec
 from tritonlite.core.types import InferInput, InferRequest
-from tritonlite.errors import invalid_arg, unsupported
+from tritonlite.errors import invalid_arg
 
 
 def _fmt(shape: Any) -> str:
@@ -51,10 +51,6 @@ def _reshaped(data: np.ndarray[Any, Any], batch: int | None, spec: TensorSpec) -
 def prepare(sig: Signature, req: InferRequest, shm: SharedMemoryManager) -> None:
     """Validate ``req`` against ``sig`` in place; raise INVALID_ARG with Triton's wording."""
     model = sig.name
-    if sig.decoupled:
-        raise unsupported(
-            "HTTP end point doesn't support models with decoupled transaction policy"
-        )
     seen: set[str] = set()
     for inp in req.inputs:
         if inp.name in seen:

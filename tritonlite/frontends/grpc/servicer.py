@@ -29,6 +29,8 @@ from tritonlite.options import ServerOptions
 
 log = logging.getLogger("tritonlite")
 
+_DECOUPLED = "ModelInfer RPC doesn't support models with decoupled transaction policy"
+
 Unary = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
 
 # --grpc-infer-response-compression-level -> the algorithm grpc-core picks for that level
@@ -106,7 +108,7 @@ class Servicer:
             recv_start = time.monotonic_ns() if self.core.trace.enabled else 0
             req = codec.decode_infer(codec.parse(request))
             recv_end = time.monotonic_ns() if recv_start else 0
-            resp = await self.core.infer(req)
+            resp = await self.core.infer(req, _DECOUPLED)
             msg = codec.encode_infer(resp)
         except TritonliteError as exc:
             await context.abort(STATUS[exc.code], exc.message)

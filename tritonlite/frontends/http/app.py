@@ -28,6 +28,7 @@ log = logging.getLogger("tritonlite")
 Handler = Callable[[web.Request, InferenceCore, "re.Match[str]"], Awaitable[web.StreamResponse]]
 
 _JSON = "application/json"
+_DECOUPLED = "HTTP end point doesn't support models with decoupled transaction policy"
 
 
 def _json(doc: Any, status: int = 200) -> web.Response:
@@ -139,7 +140,7 @@ async def infer(request: web.Request, core: InferenceCore, m: re.Match[str]) -> 
         req = codec.raw_binary_request(name, version, body)
     else:
         req = codec.decode_infer(body, header_len, name, version)
-    resp = await core.infer(req)
+    resp = await core.infer(req, _DECOUPLED)
     parts, head_len, has_binary = codec.encode_infer(resp)
     payload = b"".join(parts) if len(parts) > 1 else bytes(parts[0])
     headers = {}
