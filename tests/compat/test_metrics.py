@@ -390,7 +390,8 @@ class FakeNvml:
 
 def _collect(gpu: GpuSampler | None) -> str:
     core = SimpleNamespace(options=ServerOptions(model_repositories=(Path("/tmp"),)),
-                           repository=SimpleNamespace(ready_models=lambda: []), cache=None)
+                           repository=SimpleNamespace(ready_models=lambda: [], models={}),
+                           cache=None)
     samplers = Samplers(cpu=False, gpu=False, interval_ms=1000)
     samplers.gpu = gpu
     return render(list(_Collector(core, samplers).collect())).decode()  # type: ignore[arg-type]
