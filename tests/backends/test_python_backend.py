@@ -308,16 +308,22 @@ def test_response() -> None:
 
 
 def test_response_sender_of_a_non_decoupled_model() -> None:
+    # Triton's rules (response_sender.cc): one response, with FINAL or followed by a flags-only
+    # FINAL; nothing after FINAL.
     s = pb_utils.InferenceResponseSender()
     r = pb_utils.InferenceResponse([])
-    with pytest.raises(pb_utils.TritonModelException, match="COMPLETE_FINAL"):
-        s.send(r)
-    with pytest.raises(pb_utils.TritonModelException, match="COMPLETE_FINAL"):
+    with pytest.raises(pb_utils.TritonModelException, match="complete final before sending"):
         s.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    with pytest.raises(pb_utils.TritonModelException, match="Unsupported flag provided"):
+        s.send(r, flags=4)
+    with pytest.raises(pb_utils.TritonModelException, match="must be provided"):
+        s.send()
     s.send(r, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
     assert s.response is r and not s.is_cancelled()
     with pytest.raises(pb_utils.TritonModelException, match="more than one response"):
         s.send(r, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    with pytest.raises(pb_utils.TritonModelException, match="has been closed"):
+        s.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
 
 def test_bls_and_model_management_without_a_server() -> None:
@@ -555,9 +561,6 @@ LOAD_FAILURES = [
      r"'TritonPythonModel'"),
     ("import no_such_module_here\n", None, ErrorCode.INTERNAL,
      r"ModuleNotFoundError: No module named 'no_such_module_here'"),
-    ("class TritonPythonModel:\n    pass\n",
-     UTILS_CONFIG + "model_transaction_policy { decoupled: true }\n", ErrorCode.UNSUPPORTED,
-     "decoupled models are not supported yet"),
     ("class TritonPythonModel:\n    pass\n", UTILS_CONFIG
      + 'parameters { key: "EXECUTION_ENV_PATH" value { string_value: "env.tar.gz" } }\n',
      ErrorCode.UNSUPPORTED, "custom execution environments are not supported"),

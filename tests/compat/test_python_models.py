@@ -415,11 +415,15 @@ def test_is_ready_decides_model_readiness(client: Any) -> None:
     assert client.is_model_ready("not_ready") is False
 
 
-def test_decoupled_model_is_unsupported(client: Any) -> None:
-    assert client.is_model_ready("decoupled") is False
-    rows = {row["name"]: row for row in client.get_model_repository_index()}
-    assert rows["decoupled"]["state"] == "UNAVAILABLE"
-    assert "decoupled models are not supported yet" in rows["decoupled"]["reason"]
+def test_decoupled_model_loads_and_infer_refuses_it(client: Any) -> None:
+    # Decoupled models are served (tests/compat/test_decoupled.py); /infer refuses them.
+    assert client.is_model_ready("decoupled") is True
+    inp = httpclient.InferInput("IN", [1], "BYTES")
+    inp.set_data_from_numpy(np.array([b"x"], dtype=object))
+    with pytest.raises(InferenceServerException) as info:
+        client.infer("decoupled", [inp])
+    assert info.value.status() == "501"
+    assert "HTTP end point doesn't support models with decoupled" in info.value.message()
 
 
 async def _burst(url: str, n: int) -> list[int]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import tritonlite
@@ -17,6 +17,7 @@ from tritonlite.core import config as model_config
 from tritonlite.core import inprocess, latency, validate
 from tritonlite.core import stats as model_stats
 from tritonlite.core.cache import ResponseCache
+from tritonlite.core.model import Model
 from tritonlite.core.repository import ModelRepository, control_error, decode_override_file
 from tritonlite.core.settings import LogSettings, TraceSettings
 from tritonlite.core.shm import SharedMemoryManager
@@ -169,6 +170,12 @@ class InferenceCore:
         model = self.repository.get(request.model_name, request.model_version)
         if is_decoupled(model):
             raise unsupported(decoupled_message)
+        return await self._run(model, request)
+
+    async def _run(self, model: Model, request: InferRequest,
+                   admitted: list[bool] | None = None) -> InferResponse:
+        """``infer`` once the model is known; ``admitted[0]`` is set once the request passed
+        validation (what tells a refused request from a failed one)."""
         trace = (self.trace.sample(model.name, model.version, request.id)
                  if self.trace.enabled else None)
         if trace is not None:
@@ -180,6 +187,8 @@ class InferenceCore:
             if request.raw_input is not None:
                 validate.fill_raw_input(model.signature, request)
             validate.prepare(model.signature, request, self.shm)
+            if admitted is not None:
+                admitted[0] = True
             if self.cache is not None and model.response_cache:
                 response = await self.cache.infer(model, request, self.shm)
                 if trace is not None:
@@ -192,15 +201,16 @@ class InferenceCore:
                 trace.release()
             raise
 
-    async def infer_stream(self, request: InferRequest) -> AsyncIterator[StreamResponse]:
+    async def infer_stream(self, request: InferRequest) -> AsyncGenerator[StreamResponse, None]:
         """Run one request of any model; yields its responses as they come (``StreamResponse``).
 
         Contract, for every model:
 
         - the last item has ``final`` True and no other does; nothing follows it;
         - errors never raise out of the iterator: a request that cannot run (unknown model,
-          bad inputs, queue full, a failed execution) yields one error item, ``final`` True;
-          a decoupled model's error response is an error item, final or not as it was sent;
+          bad inputs, queue full, a failed execution) yields one error item, ``final`` True,
+          with ``refused`` True when the request never got past lookup and validation; a
+          decoupled model's error response is an error item, final or not as it was sent;
         - a model that ends its request without a last response (a flags-only final) yields
           ``StreamResponse(None, None, final=True)``: the front end decides whether the client
           sees an empty response (gRPC's ``triton_enable_empty_final_response``) or nothing;
@@ -217,17 +227,24 @@ class InferenceCore:
         try:
             if self.exiting:
                 raise unavailable("Server is exiting")
-            model = self.repository.get(request.model_name, request.model_version)
-            if not is_decoupled(model):
-                response = await self.infer(request)
-                yield StreamResponse(response, None, True)
-                return
             request.arrival_ns = time.monotonic_ns()
-            if request.raw_input is not None:
-                validate.fill_raw_input(model.signature, request)
-            validate.prepare(model.signature, request, self.shm)
+            model = self.repository.get(request.model_name, request.model_version)
+            decoupled = is_decoupled(model)
+            if decoupled:
+                if request.raw_input is not None:
+                    validate.fill_raw_input(model.signature, request)
+                validate.prepare(model.signature, request, self.shm)
         except TritonliteError as exc:
-            yield StreamResponse(None, exc, True)
+            yield StreamResponse(None, exc, True, refused=True)
+            return
+        if not decoupled:
+            admitted = [False]
+            try:
+                response = await self._run(model, request, admitted)
+            except TritonliteError as exc:
+                yield StreamResponse(None, exc, True, refused=not admitted[0])
+                return
+            yield StreamResponse(response, None, True)
             return
         stream = ResponseStream(asyncio.get_running_loop(), model, request)
         request.responder = stream

@@ -20,6 +20,7 @@ from aiohttp import web
 from tritonlite.core.core import InferenceCore, parse_version
 from tritonlite.errors import TritonliteError, invalid_arg, unsupported
 from tritonlite.frontends.http import codec
+from tritonlite.frontends.http import generate as gen
 from tritonlite.frontends.http.errors import STATUS, error_response
 from tritonlite.frontends.http.tracing import send_traced
 
@@ -161,7 +162,14 @@ async def infer(request: web.Request, core: InferenceCore, m: re.Match[str]) -> 
 
 
 async def generate(request: web.Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
-    raise unsupported("the generate extension is not supported by this server yet")
+    req = gen.decode(core, await request.read(), _name(m), _version(m))
+    return await gen.generate(core.infer_stream(req))
+
+
+async def generate_stream(request: web.Request, core: InferenceCore,
+                          m: re.Match[str]) -> web.StreamResponse:
+    req = gen.decode(core, await request.read(), _name(m), _version(m))
+    return await gen.generate_stream(request, core.infer_stream(req))
 
 
 async def repo_index(request: web.Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
@@ -268,7 +276,8 @@ _ROUTES: list[tuple[re.Pattern[str], dict[str, Handler]]] = [
     (re.compile(r"/v2/logging"), {"GET": logging_setting, "POST": logging_setting}),
     (re.compile(_MODEL), {"GET": model_metadata}),
     (re.compile(_MODEL + r"/infer"), {"POST": infer}),
-    (re.compile(_MODEL + r"/(?:generate|generate_stream)"), {"POST": generate}),
+    (re.compile(_MODEL + r"/generate"), {"POST": generate}),
+    (re.compile(_MODEL + r"/generate_stream"), {"POST": generate_stream}),
     (re.compile(_MODEL + r"/ready"), {"GET": model_ready}),
     (re.compile(_MODEL + r"/config"), {"GET": model_config}),
     (re.compile(_MODEL + r"/stats"), {"GET": model_stats}),
