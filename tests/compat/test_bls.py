@@ -611,8 +611,6 @@ def test_bls_timeout_is_the_request_timeout_a_client_sets(server: Server, repo: 
 
 # -- decoupled ------------------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="validate.prepare still refuses decoupled models, so "
-                   "InferenceCore.infer_stream cannot run one yet; remove once it can")
 def test_decoupled_bls(server: Server) -> None:
     report = run_case(server, "decoupled")
     assert report["iterator"] == "ResponseIterator"
@@ -628,8 +626,6 @@ def test_decoupled_bls(server: Server) -> None:
     assert [r["error"] for r in report["unknown"]] == [NOT_READY.format("nope")]
 
 
-@pytest.mark.xfail(strict=True, reason="validate.prepare still refuses decoupled models, so "
-                   "InferenceCore.infer_stream cannot run one yet; remove once it can")
 def test_async_decoupled_bls(server: Server) -> None:
     report = run_case(server, "decoupled", "bls_async")
     assert report["iterator"] == "ResponseIterator"
