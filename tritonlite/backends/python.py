@@ -40,10 +40,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import queue
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 

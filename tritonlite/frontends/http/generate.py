@@ -175,7 +175,8 @@ async def generate(items: AsyncGenerator[StreamResponse, None]) -> web.Response:
         return error_response(STATUS[exc.code], exc.message)
 
 
-async def _next(request: web.Request, items: AsyncGenerator[StreamResponse, None]) -> StreamResponse | None:
+async def _next(request: web.Request,
+                items: AsyncGenerator[StreamResponse, None]) -> StreamResponse | None:
     """The next item; None when the stream ended or the client went away meanwhile."""
     step = asyncio.ensure_future(items.__anext__())
     try:
