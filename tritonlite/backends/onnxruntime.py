@@ -22,13 +22,13 @@ import numpy as np
 
 from tritonlite import kernels
 from tritonlite._proto import pb
+from tritonlite.backends import batch_io
 from tritonlite.backends.base import BackendFatalError, InstanceSpec, ModelContext, Result
 from tritonlite.backends.ort_providers import providers_for
 from tritonlite.core.stats import ExecTiming
 from tritonlite.core.types import InferRequest
 from tritonlite.errors import TritonliteError, internal, unavailable
 from tritonlite.memory import StagingPool
-
 
 _ONNX_BFLOAT16 = 16  # onnx.TensorProto.BFLOAT16
 try:
@@ -146,21 +146,14 @@ class OnnxRuntimeInstance:
         # Several requests batched along dim 0 (they share non-batch shapes by construction):
         # gather each input into a reused staging buffer, run once, hand out views.
         feed: dict[str, Any] = {}
-        leases = []
+        leases: list[Any] = []
         try:
             for i, first in enumerate(requests[0].inputs):
                 parts = [r.inputs[i].data for r in requests]
                 if first.data.dtype == object:  # type: ignore[union-attr]
                     feed[first.name] = _to_ort_input(np.concatenate(parts, axis=0))  # type: ignore[arg-type]
                     continue
-                rows = sum(p.shape[0] for p in parts)  # type: ignore[union-attr]
-                shape = (rows, *first.data.shape[1:])  # type: ignore[union-attr]
-                dt = first.data.dtype  # type: ignore[union-attr]
-                lease = self._staging.acquire(max(1, int(np.prod(shape)) * dt.itemsize))
-                leases.append(lease)
-                buf = lease.view(dt, shape)
-                kernels.gather_into(buf, parts)  # type: ignore[arg-type]
-                feed[first.name] = buf
+                feed[first.name] = batch_io.stage(parts, self._staging, leases)  # type: ignore[arg-type]
             timing.input_end_ns = time.monotonic_ns()
             values = self._run(feed)
             timing.infer_end_ns = time.monotonic_ns()
@@ -168,11 +161,8 @@ class OnnxRuntimeInstance:
             feed.clear()
             for lease in leases:
                 lease.release()
-        sizes = [r.batch_size for r in requests]
-        split = [kernels.split_views(_from_ort_output(v), sizes) for v in values]
-        return [
-            {n: split[j][k] for j, n in enumerate(self._outputs)} for k in range(len(requests))
-        ]
+        produced = {n: _from_ort_output(v) for n, v in zip(self._outputs, values)}
+        return batch_io.per_request(produced, requests)  # type: ignore[return-value]
 
     def _run(self, feed: dict[str, Any]) -> list[Any]:
         try:

@@ -33,6 +33,7 @@ import numpy as np
 
 from tritonlite import kernels
 from tritonlite._proto import pb
+from tritonlite.backends import batch_io
 from tritonlite.backends import pytorch_io as io
 from tritonlite.backends.base import InstanceSpec, ModelContext, Result
 from tritonlite.core.stats import ExecTiming
@@ -41,13 +42,6 @@ from tritonlite.errors import TritonliteError, internal, invalid_arg, unavailabl
 from tritonlite.memory import StagingPool
 
 log = logging.getLogger("tritonlite")
-
-try:
-    import ml_dtypes
-
-    _BF16: Any = np.dtype(ml_dtypes.bfloat16)
-except ImportError:  # pragma: no cover - ml_dtypes is a dependency
-    _BF16 = None
 
 _TYPE_NAMES = {v.number: v.name for v in pb.DataType.values}
 _BOOL_PARAMS = ("INFERENCE_MODE", "DISABLE_OPTIMIZED_EXECUTION", "ENABLE_JIT_EXECUTOR",
@@ -167,11 +161,7 @@ class PyTorchInstance:
 
     # -- inputs ---------------------------------------------------------------------------
     def _to_torch(self, arr: np.ndarray[Any, Any]) -> Any:
-        torch = self._torch
-        if arr.dtype == _BF16:
-            t = torch.from_numpy(np.ascontiguousarray(arr).view(np.int16)).view(torch.bfloat16)
-        else:
-            t = torch.from_numpy(arr)
+        t = batch_io.to_torch(self._torch, arr)
         if self._stream is not None:
             t = t.to(self._device, non_blocking=True)
         return t
@@ -191,15 +181,7 @@ class PyTorchInstance:
             if len(parts) == 1 and data.flags.writeable and data.flags.c_contiguous:
                 out[first.name] = self._to_torch(data)
                 continue
-            rows = sum(p.shape[0] for p in parts) if len(parts) > 1 else None  # type: ignore[union-attr]
-            shape = (rows, *data.shape[1:]) if rows is not None else data.shape
-            lease = self._staging.acquire(max(1, int(np.prod(shape)) * data.dtype.itemsize))
-            leases.append(lease)
-            buf = lease.view(data.dtype, tuple(shape))
-            if rows is None:
-                np.copyto(buf, data)
-            else:
-                kernels.gather_into(buf, parts)  # type: ignore[arg-type]
+            buf = batch_io.stage(parts, self._staging, leases)  # type: ignore[arg-type]
             out[first.name] = self._to_torch(buf)
         return out
 
@@ -251,9 +233,7 @@ class PyTorchInstance:
         t = value.detach()
         if t.device.type != "cpu":
             t = t.to("cpu", non_blocking=True)
-        if t.dtype == torch.bfloat16:
-            return t.contiguous().view(torch.int16).numpy().view(_BF16)  # type: ignore[no-any-return]
-        return t.numpy()  # type: ignore[no-any-return]
+        return batch_io.to_numpy(torch, t)
 
     def execute(self, requests: list[InferRequest], timing: ExecTiming) -> list[Result]:
         torch = self._torch
@@ -280,11 +260,7 @@ class PyTorchInstance:
                 lease.release()
             if self._settings.cache_cleaning and self._stream is not None:
                 torch.cuda.empty_cache()
-        if len(requests) == 1:
-            return [produced]
-        sizes = [r.batch_size for r in requests]
-        split = {n: kernels.split_views(a, sizes) for n, a in produced.items()}
-        return [{n: split[n][k] for n in produced} for k in range(len(requests))]
+        return batch_io.per_request(produced, requests)  # type: ignore[return-value]
 
     def _read_outputs(self, requests: list[InferRequest],
                       flat: list[Any]) -> dict[str, np.ndarray[Any, Any]]:

@@ -17,13 +17,10 @@ import importlib.util
 import time
 from typing import Any
 
-import numpy as np
-
 from tritonlite import kernels
 from tritonlite._proto import pb
-from tritonlite.backends import trt_profiles
+from tritonlite.backends import batch_io, trt_profiles
 from tritonlite.backends.base import InstanceSpec, ModelContext, Result
-from tritonlite.core import datatypes
 from tritonlite.core.stats import ExecTiming
 from tritonlite.core.types import InferRequest
 from tritonlite.errors import internal, invalid_arg, unavailable
@@ -61,6 +58,12 @@ def _torch_dtype(torch: Any, trt: Any, dtype: Any) -> Any:
     return table[dtype]
 
 
+def _bounds(shapes: Any) -> tuple[trt_profiles.Shape, trt_profiles.Shape, trt_profiles.Shape]:
+    """An input's (min, opt, max) from ``get_tensor_profile_shape``, as int tuples."""
+    lo, opt, hi = (tuple(int(d) for d in s) for s in shapes)
+    return lo, opt, hi
+
+
 class TensorRTInstance:
     def __init__(self, backend: TensorRTBackend, spec: InstanceSpec) -> None:
         trt, torch = backend.trt, backend.torch
@@ -82,11 +85,11 @@ class TensorRTInstance:
         names = [self._engine.get_tensor_name(i) for i in range(self._engine.num_io_tensors)]
         self._inputs = [n for n in names if self._engine.get_tensor_mode(n) == io.INPUT]
         self._outputs = [n for n in names if self._engine.get_tensor_mode(n) == io.OUTPUT]
-        self._dtypes = {n: _torch_dtype(torch, trt, self._engine.get_tensor_dtype(n)) for n in names}
-        self._profiles = [
-            {n: tuple(tuple(int(d) for d in s) for s in
-                      self._engine.get_tensor_profile_shape(n, p))  # type: ignore[misc]
-             for n in self._inputs if -1 in tuple(self._engine.get_tensor_shape(n))}
+        self._dtypes = {n: _torch_dtype(torch, trt, self._engine.get_tensor_dtype(n))
+                        for n in names}
+        dynamic = [n for n in self._inputs if -1 in tuple(self._engine.get_tensor_shape(n))]
+        self._profiles: list[trt_profiles.ProfileShapes] = [
+            {n: _bounds(self._engine.get_tensor_profile_shape(n, p)) for n in dynamic}
             for p in range(self._engine.num_optimization_profiles)]
         group = next((g for g in ctx.config.instance_group if spec.name.startswith(g.name)), None)
         self._allowed = [int(p) for p in group.profile] if group is not None else []
@@ -130,12 +133,8 @@ class TensorRTInstance:
         finally:
             for lease in leases:
                 lease.release()
-        produced = {n: _numpy(torch, h) for n, h in host.items()}
-        if len(requests) == 1:
-            return [produced]
-        sizes = [r.batch_size for r in requests]
-        split = {n: kernels.split_views(a, sizes) for n, a in produced.items()}
-        return [{n: split[n][k] for n in produced} for k in range(len(requests))]
+        produced = {n: batch_io.to_numpy(torch, h) for n, h in host.items()}
+        return batch_io.per_request(produced, requests)  # type: ignore[return-value]
 
     def _inputs_on_device(self, requests: list[InferRequest],
                           leases: list[Any]) -> tuple[dict[str, tuple[int, ...]], dict[str, Any]]:
@@ -146,33 +145,16 @@ class TensorRTInstance:
             parts = [r.inputs[i].data for r in requests]
             data = first.data
             assert data is not None
-            rows = sum(p.shape[0] for p in parts) if len(parts) > 1 else None  # type: ignore[union-attr]
-            shape = (rows, *data.shape[1:]) if rows is not None else tuple(data.shape)
-            lease = self._staging.acquire(max(1, int(np.prod(shape)) * data.dtype.itemsize))
-            leases.append(lease)
-            buf = lease.view(data.dtype, tuple(shape))
-            if rows is None:
-                np.copyto(buf, data)
-            else:
-                kernels.gather_into(buf, parts)  # type: ignore[arg-type]
-            src = torch.from_numpy(buf.view(np.int16) if buf.dtype.name == "bfloat16" else buf)
-            dev = src.to(self._device, non_blocking=True)
-            if buf.dtype.name == "bfloat16":
-                dev = dev.view(torch.bfloat16)
-            shapes[first.name] = tuple(int(d) for d in shape)
-            on_device[first.name] = dev
+            buf = batch_io.stage(parts, self._staging, leases)  # type: ignore[arg-type]
+            shapes[first.name] = tuple(int(d) for d in buf.shape)
+            on_device[first.name] = batch_io.to_torch(torch, buf).to(self._device,
+                                                                     non_blocking=True)
         return shapes, on_device
 
     def close(self) -> None:
         self._context = None
         self._engine = None
         self._staging.close()
-
-
-def _numpy(torch: Any, t: Any) -> np.ndarray[Any, Any]:
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(datatypes.numpy_dtype("BF16"))  # type: ignore[no-any-return]
-    return t.numpy()  # type: ignore[no-any-return]
 
 
 class TensorRTBackend:

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import mmap
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-
-from collections.abc import Callable
 
 import numpy as np
 
@@ -142,7 +141,7 @@ class SharedMemoryManager:
             except cudart.CudaError as exc:
                 raise TritonliteError(ErrorCode.INTERNAL, f"failed to read CUDA shared memory "
                                       f"region '{name}': {exc}") from None
-        return memoryview(host)
+        return memoryview(host.data)
 
     def write(self, name: str, offset: int, data: bytes | bytearray | memoryview) -> None:
         """Store ``data`` at ``offset`` of region ``name`` (either kind)."""
