@@ -27,6 +27,7 @@ from __future__ import annotations
 import inspect
 import logging
 import time
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
@@ -238,7 +239,7 @@ class PyTorchInstance:
     def execute(self, requests: list[InferRequest], timing: ExecTiming) -> list[Result]:
         torch = self._torch
         leases: list[Any] = []
-        stream_ctx = torch.cuda.stream(self._stream) if self._stream is not None else _NoStream()
+        stream_ctx = torch.cuda.stream(self._stream) if self._stream is not None else nullcontext()
         try:
             with stream_ctx:
                 inputs = self._batch_inputs(requests, leases)
@@ -291,14 +292,6 @@ def _load_exported(torch: Any, path: Any, device: Any) -> Any:
     program = torch.export.load(str(path))
     module = program.module()
     return module.to(device)
-
-
-class _NoStream:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 class PyTorchBackend:

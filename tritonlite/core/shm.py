@@ -125,8 +125,10 @@ class SharedMemoryManager:
 
     def check(self, name: str, offset: int, byte_size: int) -> None:
         """Raise INVALID_ARG unless ``[offset, offset + byte_size)`` lies in region ``name``."""
-        self._cuda_slice(name, offset, byte_size) if name in self._cuda else self.view(
-            name, offset, byte_size)
+        if name in self._cuda:
+            self._cuda_slice(name, offset, byte_size)
+        else:
+            self.view(name, offset, byte_size)
 
     def read(self, name: str, offset: int, byte_size: int) -> memoryview:
         """The bytes of a slice of either kind of region (device memory is copied to host)."""
@@ -164,12 +166,13 @@ class SharedMemoryManager:
     def register_cuda(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
         self._check_new_name(name)
         rt = self._cuda_runtime()
-        if rt is None or rt.device_count() == 0:
+        devices = rt.device_count() if rt is not None else 0
+        if rt is None or devices == 0:
             raise unsupported(
                 f"failed to register CUDA shared memory region '{name}': "
                 "CUDA shared memory is not supported on this server (no CUDA device)"
             )
-        if device_id < 0 or device_id >= rt.device_count():
+        if device_id < 0 or device_id >= devices:
             raise invalid_arg(f"failed to register CUDA shared memory region '{name}': "
                               f"device {device_id} does not exist")
         if byte_size <= 0:

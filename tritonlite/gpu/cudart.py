@@ -16,6 +16,7 @@ import ctypes.util
 import functools
 import importlib.util
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -52,16 +53,16 @@ class _IpcHandle(ctypes.Structure):
     _fields_ = [("reserved", ctypes.c_char * IPC_HANDLE_BYTES)]
 
 
-def _candidates() -> list[str]:
-    names = ["libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"]
-    found = ctypes.util.find_library("cudart")
-    if found:
-        names.insert(0, found)
+def _candidates() -> Iterator[str]:
+    """Library names to try, cheapest first: ``find_library`` (it runs ldconfig) comes last."""
+    yield from ("libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0")
     spec = importlib.util.find_spec("nvidia")
     for root in (spec.submodule_search_locations or []) if spec else []:
         lib = Path(root) / "cuda_runtime" / "lib"
-        names.extend(str(p) for p in sorted(lib.glob("libcudart.so*")))
-    return names
+        yield from (str(p) for p in sorted(lib.glob("libcudart.so*")))
+    found = ctypes.util.find_library("cudart")
+    if found:
+        yield found
 
 
 class CudaRuntime:
