@@ -158,6 +158,15 @@ def _is_live(http_url: str) -> bool:
         return False
 
 
+def wait_until(pred: Callable[[], object], timeout: float) -> None:
+    """Poll ``pred`` every 50 ms until it is true; AssertionError after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.05)
+
+
 def start_server(repo: Path | str, *args: str, env: dict[str, str] | None = None) -> Server:
     """Start tritonlite on ``repo`` with free ports; ``args`` are more tritonserver flags.
 

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from conftest import Server, start_server
+from conftest import Server, start_server, wait_until
 from tritonclient.utils import InferenceServerException
 
 pytestmark = pytest.mark.timeout(120)
@@ -139,12 +139,8 @@ def _metric(text: str, family: str, **labels: str) -> float:
     raise AssertionError(f"no {family} {labels} in metrics")
 
 
-def _wait(pred: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.05)
+def _wait(pred: Callable[[], object], timeout: float = 20.0) -> None:
+    wait_until(pred, timeout)
 
 
 def test_instance_0_always_fails_instance_1_keeps_serving(

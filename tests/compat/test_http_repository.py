@@ -5,17 +5,15 @@ from __future__ import annotations
 import base64
 import json
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from tritonclient.utils import InferenceServerException
-
-from conftest import start_server
+from conftest import start_server, wait_until
 from repos import write_add_sub, write_identity
+from tritonclient.utils import InferenceServerException
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -185,9 +183,4 @@ def test_poll_mode(tmp_path: Path) -> None:
 
 
 def _wait(cond: Any, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached in time")
+    wait_until(cond, timeout)

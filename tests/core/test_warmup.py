@@ -10,7 +10,6 @@ import json
 import re
 import struct
 import textwrap
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from conftest import Server, start_server
+from conftest import Server, start_server, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -152,12 +151,8 @@ def _metric(server: Server, family: str, instance: str) -> float:
     return float(m.group(1))
 
 
-def _wait(pred: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.05)
+def _wait(pred: Callable[[], object], timeout: float = 20.0) -> None:
+    wait_until(pred, timeout)
 
 
 def test_warmup_runs_on_every_instance_before_ready(
