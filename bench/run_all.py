@@ -11,7 +11,8 @@ Run: ``.venv/bin/python bench/run_all.py [--quick] [--skip-triton] [--skip-micro
      plus ``mlp_nobatch`` at concurrency 16 and 64 only (Triton's own batching gain, for scale);
    * ``tritonlite-python``: tritonlite serving the identical model.py files, when tritonlite's
      Python backend loads them (rows marked "not run" otherwise).
-2. The micro-benchmarks bench_scheduler.py, bench_gather.py and bench_grpc.py (when present).
+2. The micro-benchmarks bench_scheduler.py, bench_gather.py, bench_grpc.py and bench_cache.py
+   (when present).
 3. Writes to bench/results/: ``perf_<server>_<model>_<protocol>.csv`` (perf_analyzer's ``-f``
    CSV, one row per concurrency), ``logs/`` (every perf_analyzer stdout and server log),
    ``summary.csv``, ``summary.md`` (also printed) and ``plot_<model>_<protocol>.png``.
@@ -345,7 +346,7 @@ def main() -> int:
                     help="smoke run: concurrency 1 and 16, 1 s windows, no micro-benchmarks")
     ap.add_argument("--skip-triton", action="store_true", help="no real-Triton rows")
     ap.add_argument("--skip-micro", action="store_true",
-                    help="skip bench_scheduler/bench_gather/bench_grpc")
+                    help="skip bench_scheduler/bench_gather/bench_grpc/bench_cache")
     ap.add_argument("--servers", default=",".join(SERVERS),
                     help="which server blocks to run, in this order")
     ap.add_argument("--protocols", default=",".join(PROTOCOLS))
@@ -409,6 +410,8 @@ def main() -> int:
         micro["Gather kernel (bench_gather.py)"] = run_micro("bench_gather.py", [], results)
         micro["gRPC front end vs bare grpc.aio echo (bench_grpc.py)"] = run_micro(
             "bench_grpc.py", [], results)
+        micro["Response cache hit vs execution (bench_cache.py)"] = run_micro(
+            "bench_cache.py", [], results)
 
     write_summary_csv(results / "summary.csv", points)
     plots = plot.plot([{k: str(v) for k, v in p.row().items()} for p in points], results)
