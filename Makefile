@@ -27,12 +27,16 @@ COMPILED_SOURCES := $(wildcard tritonlite/*/*.pyx tritonlite/*/*.pxd) \
                     $(patsubst %_c.pxd,%_py.py,$(wildcard tritonlite/*/*_c.pxd))
 BUILD_INPUTS := pyproject.toml setup.py $(COMPILED_SOURCES)
 
-# The pure-Python twins run the whole suite too: they are what a machine without a C compiler or
-# Numba serves with, and every real-server test drives the batcher, kernels and codecs (the suite
-# takes about 2.5 minutes a pass on 2 cores). Should it outgrow that, narrow this to the
-# twin-sensitive suites:
-#   tests/scheduling tests/kernels tests/memory tests/frontends tests/compat/test_http.py
-PURE_TESTS ?=
+# The pure-Python twins run every suite that reaches them: the batcher, kernels, staging buffers
+# and codecs directly, and the real-server suites whose requests go through them (batching,
+# sequences, both front ends, the backends' batch staging, the cache's BYTES handling). The
+# rest (repository, metrics, tracing, ensembles, GPU, ...) goes through the same twin code as
+# those; running it twice would double CI time and find nothing new.
+PURE_TESTS ?= tests/scheduling tests/kernels tests/memory tests/frontends \
+              tests/compat/test_http.py tests/compat/test_grpc.py \
+              tests/compat/test_http_batching.py tests/compat/test_sequence_clients.py \
+              tests/compat/test_http_grpc_parity.py tests/compat/test_python_models.py \
+              tests/compat/test_http_cache.py tests/test_onnx_models.py tests/backends
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
