@@ -18,7 +18,9 @@ response parameters go into the response.
 Decoupled models (``model_transaction_policy { decoupled: true }``) answer through
 ``request.get_response_sender()``: each ``send`` goes straight to the request's
 ``ResponseStream`` (core/stream.py), from ``execute`` or from any thread after it returns;
-``execute`` must return None (Triton's check and message). An ``async def execute`` of a
+``execute`` must return None (Triton's check and message). Each response's statistics
+(``response_stats``) are taken by the stream: compute infer from ``execute``'s start or the
+previous response, compute output while the response is built. An ``async def execute`` of a
 decoupled model runs in the background on the instance's event loop, so the instance takes its
 next batch at once, as in Triton. When a decoupled execute fails, every request not yet
 finished gets the error as its final response and its sender is closed; an async one that
@@ -165,6 +167,10 @@ class PythonInstance:
             for pb_req, core_req in zip(batch, requests):
                 pb_req._sender = _decoupled_sender(core_req)
         timing.input_end_ns = time.monotonic_ns()
+        if decoupled:
+            for core_req in requests:
+                if core_req.responder is not None:  # response statistics start here
+                    core_req.responder.begin(timing.input_end_ns)
         try:
             fn = getattr(self._model, "execute", None)
             if fn is None:
@@ -195,7 +201,8 @@ class PythonInstance:
                 for pb_req in batch:
                     pb_req.get_response_sender()._close()
             if getattr(self._model, "is_ready", None) is not None and not self.is_ready():
-                raise BackendFatalError(f"{err.message}\n(and its is_ready() is now False)")
+                raise BackendFatalError(
+                    f"{err.message}\n(and its is_ready() is now False)") from exc
             return [err] * len(requests)
         finally:
             python_loader.sweep()

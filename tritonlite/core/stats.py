@@ -33,6 +33,25 @@ class BatchStats:
 
 
 @dataclass(slots=True)
+class ResponseStats:
+    """The statistics of the responses at one index (Triton's InferResponseStatistics)."""
+
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+    success: Duration = field(default_factory=Duration)
+    fail: Duration = field(default_factory=Duration)
+    empty_response: Duration = field(default_factory=Duration)
+    cancel: Duration = field(default_factory=Duration)
+
+    def to_dict(self) -> dict[str, dict[str, int]]:
+        return {n: getattr(self, n).to_dict() for n in _RESPONSE_NAMES}
+
+
+_RESPONSE_NAMES = ("compute_infer", "compute_output", "success", "fail", "empty_response",
+                   "cancel")
+
+
+@dataclass(slots=True)
 class ExecTiming:
     """Timestamps (monotonic ns) a backend marks while executing one batch."""
 
@@ -86,7 +105,7 @@ class ModelStats:
     __slots__ = (
         "success", "fail", "queue", "compute_input", "compute_infer", "compute_output",
         "cache_hit", "cache_miss", "inference_count", "execution_count", "last_inference_ms",
-        "batches", "failures_by_reason", "latency",
+        "batches", "failures_by_reason", "latency", "responses",
     )
 
     def __init__(self) -> None:
@@ -102,6 +121,7 @@ class ModelStats:
         self.execution_count = 0
         self.last_inference_ms = 0
         self.batches: dict[int, BatchStats] = {}
+        self.responses: dict[int, ResponseStats] = {}
         self.failures_by_reason: dict[str, int] = {
             "REJECTED": 0, "CANCELED": 0, "BACKEND": 0, "OTHER": 0,
         }
@@ -156,6 +176,24 @@ class ModelStats:
         self.failures_by_reason[reason] = self.failures_by_reason.get(reason, 0) + 1
         self.last_inference_ms = time.time_ns() // 1_000_000
 
+    def record_response(self, index: int, outcome: str, infer_ns: int, output_ns: int) -> None:
+        """One response of a decoupled model, the ``index``-th of its request (from 0).
+
+        ``outcome`` is ``"success"``, ``"fail"``, ``"empty_response"`` (a final flag with no
+        response) or ``"cancel"`` (a response the client no longer waits for). As in Triton's
+        ``UpdateResponse*``: ``compute_infer`` counts every outcome but a cancel,
+        ``compute_output`` a success and a fail that got as far as building outputs
+        (``output_ns`` > 0); an outcome's own duration is ``infer_ns + output_ns``.
+        """
+        r = self.responses.get(index)
+        if r is None:
+            r = self.responses[index] = ResponseStats()
+        if outcome != "cancel":
+            r.compute_infer.add(infer_ns)
+        if outcome == "success" or (outcome == "fail" and output_ns > 0):
+            r.compute_output.add(output_ns)
+        getattr(r, outcome).add(infer_ns + output_ns)
+
     def to_dict(self, name: str, version: str) -> dict[str, Any]:
         """The statistics extension's JSON object for this version (every key present)."""
         return {
@@ -165,7 +203,7 @@ class ModelStats:
             "inference_count": self.inference_count,
             "execution_count": self.execution_count,
             "inference_stats": {n: getattr(self, n).to_dict() for n in _NAMES},
-            "response_stats": {},
+            "response_stats": {str(i): r.to_dict() for i, r in sorted(self.responses.items())},
             "batch_stats": [
                 {
                     "batch_size": size,

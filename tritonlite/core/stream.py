@@ -11,19 +11,29 @@ is queued, and owns the consuming side; the backend owns the sending side until 
 final item (or the core fails the stream because the execution failed). A stream the consumer
 abandons (the client cancelled or went away) is ``cancelled``: later sends are dropped and
 ``is_cancelled`` says so to the model.
+
+Response statistics (the statistics extension's ``response_stats``, Triton's per-response
+statistics): the n-th item of a request, whatever it is, is its response ``n``. Its
+``compute_infer`` runs from the end of the previous response (for the first: the moment the
+backend called ``begin``, when ``execute`` started) to the ``send`` call, its
+``compute_output`` is the building of the response on the sender's thread. A flags-only final
+is an ``empty_response``; an error item, or an execution failure that ends the request, a
+``fail``; a response sent after the client left, or an error with code CANCELLED, a
+``cancel``. Recorded on the loop, as every statistic is.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tritonlite.core.outputs import build_response
 from tritonlite.core.types import InferRequest, InferResponse
-from tritonlite.errors import TritonliteError, internal
+from tritonlite.errors import ErrorCode, TritonliteError, internal
 
 if TYPE_CHECKING:
     from tritonlite.core.model import Model
@@ -55,8 +65,8 @@ def is_decoupled(model: Model) -> bool:
 class ResponseStream:
     """The channel from a backend's senders (any thread) to ``infer_stream`` (the loop)."""
 
-    __slots__ = ("_loop", "_model", "_request", "_lock", "_items", "_waiter", "closed",
-                 "cancelled", "sent")
+    __slots__ = ("_loop", "_model", "_request", "_lock", "_items", "_waiter", "_index",
+                 "_mark_ns", "closed", "cancelled", "sent")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, model: Model,
                  request: InferRequest) -> None:
@@ -66,11 +76,19 @@ class ResponseStream:
         self._lock = threading.Lock()
         self._items: deque[StreamResponse] = deque()
         self._waiter: asyncio.Future[None] | None = None
+        self._index = 0  # the index the next item gets in the response statistics
+        self._mark_ns = time.monotonic_ns()  # where the next response's compute_infer starts
         self.closed = False  # a final item was queued: nothing more goes in
         self.cancelled = False  # the consumer went away
         self.sent = 0  # responses (not flags-only finals) queued so far
 
     # -- sending side (any thread) ----------------------------------------------------------
+    def begin(self, start_ns: int) -> None:
+        """The backend starts computing this request's responses at ``start_ns`` (monotonic)."""
+        with self._lock:
+            if self._index == 0:
+                self._mark_ns = start_ns
+
     def send(self, result: Any, final: bool) -> bool:
         """Queue one response. ``result`` is a backend result (outputs dict, ``ModelOutputs``
         or a ``TritonliteError``) or None for a flags-only final (``final`` must be True).
@@ -79,32 +97,46 @@ class ResponseStream:
         went) or cancelled. Never raises for a bad result: a response that cannot be built
         becomes an error item.
         """
+        output_start = time.monotonic_ns()
         if result is None:
             item = StreamResponse(None, None, True)
+            outcome = "empty_response"
         elif isinstance(result, TritonliteError):
             item = StreamResponse(None, result, final)
+            outcome = "cancel" if result.code is ErrorCode.CANCELLED else "fail"
         else:
             m = self._model
             try:
                 resp = build_response(m.signature, m.version_str, self._request, result, m.shm)
                 resp.final = final
                 item = StreamResponse(resp, None, final)
+                outcome = "success"
             except TritonliteError as exc:
                 item = StreamResponse(None, exc, final)
+                outcome = "fail"
+        end = time.monotonic_ns()
+        # Only what a model builds has an output phase: an error or a flag goes out as is.
+        output_ns = end - output_start if result is not None and not isinstance(
+            result, TritonliteError) else 0
         with self._lock:
             if self.closed:
                 return False
             self.closed = final
-            if self.cancelled:
-                return False
-            if item.response is not None or item.error is not None:
-                self.sent += 1
-            self._items.append(item)
+            index, start = self._index, self._mark_ns
+            self._index += 1
+            self._mark_ns = end
+            queued = not self.cancelled
+            if queued:
+                if item.response is not None or item.error is not None:
+                    self.sent += 1
+                self._items.append(item)
+        infer_ns = max(0, output_start - start)
         try:
-            self._loop.call_soon_threadsafe(self._wake)
+            self._loop.call_soon_threadsafe(self._delivered, index,
+                                            outcome if queued else "cancel", infer_ns, output_ns)
         except RuntimeError:  # the loop is closed: the server is gone
             return False
-        return True
+        return queued
 
     def is_cancelled(self) -> bool:
         return self.cancelled
@@ -112,12 +144,15 @@ class ResponseStream:
     # -- the loop ---------------------------------------------------------------------------
     def fail(self, err: TritonliteError) -> None:
         """The execution failed: end the stream with ``err`` unless a final already went."""
+        now = time.monotonic_ns()
         with self._lock:
             if self.closed:
                 return
             self.closed = True
+            index, start = self._index, self._mark_ns
+            self._index += 1
             self._items.append(StreamResponse(None, err, True))
-        self._wake()
+        self._delivered(index, "fail", max(0, now - start), 0)
 
     def executed(self, fut: asyncio.Future[Any]) -> None:
         """Done callback of the request's scheduler future: a failure ends the stream."""
@@ -134,6 +169,11 @@ class ResponseStream:
         with self._lock:
             self.cancelled = True
             self._items.clear()
+
+    def _delivered(self, index: int, outcome: str, infer_ns: int, output_ns: int) -> None:
+        """On the loop: count the item at ``index`` (see the module docstring), wake ``get``."""
+        self._model.stats.record_response(index, outcome, infer_ns, output_ns)
+        self._wake()
 
     def _wake(self) -> None:
         w = self._waiter
