@@ -170,9 +170,9 @@ class _Run:
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 for fut in done:
                     step = running.pop(fut)
-                    exc = fut.exception()
-                    if exc is not None:
-                        raise self._step_error(exc)
+                    failure = fut.exception()
+                    if failure is not None:
+                        raise self._step_error(failure)
                     self._consume(step, fut.result())
         except BaseException:
             for fut in running:  # results nobody will read: keep them from being reported
