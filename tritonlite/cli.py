@@ -16,8 +16,9 @@ from tritonlite.options import MetricsConfig, ServerOptions
 
 # tritonserver flags that tritonlite does not implement (yet): refused by name.
 _NOT_IMPLEMENTED = (
-    "--model-config-name", "--rate-limit", "--rate-limit-resource", "--pinned-memory-pool-byte-size",
-    "--cuda-memory-pool-byte-size", "--cuda-virtual-address-size", "--min-supported-compute-capability",
+    "--model-config-name", "--rate-limit", "--rate-limit-resource",
+    "--pinned-memory-pool-byte-size", "--cuda-memory-pool-byte-size",
+    "--cuda-virtual-address-size", "--min-supported-compute-capability",
     "--buffer-manager-thread-count", "--host-policy", "--model-load-gpu-limit",
     "--backend-directory", "--repoagent-directory", "--cache-directory",
     "--http-header-forward-pattern", "--grpc-header-forward-pattern", "--http-restricted-api",
@@ -238,6 +239,11 @@ def build_parser() -> argparse.ArgumentParser:
     a("--health-probe-interval", type=float, default=30.0, metavar="SECONDS",
       help="tritonlite: how often idle instances of models with model_warmup run their "
            "warm-up samples as a health probe (0: never)")
+    a("--memory-pressure-threshold", type=float, default=0.05, metavar="FRACTION",
+      help="tritonlite: while the memory available to the server (cgroup limit, else "
+           "/proc/meminfo) is at most FRACTION of its limit, response cache inserts and latency "
+           "histogram observations are shed (tritonlite_shed_total); sampled every "
+           "--metrics-interval-ms (default 0.05; 0: off; 1: always, to rehearse it)")
     _grpc_flags(a)
     _trace_flags(a)
     return p
@@ -309,7 +315,8 @@ def options_from_args(argv: list[str]) -> ServerOptions:
     auto_complete = not ns.disable_auto_complete_config and ns.strict_model_config is not True
     cache_size = _cache_size(ns.cache_config, ns.response_cache_byte_size)
     max_batch = backend_config.get("onnxruntime", {}).get(
-        "default-max-batch-size", backend_config.get("default", {}).get("default-max-batch-size", "4"))
+        "default-max-batch-size",
+        backend_config.get("default", {}).get("default-max-batch-size", "4"))
     try:
         metrics_config = MetricsConfig.parse(ns.metrics_config)
         return ServerOptions(
@@ -331,6 +338,7 @@ def options_from_args(argv: list[str]) -> ServerOptions:
             metrics_config=metrics_config, log_file=ns.log_file,
             backend_execution_timeout_s=ns.backend_execution_timeout,
             health_probe_interval_s=ns.health_probe_interval,
+            memory_pressure_threshold=ns.memory_pressure_threshold,
             **_grpc_options(ns), **_trace_options(ns),
         )
     except ValueError as exc:

@@ -137,6 +137,8 @@ class ServerOptions:
     # instance health (tritonlite's, core/health.py): seconds; 0 = no timeout / no probe
     backend_execution_timeout_s: float = 0.0
     health_probe_interval_s: float = 30.0
+    # memory pressure (tritonlite's, core/pressure.py): a fraction of the memory limit; 0 = off
+    memory_pressure_threshold: float = 0.05
     # tracing (--trace-config; core/trace.py) and --log-file
     trace_level: tuple[str, ...] = ("OFF",)
     trace_rate: int = 1000
@@ -178,6 +180,10 @@ class ServerOptions:
             raise ValueError("--backend-execution-timeout must be >= 0 seconds (0: no timeout)")
         if not self.health_probe_interval_s >= 0:
             raise ValueError("--health-probe-interval must be >= 0 seconds (0: no probe)")
+        if not 0.0 <= self.memory_pressure_threshold <= 1.0:  # NaN fails too
+            raise ValueError(
+                "--memory-pressure-threshold expects a fraction of the memory limit between 0 "
+                f"(off) and 1 (always under pressure), got {self.memory_pressure_threshold}")
         self._check_grpc()
         self._check_trace()
 

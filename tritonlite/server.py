@@ -18,7 +18,10 @@ from typing import Any
 from aiohttp import web
 
 import tritonlite
+from tritonlite.core import latency
+from tritonlite.core import stats as model_stats
 from tritonlite.core.core import InferenceCore
+from tritonlite.core.pressure import MemoryPressure
 from tritonlite.frontends.http.app import make_app
 from tritonlite.options import ServerOptions
 
@@ -69,6 +72,13 @@ class Server:
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
         self.core = InferenceCore(options)
+        # Memory pressure sheds the cache's inserts and the histograms' observations; both read
+        # this one flag. The factory is set again, before any model loads, to hand it over.
+        self.pressure = MemoryPressure(options.memory_pressure_threshold,
+                                       options.metrics_interval_ms / 1000.0)
+        if self.core.cache is not None:
+            self.core.cache.pressure = self.pressure
+        model_stats.set_latency_factory(latency.recorder_factory(options, self.pressure))
         self._runners: list[web.AppRunner] = []
         self._grpc: Any = None
         self.http_port: int | None = None
@@ -80,6 +90,7 @@ class Server:
         opts = self.options
         log.info("tritonlite %s (Triton %s API); compiled paths: %s",
                  tritonlite.__version__, tritonlite.TRITON_VERSION, compiled_paths())
+        self.pressure.start()
         failed = await self.core.start()
         log.info("\n%s", model_table(self.core.repository.model_table()))
         if failed and opts.exit_on_error:
@@ -98,8 +109,8 @@ class Server:
             from tritonlite.frontends.metrics import make_metrics_app
 
             address = opts.metrics_address or opts.http_address
-            self.metrics_port = await self._serve(make_metrics_app(self.core), address,
-                                                  opts.metrics_port, False)
+            self.metrics_port = await self._serve(make_metrics_app(self.core, None, self.pressure),
+                                                  address, opts.metrics_port, False)
             log.info("Started Metrics Service at %s:%d", address, self.metrics_port)
 
     async def _serve(self, app: web.Application, address: str, port: int, reuse: bool) -> int:
@@ -125,12 +136,14 @@ class Server:
             log.error("failed to stop server: Exit timeout expired. Exiting immediately.")
             core.shm.close()
             core.trace.close()
+            await self.pressure.stop()
             return
         if self._grpc is not None:
             await self._grpc.stop(grace=1.0)
         for runner in self._runners:
             await runner.cleanup()
         await core.stop()
+        await self.pressure.stop()
         log.info("tritonlite stopped")
 
 

@@ -26,6 +26,11 @@ Only successful responses are stored. Entries hold read-only copies of the outpu
 is not stored (its length is not known without parsing the region). An entry's size is its
 outputs' bytes plus ``ENTRY_OVERHEAD``; an entry larger than the whole cache is not stored.
 
+Under memory pressure (core/pressure.py) nothing new is stored: a miss runs the model and
+answers without copying its outputs, counted in ``tritonlite_shed_total{feature="cache_insert"}``.
+Entries already stored stay and keep answering: a hit costs no memory and spares an execution,
+and evicting them would free at most the cache's bounded size while turning hits into misses.
+
 Loop-only: every lookup and insert happens on the event loop thread, so no locks (only the
 hashing of a large request's inputs runs on a worker thread; it reads the request, nothing else).
 """
@@ -42,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tritonlite.core import datatypes
+from tritonlite.core.pressure import NO_PRESSURE, MemoryPressure
 from tritonlite.core.shm import SharedMemoryManager
 from tritonlite.core.types import InferOutput, InferRequest, InferResponse, RequestedOutput
 from tritonlite.errors import TritonliteError, invalid_arg
@@ -105,9 +111,12 @@ def _write_region(shm: SharedMemoryManager, out: RequestedOutput, raw: bytes | m
 
 
 class ResponseCache:
-    """Bytes-bounded LRU of responses, keyed by ``request_key``."""
+    """Bytes-bounded LRU of responses, keyed by ``request_key``.
 
-    def __init__(self, capacity_bytes: int) -> None:
+    ``pressure``: whose ``active`` flag stops inserts (the composition root sets the server's).
+    """
+
+    def __init__(self, capacity_bytes: int, pressure: MemoryPressure = NO_PRESSURE) -> None:
         if capacity_bytes <= 0:
             raise ValueError("response cache size must be > 0 bytes")
         self.capacity = capacity_bytes
@@ -115,6 +124,7 @@ class ResponseCache:
         self.hits = 0
         self.misses = 0
         self.evictions = 0
+        self.pressure = pressure
         self._entries: OrderedDict[bytes, CacheEntry] = OrderedDict()
 
     def __len__(self) -> int:
@@ -164,10 +174,15 @@ class ResponseCache:
         return entry
 
     def insert(self, key: bytes, response: InferResponse, shm: SharedMemoryManager) -> bool:
-        """Store a copy of ``response`` under ``key``; False when it is not cacheable or too big."""
+        """Store a copy of ``response`` under ``key``; False when it is not cacheable, too big,
+        or shed under memory pressure."""
         if key in self._entries:  # a concurrent identical miss got there first
             self._entries.move_to_end(key)
             return True
+        pressure = self.pressure
+        if pressure.active:
+            pressure.shed_cache_inserts += 1
+            return False
         outputs = []
         nbytes = ENTRY_OVERHEAD + len(key)
         for out in response.outputs:

@@ -15,7 +15,9 @@ are trivially met. ``_count`` and ``_sum`` are cumulative, as in Prometheus.
 
 Histograms (a tritonlite addition): cumulative bucket counts with configurable upper bounds, so
 Prometheus can aggregate them across replicas (``histogram_quantile(sum by (le) (rate(...))``)
-— which summaries cannot do.
+— which summaries cannot do. Under memory pressure (core/pressure.py) histogram observations
+are shed, one count in ``tritonlite_shed_total{feature="histogram"}`` per request; summaries
+(Triton's) keep observing.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from tritonlite.core.pressure import NO_PRESSURE, MemoryPressure
 from tritonlite.options import ServerOptions
 
 SUMMARY_MAX_AGE_S = 60.0
@@ -108,9 +111,10 @@ class Histogram:
 class LatencyRecorder:
     """One model version's summaries and/or histograms (``ModelStats.latency``)."""
 
-    __slots__ = ("summaries", "histograms", "_s", "_h")
+    __slots__ = ("summaries", "histograms", "_s", "_h", "_pressure")
 
-    def __init__(self, summaries: bool, histogram_bounds_us: Sequence[float] | None) -> None:
+    def __init__(self, summaries: bool, histogram_bounds_us: Sequence[float] | None,
+                 pressure: MemoryPressure = NO_PRESSURE) -> None:
         self.summaries: dict[str, Window] | None = (
             {name: Window() for name in SUMMARY_SERIES} if summaries else None
         )
@@ -122,6 +126,7 @@ class LatencyRecorder:
         self._s = None if self.summaries is None else [self.summaries[n] for n in HISTOGRAM_SERIES]
         self._h = None if self.histograms is None else [self.histograms[n]
                                                          for n in HISTOGRAM_SERIES]
+        self._pressure = pressure
 
     def request(self, total_ns: int, queue_ns: int, compute: tuple[int, int, int] | None) -> None:
         """A successful request: its duration, queue time and (if it executed) compute spans."""
@@ -133,8 +138,11 @@ class LatencyRecorder:
             for w, v in zip(self._s, values):
                 w.observe(v, now)
         if self._h is not None:
-            for h, v in zip(self._h, values):
-                h.observe(v)
+            if self._pressure.active:
+                self._pressure.shed_histograms += 1
+            else:
+                for h, v in zip(self._h, values):
+                    h.observe(v)
 
     def cache_hit(self, ns: int) -> None:
         if self.summaries is not None:
@@ -145,12 +153,13 @@ class LatencyRecorder:
             self.summaries[CACHE_MISS].observe(ns // 1000, time.monotonic())
 
 
-def recorder_factory(options: ServerOptions) -> Callable[[], LatencyRecorder] | None:
+def recorder_factory(options: ServerOptions, pressure: MemoryPressure = NO_PRESSURE,
+                     ) -> Callable[[], LatencyRecorder] | None:
     """What ``stats.set_latency_factory`` gets for ``options``: None unless a summary or
-    histogram is asked for (and metrics are served)."""
+    histogram is asked for (and metrics are served); ``pressure`` sheds histograms."""
     mc = options.metrics_config
     if not options.allow_metrics or not (mc.summary_latencies or mc.histogram_latencies):
         return None
     summaries = mc.summary_latencies
     bounds = mc.histogram_buckets_us if mc.histogram_latencies else None
-    return lambda: LatencyRecorder(summaries, bounds)
+    return lambda: LatencyRecorder(summaries, bounds, pressure)

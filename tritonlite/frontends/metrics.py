@@ -14,7 +14,10 @@ never disagree (ns in stats, µs here, ``ns // 1000``). What is exposed follows 
   GPU. Both refresh every ``--metrics-interval-ms`` (core/sysinfo.py);
 * tritonlite's instance health (Triton has none): ``tritonlite_instance_healthy`` (gauge, 1 in
   rotation / 0 out), ``tritonlite_instance_failovers`` and ``tritonlite_instance_rebuilds``
-  (counters), labelled by instance, model and version (core/health.py).
+  (counters), labelled by instance, model and version (core/health.py);
+* tritonlite's memory pressure (core/pressure.py): ``tritonlite_memory_pressure`` (gauge, 1
+  while under pressure) and ``tritonlite_shed_total{feature="cache_insert"|"histogram"}``
+  (counter: cache inserts and histogram observations skipped under pressure), always present.
 
 Values are plain decimals (perf_analyzer's regexes reject exponents).
 """
@@ -35,6 +38,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from tritonlite.core import latency as lat
 from tritonlite.core import lifecycle as lc
 from tritonlite.core.core import InferenceCore
+from tritonlite.core.pressure import NO_PRESSURE, MemoryPressure
 from tritonlite.core.sysinfo import CpuSampler, GpuSampler, load_nvml
 from tritonlite.frontends.http.errors import error_response
 
@@ -130,17 +134,22 @@ def _escape(v: str) -> str:
 
 
 def render(families: list[Metric]) -> bytes:
-    """Prometheus text exposition with Triton's family names and integer formatting."""
+    """Prometheus text exposition with Triton's family names and integer formatting.
+
+    Counters are named as their samples are: Triton's, passed through ``_strip_total``, carry
+    no ``_total``; tritonlite's own Prometheus-style ones (``tritonlite_shed_total``) keep it.
+    """
     lines: list[str] = []
     for fam in families:
-        name = fam.name.removesuffix("_total") if fam.type == "counter" else fam.name
+        name = fam.name
+        if fam.type == "counter" and fam.samples and fam.samples[0].name == name + "_total":
+            name += "_total"
         lines.append(f"# HELP {name} {fam.documentation}")
         lines.append(f"# TYPE {name} {fam.type}")
         for s in fam.samples:
             labels = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(s.labels.items()))
-            sample = s.name.removesuffix("_total") if fam.type == "counter" else s.name
-            lines.append(f"{sample}{{{labels}}} {_value(s.value)}" if labels
-                         else f"{sample} {_value(s.value)}")
+            lines.append(f"{s.name}{{{labels}}} {_value(s.value)}" if labels
+                         else f"{s.name} {_value(s.value)}")
     return ("\n".join(lines) + "\n").encode()
 
 
@@ -202,9 +211,11 @@ class Samplers:
 
 
 class _Collector:
-    def __init__(self, core: InferenceCore, samplers: Samplers) -> None:
+    def __init__(self, core: InferenceCore, samplers: Samplers,
+                 pressure: MemoryPressure = NO_PRESSURE) -> None:
         self._core = core
         self._samplers = samplers
+        self._pressure = pressure
 
     def collect(self) -> Iterator[Metric]:
         core = self._core
@@ -264,6 +275,7 @@ class _Collector:
         if mc.histogram_latencies:
             yield from self._histograms(models)
         yield from self._instance_health()
+        yield from self._memory_pressure()
         yield from self._system()
 
     @staticmethod
@@ -337,6 +349,22 @@ class _Collector:
         yield _strip_total(failovers)
         yield _strip_total(rebuilds)
 
+    def _memory_pressure(self) -> Iterator[Metric]:
+        p = self._pressure
+        gauge = GaugeMetricFamily(
+            "tritonlite_memory_pressure",
+            "1 while the memory available to the server is at or below "
+            "--memory-pressure-threshold of its limit (optional features are shed), else 0")
+        gauge.add_metric([], 1 if p.active else 0)
+        yield gauge
+        shed = CounterMetricFamily(
+            "tritonlite_shed", "Optional work skipped under memory pressure: response cache "
+            "inserts, and requests whose latency histogram observations were dropped",
+            labels=["feature"])
+        shed.add_metric(["cache_insert"], p.shed_cache_inserts)
+        shed.add_metric(["histogram"], p.shed_histograms)
+        yield shed
+
     def _system(self) -> Iterator[Metric]:
         gpu = self._samplers.gpu
         if gpu is not None:
@@ -368,13 +396,18 @@ class _Collector:
                 yield g
 
 
-def make_metrics_app(core: InferenceCore, samplers: Samplers | None = None) -> web.Application:
-    """The metrics service's app; its startup opens the CPU/GPU samplers and starts polling."""
+def make_metrics_app(core: InferenceCore, samplers: Samplers | None = None,
+                     pressure: MemoryPressure = NO_PRESSURE) -> web.Application:
+    """The metrics service's app; its startup opens the CPU/GPU samplers and starts polling.
+
+    ``pressure`` is the server's memory-pressure monitor (its sampling belongs to the server,
+    which sheds with it whether or not metrics are served); this app only reads it.
+    """
     opts = core.options
     if samplers is None:
         samplers = Samplers(opts.allow_cpu_metrics, opts.allow_gpu_metrics,
                             opts.metrics_interval_ms)
-    collector = _Collector(core, samplers)
+    collector = _Collector(core, samplers, pressure)
 
     async def metrics(request: web.Request) -> web.StreamResponse:
         if request.path.rstrip("/") != "/metrics":
