@@ -14,7 +14,7 @@ from typing import Any
 
 import tritonlite
 from tritonlite.core import config as model_config
-from tritonlite.core import inprocess, latency, validate
+from tritonlite.core import ensemble, inprocess, latency, validate
 from tritonlite.core import stats as model_stats
 from tritonlite.core.cache import ResponseCache
 from tritonlite.core.model import Model
@@ -54,7 +54,8 @@ def parse_version(text: str) -> int:
     if text == "":
         return -1
     if not text.isdigit():
-        raise invalid_arg(f"failed to parse version '{text}': version should be an integral value > 0")
+        raise invalid_arg(
+            f"failed to parse version '{text}': version should be an integral value > 0")
     return int(text)
 
 
@@ -83,6 +84,7 @@ class InferenceCore:
         # and models asking for one load and run uncached, as in Triton.
         self.cache = (ResponseCache(options.response_cache_byte_size)
                       if options.response_cache_byte_size > 0 else None)
+        ensemble.use_response_cache(self.cache)
         model_stats.set_latency_factory(latency.recorder_factory(options))
 
     # -- lifecycle ---------------------------------------------------------------------------

@@ -16,6 +16,10 @@
 * the first step error fails the request as ``in ensemble '<name>', <step's message>`` with
   the step's code; outputs that no step can produce end it with Triton's "unexpected deadlock".
 
+A composing model that enables the response cache is looked up in it when a step runs it, as a
+client's request to it would be (``use_response_cache``); the ensemble's own
+``response_cache`` caches its final response in the core, keyed by the ensemble's inputs.
+
 Statistics: each step is counted by its composing model; the ensemble counts each request
 once with compute durations that are the sums of its steps' (Triton's ensemble statistics).
 Ownership: the scheduler owns a request from ``enqueue`` until its future resolves.
@@ -39,7 +43,20 @@ from tritonlite.core.types import InferInput, InferRequest, InferResponse, Reque
 from tritonlite.errors import TritonliteError, internal, invalid_arg, unavailable
 
 if TYPE_CHECKING:
+    from tritonlite.core.cache import ResponseCache
     from tritonlite.core.repository import ModelRepository
+
+_step_cache: ResponseCache | None = None
+
+
+def use_response_cache(cache: ResponseCache | None) -> None:
+    """The server's response cache, for steps whose composing model enables it (None: none).
+
+    Set once by the core, before any model loads.
+    """
+    global _step_cache
+    _step_cache = cache
+
 
 @dataclass(frozen=True, slots=True)
 class Step:
@@ -276,10 +293,14 @@ class EnsembleScheduler:
         self._loop = asyncio.get_running_loop()
 
     async def step_infer(self, request: InferRequest) -> InferResponse:
-        """One composing request, the way the core runs a client's: look up, validate, queue."""
+        """One composing request, the way the core runs a client's: look up, validate, the
+        response cache when the model enables it, queue."""
         request.arrival_ns = time.monotonic_ns()
         model = self.repository.get(request.model_name, request.model_version)
         validate.prepare(model.signature, request, model.shm)
+        cache = _step_cache
+        if cache is not None and model.response_cache:
+            return await cache.infer(model, request, model.shm)
         return await model.scheduler.enqueue(request)
 
     def composing_model(self, step: Step) -> Model:
