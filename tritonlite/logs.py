@@ -21,7 +21,8 @@ class TritonFormatter(logging.Formatter):
             stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.created))
             head = f"{stamp} {level} {os.getpid()} {record.module}]"
         else:
-            head = f"{level}{time.strftime('%m%d %H:%M:%S', t)}.{micros:06d} {os.getpid()} {record.module}]"
+            stamp = f"{time.strftime('%m%d %H:%M:%S', t)}.{micros:06d}"
+            head = f"{level}{stamp} {os.getpid()} {record.module}]"
         text = f"{head} {record.getMessage()}"
         if record.exc_info:
             text += "\n" + self.formatException(record.exc_info)

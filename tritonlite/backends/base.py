@@ -4,10 +4,11 @@ A ``Backend`` is made once per loaded (model, version) and makes one ``BackendIn
 instance of the model's instance groups. Each instance lives on a thread of its own: its
 ``new_instance`` call, every ``execute`` and its ``close`` run on that one thread, unless the
 instance sets ``thread_agnostic = True`` (its execute may run on any thread, one call at a
-time); the core then runs its short batches on the event loop itself. The core owns requests; an instance borrows a batch for
-the duration of ``execute`` only and keeps no reference to it afterwards (outputs it returns may
-view its own buffers until the responses are encoded). An instance may also define
-``is_ready() -> bool``, its own readiness probe, which the model-ready endpoints consult.
+time); the core then runs its short batches on the event loop itself. The core owns requests;
+an instance borrows a batch for the duration of ``execute`` only and keeps no reference to it
+afterwards (outputs it returns may view its own buffers until the responses are encoded). An
+instance may also define ``is_ready() -> bool``, its own readiness probe, which the model-ready
+endpoints consult.
 
 Request errors and fatal errors: anything ``execute`` raises or returns fails requests and
 nothing more, except ``BackendFatalError``, which says the *instance* can no longer serve (its

@@ -122,7 +122,8 @@ class OnnxRuntimeInstance:
                 provider_options=[o for _, o in providers],
             )
         except Exception as exc:  # ORT raises its own exception types
-            raise unavailable(f"failed to load '{path.name}' for model '{ctx.name}': {exc}")
+            raise unavailable(
+                f"failed to load '{path.name}' for model '{ctx.name}': {exc}") from exc
         self._batched = cfg.max_batch_size > 0
         model_outputs = {o.name for o in self._session.get_outputs()}
         self._outputs = [o.name for o in cfg.output if o.name in model_outputs]

@@ -24,7 +24,8 @@ def classify(
     for r in range(rows.shape[0]):
         row = rows[r]
         # stable descending order: ties keep the lower index first, as std::stable_sort would
-        order = np.argsort(-row.astype(np.float64) if arr.dtype.kind == "b" else -row, kind="stable")
+        keys = -row.astype(np.float64) if arr.dtype.kind == "b" else -row
+        order = np.argsort(keys, kind="stable")
         for j in range(kk):
             idx = int(order[j])
             text = f"{_fmt_value(row[idx], is_float)}:{idx}"

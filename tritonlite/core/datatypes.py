@@ -136,8 +136,12 @@ def tensor_bytes(array: np.ndarray[Any, Any]) -> memoryview:
     return memoryview(flat.view(np.uint8))  # type: ignore[arg-type]
 
 
-def from_buffer(wire: str, shape: tuple[int, ...], buf: memoryview | bytes, what: str) -> np.ndarray[Any, Any]:
-    """A numpy view of ``buf`` as a tensor (no copy); BYTES are parsed. ``what`` names it in errors."""
+def from_buffer(wire: str, shape: tuple[int, ...], buf: memoryview | bytes,
+                what: str) -> np.ndarray[Any, Any]:
+    """A numpy view of ``buf`` as a tensor (no copy); BYTES are parsed.
+
+    ``what`` names the tensor in errors.
+    """
     count = num_elements(shape)
     if wire == "BYTES":
         return deserialize_bytes(buf, None if count is None else count).reshape(shape)

@@ -14,8 +14,8 @@ import queue
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from tritonlite.backends.base import (
@@ -63,7 +63,7 @@ class _Worker:
     __slots__ = ("work", "thread", "impl")
 
     def __init__(self, name: str, factory: Callable[[], BackendInstance]) -> None:
-        """Start the thread and create the backend instance on it; raises what ``factory`` raised."""
+        """Start the thread and make the backend instance on it; raises what ``factory`` raised."""
         self.work: queue.SimpleQueue[Any] = queue.SimpleQueue()
         made: list[tuple[bool, Any]] = []
         ready = threading.Event()
@@ -118,7 +118,7 @@ class ModelInstance:
     """
 
     def __init__(self, spec: InstanceSpec, factory: Callable[[], BackendInstance]) -> None:
-        """Start the thread and create the backend instance on it; raises what ``factory`` raised."""
+        """Start the thread and make the backend instance on it; raises what ``factory`` raised."""
         self.spec = spec
         self.healthy = True
         self.fault = ""  # why the instance is out of rotation
@@ -352,7 +352,8 @@ class Model:
         self.executing -= len(batch)
         if timing is not None:
             span = timing.end_ns - timing.start_ns
-            instance.recent_ns = span if not instance.recent_ns else (instance.recent_ns * 7 + span) // 8
+            recent = instance.recent_ns
+            instance.recent_ns = span if not recent else (recent * 7 + span) // 8
         stats = self.stats
         if executed and timing is not None:
             stats.record_execution(sum(p.request.batch_size for p in batch), timing)

@@ -103,7 +103,7 @@ def _build_version(ctx: ModelContext, health: HealthSettings) -> _Built:
     backend = create_backend(ctx)
     instances: list[ModelInstance] = []
     try:
-        for group, inst_name, kind, device in model_config.instance_names(ctx.config):
+        for _group, inst_name, kind, device in model_config.instance_names(ctx.config):
             spec = InstanceSpec(inst_name, _KINDS.get(kind, "CPU"), device)
             instances.append(ModelInstance(spec, functools.partial(backend.new_instance, spec)))
         runs = (_warm_up(instances, samples, signature, health.execution_timeout_s)
@@ -131,7 +131,8 @@ def write_override_files(name: str, files: dict[str, bytes]) -> Path:
             p = PurePosixPath(rel)
             if (not rel or p.is_absolute() or "\\" in rel
                     or any(part in ("", ".", "..") for part in rel.split("/"))):
-                raise invalid_arg(f"invalid file override path '{rel}': must stay inside the model directory")
+                raise invalid_arg(f"invalid file override path '{rel}': "
+                                  "must stay inside the model directory")
             target = root.joinpath(*p.parts)
             target.parent.mkdir(parents=True, exist_ok=True)
             if target.parent.resolve() != target.parent or target.is_symlink():
@@ -199,7 +200,8 @@ class ModelRepository:
         else:
             st = entry.versions.get(version)
             if st is None:
-                raise not_found(f"Request for unknown model: '{name}' version {version} is not found")
+                raise not_found(
+                    f"Request for unknown model: '{name}' version {version} is not found")
             if not st.is_ready:
                 raise unavailable(
                     f"Request for unknown model: '{name}' version {version} is not at ready state"
@@ -255,7 +257,8 @@ class ModelRepository:
         mode = self.options.model_control_mode
         on_disk = self.scan()
         if mode == "explicit":
-            wanted = list(on_disk) if "*" in self.options.load_models else list(self.options.load_models)
+            load = self.options.load_models
+            wanted = list(on_disk) if "*" in load else list(load)
         else:
             wanted = list(on_disk)
         failed: list[str] = []
@@ -298,7 +301,8 @@ class ModelRepository:
                 if found is ...:
                     if not entry.versions:
                         self.models.pop(name, None)
-                    raise invalid_arg(f"failed to load '{name}', failed to poll from model repository")
+                    raise invalid_arg(
+                        f"failed to load '{name}', failed to poll from model repository")
                 if found is None:
                     raise invalid_arg(
                         f"failed to load '{name}': model name found in multiple repositories"
@@ -414,7 +418,8 @@ class ModelRepository:
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
         entry = self.models.get(name)
         if entry is None or not any(s.model is not None for s in entry.versions.values()):
-            raise invalid_arg(f"failed to unload '{name}', Model to be unloaded has not been served")
+            raise invalid_arg(
+                f"failed to unload '{name}', Model to be unloaded has not been served")
         async with entry.lock:
             models = []
             for v, s in entry.versions.items():
@@ -452,7 +457,8 @@ class ModelRepository:
             if path is None:
                 continue
             known = self.models.get(name)
-            if known is not None and known.override_dir is None and known.fingerprint == _fingerprint(path):
+            if (known is not None and known.override_dir is None
+                    and known.fingerprint == _fingerprint(path)):
                 continue
             try:
                 await self.load(name)
@@ -477,7 +483,7 @@ class ModelRepository:
 def control_error(mode: str) -> TritonliteError:
     return TritonliteError(
         ErrorCode.UNAVAILABLE,
-        f"explicit model load / unload is not allowed if polling is enabled"
+        "explicit model load / unload is not allowed if polling is enabled"
         if mode == "poll" else "explicit model load / unload is not allowed if "
         "model control mode is not EXPLICIT",
     )

@@ -8,7 +8,7 @@ logging settings drive the package logger's level and line format.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, TypeVar
 
 from tritonlite import logs
 from tritonlite.core.trace import Trace, TraceFile, TraceSetting, TraceWriter
@@ -16,6 +16,7 @@ from tritonlite.errors import invalid_arg, unsupported
 
 _TRACE_LEVELS = ("OFF", "TIMESTAMPS", "TENSORS")
 _TRACE_KEYS = ("trace_level", "trace_rate", "trace_count", "log_frequency")
+_V = TypeVar("_V")
 
 
 def _parse_int(key: str, value: Any, minimum: int) -> int:
@@ -110,22 +111,27 @@ class TraceSettings:
     def _update(self, model: str, new: dict[str, Any], cleared: set[str]) -> None:
         current = self._models.get(model) if model else self._global
         fallback = self._global if model else self._default
-        values = {"trace_level": fallback.level, "trace_rate": fallback.rate,
-                  "trace_count": fallback.count, "log_frequency": fallback.log_frequency}
-        held = {"trace_level": None if current is None else current.level,
-                "trace_rate": None if current is None else current.rate,
-                "trace_count": None if current is None else current.count,
-                "log_frequency": None if current is None else current.log_frequency}
-        specified = set()
-        for key in _TRACE_KEYS:
+        specified: set[str] = set()
+
+        # A value set now wins, then the value this setting held explicitly, then the fallback's.
+        def pick(key: str, held: _V | None, inherited: _V) -> _V:
             if key in cleared:
-                continue
+                return inherited
             if key in new:
-                values[key] = new[key]
                 specified.add(key)
-            elif current is not None and key in current.specified:
-                values[key] = held[key]
+                value: _V = new[key]
+                return value
+            if held is not None and current is not None and key in current.specified:
                 specified.add(key)
+                return held
+            return inherited
+
+        level = pick("trace_level", None if current is None else current.level, fallback.level)
+        rate = pick("trace_rate", None if current is None else current.rate, fallback.rate)
+        count = pick("trace_count", None if current is None else current.count, fallback.count)
+        log_frequency = pick("log_frequency",
+                             None if current is None else current.log_frequency,
+                             fallback.log_frequency)
         if model:
             if not specified:
                 self._fallback_used.discard(model)
@@ -134,8 +140,7 @@ class TraceSettings:
                     old.retire()
                 return
             self._fallback_used.add(model)  # the file is never a model's own
-        setting = TraceSetting(values["trace_level"], values["trace_rate"],
-                               values["trace_count"], values["log_frequency"], fallback.file,
+        setting = TraceSetting(level, rate, count, log_frequency, fallback.file,
                                frozenset(specified))
         if not setting.valid and setting.level != ("OFF",):
             raise invalid_arg(f"Attempting to set invalid trace setting :{setting.reason}")
@@ -174,7 +179,8 @@ class LogSettings:
         for key, value in changes.items():
             if key == "log_file":
                 if value is not None and value != "":
-                    raise unsupported("log file location can not be updated through network protocol")
+                    raise unsupported(
+                        "log file location can not be updated through network protocol")
                 continue
             if key in ("log_info", "log_warning", "log_error"):
                 if not isinstance(value, bool):

@@ -35,7 +35,8 @@ def _resolve_shm(inp: InferInput, shm: SharedMemoryManager, model: str) -> None:
     inp.data = datatypes.from_buffer(inp.datatype, inp.shape, view, f"input '{inp.name}'")
 
 
-def _reshaped(data: np.ndarray[Any, Any], batch: int | None, spec: TensorSpec) -> np.ndarray[Any, Any]:
+def _reshaped(data: np.ndarray[Any, Any], batch: int | None,
+              spec: TensorSpec) -> np.ndarray[Any, Any]:
     assert spec.reshape is not None
     target = ([batch] if batch is not None else []) + list(spec.reshape)
     if -1 in spec.reshape:
@@ -140,7 +141,7 @@ def fill_raw_input(sig: Signature, req: InferRequest) -> None:
     if spec.datatype == "BYTES":
         if list(spec.dims) != [1]:
             raise invalid_arg(
-                f"For BYTES datatype raw input, the model must have input shape [1]"
+                "For BYTES datatype raw input, the model must have input shape [1]"
             )
         data = np.empty(1, dtype=object)
         data[0] = bytes(raw)

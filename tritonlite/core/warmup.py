@@ -68,7 +68,7 @@ class WarmupSample:
         out = []
         for _ in range(self.batch_size):
             req = InferRequest(signature.name, outputs=None)
-            extra = []
+            extra: list[InferInput] = []
             for t in self.tensors:
                 inp = InferInput(t.name, t.datatype, t.shape, t.data)
                 (req.inputs if t.is_model_input else extra).append(inp)

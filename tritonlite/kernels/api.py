@@ -8,7 +8,6 @@ builds one set per twin and binds the module-level functions to the active one.
 from __future__ import annotations
 
 import threading
-
 from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any

@@ -53,7 +53,8 @@ class DynamicBatchScheduler:
             t.name for t in model.config.input if t.allow_ragged_batch
         )
         self._preserve = bool(db.preserve_ordering)
-        self._order: deque[tuple[asyncio.Future[InferResponse], asyncio.Future[InferResponse]]] = deque()
+        self._order: deque[
+            tuple[asyncio.Future[InferResponse], asyncio.Future[InferResponse]]] = deque()
 
     # -- intake ---------------------------------------------------------------------------------
     def _shape_key(self, req: InferRequest) -> int:

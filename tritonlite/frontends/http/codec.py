@@ -52,7 +52,8 @@ def _flatten(data: Any, depth: int = 0) -> list[Any]:
     return out
 
 
-def json_to_array(name: str, datatype: str, shape: tuple[int, ...], data: Any) -> np.ndarray[Any, Any]:
+def json_to_array(name: str, datatype: str, shape: tuple[int, ...],
+                  data: Any) -> np.ndarray[Any, Any]:
     """JSON ``data`` (flat or nested, row-major) -> array of ``shape``, type-checked."""
     if not isinstance(data, list):
         data = [data]

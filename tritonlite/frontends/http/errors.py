@@ -19,7 +19,8 @@ STATUS = {
 }
 
 
-def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
+def error_response(status: int, message: str,
+                   headers: dict[str, str] | None = None) -> web.Response:
     return web.Response(
         status=status,
         body=orjson.dumps({"error": message}),
