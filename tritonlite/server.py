@@ -13,15 +13,13 @@ import logging
 import os
 import signal
 import socket
+import time
 from typing import Any
 
 from aiohttp import web
 
 import tritonlite
-from tritonlite.core import latency
-from tritonlite.core import stats as model_stats
 from tritonlite.core.core import InferenceCore
-from tritonlite.core.pressure import MemoryPressure
 from tritonlite.frontends.http.app import make_app
 from tritonlite.options import ServerOptions
 
@@ -72,13 +70,6 @@ class Server:
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
         self.core = InferenceCore(options)
-        # Memory pressure sheds the cache's inserts and the histograms' observations; both read
-        # this one flag. The factory is set again, before any model loads, to hand it over.
-        self.pressure = MemoryPressure(options.memory_pressure_threshold,
-                                       options.metrics_interval_ms / 1000.0)
-        if self.core.cache is not None:
-            self.core.cache.pressure = self.pressure
-        model_stats.set_latency_factory(latency.recorder_factory(options, self.pressure))
         self._runners: list[web.AppRunner] = []
         self._grpc: Any = None
         self.http_port: int | None = None
@@ -90,7 +81,6 @@ class Server:
         opts = self.options
         log.info("tritonlite %s (Triton %s API); compiled paths: %s",
                  tritonlite.__version__, tritonlite.TRITON_VERSION, compiled_paths())
-        self.pressure.start()
         failed = await self.core.start()
         log.info("\n%s", model_table(self.core.repository.model_table()))
         if failed and opts.exit_on_error:
@@ -109,7 +99,8 @@ class Server:
             from tritonlite.frontends.metrics import make_metrics_app
 
             address = opts.metrics_address or opts.http_address
-            self.metrics_port = await self._serve(make_metrics_app(self.core, None, self.pressure),
+            metrics_app = make_metrics_app(self.core, None, self.core.pressure)
+            self.metrics_port = await self._serve(metrics_app,
                                                   address, opts.metrics_port, False)
             log.info("Started Metrics Service at %s:%d", address, self.metrics_port)
 
@@ -123,27 +114,30 @@ class Server:
         return int(sock.getsockname()[1])
 
     async def stop(self) -> None:
-        """Graceful stop: refuse new work, drain in-flight requests, then close everything."""
+        """Graceful stop: refuse new work, drain in-flight requests (queued, executing, and
+        decoupled streams until their final response) within --exit-timeout-secs, then close
+        everything."""
         core = self.core
         core.exiting = True
+        deadline = time.monotonic() + self.options.exit_timeout_secs
         models = [m for m in core.repository.ready_models()]
         if models:
             await asyncio.gather(*(m.drain(self.options.exit_timeout_secs) for m in models))
+        streams_done = await core.drain_streams(max(0.0, deadline - time.monotonic()))
         # Work still running past the exit timeout: give up on it, as Triton does; closing its
         # connections or its instances would wait for it and ignore the bound.
-        self.cut_off = any(m.scheduler.inflight() for m in models)
+        self.cut_off = not streams_done or any(m.scheduler.inflight() for m in models)
         if self.cut_off:
             log.error("failed to stop server: Exit timeout expired. Exiting immediately.")
             core.shm.close()
             core.trace.close()
-            await self.pressure.stop()
+            await core.pressure.stop()
             return
         if self._grpc is not None:
             await self._grpc.stop(grace=1.0)
         for runner in self._runners:
             await runner.cleanup()
         await core.stop()
-        await self.pressure.stop()
         log.info("tritonlite stopped")
 
 

@@ -183,3 +183,102 @@ def test_exit_timeout_bounds_the_wait_for_a_stuck_request(slow_repo: Path) -> No
     # Cut off: the server exits within the timeout plus a margin, well before the 10 s execute.
     assert exited_in < timeout_s + 4.0, f"exited {exited_in:.1f} s after SIGTERM\n{server.output()}"
     assert isinstance(result, BaseException), result  # no response: the request was cut off
+
+
+STREAM_MODEL = '''
+import sys
+import threading
+import time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            n = int(pb_utils.get_input_tensor_by_name(request, "N").as_numpy()[0])
+            sender = request.get_response_sender()
+            threading.Thread(target=self._stream, args=(sender, n), daemon=True).start()
+        return None
+
+    @staticmethod
+    def _stream(sender, n):
+        print("stream model: streaming", file=sys.stderr, flush=True)
+        for i in range(n):
+            time.sleep({delay})
+            out = pb_utils.Tensor("OUT", np.array([i], dtype=np.int32))
+            sender.send(pb_utils.InferenceResponse([out]))
+        sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+'''
+
+STREAM_CONFIG = '''
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input { name: "N" data_type: TYPE_INT32 dims: [ 1 ] }
+output { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }
+'''
+
+
+def _stream_until_signal(tmp_path: Path, n: int, delay_s: float, exit_timeout_s: float
+                         ) -> tuple[int | None, float, list[object], Server]:
+    """Open a gRPC stream of ``n`` responses ``delay_s`` apart, SIGTERM the server once it
+    streams; returns (exit code, seconds from the signal to the exit, what the stream got)."""
+    import queue
+
+    import tritonclient.grpc as grpcclient
+
+    (tmp_path / "streamer" / "1").mkdir(parents=True)
+    (tmp_path / "streamer" / "config.pbtxt").write_text(STREAM_CONFIG)
+    (tmp_path / "streamer" / "1" / "model.py").write_text(STREAM_MODEL.format(delay=delay_s))
+    server = start_server(tmp_path, f"--exit-timeout-secs={exit_timeout_s}")
+    got: queue.Queue[object] = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        client.start_stream(callback=lambda result, error: got.put(error or result))
+        inp = grpcclient.InferInput("N", [1], "INT32")
+        inp.set_data_from_numpy(np.array([n], dtype=np.int32))
+        client.async_stream_infer("streamer", [inp], enable_empty_final_response=True)
+        _wait(lambda: "stream model: streaming" in server.output(), 30, "the stream to start")
+        server.proc.send_signal(signal.SIGTERM)
+        t_signal = time.monotonic()
+        try:
+            rc: int | None = server.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            rc = None
+        exited_in = time.monotonic() - t_signal
+        time.sleep(0.2)
+        items = []
+        while not got.empty():
+            items.append(got.get())
+        return rc, exited_in, items, server
+    finally:
+        client.close()
+        server.stop()
+
+
+def _final(item: object) -> bool:
+    response = getattr(item, "get_response", lambda: None)()
+    return bool(response is not None and
+                response.parameters["triton_final_response"].bool_param)
+
+
+def test_sigterm_waits_for_an_open_stream_to_finish(tmp_path: Path) -> None:
+    rc, exited_in, items, server = _stream_until_signal(tmp_path, 4, 0.25, 10.0)
+    assert rc == 0, server.output()
+    # Every response, then the empty final one; the server closing the stream as it exits
+    # may reach the client after that as an error.
+    responses = [it for it in items if not isinstance(it, InferenceServerException)]
+    outs = [it.as_numpy("OUT")[0] for it in responses[:-1]]  # type: ignore[attr-defined]
+    assert outs == [0, 1, 2, 3], items
+    assert _final(responses[-1]), items
+    assert exited_in < 10.0
+
+
+def test_exit_timeout_bounds_the_wait_for_an_open_stream(tmp_path: Path) -> None:
+    timeout_s = 1.0
+    rc, exited_in, items, server = _stream_until_signal(tmp_path, 40, 0.25, timeout_s)
+    assert rc == 1, server.output()
+    assert "Exit timeout expired. Exiting immediately." in server.output()
+    assert exited_in < timeout_s + 4.0, f"exited {exited_in:.1f} s after SIGTERM\n{server.output()}"
+    assert not any(_final(it) for it in items)  # cut off before its end

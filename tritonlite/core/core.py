@@ -18,6 +18,7 @@ from tritonlite.core import ensemble, inprocess, latency, validate
 from tritonlite.core import stats as model_stats
 from tritonlite.core.cache import ResponseCache
 from tritonlite.core.model import Model
+from tritonlite.core.pressure import MemoryPressure
 from tritonlite.core.repository import ModelRepository, control_error, decode_override_file
 from tritonlite.core.settings import LogSettings, TraceSettings
 from tritonlite.core.shm import SharedMemoryManager
@@ -80,17 +81,25 @@ class InferenceCore:
         self.live = True
         self.exiting = False
         self.started = False
+        # Decoupled requests still streaming after their execute returned: in flight until
+        # their final response, so a graceful stop waits for them too (drain_streams).
+        self.open_streams: set[ResponseStream] = set()
+        # Memory pressure sheds the cache's inserts and the histograms' observations; both read
+        # this one flag (core/pressure.py), sampled from start() to stop().
+        self.pressure = MemoryPressure(options.memory_pressure_threshold,
+                                       options.metrics_interval_ms / 1000.0)
         # One response cache for every model that enables it (PROTOCOL §3.4); None: no cache,
         # and models asking for one load and run uncached, as in Triton.
-        self.cache = (ResponseCache(options.response_cache_byte_size)
+        self.cache = (ResponseCache(options.response_cache_byte_size, self.pressure)
                       if options.response_cache_byte_size > 0 else None)
         ensemble.use_response_cache(self.cache)
-        model_stats.set_latency_factory(latency.recorder_factory(options))
+        model_stats.set_latency_factory(latency.recorder_factory(options, self.pressure))
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> list[str]:
         """Load the startup models; returns the names that failed to load."""
         inprocess.bind(self)  # before loading: a model's initialize may reach the core
+        self.pressure.start()
         failed = await self.repository.startup()
         self.started = True
         return failed
@@ -98,6 +107,7 @@ class InferenceCore:
     async def stop(self) -> None:
         self.exiting = True
         await self.repository.shutdown()
+        await self.pressure.stop()
         self.shm.close()
         self.trace.close()
 
@@ -253,16 +263,25 @@ class InferenceCore:
         fut = model.scheduler.enqueue(request)
         fut.add_done_callback(stream.executed)
         finished = False
+        self.open_streams.add(stream)
         try:
             while not finished:
                 item = await stream.get()
                 finished = item.final
                 yield item
         finally:
+            self.open_streams.discard(stream)
             if not finished:
                 stream.cancel()
                 if not fut.done():
                     fut.cancel()  # a queued request is skipped; a running one runs on
+
+    async def drain_streams(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the open decoupled streams to end; True if none is left."""
+        deadline = time.monotonic() + timeout_s
+        while self.open_streams and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        return not self.open_streams
 
     # -- statistics -------------------------------------------------------------------------------
     def statistics(self, name: str = "", version: int = -1) -> dict[str, Any]:
