@@ -63,6 +63,7 @@ def test_refusals(text: str, available: list[str], code: ErrorCode, message: str
 
 
 def test_cpu_accelerators_are_refused() -> None:
-    text = 'optimization { execution_accelerators { cpu_execution_accelerator: [ { name: "openvino" } ] } }'
+    text = ('optimization { execution_accelerators { '
+            'cpu_execution_accelerator: [ { name: "openvino" } ] } }')
     with pytest.raises(TritonliteError, match="'openvino' of model 'm' is not supported"):
         providers_for(cfg(text), "CPU", 0, ALL)

@@ -46,7 +46,7 @@ def test_every_example_model_is_ready(server: Server, repo: Path) -> None:
     expected = {p.name for p in repo.iterdir() if p.is_dir()}
     rows = {r["name"]: r for r in client.get_model_repository_index()}
     assert set(rows) == expected
-    for name, row in rows.items():
+    for row in rows.values():
         assert row.get("state") == "READY", row
     assert {"add_sub_python", "mlp_pipeline", "accumulator"} <= expected
 

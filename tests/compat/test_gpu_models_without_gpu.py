@@ -70,7 +70,8 @@ def test_kind_auto_resolves_to_cpu_and_serves(server: Any) -> None:
 def test_cuda_shared_memory_registration_is_refused_cleanly(server: Any) -> None:
     client = httpclient.InferenceServerClient(server.http_url)
     with pytest.raises(Exception) as e:
-        # tritonclient takes the handle base64-encoded (what cuda_shared_memory.get_raw_handle gives)
+        # tritonclient takes the handle base64-encoded (as cuda_shared_memory.get_raw_handle
+        # gives it)
         client.register_cuda_shared_memory("r", base64.b64encode(b"\0" * 64), 0, 64)
     assert "CUDA shared memory is not supported on this server" in str(e.value)
     assert client.get_cuda_shared_memory_status() == []

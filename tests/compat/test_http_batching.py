@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
 import tritonclient.http.aio as aioclient
-
 from conftest import start_server
 from repos import write_add_sub
 
@@ -24,7 +22,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
     write_add_sub(repo, "batched", 8, extra_config=(
         "instance_group [{ count: 1 kind: KIND_CPU }]\n"
         "dynamic_batching { preferred_batch_size: [4] max_queue_delay_microseconds: 30000000 }\n"))
-    write_add_sub(repo, "unbatched", 8, extra_config="instance_group [{ count: 2 kind: KIND_CPU }]\n")
+    write_add_sub(repo, "unbatched", 8,
+                  extra_config="instance_group [{ count: 2 kind: KIND_CPU }]\n")
     s = start_server(repo, "--allow-grpc=false", "--allow-metrics=false")
     yield s
     s.stop()
@@ -63,6 +62,7 @@ def test_batch_stats_reflect_formed_batches(server: Any) -> None:
 
 def test_without_dynamic_batching_each_request_runs_alone(server: Any) -> None:
     asyncio.run(_burst(server.http_url, "unbatched", 6))
-    s = httpclient.InferenceServerClient(server.http_url).get_inference_statistics("unbatched")["model_stats"][0]
+    client = httpclient.InferenceServerClient(server.http_url)
+    s = client.get_inference_statistics("unbatched")["model_stats"][0]
     assert s["execution_count"] == 6 and s["inference_count"] == 6
     assert [b["batch_size"] for b in s["batch_stats"]] == [1]

@@ -90,17 +90,20 @@ def test_load_with_config_and_file_overrides(repo: Path, tmp_path: Path) -> None
             {"name": "INPUT1", "data_type": "TYPE_FP32", "dims": [4]}],
             "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [4]},
                        {"name": "OUTPUT1", "data_type": "TYPE_FP32", "dims": [4]}]}
-        c.load_model("from_files", config=json.dumps(new_cfg), files={"file:1/model.onnx": onnx_bytes})
+        c.load_model("from_files", config=json.dumps(new_cfg),
+                     files={"file:1/model.onnx": onnx_bytes})
         np.testing.assert_array_equal(_infer_add_sub(c, "from_files", 4), np.full((1, 4), 2.0))
         # path escapes, bad base64, non-string values, files without config
         for key in ("file:../escape.onnx", "file:/abs/model.onnx", "file:1/../../x"):
             with pytest.raises(InferenceServerException, match="invalid file override path"):
                 c.load_model("evil", config=json.dumps(new_cfg), files={key: b"x"})
-        body = json.dumps({"parameters": {"config": json.dumps(new_cfg), "file:1/model.onnx": "!!!"}})
+        body = json.dumps({"parameters": {"config": json.dumps(new_cfg),
+                                          "file:1/model.onnx": "!!!"}})
         r = c._post("v2/repository/models/bad64/load", body, None, None)
         assert r.status_code == 400 and b"base64" in r.read()
         r = c._post("v2/repository/models/x/load",
-                    json.dumps({"parameters": {"file:1/model.onnx": base64.b64encode(b"x").decode()}}),
+                    json.dumps({"parameters": {
+                        "file:1/model.onnx": base64.b64encode(b"x").decode()}}),
                     None, None)
         assert r.status_code == 400 and b"'config'" in r.read()
         with pytest.raises(InferenceServerException, match="failed to parse"):
@@ -117,7 +120,8 @@ def test_version_policy_and_versions(tmp_path: Path) -> None:
         shutil.copytree(repo / "multi" / "1", repo / "multi" / str(v))
     (repo / "multi" / "007").mkdir()  # leading zero: ignored
     cfg = (repo / "multi" / "config.pbtxt").read_text()
-    (repo / "multi" / "config.pbtxt").write_text(cfg + "version_policy { specific { versions: [1, 3] } }\n")
+    (repo / "multi" / "config.pbtxt").write_text(
+        cfg + "version_policy { specific { versions: [1, 3] } }\n")
     write_add_sub(repo, "latest", 8)
     shutil.copytree(repo / "latest" / "1", repo / "latest" / "5")
     s = start_server(repo, "--allow-grpc=false", "--allow-metrics=false")
@@ -170,7 +174,8 @@ def test_poll_mode(tmp_path: Path) -> None:
         _wait(lambda: c.is_model_ready("second"))
         shutil.rmtree(repo / "first")
         _wait(lambda: not c.is_model_ready("first"))
-        cfg = (repo / "second" / "config.pbtxt").read_text().replace("max_batch_size: 8", "max_batch_size: 3")
+        cfg = (repo / "second" / "config.pbtxt").read_text()
+        cfg = cfg.replace("max_batch_size: 8", "max_batch_size: 3")
         (repo / "second" / "config.pbtxt").write_text(cfg)
         _wait(lambda: c.get_model_config("second")["max_batch_size"] == 3)
         (repo / "second" / "config.pbtxt").write_text("this is { not valid")

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
-from tritonclient.utils import InferenceServerException
-
 from conftest import start_server
 from repos import write_add_sub
+from tritonclient.utils import InferenceServerException
+
 from tritonlite.core.core import InferenceCore
 from tritonlite.errors import ErrorCode, TritonliteError
 from tritonlite.options import ServerOptions
@@ -21,7 +21,8 @@ pytestmark = pytest.mark.timeout(60)
 def test_false_refuses_every_client(tmp_path: Path) -> None:
     write_add_sub(tmp_path, "add_sub", 8)
     handle = shm.create_shared_memory_region("p", "/tl_policy", 64)
-    s = start_server(tmp_path, "--allow-grpc=false", "--allow-metrics=false", "--allow-client-shm=false")
+    s = start_server(tmp_path, "--allow-grpc=false", "--allow-metrics=false",
+                     "--allow-client-shm=false")
     try:
         c = httpclient.InferenceServerClient(s.http_url)
         with pytest.raises(InferenceServerException, match="allow-client-shm=false"):

@@ -1,4 +1,5 @@
-"""TorchScript models (``pytorch_libtorch``) behind a real server, seen by tritonclient and perf_analyzer.
+"""TorchScript models (``pytorch_libtorch``) behind a real server, seen by tritonclient and
+perf_analyzer.
 
 The fixture scripts small ``torch.nn.Module``s and saves them as ``model.pt`` with configs the
 way Triton users write them, one per naming convention and data-type family, plus models that
@@ -102,26 +103,33 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
            + _io("input", "SECOND", "TYPE_FP32", "3") + _io("output", "OUT", "TYPE_FP32", "3"))
     _model(repo, "dict_in", DictSub, "max_batch_size: 0\n" + _io("input", "b", "TYPE_FP32", "2")
            + _io("input", "a", "TYPE_FP32", "2") + _io("output", "OUTPUT__0", "TYPE_FP32", "2"))
-    _model(repo, "upper", Upper, "max_batch_size: 0\n" + _io("input", "INPUT__0", "TYPE_STRING", "-1")
+    _model(repo, "upper", Upper, "max_batch_size: 0\n"
+           + _io("input", "INPUT__0", "TYPE_STRING", "-1")
            + _io("output", "OUTPUT__0", "TYPE_STRING", "-1"))
     for dtype in [*DTYPES, "TYPE_BF16"]:
         _model(repo, f"identity_{dtype[5:].lower()}", Identity,
                "max_batch_size: 4\n" + _io("input", "INPUT__0", dtype, "-1")
                + _io("output", "OUTPUT__0", dtype, "-1"))
-    _model(repo, "matvec", MatVec, "max_batch_size: 0\n" + _io("input", "INPUT__0", "TYPE_FP32", "-1, -1")
+    _model(repo, "matvec", MatVec, "max_batch_size: 0\n"
+           + _io("input", "INPUT__0", "TYPE_FP32", "-1, -1")
            + _io("output", "OUTPUT__0", "TYPE_FP32", "-1, 3"))
     # must fail per request
-    _model(repo, "wrong_type", ToDouble, "max_batch_size: 0\n" + _io("input", "INPUT__0", "TYPE_FP32", "2")
+    _model(repo, "wrong_type", ToDouble, "max_batch_size: 0\n"
+           + _io("input", "INPUT__0", "TYPE_FP32", "2")
            + _io("output", "OUTPUT__0", "TYPE_FP32", "2"))
     _model(repo, "missing_index", Identity, "max_batch_size: 0\n"
-           + _io("input", "INPUT__0", "TYPE_FP32", "2") + _io("output", "OUTPUT__1", "TYPE_FP32", "2"))
+           + _io("input", "INPUT__0", "TYPE_FP32", "2")
+           + _io("output", "OUTPUT__1", "TYPE_FP32", "2"))
     # must fail to load, leaving the rest serving
     _model(repo, "too_few_inputs", AddSub, "max_batch_size: 0\n"
-           + _io("input", "INPUT__0", "TYPE_FP32", "2") + _io("output", "OUTPUT__0", "TYPE_FP32", "2"))
+           + _io("input", "INPUT__0", "TYPE_FP32", "2")
+           + _io("output", "OUTPUT__0", "TYPE_FP32", "2"))
     _model(repo, "bad_dtype", Identity, "max_batch_size: 0\n"
-           + _io("input", "INPUT__0", "TYPE_UINT32", "2") + _io("output", "OUTPUT__0", "TYPE_UINT32", "2"))
+           + _io("input", "INPUT__0", "TYPE_UINT32", "2")
+           + _io("output", "OUTPUT__0", "TYPE_UINT32", "2"))
     _model(repo, "gpu_kind", Identity, "max_batch_size: 0\n"
-           + _io("input", "INPUT__0", "TYPE_FP32", "2") + _io("output", "OUTPUT__0", "TYPE_FP32", "2")
+           + _io("input", "INPUT__0", "TYPE_FP32", "2")
+           + _io("output", "OUTPUT__0", "TYPE_FP32", "2")
            + "instance_group [ { kind: KIND_GPU gpus: [ 0 ] } ]\n")
     # a torch.export program with a dynamic batch dimension
     (repo / "exported" / "1").mkdir(parents=True)
@@ -205,7 +213,8 @@ def test_strings_as_list_of_str(server: Any, mod: Any) -> None:
     client = mod.InferenceServerClient(server.http_url if mod is httpclient else server.grpc_url)
     words = np.array([b"hello", "w\u00f6rld".encode(), b""], dtype=object)
     res = _infer(client, mod, "upper", {"INPUT__0": words}, "BYTES")
-    assert res.as_numpy("OUTPUT__0").tolist() == [b"HELLO", "W\u00f6RLD".encode(), b""]  # TorchScript upper() is ASCII-only
+    # TorchScript's upper() is ASCII-only
+    assert res.as_numpy("OUTPUT__0").tolist() == [b"HELLO", "W\u00f6RLD".encode(), b""]
 
 
 @pytest.mark.parametrize("dtype", [*DTYPES, "TYPE_BF16"])
@@ -270,7 +279,8 @@ def test_output_type_mismatch_message(server: Any) -> None:
 
 def test_missing_output_index_message(server: Any) -> None:
     with pytest.raises(InferenceServerException) as e:
-        _infer(http(server), httpclient, "missing_index", {"INPUT__0": np.ones(2, np.float32)}, "FP32")
+        _infer(http(server), httpclient, "missing_index", {"INPUT__0": np.ones(2, np.float32)},
+               "FP32")
     assert ("The output OUTPUT__1 in the model configuration refers to an output index which "
             "doesn't exist. This model has 1 outputs") in str(e.value)
 

@@ -132,9 +132,12 @@ def test_graph_prunes_steps_for_requested_outputs() -> None:
         output [{ name: "P" data_type: TYPE_FP32 dims: [4] },
                 { name: "Q" data_type: TYPE_FP32 dims: [4] }]
         ensemble_scheduling { step [
-          { model_name: "a" input_map { key: "IN" value: "X" } output_map { key: "OUT" value: "m" } },
-          { model_name: "b" input_map { key: "IN" value: "m" } output_map { key: "OUT" value: "P" } },
-          { model_name: "c" input_map { key: "IN" value: "m" } output_map { key: "OUT" value: "Q" } }
+          { model_name: "a" input_map { key: "IN" value: "X" }
+            output_map { key: "OUT" value: "m" } },
+          { model_name: "b" input_map { key: "IN" value: "m" }
+            output_map { key: "OUT" value: "P" } },
+          { model_name: "c" input_map { key: "IN" value: "m" }
+            output_map { key: "OUT" value: "Q" } }
         ] }""", "fan")
     graph = EnsembleGraph(fan)
     assert [s.model_name for s in graph.needed_steps(["P", "Q"])] == ["a", "b", "c"]

@@ -115,7 +115,8 @@ def test_tensorrt_plan(tmp_path: Path) -> None:
     src = tmp_path / "src"
     write_add_sub(src, "add_sub", 8)
     (tmp_path / "repo" / "plan" / "1").mkdir(parents=True)
-    _build_plan(src / "add_sub" / "1" / "model.onnx", tmp_path / "repo" / "plan" / "1" / "model.plan")
+    _build_plan(src / "add_sub" / "1" / "model.onnx",
+                tmp_path / "repo" / "plan" / "1" / "model.plan")
     config = (src / "add_sub" / "config.pbtxt").read_text()
     config = "\n".join(line for line in config.splitlines()
                        if not line.startswith(("name:", "platform:", "backend:")))
