@@ -2,14 +2,29 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
 import sys
+import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import triton_to_np_dtype
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tools.onnx_graphs import write_add_sub, write_identity, write_mlp  # noqa: E402
 
-__all__ = ["DTYPES", "build_http_repo", "write_add_sub", "write_identity", "write_mlp"]
+if TYPE_CHECKING:
+    from conftest import Server
+
+__all__ = ["DTYPES", "build_http_repo", "write_add_sub", "write_identity", "write_mlp",
+           "GUARD_MODEL", "PY_FP32_CONFIG", "SCALE_MODEL", "add_sub_inputs", "client_for",
+           "ensemble_step", "random_tensor", "run_perf_analyzer", "throughput",
+           "write_ensemble", "write_python_model"]
 
 DTYPES = ["BOOL", "INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64",
           "FP16", "BF16", "FP32", "FP64"]
@@ -25,3 +40,143 @@ def build_http_repo(repo: Path) -> Path:
     write_identity(repo, "identity_string", "BYTES", [4], 8)
     write_identity(repo, "identity_variable", "FP32", [-1], 8)
     return repo
+
+
+# -- requests ----------------------------------------------------------------------------------
+def add_sub_inputs(mod: Any, a: np.ndarray[Any, Any], b: np.ndarray[Any, Any],
+                   binary: bool = True) -> list[Any]:
+    """``INPUT0`` = ``a``, ``INPUT1`` = ``b`` (FP32) as InferInputs of ``mod``.
+
+    ``mod`` is ``tritonclient.http`` or ``tritonclient.grpc``; ``binary`` is HTTP's
+    ``binary_data`` (gRPC tensors are always raw).
+    """
+    kw = {"binary_data": binary} if mod is httpclient else {}
+    inputs = []
+    for name, x in (("INPUT0", a), ("INPUT1", b)):
+        inp = mod.InferInput(name, list(x.shape), "FP32")
+        inp.set_data_from_numpy(x, **kw)
+        inputs.append(inp)
+    return inputs
+
+
+def random_tensor(dtype: str, shape: tuple[int, ...], seed: int = 3) -> np.ndarray[Any, Any]:
+    """Random values of wire ``dtype`` spanning its range (floats in [0, 100)), reproducible."""
+    np_dtype = triton_to_np_dtype(dtype)
+    rng = np.random.default_rng(seed)
+    if dtype == "BOOL":
+        return rng.random(shape) > 0.5
+    if dtype == "BF16" or np.dtype(np_dtype).kind == "f":
+        return (rng.random(shape) * 100).astype(np_dtype)
+    info = np.iinfo(np_dtype)
+    return rng.integers(info.min, info.max, size=shape, dtype=np_dtype, endpoint=True)
+
+
+def client_for(server: Server, protocol: str) -> tuple[Any, Any]:
+    """A new client of ``protocol`` ("http" or "grpc") for ``server``, and its module."""
+    if protocol == "http":
+        return httpclient.InferenceServerClient(server.http_url), httpclient
+    return grpcclient.InferenceServerClient(server.grpc_url), grpcclient
+
+
+# -- perf_analyzer -----------------------------------------------------------------------------
+def run_perf_analyzer(binary: str, model: str, url: str, protocol: str, *args: str,
+                      stability: int = 500, max_trials: int = 5, timeout: float = 150,
+                      retry_unstable: bool = False) -> str:
+    """Run perf_analyzer on ``model`` at ``url`` with 1 s windows and ``args``; its output.
+
+    ``stability`` is ``--stability-percentage``, wide by default: perf_analyzer shares the CPU
+    with the server. ``retry_unstable`` runs it once more when it found no stable measurement
+    (never on any other failure). Asserts that it exited 0.
+    """
+    cmd = [binary, "-m", model, "-u", url, "-i", protocol, "--measurement-interval", "1000",
+           "--stability-percentage", str(stability), "--max-trials", str(max_trials), *args]
+    for _ in range(2 if retry_unstable else 1):
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        out = proc.stdout + proc.stderr
+        if proc.returncode == 0 or "stable measurement" not in out:
+            break
+    assert proc.returncode == 0, out
+    return out
+
+
+def throughput(out: str) -> float:
+    """The last ``throughput: N infer/sec`` perf_analyzer printed."""
+    found = re.findall(r"throughput: ([0-9.]+) infer/sec", out)
+    assert found, out
+    return float(found[-1])
+
+
+# -- python models and ensembles ---------------------------------------------------------------
+SCALE_MODEL = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()
+            out.append(pb_utils.InferenceResponse(
+                [pb_utils.Tensor("OUT", (2 * x).astype(np.float32))]))
+        return out
+'''
+"""Python model: ``OUT`` = 2 * ``IN``."""
+
+GUARD_MODEL = '''
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()
+            if (x < 0).any():
+                out.append(pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError("negative input is not allowed")))
+            else:
+                out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x)]))
+        return out
+'''
+"""Python model: ``OUT`` = ``IN``; a request with a negative element fails."""
+
+PY_FP32_CONFIG = '''
+backend: "python"
+max_batch_size: 8
+input [{ name: "IN" data_type: TYPE_FP32 dims: [4] }]
+output [{ name: "OUT" data_type: TYPE_FP32 dims: [4] }]
+instance_group [{ count: 1 kind: KIND_CPU }]
+'''
+"""The config of ``SCALE_MODEL`` and ``GUARD_MODEL``: IN -> OUT, FP32 [4], batching to 8."""
+
+
+def write_python_model(repo: Path, name: str, code: str, config: str) -> None:
+    """``repo/name`` with ``code`` (dedented) as version 1's model.py and ``config``."""
+    (repo / name / "1").mkdir(parents=True)
+    (repo / name / "1" / "model.py").write_text(textwrap.dedent(code))
+    (repo / name / "config.pbtxt").write_text(config)
+
+
+def ensemble_step(model: str, inputs: dict[str, str], outputs: dict[str, str]) -> str:
+    """One ``ensemble_scheduling`` step; the maps take model tensor -> ensemble tensor."""
+    ins = " ".join(f'input_map {{ key: "{k}" value: "{v}" }}' for k, v in inputs.items())
+    outs = " ".join(f'output_map {{ key: "{k}" value: "{v}" }}' for k, v in outputs.items())
+    return f'{{ model_name: "{model}" model_version: -1 {ins} {outs} }}'
+
+
+def write_ensemble(repo: Path, name: str, outputs: list[str], steps: list[str],
+                   max_batch_size: int = 8, dims: str = "[4]", extra: str = "") -> None:
+    """An ensemble of ``steps`` with FP32 input ``X`` and FP32 ``outputs``, all of ``dims``.
+
+    ``extra`` is appended to the config (``response_cache { enable: true }``, ...).
+    """
+    (repo / name / "1").mkdir(parents=True)
+    outs = ", ".join(f'{{ name: "{o}" data_type: TYPE_FP32 dims: {dims} }}' for o in outputs)
+    (repo / name / "config.pbtxt").write_text(textwrap.dedent(f"""\
+        platform: "ensemble"
+        max_batch_size: {max_batch_size}
+        input [{{ name: "X" data_type: TYPE_FP32 dims: {dims} }}]
+        output [{outs}]
+        ensemble_scheduling {{ step [ {", ".join(steps)} ] }}
+        """) + extra)

@@ -13,102 +13,48 @@ on negative input) and ensembles over them:
 from __future__ import annotations
 
 import re
-import subprocess
-import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from conftest import Server, start_server
+from repos import (
+    GUARD_MODEL,
+    PY_FP32_CONFIG,
+    SCALE_MODEL,
+    client_for,
+    ensemble_step,
+    run_perf_analyzer,
+    throughput,
+    write_add_sub,
+    write_ensemble,
+    write_python_model,
+)
 from tritonclient.utils import InferenceServerException
-
-from tools.onnx_graphs import write_add_sub
 
 pytestmark = pytest.mark.timeout(180)
 
-SCALE = '''
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            x = pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", (2 * x).astype(np.float32))]))
-        return out
-'''
-
-GUARD = '''
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            x = pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()
-            if (x < 0).any():
-                out.append(pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError("negative input is not allowed")))
-            else:
-                out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x)]))
-        return out
-'''
-
-PY_CONFIG = '''
-backend: "python"
-max_batch_size: 8
-input [{ name: "IN" data_type: TYPE_FP32 dims: [4] }]
-output [{ name: "OUT" data_type: TYPE_FP32 dims: [4] }]
-instance_group [{ count: 1 kind: KIND_CPU }]
-'''
-
-
-def _step(model: str, inputs: dict[str, str], outputs: dict[str, str]) -> str:
-    ins = " ".join(f'input_map {{ key: "{k}" value: "{v}" }}' for k, v in inputs.items())
-    outs = " ".join(f'output_map {{ key: "{k}" value: "{v}" }}' for k, v in outputs.items())
-    return f'{{ model_name: "{model}" model_version: -1 {ins} {outs} }}'
-
-
-def _ensemble(repo: Path, name: str, mbs: int, outputs: list[str], steps: list[str],
-              dims: str = "[4]") -> None:
-    (repo / name / "1").mkdir(parents=True)
-    outs = ", ".join(f'{{ name: "{o}" data_type: TYPE_FP32 dims: {dims} }}' for o in outputs)
-    (repo / name / "config.pbtxt").write_text(textwrap.dedent(f"""\
-        platform: "ensemble"
-        max_batch_size: {mbs}
-        input [{{ name: "X" data_type: TYPE_FP32 dims: {dims} }}]
-        output [{outs}]
-        ensemble_scheduling {{ step [ {", ".join(steps)} ] }}
-        """))
-
-
 FAN_STEPS = [
-    _step("scale", {"IN": "X"}, {"OUT": "M"}),
-    _step("add_sub", {"INPUT0": "X", "INPUT1": "M"}, {"OUTPUT0": "S", "OUTPUT1": "D"}),
-    _step("scale", {"IN": "D"}, {"OUT": "E"}),
+    ensemble_step("scale", {"IN": "X"}, {"OUT": "M"}),
+    ensemble_step("add_sub", {"INPUT0": "X", "INPUT1": "M"}, {"OUTPUT0": "S", "OUTPUT1": "D"}),
+    ensemble_step("scale", {"IN": "D"}, {"OUT": "E"}),
 ]
 
 
 def build_repo(repo: Path) -> Path:
-    for name, code in (("scale", SCALE), ("guard", GUARD)):
-        (repo / name / "1").mkdir(parents=True)
-        (repo / name / "1" / "model.py").write_text(code)
-        (repo / name / "config.pbtxt").write_text(PY_CONFIG)
+    write_python_model(repo, "scale", SCALE_MODEL, PY_FP32_CONFIG)
+    write_python_model(repo, "guard", GUARD_MODEL, PY_FP32_CONFIG)
     write_add_sub(repo, "add_sub", 8, dims=4, extra_config="dynamic_batching { }\n")
-    _ensemble(repo, "fan", 8, ["S", "E"], FAN_STEPS)
-    _ensemble(repo, "guarded", 8, ["Y"], [_step("guard", {"IN": "X"}, {"OUT": "Y"})])
-    _ensemble(repo, "fan_nobatch", 0, ["S"], [
-        FAN_STEPS[0], _step("add_sub", {"INPUT0": "X", "INPUT1": "M"}, {"OUTPUT0": "S"})],
-        dims="[1, 4]")
-    _ensemble(repo, "broken", 8, ["Y"], [_step("nonexistent", {"IN": "X"}, {"OUT": "Y"})])
+    write_ensemble(repo, "fan", ["S", "E"], FAN_STEPS)
+    write_ensemble(repo, "guarded", ["Y"], [ensemble_step("guard", {"IN": "X"}, {"OUT": "Y"})])
+    write_ensemble(repo, "fan_nobatch", ["S"], [
+        FAN_STEPS[0], ensemble_step("add_sub", {"INPUT0": "X", "INPUT1": "M"}, {"OUTPUT0": "S"})],
+        max_batch_size=0, dims="[1, 4]")
+    write_ensemble(repo, "broken", ["Y"],
+                   [ensemble_step("nonexistent", {"IN": "X"}, {"OUT": "Y"})])
     return repo
 
 
@@ -124,14 +70,9 @@ def server(repo: Path) -> Iterator[Server]:
     s.stop()
 
 
-def _clients(server: Server) -> dict[str, tuple[Any, Any]]:
-    return {"http": (httpclient.InferenceServerClient(server.http_url), httpclient),
-            "grpc": (grpcclient.InferenceServerClient(server.grpc_url), grpcclient)}
-
-
 def _infer(server: Server, protocol: str, model: str, x: np.ndarray,
            outputs: list[str] | None = None) -> Any:
-    client, mod = _clients(server)[protocol]
+    client, mod = client_for(server, protocol)
     inp = mod.InferInput("X", list(x.shape), "FP32")
     inp.set_data_from_numpy(x)
     requested = None if outputs is None else [mod.InferRequestedOutput(o) for o in outputs]
@@ -186,7 +127,7 @@ def test_step_error_fails_request_with_step_message(server: Server, protocol: st
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_bad_input_is_rejected_by_the_ensemble(server: Server, protocol: str) -> None:
-    client, mod = _clients(server)[protocol]
+    client, mod = client_for(server, protocol)
     bad = mod.InferInput("X", [1, 5], "FP32")
     bad.set_data_from_numpy(np.ones((1, 5), np.float32))
     with pytest.raises(InferenceServerException, match=re.escape(
@@ -226,8 +167,8 @@ def _stats(client: Any, name: str) -> dict[str, Any]:
     return dict(client.get_inference_statistics(name)["model_stats"][0])
 
 
-def test_statistics_for_ensemble_and_composing_models(repo: Path,
-                                                      server_factory: Callable[..., Server]) -> None:
+def test_statistics_for_ensemble_and_composing_models(
+        repo: Path, server_factory: Callable[..., Server]) -> None:
     s = server_factory(repo, "--allow-metrics=false", "--exit-on-error=false")
     client = httpclient.InferenceServerClient(s.http_url)
     for _ in range(3):
@@ -276,16 +217,14 @@ def test_explicit_load_and_unload_dependents(repo: Path,
     assert client.is_model_ready("scale")
 
 
-def test_composing_model_load_failure_names_the_cause(tmp_path: Path,
-                                                      server_factory: Callable[..., Server]) -> None:
+def test_composing_model_load_failure_names_the_cause(
+        tmp_path: Path, server_factory: Callable[..., Server]) -> None:
     repo = tmp_path / "repo"
     (repo / "bad" / "1").mkdir(parents=True)
     (repo / "bad" / "1" / "model.py").write_text("raise RuntimeError('cannot import me')\n")
-    (repo / "bad" / "config.pbtxt").write_text(PY_CONFIG)
-    _ensemble(repo, "uses_bad", 8, ["Y"], [_step("bad", {"IN": "X"}, {"OUT": "Y"})])
-    (repo / "ok" / "1").mkdir(parents=True)
-    (repo / "ok" / "1" / "model.py").write_text(SCALE)
-    (repo / "ok" / "config.pbtxt").write_text(PY_CONFIG)
+    (repo / "bad" / "config.pbtxt").write_text(PY_FP32_CONFIG)
+    write_ensemble(repo, "uses_bad", ["Y"], [ensemble_step("bad", {"IN": "X"}, {"OUT": "Y"})])
+    write_python_model(repo, "ok", SCALE_MODEL, PY_FP32_CONFIG)
     s = server_factory(repo, "--allow-metrics=false", "--allow-grpc=false",
                        "--exit-on-error=false")
     client = httpclient.InferenceServerClient(s.http_url)
@@ -297,26 +236,13 @@ def test_composing_model_load_failure_names_the_cause(tmp_path: Path,
     assert rows["ok"]["state"] == "READY"
 
 
-def _run_pa(binary: str, url: str, protocol: str) -> str:
-    cmd = [binary, "-m", "fan", "-u", url, "-i", protocol, "--shape", "X:4",
-           "--measurement-interval", "1000", "--stability-percentage", "80",
-           "--max-trials", "10"]
-    for attempt in range(2):
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=80)
-        out = proc.stdout + proc.stderr
-        if proc.returncode == 0 or "stable measurement" not in out or attempt:
-            break
-    assert proc.returncode == 0, out
-    return out
-
-
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_perf_analyzer_profiles_the_ensemble(perf_analyzer: str, server: Server,
                                              protocol: str) -> None:
     url = server.http_url if protocol == "http" else server.grpc_url
-    out = _run_pa(perf_analyzer, url, protocol)
-    found = re.findall(r"throughput: ([0-9.]+) infer/sec", out)
-    assert found and float(found[-1]) > 0, out
+    out = run_perf_analyzer(perf_analyzer, "fan", url, protocol, "--shape", "X:4",
+                            stability=80, max_trials=10, timeout=80, retry_unstable=True)
+    assert throughput(out) > 0, out
     # perf_analyzer read the composing models' configs and statistics
     assert "Composing models:" in out, out
     assert re.search(r"\bscale, version:", out) and re.search(r"\badd_sub, version:", out), out

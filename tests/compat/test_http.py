@@ -20,10 +20,9 @@ import pytest
 import tritonclient.http as httpclient
 import tritonclient.http.aio as aioclient
 import tritonclient.utils.shared_memory as shm
-from tritonclient.utils import InferenceServerException, serialize_byte_tensor
-
 from conftest import start_server
-from repos import DTYPES, build_http_repo
+from repos import DTYPES, add_sub_inputs, build_http_repo, random_tensor
+from tritonclient.utils import InferenceServerException, serialize_byte_tensor
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -65,14 +64,6 @@ def error_of(status_body: tuple[int, dict[str, str], bytes]) -> str:
     doc = json.loads(body)
     assert set(doc) == {"error"}
     return str(doc["error"])
-
-
-def add_sub_inputs(a: np.ndarray, b: np.ndarray, binary: bool = True) -> list[httpclient.InferInput]:
-    i0 = httpclient.InferInput("INPUT0", list(a.shape), "FP32")
-    i0.set_data_from_numpy(a, binary_data=binary)
-    i1 = httpclient.InferInput("INPUT1", list(b.shape), "FP32")
-    i1.set_data_from_numpy(b, binary_data=binary)
-    return [i0, i1]
 
 
 A = np.arange(16, dtype=np.float32).reshape(1, 16)
@@ -135,10 +126,12 @@ def test_model_config_json(client: httpclient.InferenceServerClient, server: Any
 # -- inference -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("binary_in", [True, False])
 @pytest.mark.parametrize("binary_out", [True, False])
-def test_infer_add_sub(client: httpclient.InferenceServerClient, binary_in: bool, binary_out: bool) -> None:
+def test_infer_add_sub(client: httpclient.InferenceServerClient, binary_in: bool,
+                       binary_out: bool) -> None:
     outputs = [httpclient.InferRequestedOutput("OUTPUT0", binary_data=binary_out),
                httpclient.InferRequestedOutput("OUTPUT1", binary_data=not binary_out)]
-    r = client.infer("add_sub", add_sub_inputs(A, B, binary_in), outputs=outputs, request_id="42")
+    r = client.infer("add_sub", add_sub_inputs(httpclient, A, B, binary_in), outputs=outputs,
+                     request_id="42")
     np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), A + B)
     np.testing.assert_array_equal(r.as_numpy("OUTPUT1"), A - B)
     resp = r.get_response()
@@ -148,7 +141,7 @@ def test_infer_add_sub(client: httpclient.InferenceServerClient, binary_in: bool
 
 
 def test_infer_no_outputs_listed_is_all_binary(client: httpclient.InferenceServerClient) -> None:
-    r = client.infer("add_sub", add_sub_inputs(A, B))
+    r = client.infer("add_sub", add_sub_inputs(httpclient, A, B))
     resp = r.get_response()
     assert [o["name"] for o in resp["outputs"]] == ["OUTPUT0", "OUTPUT1"]
     assert all(o["parameters"]["binary_data_size"] == 64 for o in resp["outputs"])
@@ -157,7 +150,7 @@ def test_infer_no_outputs_listed_is_all_binary(client: httpclient.InferenceServe
 
 
 def test_infer_only_requested_output(client: httpclient.InferenceServerClient) -> None:
-    r = client.infer("add_sub", add_sub_inputs(A, B),
+    r = client.infer("add_sub", add_sub_inputs(httpclient, A, B),
                      outputs=[httpclient.InferRequestedOutput("OUTPUT1")])
     assert [o["name"] for o in r.get_response()["outputs"]] == ["OUTPUT1"]
     assert r.as_numpy("OUTPUT0") is None
@@ -166,13 +159,13 @@ def test_infer_only_requested_output(client: httpclient.InferenceServerClient) -
 def test_infer_batch(client: httpclient.InferenceServerClient) -> None:
     a = np.random.default_rng(0).random((8, 16), dtype=np.float32)
     b = np.random.default_rng(1).random((8, 16), dtype=np.float32)
-    r = client.infer("add_sub", add_sub_inputs(a, b))
+    r = client.infer("add_sub", add_sub_inputs(httpclient, a, b))
     np.testing.assert_allclose(r.as_numpy("OUTPUT0"), a + b)
 
 
 def test_infer_nobatch(client: httpclient.InferenceServerClient) -> None:
     a, b = A.reshape(16), B.reshape(16)
-    r = client.infer("add_sub_nobatch", add_sub_inputs(a, b))
+    r = client.infer("add_sub_nobatch", add_sub_inputs(httpclient, a, b))
     np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + b)
 
 
@@ -180,18 +173,12 @@ def test_infer_nobatch(client: httpclient.InferenceServerClient) -> None:
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("binary", [True, False])
-def test_identity_every_dtype(client: httpclient.InferenceServerClient, dtype: str, binary: bool) -> None:
+def test_identity_every_dtype(client: httpclient.InferenceServerClient, dtype: str,
+                              binary: bool) -> None:
     from tritonclient.utils import triton_to_np_dtype
 
     np_dtype = triton_to_np_dtype(dtype)
-    rng = np.random.default_rng(3)
-    if dtype == "BOOL":
-        data = rng.random((2, 4)) > 0.5
-    elif dtype == "BF16" or np.dtype(np_dtype).kind == "f":
-        data = (rng.random((2, 4)) * 100).astype(np_dtype)
-    else:
-        info = np.iinfo(np_dtype)
-        data = rng.integers(info.min, info.max, size=(2, 4), dtype=np_dtype, endpoint=True)
+    data = random_tensor(dtype, (2, 4))
     if dtype in ("FP16", "BF16") and not binary:
         pytest.skip(f"{dtype} is binary-only in Triton's JSON tensor format")
     inp = httpclient.InferInput("INPUT0", [2, 4], dtype)
@@ -210,12 +197,13 @@ def test_bytes(client: httpclient.InferenceServerClient, binary: bool) -> None:
     inp.set_data_from_numpy(data, binary_data=binary)
     out = httpclient.InferRequestedOutput("OUTPUT0", binary_data=binary)
     got = client.infer("identity_string", [inp], outputs=[out]).as_numpy("OUTPUT0")
-    assert [x if isinstance(x, bytes) else x.encode() for x in got.reshape(-1)] == list(data.reshape(-1))
+    got_bytes = [x if isinstance(x, bytes) else x.encode() for x in got.reshape(-1)]
+    assert got_bytes == list(data.reshape(-1))
 
 
 def test_zero_element_tensor(client: httpclient.InferenceServerClient) -> None:
     z = np.zeros((0, 16), dtype=np.float32)
-    r = client.infer("add_sub", add_sub_inputs(z, z))
+    r = client.infer("add_sub", add_sub_inputs(httpclient, z, z))
     assert r.as_numpy("OUTPUT0").shape == (0, 16)
     var = np.zeros((1, 0), dtype=np.float32)
     inp = httpclient.InferInput("INPUT0", [1, 0], "FP32")
@@ -228,13 +216,14 @@ def test_variable_dims(client: httpclient.InferenceServerClient) -> None:
         data = np.arange(n, dtype=np.float32).reshape(1, n)
         inp = httpclient.InferInput("INPUT0", [1, n], "FP32")
         inp.set_data_from_numpy(data)
-        np.testing.assert_array_equal(client.infer("identity_variable", [inp]).as_numpy("OUTPUT0"), data)
+        got = client.infer("identity_variable", [inp]).as_numpy("OUTPUT0")
+        np.testing.assert_array_equal(got, data)
 
 
 def test_raw_binary_request(server: Any) -> None:
     data = np.arange(5, dtype=np.float32)
-    status, headers, body = raw(server, "POST", "/v2/models/identity_variable/infer", data.tobytes(),
-                                {"Inference-Header-Content-Length": "0"})
+    status, headers, body = raw(server, "POST", "/v2/models/identity_variable/infer",
+                                data.tobytes(), {"Inference-Header-Content-Length": "0"})
     assert status == 200, body
     n = int(headers["inference-header-content-length"])
     doc = json.loads(body[:n])
@@ -247,8 +236,10 @@ def test_raw_binary_request(server: Any) -> None:
 
 @pytest.mark.parametrize("req_alg", [None, "gzip", "deflate"])
 @pytest.mark.parametrize("resp_alg", [None, "gzip", "deflate"])
-def test_compression(client: httpclient.InferenceServerClient, req_alg: str | None, resp_alg: str | None) -> None:
-    r = client.infer("add_sub", add_sub_inputs(A, B), request_compression_algorithm=req_alg,
+def test_compression(client: httpclient.InferenceServerClient, req_alg: str | None,
+                     resp_alg: str | None) -> None:
+    r = client.infer("add_sub", add_sub_inputs(httpclient, A, B),
+                     request_compression_algorithm=req_alg,
                      response_compression_algorithm=resp_alg)
     np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), A + B)
 
@@ -256,9 +247,11 @@ def test_compression(client: httpclient.InferenceServerClient, req_alg: str | No
 def test_compression_headers(server: Any) -> None:
     body = json.dumps({"inputs": [
         {"name": "INPUT0", "shape": [1, 16], "datatype": "FP32", "data": A.reshape(-1).tolist()},
-        {"name": "INPUT1", "shape": [1, 16], "datatype": "FP32", "data": B.reshape(-1).tolist()}]}).encode()
+        {"name": "INPUT1", "shape": [1, 16], "datatype": "FP32", "data": B.reshape(-1).tolist()},
+    ]}).encode()
     status, headers, out = raw(server, "POST", "/v2/models/add_sub/infer", gzip.compress(body),
-                               {"Content-Encoding": "gzip", "Accept-Encoding": "deflate;q=0.5, gzip;q=0.9"})
+                               {"Content-Encoding": "gzip",
+                                "Accept-Encoding": "deflate;q=0.5, gzip;q=0.9"})
     assert status == 200 and headers["content-encoding"] == "gzip"
     assert json.loads(gzip.decompress(out))["outputs"][0]["data"][:2] == [2.0, 3.0]
     status, headers, out = raw(server, "POST", "/v2/models/add_sub/infer", zlib.compress(body),
@@ -270,33 +263,35 @@ def test_compression_headers(server: Any) -> None:
 def test_classification(client: httpclient.InferenceServerClient) -> None:
     a = np.array([[0.5, 3.25, -1.0, 2.0] + [0.0] * 12, [9.0] + [0.0] * 15], dtype=np.float32)
     zeros = np.zeros_like(a)
-    r = client.infer("add_sub", add_sub_inputs(a, zeros),
+    r = client.infer("add_sub", add_sub_inputs(httpclient, a, zeros),
                      outputs=[httpclient.InferRequestedOutput("OUTPUT0", class_count=2)])
     got = r.as_numpy("OUTPUT0")
     assert got.shape == (2, 2)
     assert list(got[0]) == [b"3.250000:1", b"2.000000:3"]
     assert got[1][0] == b"9.000000:0"
-    r = client.infer("add_sub", add_sub_inputs(a, zeros),
-                     outputs=[httpclient.InferRequestedOutput("OUTPUT0", binary_data=False, class_count=1)])
+    r = client.infer("add_sub", add_sub_inputs(httpclient, a, zeros),
+                     outputs=[httpclient.InferRequestedOutput("OUTPUT0", binary_data=False,
+                                                              class_count=1)])
     assert r.get_response()["outputs"][0]["datatype"] == "BYTES"
-    labels = client.infer("classifier", add_sub_inputs(a[:1, :4].copy(), zeros[:1, :4].copy()),
+    labels = client.infer("classifier",
+                          add_sub_inputs(httpclient, a[:1, :4].copy(), zeros[:1, :4].copy()),
                           outputs=[httpclient.InferRequestedOutput("OUTPUT0", class_count=2)])
     assert list(labels.as_numpy("OUTPUT0")[0]) == [b"3.250000:1:cat", b"2.000000:3:fish"]
 
 
 def test_nobatch_classification(client: httpclient.InferenceServerClient) -> None:
     a = np.arange(16, dtype=np.float32)
-    r = client.infer("add_sub_nobatch", add_sub_inputs(a, np.zeros_like(a)),
+    r = client.infer("add_sub_nobatch", add_sub_inputs(httpclient, a, np.zeros_like(a)),
                      outputs=[httpclient.InferRequestedOutput("OUTPUT0", class_count=3)])
     assert list(r.as_numpy("OUTPUT0")) == [b"15.000000:15", b"14.000000:14", b"13.000000:13"]
 
 
 def test_custom_parameters(client: httpclient.InferenceServerClient) -> None:
-    r = client.infer("add_sub", add_sub_inputs(A, B), parameters={"k": 1, "s": "x", "b": True, "f": 0.5},
-                     priority=1, timeout=1000)
+    r = client.infer("add_sub", add_sub_inputs(httpclient, A, B),
+                     parameters={"k": 1, "s": "x", "b": True, "f": 0.5}, priority=1, timeout=1000)
     np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), A + B)
     with pytest.raises(InferenceServerException, match="reserved"):
-        client.infer("add_sub", add_sub_inputs(A, B), parameters={"triton_x": 1})
+        client.infer("add_sub", add_sub_inputs(httpclient, A, B), parameters={"triton_x": 1})
 
 
 # -- aio client -----------------------------------------------------------------------------------
@@ -311,7 +306,8 @@ def test_aio_client(server: Any) -> None:
                 i = aioclient.InferInput(name, [1, 16], "FP32")
                 i.set_data_from_numpy(arr)
                 inputs.append(i)
-            results = await asyncio.gather(*(c.infer("add_sub", inputs, request_id=str(k)) for k in range(20)))
+            results = await asyncio.gather(
+                *(c.infer("add_sub", inputs, request_id=str(k)) for k in range(20)))
             for k, r in enumerate(results):
                 assert r.get_response()["id"] == str(k)
                 np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), A + B)
@@ -325,10 +321,10 @@ def test_aio_client(server: Any) -> None:
     asyncio.run(main())
 
 
-# -- statistics --------------------------------------------------------------------------------------
+# -- statistics ------------------------------------------------------------------------------------
 def test_statistics(client: httpclient.InferenceServerClient) -> None:
     for _ in range(3):
-        client.infer("add_sub_nobatch", add_sub_inputs(A.reshape(16), B.reshape(16)))
+        client.infer("add_sub_nobatch", add_sub_inputs(httpclient, A.reshape(16), B.reshape(16)))
     st = client.get_inference_statistics("add_sub_nobatch")["model_stats"]
     assert len(st) == 1
     s = st[0]
@@ -387,7 +383,8 @@ def test_system_shared_memory(client: httpclient.InferenceServerClient) -> None:
         out = r.get_response()["outputs"]
         assert all(set(o) == {"name", "datatype", "shape"} for o in out)
         np.testing.assert_array_equal(shm.get_contents_as_numpy(hout, np.float32, [1, 16]), A + B)
-        np.testing.assert_array_equal(shm.get_contents_as_numpy(hout, np.float32, [1, 16], offset=64), A - B)
+        np.testing.assert_array_equal(
+            shm.get_contents_as_numpy(hout, np.float32, [1, 16], offset=64), A - B)
         # out of range input and output ranges, unknown regions
         bad = httpclient.InferInput("INPUT0", [1, 16], "FP32")
         bad.set_shared_memory("tl_in", 64, offset=100)
@@ -419,7 +416,8 @@ def test_system_shared_memory(client: httpclient.InferenceServerClient) -> None:
     assert client.get_system_shared_memory_status() == []
 
 
-def test_cuda_shared_memory_without_gpu(client: httpclient.InferenceServerClient, server: Any) -> None:
+def test_cuda_shared_memory_without_gpu(client: httpclient.InferenceServerClient,
+                                        server: Any) -> None:
     client.unregister_cuda_shared_memory()
     assert client.get_cuda_shared_memory_status() == []
     body = json.dumps({"raw_handle": {"b64": base64.b64encode(b"\0" * 64).decode()},
@@ -450,7 +448,7 @@ def test_logging_and_trace_settings(client: httpclient.InferenceServerClient, se
     assert r[0] == 400 and "unknown model" in error_of(r)
 
 
-# -- bad input: each a precise status and message, server still serving -------------------------------
+# -- bad input: each a precise status and message, server still serving ----------------------------
 def _json_infer(inputs: list[dict[str, Any]], **extra: Any) -> str:
     return json.dumps({"inputs": inputs, **extra})
 
@@ -458,77 +456,86 @@ def _json_infer(inputs: list[dict[str, Any]], **extra: Any) -> str:
 GOOD0 = {"name": "INPUT0", "shape": [1, 16], "datatype": "FP32", "data": [1.0] * 16}
 GOOD1 = {"name": "INPUT1", "shape": [1, 16], "datatype": "FP32", "data": [1.0] * 16}
 
+INFER = "/v2/models/add_sub/infer"
+GOOD = _json_infer([GOOD0, GOOD1])
+LENGTH = "Inference-Header-Content-Length"
+
+
+def _binary_input0(declared: int, sent: int) -> tuple[bytes, dict[str, str]]:
+    """A body whose INPUT0 says ``declared`` binary bytes follow the JSON; ``sent`` do."""
+    head = _json_infer([dict(GOOD0, data=None), GOOD1]).replace(
+        '"data": null', f'"parameters": {{"binary_data_size": {declared}}}')
+    return head.encode() + b"\0" * sent, {LENGTH: str(len(head))}
+
+
 BAD_REQUESTS: list[tuple[str, str, str | bytes, dict[str, str], int, str]] = [
-    ("broken json", "/v2/models/add_sub/infer", "{not json", {}, 400, "failed to parse"),
-    ("json array", "/v2/models/add_sub/infer", "[1, 2]", {}, 400, "JSON object"),
-    ("no inputs", "/v2/models/add_sub/infer", "{}", {}, 400, "inputs"),
-    ("id not string", "/v2/models/add_sub/infer", _json_infer([GOOD0, GOOD1], id=5), {}, 400, "'id'"),
-    ("unknown model", "/v2/models/nope/infer", _json_infer([GOOD0, GOOD1]), {}, 404, "unknown model: 'nope'"),
-    ("unknown version", "/v2/models/add_sub/versions/9/infer", _json_infer([GOOD0, GOOD1]), {}, 404, "version 9"),
-    ("unknown input", "/v2/models/add_sub/infer", _json_infer([GOOD0, dict(GOOD1, name="INPUTX")]), {}, 400,
+    ("broken json", INFER, "{not json", {}, 400, "failed to parse"),
+    ("json array", INFER, "[1, 2]", {}, 400, "JSON object"),
+    ("no inputs", INFER, "{}", {}, 400, "inputs"),
+    ("id not string", INFER, _json_infer([GOOD0, GOOD1], id=5), {}, 400, "'id'"),
+    ("unknown model", "/v2/models/nope/infer", GOOD, {}, 404, "unknown model: 'nope'"),
+    ("unknown version", "/v2/models/add_sub/versions/9/infer", GOOD, {}, 404, "version 9"),
+    ("unknown input", INFER, _json_infer([GOOD0, dict(GOOD1, name="INPUTX")]), {}, 400,
      "unexpected inference input 'INPUTX'"),
-    ("missing input", "/v2/models/add_sub/infer", _json_infer([GOOD0]), {}, 400, "expected 2 inputs but got 1"),
-    ("duplicate input", "/v2/models/add_sub/infer", _json_infer([GOOD0, GOOD0]), {}, 400, "INPUT0"),
-    ("unknown output", "/v2/models/add_sub/infer", _json_infer([GOOD0, GOOD1], outputs=[{"name": "NOPE"}]), {},
+    ("missing input", INFER, _json_infer([GOOD0]), {}, 400, "expected 2 inputs but got 1"),
+    ("duplicate input", INFER, _json_infer([GOOD0, GOOD0]), {}, 400, "INPUT0"),
+    ("unknown output", INFER, _json_infer([GOOD0, GOOD1], outputs=[{"name": "NOPE"}]), {},
      400, "unexpected inference output 'NOPE'"),
-    ("wrong datatype", "/v2/models/add_sub/infer",
-     _json_infer([dict(GOOD0, datatype="FP64"), GOOD1]), {}, 400, "data-type is 'FP64', but model 'add_sub' expects 'FP32'"),
-    ("invalid datatype", "/v2/models/add_sub/infer", _json_infer([dict(GOOD0, datatype="FLOAT"), GOOD1]), {}, 400,
+    ("wrong datatype", INFER, _json_infer([dict(GOOD0, datatype="FP64"), GOOD1]), {}, 400,
+     "data-type is 'FP64', but model 'add_sub' expects 'FP32'"),
+    ("invalid datatype", INFER, _json_infer([dict(GOOD0, datatype="FLOAT"), GOOD1]), {}, 400,
      "invalid datatype"),
-    ("wrong shape", "/v2/models/add_sub/infer",
-     _json_infer([dict(GOOD0, shape=[1, 8], data=[1.0] * 8), GOOD1]), {}, 400, "unexpected shape for input 'INPUT0'"),
-    ("negative shape", "/v2/models/add_sub/infer", _json_infer([dict(GOOD0, shape=[-1, 16]), GOOD1]), {}, 400,
+    ("wrong shape", INFER, _json_infer([dict(GOOD0, shape=[1, 8], data=[1.0] * 8), GOOD1]), {},
+     400, "unexpected shape for input 'INPUT0'"),
+    ("negative shape", INFER, _json_infer([dict(GOOD0, shape=[-1, 16]), GOOD1]), {}, 400,
      "non-negative"),
-    ("element count", "/v2/models/add_sub/infer", _json_infer([dict(GOOD0, data=[1.0] * 15), GOOD1]), {}, 400,
+    ("element count", INFER, _json_infer([dict(GOOD0, data=[1.0] * 15), GOOD1]), {}, 400,
      "shape does not match"),
-    ("wrong json type", "/v2/models/add_sub/infer", _json_infer([dict(GOOD0, data=["a"] * 16), GOOD1]), {}, 400,
+    ("wrong json type", INFER, _json_infer([dict(GOOD0, data=["a"] * 16), GOOD1]), {}, 400,
      "expected numbers"),
-    ("batch too big", "/v2/models/add_sub/infer",
-     _json_infer([dict(GOOD0, shape=[9, 16], data=[1.0] * 144), dict(GOOD1, shape=[9, 16], data=[1.0] * 144)]), {},
+    ("batch too big", INFER,
+     _json_infer([dict(GOOD0, shape=[9, 16], data=[1.0] * 144),
+                  dict(GOOD1, shape=[9, 16], data=[1.0] * 144)]), {},
      400, "batch-size must be <= 8"),
-    ("batch mismatch", "/v2/models/add_sub/infer",
-     _json_infer([dict(GOOD0, shape=[2, 16], data=[1.0] * 32), GOOD1]), {}, 400, "batch size does not match"),
-    ("two data sources", "/v2/models/add_sub/infer",
-     _json_infer([dict(GOOD0, parameters={"binary_data_size": 64}), GOOD1]), {}, 400, "only one of"),
-    ("header larger than body", "/v2/models/add_sub/infer", _json_infer([GOOD0, GOOD1]),
-     {"Inference-Header-Content-Length": "100000"}, 400, "out of range"),
-    ("header not a number", "/v2/models/add_sub/infer", _json_infer([GOOD0, GOOD1]),
-     {"Inference-Header-Content-Length": "abc"}, 400, "Inference-Header-Content-Length"),
-    ("leftover binary bytes", "/v2/models/add_sub/infer", _json_infer([GOOD0, GOOD1]).encode() + b"\0" * 8,
-     {"Inference-Header-Content-Length": str(len(_json_infer([GOOD0, GOOD1])))}, 400, "unexpected additional input data"),
-    ("binary size disagrees with shape", "/v2/models/add_sub/infer",
-     _json_infer([dict(GOOD0, data=None), GOOD1]).replace('"data": null', '"parameters": {"binary_data_size": 60}').encode()
-     + b"\0" * 60,
-     {"Inference-Header-Content-Length": str(len(_json_infer([dict(GOOD0, data=None), GOOD1])
-                                                 .replace('"data": null', '"parameters": {"binary_data_size": 60}')))},
+    ("batch mismatch", INFER,
+     _json_infer([dict(GOOD0, shape=[2, 16], data=[1.0] * 32), GOOD1]), {}, 400,
+     "batch size does not match"),
+    ("two data sources", INFER,
+     _json_infer([dict(GOOD0, parameters={"binary_data_size": 64}), GOOD1]), {}, 400,
+     "only one of"),
+    ("header larger than body", INFER, GOOD, {LENGTH: "100000"}, 400, "out of range"),
+    ("header not a number", INFER, GOOD, {LENGTH: "abc"}, 400, LENGTH),
+    ("leftover binary bytes", INFER, GOOD.encode() + b"\0" * 8, {LENGTH: str(len(GOOD))}, 400,
+     "unexpected additional input data"),
+    ("binary size disagrees with shape", INFER, *_binary_input0(60, 60),
      400, "unexpected total byte size 60"),
-    ("binary shorter than declared", "/v2/models/add_sub/infer",
-     _json_infer([dict(GOOD0, data=None), GOOD1]).replace('"data": null', '"parameters": {"binary_data_size": 64}').encode()
-     + b"\0" * 10,
-     {"Inference-Header-Content-Length": str(len(_json_infer([dict(GOOD0, data=None), GOOD1])
-                                                 .replace('"data": null', '"parameters": {"binary_data_size": 64}')))},
+    ("binary shorter than declared", INFER, *_binary_input0(64, 10),
      400, "unexpected size for input 'INPUT0'"),
-    ("undecodable gzip", "/v2/models/add_sub/infer", b"not gzip at all", {"Content-Encoding": "gzip"}, 400,
+    ("undecodable gzip", INFER, b"not gzip at all", {"Content-Encoding": "gzip"}, 400,
      "decompress"),
-    ("unsupported encoding", "/v2/models/add_sub/infer", _json_infer([GOOD0, GOOD1]), {"Content-Encoding": "br"},
+    ("unsupported encoding", INFER, GOOD, {"Content-Encoding": "br"},
      501, "Unsupported compression type"),
-    ("bad sequence_id", "/v2/models/add_sub/infer", _json_infer([GOOD0, GOOD1], parameters={"sequence_id": [1]}),
+    ("bad sequence_id", INFER, _json_infer([GOOD0, GOOD1], parameters={"sequence_id": [1]}),
      {}, 400, "sequence_id"),
-    ("bad parameter type", "/v2/models/add_sub/infer", _json_infer([GOOD0, GOOD1], parameters={"p": {"a": 1}}),
+    ("bad parameter type", INFER, _json_infer([GOOD0, GOOD1], parameters={"p": {"a": 1}}),
      {}, 400, "parameter 'p'"),
-    ("bad binary_data flag", "/v2/models/add_sub/infer",
-     _json_infer([GOOD0, GOOD1], outputs=[{"name": "OUTPUT0", "parameters": {"binary_data": "yes"}}]), {}, 400,
+    ("bad binary_data flag", INFER,
+     _json_infer([GOOD0, GOOD1],
+                 outputs=[{"name": "OUTPUT0", "parameters": {"binary_data": "yes"}}]), {}, 400,
      "binary_data"),
-    ("shm offset without region", "/v2/models/add_sub/infer",
-     _json_infer([dict(GOOD0, parameters={"shared_memory_offset": 0}), GOOD1]), {}, 400, "without a region"),
-    ("bad version string", "/v2/models/add_sub/versions/x1/infer", _json_infer([GOOD0, GOOD1]), {}, 404, "Not Found"),
+    ("shm offset without region", INFER,
+     _json_infer([dict(GOOD0, parameters={"shared_memory_offset": 0}), GOOD1]), {}, 400,
+     "without a region"),
+    ("bad version string", "/v2/models/add_sub/versions/x1/infer", GOOD, {}, 404, "Not Found"),
     ("unknown route", "/v2/nothing/here", "", {}, 404, "Not Found"),
-    ("unknown model route", "/v2/models/add_sub/versions/1/trace/setting", "", {}, 404, "Not Found"),
-    ("load non-string param", "/v2/repository/models/add_sub/load", '{"parameters": {"config": 5}}', {}, 400,
-     "must be a string"),
+    ("unknown model route", "/v2/models/add_sub/versions/1/trace/setting", "", {}, 404,
+     "Not Found"),
+    ("load non-string param", "/v2/repository/models/add_sub/load",
+     '{"parameters": {"config": 5}}', {}, 400, "must be a string"),
     ("load with repository name", "/v2/repository/r1/models/add_sub/load", "", {}, 501,
      "'repository_name' specification is not supported"),
-    ("shm register without key", "/v2/systemsharedmemory/region/x/register", '{"byte_size": 8}', {}, 400, "'key'"),
+    ("shm register without key", "/v2/systemsharedmemory/region/x/register",
+     '{"byte_size": 8}', {}, 400, "'key'"),
     ("cuda register bad base64", "/v2/cudasharedmemory/region/x/register",
      '{"raw_handle": {"b64": "***"}, "device_id": 0, "byte_size": 8}', {}, 400, "base64"),
     ("logging bad type", "/v2/logging", '{"log_info": "yes"}', {}, 400, "log_info"),
@@ -536,13 +543,15 @@ BAD_REQUESTS: list[tuple[str, str, str | bytes, dict[str, str], int, str]] = [
 
 
 @pytest.mark.parametrize("case", BAD_REQUESTS, ids=[c[0] for c in BAD_REQUESTS])
-def test_bad_requests(server: Any, client: httpclient.InferenceServerClient, case: tuple[Any, ...]) -> None:
+def test_bad_requests(server: Any, client: httpclient.InferenceServerClient,
+                      case: tuple[Any, ...]) -> None:
     _, path, body, headers, status, message = case
     r = raw(server, "POST", path, body, headers)
     assert r[0] == status, r
     assert message in error_of(r)
     assert client.is_server_ready()
-    np.testing.assert_array_equal(client.infer("add_sub", add_sub_inputs(A, B)).as_numpy("OUTPUT0"), A + B)
+    r = client.infer("add_sub", add_sub_inputs(httpclient, A, B))
+    np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), A + B)
 
 
 def test_wrong_method(server: Any) -> None:
@@ -572,10 +581,11 @@ def test_bytes_binary_malformed(server: Any) -> None:
     assert r[0] == 400 and "BYTES" in error_of(r)
 
 
-# -- request size limits -----------------------------------------------------------------------------
+# -- request size limits ---------------------------------------------------------------------------
 def test_body_limit_default_and_raised(repo: Path) -> None:
     big = np.zeros((1, 9 * 1024 * 1024), dtype=np.float32)  # 36 MiB
-    s = start_server(repo, "--allow-grpc=false", "--allow-metrics=false", "--http-max-input-size=16777216")
+    s = start_server(repo, "--allow-grpc=false", "--allow-metrics=false",
+                     "--http-max-input-size=16777216")
     try:
         c = httpclient.InferenceServerClient(s.http_url, network_timeout=120)
         inp = httpclient.InferInput("INPUT0", list(big.shape), "FP32")
@@ -585,7 +595,8 @@ def test_body_limit_default_and_raised(repo: Path) -> None:
         assert c.is_server_ready()
     finally:
         s.stop()
-    s = start_server(repo, "--allow-grpc=false", "--allow-metrics=false", "--http-max-input-size=2200000000")
+    s = start_server(repo, "--allow-grpc=false", "--allow-metrics=false",
+                     "--http-max-input-size=2200000000")
     try:
         c = httpclient.InferenceServerClient(s.http_url, network_timeout=120)
         np.testing.assert_array_equal(c.infer("identity_variable", [inp]).as_numpy("OUTPUT0"), big)

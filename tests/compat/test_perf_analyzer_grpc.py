@@ -6,13 +6,12 @@ throughput and the server-side statistics it reads between measurement windows.
 from __future__ import annotations
 
 import re
-import subprocess
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from conftest import start_server
-from repos import write_add_sub
+from repos import run_perf_analyzer, throughput, write_add_sub
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 
@@ -30,22 +29,8 @@ def run_pa(binary: str, server: Any, *args: str) -> str:
     # --stability-percentage: perf_analyzer shares this 2-core machine with the server (and
     # with whatever else runs), so windows are allowed to differ a lot; one retry when even
     # that is not stable enough, never on any other failure.
-    cmd = [binary, "-m", "add_sub", "-u", server.grpc_url, "-i", "grpc",
-           "--measurement-interval", "1000", "--stability-percentage", "80",
-           "--max-trials", "10", *args]
-    for attempt in range(2):
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=80)
-        out = proc.stdout + proc.stderr
-        if proc.returncode == 0 or "stable measurement" not in out or attempt:
-            break
-    assert proc.returncode == 0, out
-    return out
-
-
-def throughput(out: str) -> float:
-    found = re.findall(r"throughput: ([0-9.]+) infer/sec", out)
-    assert found, out
-    return float(found[-1])
+    return run_perf_analyzer(binary, "add_sub", server.grpc_url, "grpc", *args, stability=80,
+                             max_trials=10, timeout=80, retry_unstable=True)
 
 
 @pytest.mark.parametrize("extra", [

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import re
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import start_server
-from repos import write_add_sub
+from repos import run_perf_analyzer, throughput, write_add_sub
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 
@@ -25,19 +22,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def run_pa(binary: str, server: Any, *args: str) -> str:
-    cmd = [binary, "-m", "add_sub", "-u", server.http_url, "-i", "http",
-           "--measurement-interval", "1000", "--stability-percentage", "500",
-           "--max-trials", "5", *args]  # a wide stability band: the CPU is shared with the server
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=150)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
-    return out
-
-
-def throughput(out: str) -> float:
-    found = re.findall(r"throughput: ([0-9.]+) infer/sec", out)
-    assert found, out
-    return float(found[-1])
+    return run_perf_analyzer(binary, "add_sub", server.http_url, "http", *args)
 
 
 @pytest.mark.parametrize("extra", [[], ["--shared-memory=system"], ["-b", "4"],

@@ -9,7 +9,6 @@ are not packages, so two modules of one name cannot both be collected.)
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,9 +16,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from conftest import Server, start_server
+from repos import client_for, run_perf_analyzer
 from tritonclient.utils import InferenceServerException
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scheduling"))
@@ -43,11 +42,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 Client = Any
 
 
-def _clients(server: Server) -> dict[str, tuple[Client, Any]]:
-    return {"http": (httpclient.InferenceServerClient(server.http_url), httpclient),
-            "grpc": (grpcclient.InferenceServerClient(server.grpc_url), grpcclient)}
-
-
 def _infer(client: Client, mod: Any, model: str, value: float, seq: int | str,
            start: bool = False, end: bool = False) -> float:
     inp = mod.InferInput("INPUT", [1, 1], "FP32")
@@ -60,7 +54,7 @@ def _infer(client: Client, mod: Any, model: str, value: float, seq: int | str,
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 @pytest.mark.parametrize("model", MODELS)
 def test_sequences_accumulate(server: Server, protocol: str, model: str) -> None:
-    client, mod = _clients(server)[protocol]
+    client, mod = client_for(server, protocol)
     # two interleaved sequences, one with an integer id and one with a string id
     a, b = 1000 + len(protocol), f"{protocol}-{model}"
     assert _infer(client, mod, model, 1, a, start=True) == 1
@@ -75,7 +69,7 @@ def test_sequences_accumulate(server: Server, protocol: str, model: str) -> None
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_sequence_errors(server: Server, protocol: str) -> None:
-    client, mod = _clients(server)[protocol]
+    client, mod = client_for(server, protocol)
     cases: list[tuple[Callable[[], Any], str]] = [
         (lambda: _infer(client, mod, "acc_onnx", 1, 424242),
          "inference request for sequence 424242 to model 'acc_onnx' must specify the START "
@@ -98,7 +92,7 @@ def test_sequence_errors(server: Server, protocol: str) -> None:
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_server_lists_the_sequence_extension(server: Server, protocol: str) -> None:
-    client, _ = _clients(server)[protocol]
+    client, _ = client_for(server, protocol)
     md = client.get_server_metadata()
     extensions = list(md["extensions"] if protocol == "http" else md.extensions)
     assert extensions.index("sequence") == extensions.index("classification") + 1
@@ -113,13 +107,8 @@ def test_config_shows_sequence_batching(server: Server) -> None:
 
 
 def _run_pa(binary: str, url: str, protocol: str, model: str, *extra: str) -> str:
-    cmd = [binary, "-m", model, "-u", url, "-i", protocol, "--sequence-length", "5",
-           "--num-of-sequences", "4", "--stability-percentage", "500",
-           "--measurement-interval", "1000", "--max-trials", "5", *extra]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=150)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
-    return out
+    return run_perf_analyzer(binary, model, url, protocol, "--sequence-length", "5",
+                             "--num-of-sequences", "4", *extra)
 
 
 @pytest.mark.slow

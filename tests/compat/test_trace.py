@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from repos import add_sub_inputs, write_add_sub
 from tritonclient.utils import InferenceServerException
 
-from repos import write_add_sub
 from tritonlite.cli import options_from_args
 from tritonlite.core.settings import TraceSettings
 from tritonlite.errors import TritonliteError
@@ -54,12 +54,8 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _inputs(mod: Any, batched: bool = True) -> list[Any]:
-    shape = [1, 4] if batched else [4]
-    a = np.arange(4, dtype=np.float32).reshape(shape)
-    ins = [mod.InferInput("INPUT0", shape, "FP32"), mod.InferInput("INPUT1", shape, "FP32")]
-    ins[0].set_data_from_numpy(a)
-    ins[1].set_data_from_numpy(a)
-    return ins
+    a = np.arange(4, dtype=np.float32).reshape([1, 4] if batched else [4])
+    return add_sub_inputs(mod, a, a)
 
 
 def http_infer(server: Any, request_id: str, model: str = "add_sub") -> None:
@@ -112,7 +108,7 @@ def check_trace(trace: dict[str, Any], order: list[str], timeline: list[str]) ->
     assert abs(ns["REQUEST_START"] - time.monotonic_ns()) < 600 * 10**9
 
 
-# -- the trace file ---------------------------------------------------------------------------------
+# -- the trace file --------------------------------------------------------------------------------
 def test_timestamps_http_grpc_and_stream(repo: Path, server_factory: Any, tmp_path: Path) -> None:
     out = tmp_path / "trace.json"
     s = server_factory(repo, f"--trace-config=triton,file={out}", "--trace-config=level=TIMESTAMPS",
@@ -254,7 +250,7 @@ def test_bad_updates_are_refused(server: Any) -> None:
     assert c.is_server_live()
 
 
-# -- flags ------------------------------------------------------------------------------------------
+# -- flags -----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("flags, message", [
     (["--trace-config=level=FOO"], "invalid value for trace level option: foo"),
     (["--trace-config=level=TENSORS"], "TENSORS is not supported"),
@@ -281,7 +277,8 @@ def test_flag_forms(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
                            "--trace-config", f"triton,file={tmp_path}/t.json",
                            "--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=7",
                            "--trace-config", "count=3", "--trace-config", "triton,log-frequency=5",
-                           "--trace-config", "mode=triton", "--trace-config", "opentelemetry,url=x"])
+                           "--trace-config", "mode=triton",
+                           "--trace-config", "opentelemetry,url=x"])
     assert (o.trace_level, o.trace_rate, o.trace_count, o.trace_log_frequency, o.trace_file) == (
         ("TIMESTAMPS",), 7, 3, 5, f"{tmp_path}/t.json")
     o = options_from_args(["--model-repository", str(tmp_path), "--trace-level=TIMESTAMPS",
@@ -314,7 +311,7 @@ def test_trace_settings_inheritance(tmp_path: Path) -> None:
     ts.close()
 
 
-# -- logging ----------------------------------------------------------------------------------------
+# -- logging ---------------------------------------------------------------------------------------
 def test_log_format_changes_at_run_time(repo: Path, server_factory: Any) -> None:
     s = server_factory(repo, "--model-control-mode=explicit", "--load-model=add_sub",
                        "--load-model=add_sub_nobatch")
