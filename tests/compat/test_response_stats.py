@@ -286,3 +286,49 @@ def test_statistics_of_unknown_models_are_errors(server: Server) -> None:
     with pytest.raises(InferenceServerException, match="requested model 'nope' is not available"):
         h.get_inference_statistics("nope")
     h.close()
+
+
+def _inference(server: Server, model: str) -> dict[str, Any]:
+    h = httpclient.InferenceServerClient(server.http_url)
+    try:
+        return dict(h.get_inference_statistics(model)["model_stats"][0])
+    finally:
+        h.close()
+
+
+def test_a_decoupled_request_counts_when_its_final_response_is_sent(server: Server) -> None:
+    """As in Triton, whose statistics come from a request's release: the request (success,
+    compute_infer) and its batch (execution_count, batch_stats) count at its final response,
+    after ``execute`` returned, and compute_infer spans the whole stream."""
+    before = _inference(server, "repeat")
+    s = Stream(server.grpc_url)
+    try:
+        s.client.async_stream_infer("repeat", repeat_inputs([1, 2, 3], [150, 150, 150]),
+                                    enable_empty_final_response=True)
+        first, _ = s.results.get(timeout=20)
+        assert first.as_numpy("OUT") == [1]
+        mid = _inference(server, "repeat")  # execute returned long ago; the stream is open
+        assert mid["inference_stats"]["success"]["count"] == \
+            before["inference_stats"]["success"]["count"]
+        assert mid["execution_count"] == before["execution_count"]
+        while not s.results.get(timeout=20)[0].get_response().parameters[
+                "triton_final_response"].bool_param:
+            pass
+    finally:
+        s.close()
+
+    def counted() -> bool:
+        return _inference(server, "repeat")["execution_count"] == before["execution_count"] + 1
+
+    wait_until(counted, 10)
+    after = _inference(server, "repeat")
+    ok = {k: after["inference_stats"][k]["count"] - before["inference_stats"][k]["count"]
+          for k in ("success", "compute_infer", "fail")}
+    assert ok == {"success": 1, "compute_infer": 1, "fail": 0}
+    infer_ns = after["inference_stats"]["compute_infer"]["ns"] - \
+        before["inference_stats"]["compute_infer"]["ns"]
+    success_ns = after["inference_stats"]["success"]["ns"] - \
+        before["inference_stats"]["success"]["ns"]
+    assert infer_ns >= 450_000_000  # the three 150 ms delays
+    assert success_ns >= infer_ns
+    assert after["inference_count"] == before["inference_count"] + 1

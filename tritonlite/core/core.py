@@ -233,8 +233,9 @@ class InferenceCore:
           the request: a queued one never runs, a running decoupled one sees
           ``is_cancelled()`` and whatever it sends afterwards is dropped.
 
-        Statistics are kept as for ``infer``: a request counts once, when its execution ends
-        (for a decoupled model, when ``execute`` returns, whatever it sends later).
+        Statistics are kept as for ``infer``: a request counts once, when its execution ends;
+        for a decoupled model, as in Triton, when its final response is sent (core/stream.py),
+        so its compute_infer spans the whole stream.
         """
         try:
             if self.exiting:

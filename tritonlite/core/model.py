@@ -355,8 +355,12 @@ class Model:
             recent = instance.recent_ns
             instance.recent_ns = span if not recent else (recent * 7 + span) // 8
         stats = self.stats
+        streaming = None
         if executed and timing is not None:
-            stats.record_execution(sum(p.request.batch_size for p in batch), timing)
+            if self.signature.decoupled:
+                streaming = _StreamingBatch(self, batch, timing)
+            else:
+                stats.record_execution(sum(p.request.batch_size for p in batch), timing)
         now = time.monotonic_ns()
         for p, res in zip(batch, results):
             total = now - p.request.arrival_ns
@@ -367,11 +371,14 @@ class Model:
                 if not p.future.done():
                     p.future.set_exception(res)
             else:
-                stats.record_success(total, p.dispatch_ns - p.enqueue_ns, timing)
+                if streaming is None or not streaming.defer(p):
+                    stats.record_success(total, p.dispatch_ns - p.enqueue_ns, timing)
                 if p.request.on_timing is not None and timing is not None:
                     p.request.on_timing(timing)
                 if not p.future.done():
                     p.future.set_result(res)
+        if streaming is not None:
+            streaming.executed()
         if instance.healthy:  # one taken out of rotation comes back when rebuilt
             self.idle.append(instance)
         self.scheduler.instance_free()
@@ -406,3 +413,52 @@ class Model:
             self.backend.close()
         except Exception:
             log.exception("closing backend of %s", self.name)
+
+
+class _StreamingBatch:
+    """A batch's statistics when some of its requests are decoupled streams still open after
+    ``execute`` returned: as in Triton, such a request counts (success, compute_infer up to its
+    final response) when its final is sent, and the batch's execution when the last one is."""
+
+    __slots__ = ("_model", "_size", "_timing", "_open", "_last_ns", "_executed")
+
+    def __init__(self, model: Model, batch: list[Pending], timing: ExecTiming) -> None:
+        self._model = model
+        self._size = sum(p.request.batch_size for p in batch)
+        self._timing = timing
+        self._open = 0
+        self._last_ns = 0
+        self._executed = False
+
+    def defer(self, p: Pending) -> bool:
+        """Count ``p`` at its final response instead of now; False if it has no open stream."""
+        stream = p.request.responder
+        if stream is None or not stream.when_final(lambda ns: self._final(p, ns)):
+            return False
+        self._open += 1
+        return True
+
+    def executed(self) -> None:
+        """The batch's requests are all accounted for (counted, or deferred)."""
+        self._executed = True
+        self._maybe_record()
+
+    def _stretched(self, final_ns: int) -> ExecTiming:
+        t = self._timing
+        infer_end = t.infer_end_ns or t.end_ns
+        shift = max(0, final_ns - infer_end)
+        return ExecTiming(t.start_ns, t.input_end_ns, infer_end + shift, t.end_ns + shift)
+
+    def _final(self, p: Pending, final_ns: int) -> None:
+        timing = self._stretched(final_ns)
+        self._model.stats.record_success(timing.end_ns - p.request.arrival_ns,
+                                         p.dispatch_ns - p.enqueue_ns, timing)
+        self._open -= 1
+        self._last_ns = max(self._last_ns, final_ns)
+        self._maybe_record()
+
+    def _maybe_record(self) -> None:
+        if self._executed and self._open == 0:
+            timing = self._stretched(self._last_ns) if self._last_ns else self._timing
+            self._model.stats.record_execution(self._size, timing)
+            self._executed = False  # once

@@ -20,6 +20,11 @@ backend called ``begin``, when ``execute`` started) to the ``send`` call, its
 is an ``empty_response``; an error item, or an execution failure that ends the request, a
 ``fail``; a response sent after the client left, or an error with code CANCELLED, a
 ``cancel``. Recorded on the loop, as every statistic is.
+
+A decoupled request is in flight until its final item, as in Triton, where a request is
+released (and its inference statistics reported) only then: the model registers
+``when_final`` and counts the request's success, its compute_infer and its batch's execution
+when the final item is queued, not when ``execute`` returns.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import asyncio
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -66,7 +72,7 @@ class ResponseStream:
     """The channel from a backend's senders (any thread) to ``infer_stream`` (the loop)."""
 
     __slots__ = ("_loop", "_model", "_request", "_lock", "_items", "_waiter", "_index",
-                 "_mark_ns", "closed", "cancelled", "sent")
+                 "_mark_ns", "_on_final", "closed", "cancelled", "sent")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, model: Model,
                  request: InferRequest) -> None:
@@ -78,9 +84,19 @@ class ResponseStream:
         self._waiter: asyncio.Future[None] | None = None
         self._index = 0  # the index the next item gets in the response statistics
         self._mark_ns = time.monotonic_ns()  # where the next response's compute_infer starts
+        self._on_final: Callable[[int], None] | None = None  # see when_final
         self.closed = False  # a final item was queued: nothing more goes in
         self.cancelled = False  # the consumer went away
         self.sent = 0  # responses (not flags-only finals) queued so far
+
+    def when_final(self, callback: Callable[[int], None]) -> bool:
+        """Call ``callback(final_ns)`` on the loop once the final item is queued (``final_ns``:
+        monotonic, when it was sent). False, and no call, when it already was."""
+        with self._lock:
+            if self.closed:
+                return False
+            self._on_final = callback
+            return True
 
     # -- sending side (any thread) ----------------------------------------------------------
     def begin(self, start_ns: int) -> None:
@@ -122,6 +138,9 @@ class ResponseStream:
             if self.closed:
                 return False
             self.closed = final
+            on_final = None
+            if final:
+                on_final, self._on_final = self._on_final, None
             index, start = self._index, self._mark_ns
             self._index += 1
             self._mark_ns = end
@@ -133,7 +152,8 @@ class ResponseStream:
         infer_ns = max(0, output_start - start)
         try:
             self._loop.call_soon_threadsafe(self._delivered, index,
-                                            outcome if queued else "cancel", infer_ns, output_ns)
+                                            outcome if queued else "cancel", infer_ns, output_ns,
+                                            on_final, output_start)
         except RuntimeError:  # the loop is closed: the server is gone
             return False
         return queued
@@ -149,10 +169,11 @@ class ResponseStream:
             if self.closed:
                 return
             self.closed = True
+            on_final, self._on_final = self._on_final, None
             index, start = self._index, self._mark_ns
             self._index += 1
             self._items.append(StreamResponse(None, err, True))
-        self._delivered(index, "fail", max(0, now - start), 0)
+        self._delivered(index, "fail", max(0, now - start), 0, on_final, now)
 
     def executed(self, fut: asyncio.Future[Any]) -> None:
         """Done callback of the request's scheduler future: a failure ends the stream."""
@@ -170,9 +191,12 @@ class ResponseStream:
             self.cancelled = True
             self._items.clear()
 
-    def _delivered(self, index: int, outcome: str, infer_ns: int, output_ns: int) -> None:
+    def _delivered(self, index: int, outcome: str, infer_ns: int, output_ns: int,
+                   on_final: Callable[[int], None] | None = None, sent_ns: int = 0) -> None:
         """On the loop: count the item at ``index`` (see the module docstring), wake ``get``."""
         self._model.stats.record_response(index, outcome, infer_ns, output_ns)
+        if on_final is not None:
+            on_final(sent_ns)
         self._wake()
 
     def _wake(self) -> None:
