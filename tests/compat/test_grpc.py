@@ -26,9 +26,9 @@ import tritonclient.grpc.aio as aioclient
 import tritonclient.utils.shared_memory as shm
 from conftest import start_server
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from repos import DTYPES, build_http_repo, write_add_sub
+from repos import DTYPES, add_sub_inputs, build_http_repo, random_tensor, write_add_sub
 from tritonclient.grpc import service_pb2, service_pb2_grpc
-from tritonclient.utils import InferenceServerException, serialize_byte_tensor, triton_to_np_dtype
+from tritonclient.utils import InferenceServerException, serialize_byte_tensor
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -70,14 +70,6 @@ def stub(channel: grpc.Channel) -> service_pb2_grpc.GRPCInferenceServiceStub:
     return service_pb2_grpc.GRPCInferenceServiceStub(channel)
 
 
-def add_sub_inputs(a: np.ndarray, b: np.ndarray) -> list[grpcclient.InferInput]:
-    i0 = grpcclient.InferInput("INPUT0", list(a.shape), "FP32")
-    i0.set_data_from_numpy(a)
-    i1 = grpcclient.InferInput("INPUT1", list(b.shape), "FP32")
-    i1.set_data_from_numpy(b)
-    return [i0, i1]
-
-
 def infer_request(model: str = "add_sub", a: np.ndarray = A, b: np.ndarray = B,
                   **fields: Any) -> service_pb2.ModelInferRequest:
     """A well-formed add_sub request built with tritonclient's own message class."""
@@ -90,7 +82,7 @@ def infer_request(model: str = "add_sub", a: np.ndarray = A, b: np.ndarray = B,
 
 def assert_serving(client: grpcclient.InferenceServerClient) -> None:
     assert client.is_server_ready()
-    r = client.infer("add_sub", add_sub_inputs(A, B))
+    r = client.infer("add_sub", add_sub_inputs(grpcclient, A, B))
     np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), A + B)
 
 
@@ -174,7 +166,7 @@ def test_model_config(client: grpcclient.InferenceServerClient) -> None:
 
 # -- inference -------------------------------------------------------------------------------------
 def test_infer_add_sub(client: grpcclient.InferenceServerClient) -> None:
-    r = client.infer("add_sub", add_sub_inputs(A, B), request_id="42",
+    r = client.infer("add_sub", add_sub_inputs(grpcclient, A, B), request_id="42",
                      outputs=[grpcclient.InferRequestedOutput("OUTPUT0"),
                               grpcclient.InferRequestedOutput("OUTPUT1")])
     np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), A + B)
@@ -187,14 +179,14 @@ def test_infer_add_sub(client: grpcclient.InferenceServerClient) -> None:
 
 
 def test_infer_no_outputs_listed_is_all(client: grpcclient.InferenceServerClient) -> None:
-    resp = client.infer("add_sub", add_sub_inputs(A, B)).get_response()
+    resp = client.infer("add_sub", add_sub_inputs(grpcclient, A, B)).get_response()
     assert [o.name for o in resp.outputs] == ["OUTPUT0", "OUTPUT1"]
     assert len(resp.raw_output_contents) == 2 and resp.id == ""
     assert [list(o.shape) for o in resp.outputs] == [[1, 16], [1, 16]]
 
 
 def test_infer_only_requested_output(client: grpcclient.InferenceServerClient) -> None:
-    r = client.infer("add_sub", add_sub_inputs(A, B),
+    r = client.infer("add_sub", add_sub_inputs(grpcclient, A, B),
                      outputs=[grpcclient.InferRequestedOutput("OUTPUT1")])
     assert [o.name for o in r.get_response().outputs] == ["OUTPUT1"]
     assert r.as_numpy("OUTPUT0") is None
@@ -204,27 +196,16 @@ def test_infer_only_requested_output(client: grpcclient.InferenceServerClient) -
 def test_infer_batch_and_nobatch(client: grpcclient.InferenceServerClient) -> None:
     rng = np.random.default_rng(0)
     a, b = rng.random((8, 16), dtype=np.float32), rng.random((8, 16), dtype=np.float32)
-    np.testing.assert_allclose(client.infer("add_sub", add_sub_inputs(a, b)).as_numpy("OUTPUT0"),
-                               a + b)
+    r = client.infer("add_sub", add_sub_inputs(grpcclient, a, b))
+    np.testing.assert_allclose(r.as_numpy("OUTPUT0"), a + b)
     a1, b1 = A.reshape(16), B.reshape(16)
-    r = client.infer("add_sub_nobatch", add_sub_inputs(a1, b1), model_version="1")
+    r = client.infer("add_sub_nobatch", add_sub_inputs(grpcclient, a1, b1), model_version="1")
     np.testing.assert_array_equal(r.as_numpy("OUTPUT1"), a1 - b1)
-
-
-def _random(dtype: str, shape: tuple[int, ...]) -> np.ndarray:
-    np_dtype = triton_to_np_dtype(dtype)
-    rng = np.random.default_rng(3)
-    if dtype == "BOOL":
-        return rng.random(shape) > 0.5
-    if dtype == "BF16" or np.dtype(np_dtype).kind == "f":
-        return (rng.random(shape) * 100).astype(np_dtype)
-    info = np.iinfo(np_dtype)
-    return rng.integers(info.min, info.max, size=shape, dtype=np_dtype, endpoint=True)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_identity_every_dtype_raw(client: grpcclient.InferenceServerClient, dtype: str) -> None:
-    data = _random(dtype, (2, 4))
+    data = random_tensor(dtype, (2, 4))
     inp = grpcclient.InferInput("INPUT0", [2, 4], dtype)
     inp.set_data_from_numpy(data)
     got = client.infer(f"identity_{dtype.lower()}", [inp]).as_numpy("OUTPUT0")
@@ -240,7 +221,7 @@ _TYPED = {"BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_content
 
 @pytest.mark.parametrize("dtype", sorted(_TYPED))
 def test_identity_typed_contents(stub: Any, dtype: str) -> None:
-    data = _random(dtype, (2, 4))
+    data = random_tensor(dtype, (2, 4))
     req = service_pb2.ModelInferRequest(model_name=f"identity_{dtype.lower()}", id="t")
     t = req.inputs.add(name="INPUT0", datatype=dtype, shape=[2, 4])
     getattr(t.contents, _TYPED[dtype]).extend(data.reshape(-1).tolist())
@@ -269,7 +250,7 @@ def test_bytes(client: grpcclient.InferenceServerClient) -> None:
 
 def test_zero_element_and_variable_dims(client: grpcclient.InferenceServerClient) -> None:
     z = np.zeros((0, 16), dtype=np.float32)
-    r = client.infer("add_sub", add_sub_inputs(z, z))
+    r = client.infer("add_sub", add_sub_inputs(grpcclient, z, z))
     assert r.as_numpy("OUTPUT0").shape == (0, 16)
     assert list(r.get_response().raw_output_contents) == [b"", b""]
     for n in (0, 1, 5, 33):
@@ -283,18 +264,19 @@ def test_zero_element_and_variable_dims(client: grpcclient.InferenceServerClient
 def test_classification(client: grpcclient.InferenceServerClient) -> None:
     a = np.array([[0.5, 3.25, -1.0, 2.0] + [0.0] * 12, [9.0] + [0.0] * 15], dtype=np.float32)
     zeros = np.zeros_like(a)
-    r = client.infer("add_sub", add_sub_inputs(a, zeros),
+    r = client.infer("add_sub", add_sub_inputs(grpcclient, a, zeros),
                      outputs=[grpcclient.InferRequestedOutput("OUTPUT0", class_count=2)])
     got = r.as_numpy("OUTPUT0")
     assert r.get_response().outputs[0].datatype == "BYTES" and got.shape == (2, 2)
     assert list(got[0]) == [b"3.250000:1", b"2.000000:3"] and got[1][0] == b"9.000000:0"
-    labels = client.infer("classifier", add_sub_inputs(a[:1, :4].copy(), zeros[:1, :4].copy()),
+    labels = client.infer("classifier",
+                          add_sub_inputs(grpcclient, a[:1, :4].copy(), zeros[:1, :4].copy()),
                           outputs=[grpcclient.InferRequestedOutput("OUTPUT0", class_count=2)])
     assert list(labels.as_numpy("OUTPUT0")[0]) == [b"3.250000:1:cat", b"2.000000:3:fish"]
 
 
 def test_parameters(client: grpcclient.InferenceServerClient, stub: Any) -> None:
-    r = client.infer("add_sub", add_sub_inputs(A, B), priority=1, timeout=100_000,
+    r = client.infer("add_sub", add_sub_inputs(grpcclient, A, B), priority=1, timeout=100_000,
                      parameters={"k": 1, "s": "x", "b": True, "f": 0.5})
     np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), A + B)
     # what the C++ client and perf_analyzer put on every request: accepted, not forwarded
@@ -306,7 +288,7 @@ def test_parameters(client: grpcclient.InferenceServerClient, stub: Any) -> None
 
 @pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
 def test_request_compression(client: grpcclient.InferenceServerClient, algorithm: str) -> None:
-    r = client.infer("add_sub", add_sub_inputs(A, B), compression_algorithm=algorithm)
+    r = client.infer("add_sub", add_sub_inputs(grpcclient, A, B), compression_algorithm=algorithm)
     np.testing.assert_array_equal(r.as_numpy("OUTPUT1"), A - B)
 
 
@@ -443,7 +425,7 @@ def test_aio_client(server: Any) -> None:
 # -- statistics ------------------------------------------------------------------------------------
 def test_statistics(client: grpcclient.InferenceServerClient) -> None:
     for _ in range(3):
-        client.infer("add_sub_nobatch", add_sub_inputs(A.reshape(16), B.reshape(16)))
+        client.infer("add_sub_nobatch", add_sub_inputs(grpcclient, A.reshape(16), B.reshape(16)))
     st = client.get_inference_statistics("add_sub_nobatch").model_stats
     assert len(st) == 1
     s = st[0]
@@ -503,7 +485,7 @@ def test_repository_explicit_mode(tmp_path: Path) -> None:
                                         for n in ("OUTPUT0", "OUTPUT1")]})
         c.load_model("moved", config=config, files={"file:1/model.onnx": onnx_bytes})
         assert c.get_model_config("moved").config.max_batch_size == 2
-        r = c.infer("moved", add_sub_inputs(A, B))
+        r = c.infer("moved", add_sub_inputs(grpcclient, A, B))
         np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), A + B)
     finally:
         c.close()

@@ -18,7 +18,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
 from conftest import start_server
-from repos import build_http_repo
+from repos import add_sub_inputs, build_http_repo
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
@@ -48,14 +48,6 @@ def stub(server: Any) -> Iterator[service_pb2_grpc.GRPCInferenceServiceStub]:
     ch = grpc.insecure_channel(server.grpc_url)
     yield service_pb2_grpc.GRPCInferenceServiceStub(ch)
     ch.close()
-
-
-def add_sub_inputs(a: np.ndarray, b: np.ndarray) -> list[grpcclient.InferInput]:
-    i0 = grpcclient.InferInput("INPUT0", list(a.shape), "FP32")
-    i0.set_data_from_numpy(a)
-    i1 = grpcclient.InferInput("INPUT1", list(b.shape), "FP32")
-    i1.set_data_from_numpy(b)
-    return [i0, i1]
 
 
 def variable_input(n: int) -> list[grpcclient.InferInput]:
@@ -94,7 +86,8 @@ def test_stream_order_ids_and_final_flag(client: grpcclient.InferenceServerClien
     sizes = [1 << 20, 1, 300_000, 16, 5, 1 << 18, 2] * 4
     for k, n in enumerate(sizes):
         if n == 16:
-            client.async_stream_infer("add_sub", add_sub_inputs(A, B), request_id=str(k))
+            client.async_stream_infer("add_sub", add_sub_inputs(grpcclient, A, B),
+                                      request_id=str(k))
         else:
             client.async_stream_infer("identity_variable", variable_input(n), request_id=str(k))
     results = got.take(len(sizes))
@@ -115,10 +108,11 @@ def test_stream_order_ids_and_final_flag(client: grpcclient.InferenceServerClien
 def test_stream_errors_keep_the_stream_open(client: grpcclient.InferenceServerClient) -> None:
     got = Collector()
     client.start_stream(got)
-    client.async_stream_infer("add_sub", add_sub_inputs(A, B), request_id="ok1")
-    client.async_stream_infer("nope", add_sub_inputs(A, B), request_id="bad1")
-    client.async_stream_infer("add_sub", add_sub_inputs(A, B[:, :8].copy()), request_id="bad2")
-    client.async_stream_infer("add_sub", add_sub_inputs(A, B), request_id="ok2")
+    client.async_stream_infer("add_sub", add_sub_inputs(grpcclient, A, B), request_id="ok1")
+    client.async_stream_infer("nope", add_sub_inputs(grpcclient, A, B), request_id="bad1")
+    client.async_stream_infer("add_sub", add_sub_inputs(grpcclient, A, B[:, :8].copy()),
+                              request_id="bad2")
+    client.async_stream_infer("add_sub", add_sub_inputs(grpcclient, A, B), request_id="ok2")
     (r1, e1), (r2, e2), (r3, e3), (r4, e4) = got.take(4)
     client.stop_stream()
     assert e1 is None and r1.get_response().id == "ok1"
@@ -139,14 +133,14 @@ def test_stream_error_message_carries_the_request_id(stub: Any) -> None:
 def test_stream_triton_grpc_error_ends_the_stream(client: grpcclient.InferenceServerClient) -> None:
     got = Collector()
     client.start_stream(got, headers={"triton_grpc_error": "true"})
-    client.async_stream_infer("add_sub", add_sub_inputs(A, B), request_id="ok")
-    client.async_stream_infer("nope", add_sub_inputs(A, B), request_id="bad")
+    client.async_stream_infer("add_sub", add_sub_inputs(grpcclient, A, B), request_id="ok")
+    client.async_stream_infer("nope", add_sub_inputs(grpcclient, A, B), request_id="bad")
     (r1, e1), (r2, e2) = got.take(2)
     assert e1 is None and r1.get_response().id == "ok"
     assert r2 is None and e2.status() == "StatusCode.NOT_FOUND"
     assert "unknown model: 'nope'" in e2.message()
     with pytest.raises(InferenceServerException, match="no longer in valid state"):
-        client.async_stream_infer("add_sub", add_sub_inputs(A, B))
+        client.async_stream_infer("add_sub", add_sub_inputs(grpcclient, A, B))
     client.stop_stream()
     assert client.is_server_ready()
 
@@ -198,7 +192,7 @@ def test_cancellation(stub: Any, client: grpcclient.InferenceServerClient) -> No
         client.async_stream_infer("identity_variable", variable_input(1 << 18), request_id=str(k))
     client.stop_stream(cancel_requests=True)
     assert client.is_server_ready()
-    r = client.infer("add_sub", add_sub_inputs(A, B))
+    r = client.infer("add_sub", add_sub_inputs(grpcclient, A, B))
     np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), A + B)
 
 
@@ -207,7 +201,7 @@ def test_stream_compression_and_many_streams(client: grpcclient.InferenceServerC
     got = Collector()
     client.start_stream(got, compression_algorithm="gzip")
     for k in range(5):
-        client.async_stream_infer("add_sub", add_sub_inputs(A, B), request_id=str(k))
+        client.async_stream_infer("add_sub", add_sub_inputs(grpcclient, A, B), request_id=str(k))
     assert [r.get_response().id for r, _ in got.take(5)] == [str(k) for k in range(5)]
     client.stop_stream()
     # several concurrent streams, each keeping its own order
@@ -217,7 +211,8 @@ def test_stream_compression_and_many_streams(client: grpcclient.InferenceServerC
         c.start_stream(col)
     for k in range(25):
         for j, c in enumerate(clients):
-            c.async_stream_infer("add_sub", add_sub_inputs(A + j, B), request_id=f"{j}-{k}")
+            c.async_stream_infer("add_sub", add_sub_inputs(grpcclient, A + j, B),
+                                 request_id=f"{j}-{k}")
     for j, (c, col) in enumerate(zip(clients, collectors)):
         results = col.take(25)
         assert [r.get_response().id for r, _ in results] == [f"{j}-{k}" for k in range(25)]
