@@ -1,4 +1,8 @@
-"""Model repositories the compatibility tests serve (real ONNX graphs, written to tmp dirs)."""
+"""Model repositories the compatibility tests serve (real ONNX graphs, written to tmp dirs).
+
+Also what several suites share: python models and ensemble configs to write, InferInputs for
+add_sub, random tensors of every type, a client per protocol, and perf_analyzer runs.
+"""
 
 from __future__ import annotations
 
