@@ -94,6 +94,7 @@ proto: $(STAMP)
 	$(PY) tools/gen_proto.py
 
 $(DEV_STAMP): $(STAMP)
+	echo 'torch==$(TORCH_VERSION)' > $(TORCH_PIN)
 	$(PIP) install -q -c $(TORCH_PIN) -e '.[test,dev]'
 	touch $@
 

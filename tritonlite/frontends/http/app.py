@@ -85,11 +85,13 @@ async def ready(request: web.Request, core: InferenceCore, m: re.Match[str]) -> 
     return _empty(200 if core.is_ready() else 400)
 
 
-async def server_metadata(request: web.Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+async def server_metadata(request: web.Request, core: InferenceCore,
+                          m: re.Match[str]) -> web.Response:
     return _json(core.server_metadata())
 
 
-async def model_metadata(request: web.Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+async def model_metadata(request: web.Request, core: InferenceCore,
+                         m: re.Match[str]) -> web.Response:
     return _json(core.model_metadata(_name(m), _version(m)))
 
 
@@ -243,7 +245,8 @@ async def cuda_shm(request: web.Request, core: InferenceCore, m: re.Match[str]) 
     doc = await _body_json(request, allow_empty=False)
     handle, device, size = doc.get("raw_handle"), doc.get("device_id", 0), doc.get("byte_size")
     if not isinstance(handle, dict) or not isinstance(handle.get("b64"), str):
-        raise invalid_arg("CUDA shared memory register request must contain 'raw_handle': {'b64': ...}")
+        raise invalid_arg(
+            "CUDA shared memory register request must contain 'raw_handle': {'b64': ...}")
     if not codec._is_uint(size) or not codec._is_uint(device):
         raise invalid_arg("'byte_size' and 'device_id' must be unsigned integers")
     try:
@@ -254,7 +257,8 @@ async def cuda_shm(request: web.Request, core: InferenceCore, m: re.Match[str]) 
     return _empty(200)
 
 
-async def trace_setting(request: web.Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+async def trace_setting(request: web.Request, core: InferenceCore,
+                        m: re.Match[str]) -> web.Response:
     model = _name(m) if m.lastindex and m.group(1) is not None else ""
     if model and model not in core.repository.models:
         raise invalid_arg(f"Request for unknown model : {model}")
@@ -263,7 +267,8 @@ async def trace_setting(request: web.Request, core: InferenceCore, m: re.Match[s
     return _json(core.trace.update(await _body_json(request), model))
 
 
-async def logging_setting(request: web.Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+async def logging_setting(request: web.Request, core: InferenceCore,
+                          m: re.Match[str]) -> web.Response:
     if request.method == "GET":
         return _json(core.logging.get())
     return _json(core.logging.update(await _body_json(request)))
@@ -281,7 +286,8 @@ _ROUTES: list[tuple[re.Pattern[str], dict[str, Handler]]] = [
     (re.compile(_MODEL + r"/ready"), {"GET": model_ready}),
     (re.compile(_MODEL + r"/config"), {"GET": model_config}),
     (re.compile(_MODEL + r"/stats"), {"GET": model_stats}),
-    (re.compile(r"/v2/models/([^/]+)/trace/setting"), {"GET": trace_setting, "POST": trace_setting}),
+    (re.compile(r"/v2/models/([^/]+)/trace/setting"),
+     {"GET": trace_setting, "POST": trace_setting}),
     (re.compile(r"/v2"), {"GET": server_metadata}),
     (re.compile(r"/v2/health/live"), {"GET": live}),
     (re.compile(r"/v2/health/ready"), {"GET": ready}),
