@@ -171,7 +171,7 @@ def triton_string_to_numpy(triton_type_string: str) -> Any:
 
 
 def _dtype_code(dtype: np.dtype[Any]) -> int | None:
-    if dtype.kind in ("O", "S", "U"):
+    if dtype.kind in ("O", "S"):  # Triton refuses np.str_ ("U") arrays
         return _BYTES_CODE
     code = numpy_to_triton_type(dtype)
     if code is None and dtype.name == "bfloat16":
