@@ -71,6 +71,7 @@ def call(factory: Factory[T]) -> T:
 
 
 def is_loop_thread() -> bool:
-    """True on the thread that runs the server's event loop."""
+    """True on the thread that runs the server's event loop (while that loop is open)."""
     bound = _bound
-    return bound is not None and threading.get_ident() == bound.loop_thread
+    return (bound is not None and threading.get_ident() == bound.loop_thread
+            and not bound.loop.is_closed())
