@@ -53,6 +53,16 @@ class Endpoints:
     grpc: str
 
 
+def control_flags(repo: Path) -> list[str]:
+    """Explicit model control, every model loaded but the pyc_bad_* ones (whose failed loads are
+    cases: Triton exits at startup when a model fails to load)."""
+    flags = ["--model-control-mode=explicit"]
+    for d in sorted(repo.iterdir()):
+        if d.is_dir() and not d.name.startswith("pyc_bad_"):
+            flags.append(f"--load-model={d.name}")
+    return flags
+
+
 class Tritonlite:
     def __init__(self, repo: Path, log_path: Path) -> None:
         self.http_port, self.grpc_port, metrics = _free_ports(3)
@@ -61,7 +71,8 @@ class Tritonlite:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tritonlite", "--model-repository", str(repo),
              "--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port),
-             "--metrics-port", str(metrics), "--http-address", HOST, "--grpc-address", HOST],
+             "--metrics-port", str(metrics), "--http-address", HOST, "--grpc-address", HOST,
+             *control_flags(repo)],
             cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
 
     def start(self) -> Endpoints:
@@ -91,7 +102,7 @@ class Triton:
         http_port, grpc_port, metrics_port = _free_ports(3)
         run = subprocess.run(
             ["bash", str(self.script), "start", str(self.tool_dir), str(self.repo),
-             str(http_port), str(grpc_port), str(metrics_port)],
+             str(http_port), str(grpc_port), str(metrics_port), *control_flags(self.repo)],
             capture_output=True, text=True, timeout=900)
         if run.returncode != 0:
             raise RuntimeError(f"tritonserver failed to start:\n{run.stdout}{run.stderr}")
@@ -231,6 +242,50 @@ def metadata(model: str) -> Callable[[str, Endpoints], dict[str, Any]]:
     return run
 
 
+def load(model: str) -> Callable[[str, Endpoints], dict[str, Any]]:
+    """Load a model that fails, then read its repository index entry."""
+    def run(proto: str, ep: Endpoints) -> dict[str, Any]:
+        c = _client(proto, ep, 60.0)
+        rec: dict[str, Any] = {}
+        try:
+            c.load_model(model)
+            rec["load"] = "ok"
+        except InferenceServerException as exc:
+            rec["load"] = _error(exc)["error"]
+        try:
+            index = c.get_model_repository_index() if proto == "http" else \
+                c.get_model_repository_index(as_json=True).get("models", [])
+            rec["index"] = [e for e in index if e.get("name") == model]
+        finally:
+            c.close()
+        return rec
+    return run
+
+
+def stats(model: str) -> Callable[[str, Endpoints], dict[str, Any]]:
+    """Counts of the model's statistics; durations only as zero or not (timings differ)."""
+    def run(proto: str, ep: Endpoints) -> dict[str, Any]:
+        c = _client(proto, ep)
+        try:
+            doc = c.get_inference_statistics(model) if proto == "http" else \
+                c.get_inference_statistics(model, as_json=True)
+        except InferenceServerException as exc:
+            return _error(exc)
+        finally:
+            c.close()
+        for s in doc.get("model_stats", []):
+            s.pop("last_inference", None)
+            for part in s.get("inference_stats", {}).values():
+                if isinstance(part, dict) and "ns" in part:
+                    part["ns"] = "<nonzero>" if int(part["ns"]) else 0
+            for b in s.get("batch_stats", []):
+                for part in b.values():
+                    if isinstance(part, dict) and "ns" in part:
+                        part["ns"] = "<nonzero>" if int(part["ns"]) else 0
+        return {"stats": doc}
+    return run
+
+
 def raw_http(method: str, path: str, body: bytes = b""
              ) -> Callable[[str, Endpoints], dict[str, Any]]:
     def run(proto: str, ep: Endpoints) -> dict[str, Any]:
@@ -279,6 +334,35 @@ def _unanswered() -> tuple[str, Normalizer]:
             return {"unanswered": True}
         return rec
     return "request left unanswered (Triton: client timeout; tritonlite: INTERNAL)", norm
+
+
+def _twice() -> tuple[str, Normalizer]:
+    """A model returning one output name twice: Triton's gRPC answer repeats it, which
+    tritonclient cannot decode (a reshape error); its HTTP answer reads as the last one, which is
+    what tritonlite sends on both. Copying an answer no client can read is not a goal."""
+    def norm(rec: Any) -> Any:
+        if "cannot reshape" in rec.get("client_exception", ""):
+            return {"outputs": "<duplicate output>"}
+        if rec.get("outputs", {}).get("OUT", {}).get("value") == [3.0, 5.0, 7.0]:
+            return {"outputs": "<duplicate output>"}
+        return rec
+    return "duplicate output (Triton gRPC: undecodable)", norm
+
+
+def _paths() -> tuple[str, Normalizer]:
+    """Load errors may quote the model file's path; both servers use the same one, but tracebacks
+    of the two Python backends run through different internal files, which are cut."""
+    def cut(text: str) -> str:
+        return text.split("\n\nAt:")[0]
+
+    def norm(rec: Any) -> Any:
+        if isinstance(rec.get("load"), dict):
+            rec["load"]["message"] = cut(rec["load"]["message"])
+        for e in rec.get("index", []):
+            if "reason" in e:
+                e["reason"] = cut(e["reason"])
+        return rec
+    return "traceback after 'At:' cut", norm
 
 
 @dataclass
@@ -374,6 +458,32 @@ def cases() -> list[Case]:
         "pyc_bls", [x, ("TARGET", obj([b"pyc_repeat"])[0], "BYTES")]),
         normalize=[_json_outputs("INFO")]))
 
+    for mode, what in ((0, "FP64 for an FP32 output"), (1, "numpy unicode array for BYTES"),
+                       (2, "an output not in the config"), (3, "no outputs"),
+                       (4, "2-D for a 1-D output"), (5, "non-contiguous array"),
+                       (6, "bool output"), (7, "the same output twice"),
+                       (8, "numpy S array for BYTES"), (9, "0-d array"),
+                       (10, "outputs and an error"), (11, "all outputs")):
+        cs.append(Case(f"outputs: mode {mode} ({what})",
+                       infer("pyc_outputs", [("MODE", i32(mode), "INT32")]),
+                       normalize=[_twice()] if mode == 7 else []))
+    cs.append(Case("outputs: requested output the model did not produce", infer(
+        "pyc_outputs", [("MODE", i32(3), "INT32")], ["OUT"])))
+    cs.append(Case("outputs: requested one of three", infer(
+        "pyc_outputs", [("MODE", i32(11), "INT32")], ["FLAG"])))
+
+    report = _json_outputs("REPORT")
+    for case in ("decoupled", "decoupled_error", "coded_error", "raised_in_callee", "wrong_dtype",
+                 "missing_input", "unknown_output", "no_outputs_requested", "parameters",
+                 "version", "batched_callee"):
+        cs.append(Case(f"bls more: {case}", infer(
+            "pyc_bls_more", [("CASE", obj([case.encode()])[0], "BYTES")]), normalize=[report]))
+
+    for bad in ("pyc_bad_autocomplete", "pyc_bad_init", "pyc_bad_batch", "pyc_bad_conflict"):
+        cs.append(Case(f"load failure: {bad}", load(bad), normalize=[_paths()]))
+    cs.append(Case("infer on a model that failed to load", infer(
+        "pyc_bad_init", [("IN", f32(1), "FP32")])))
+
     cs.append(Case("raw: POST infer decoupled (JSON)", raw_http(
         "POST", "/v2/models/pyc_repeat/infer", json.dumps({"inputs": [
             {"name": "N", "shape": [1], "datatype": "INT32", "data": [1]}]}).encode()),
@@ -386,6 +496,8 @@ def cases() -> list[Case]:
         "POST", "/v2/models/pyc_errors/infer", json.dumps({"inputs": [
             {"name": "MODE", "shape": [1], "datatype": "INT32", "data": [5]}]}).encode()),
         protocols=("http",)))
+    cs.append(Case("stats pyc_errors (after the above)", stats("pyc_errors")))
+    cs.append(Case("stats pyc_bls (after the above)", stats("pyc_bls")))
     return cs
 
 
@@ -401,7 +513,9 @@ def compare(case: Case, proto: str, t: dict[str, Any], lt: dict[str, Any]) -> di
     if not diffs and not raw_same:
         return {"case": case.name, "protocol": proto, "verdict": "yes*", "differences": [],
                 "normalized": applied, "triton": t, "tritonlite": lt}
-    only_message = bool(diffs) and all(".message" in d for d in diffs)
+    # an error text (a client's error message, a load reason, a BLS error in a report)
+    only_message = bool(diffs) and all(
+        any(k in d.split(":")[0] for k in (".message", ".error", ".reason")) for d in diffs)
     verdict = "yes" if not diffs else "text" if only_message else "NO"
     return {"case": case.name, "protocol": proto, "verdict": verdict, "differences": diffs,
             "normalized": applied, "triton": t, "tritonlite": lt}
