@@ -103,7 +103,7 @@ def python_target_json_parameters():
     return describe(resp)
 
 def str_tensor():
-    return describe(request("echo", [pb_utils.Tensor("IN", np.array(["x", "yz"]))],
+    return describe(request("echo", [pb_utils.Tensor("IN", np.array(["x", "yz"], dtype=object))],
                             ["OUT"]).exec())
 
 def onnx_strings():
@@ -449,7 +449,7 @@ def test_bls_parameters_as_json_string_and_string_correlation_id(server: Server)
     assert info["requested"] == ["INFO"]
 
 
-def test_bls_unicode_tensors_travel_as_bytes(server: Server) -> None:
+def test_bls_str_object_tensors_travel_as_bytes(server: Server) -> None:
     assert ok(run_case(server, "str_tensor"))["OUT"]["data"] == ["x", "yz"]
 
 
