@@ -34,6 +34,12 @@ class TritonliteError(Exception):
         return f"TritonliteError({self.code.name}, {self.message!r})"
 
 
+class ErrorResponse(TritonliteError):
+    """The model answered a request with an error response (pb_utils ``InferenceResponse(
+    error=...)``): the client gets the error, yet the execution succeeded, and Triton counts
+    the request as a success in its statistics."""
+
+
 def invalid_arg(message: str) -> TritonliteError:
     return TritonliteError(ErrorCode.INVALID_ARG, message)
 

@@ -59,7 +59,14 @@ from tritonlite.backends.base import (
 from tritonlite.backends.python_loader import ModelScope, describe
 from tritonlite.core.stats import ExecTiming
 from tritonlite.core.types import InferRequest
-from tritonlite.errors import ErrorCode, TritonliteError, internal, unavailable, unsupported
+from tritonlite.errors import (
+    ErrorCode,
+    ErrorResponse,
+    TritonliteError,
+    internal,
+    unavailable,
+    unsupported,
+)
 
 log = logging.getLogger("tritonlite")
 
@@ -368,7 +375,7 @@ def _decoupled_sender(req: InferRequest) -> pb_utils.InferenceResponseSender:
 def _result(resp: pb_utils.InferenceResponse) -> Result:
     err = resp.error()
     if err is not None:
-        return TritonliteError(ErrorCode[err.code().name], err.message())
+        return ErrorResponse(ErrorCode[err.code().name], err.message())
     outputs = ModelOutputs(parameters=resp._parameters, partial=True)
     for tensor in resp.output_tensors():
         outputs[tensor.name()] = tensor._array

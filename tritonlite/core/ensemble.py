@@ -337,7 +337,7 @@ class EnsembleScheduler:
             timing = run.timing.as_exec()
             stats.record_execution(max(1, request.batch_size), timing)
             stats.record_success(time.monotonic_ns() - request.arrival_ns,
-                                 started - request.arrival_ns, timing)
+                                 started - request.arrival_ns, timing, max(1, request.batch_size))
             if not fut.done():
                 fut.set_result(resp)
         finally:

@@ -32,7 +32,7 @@ from tritonlite.core.signature import Signature
 from tritonlite.core.stats import ExecTiming, ModelStats
 from tritonlite.core.types import InferRequest, InferResponse
 from tritonlite.core.warmup import WarmupSample
-from tritonlite.errors import ErrorCode, TritonliteError, internal, unavailable
+from tritonlite.errors import ErrorCode, ErrorResponse, TritonliteError, internal, unavailable
 
 log = logging.getLogger("tritonlite")
 
@@ -367,12 +367,17 @@ class Model:
             if p.request.trace is not None:
                 p.request.trace.completed(p.enqueue_ns, timing, now)
             if isinstance(res, TritonliteError):
-                stats.record_failure(total, "BACKEND" if executed else "OTHER")
+                if isinstance(res, ErrorResponse):  # answered by the model: a success for Triton
+                    stats.record_success(total, p.dispatch_ns - p.enqueue_ns, timing,
+                                         p.request.batch_size)
+                else:
+                    stats.record_failure(total, "BACKEND" if executed else "OTHER")
                 if not p.future.done():
                     p.future.set_exception(res)
             else:
                 if streaming is None or not streaming.defer(p):
-                    stats.record_success(total, p.dispatch_ns - p.enqueue_ns, timing)
+                    stats.record_success(total, p.dispatch_ns - p.enqueue_ns, timing,
+                                         p.request.batch_size)
                 if p.request.on_timing is not None and timing is not None:
                     p.request.on_timing(timing)
                 if not p.future.done():
@@ -452,7 +457,8 @@ class _StreamingBatch:
     def _final(self, p: Pending, final_ns: int) -> None:
         timing = self._stretched(final_ns)
         self._model.stats.record_success(timing.end_ns - p.request.arrival_ns,
-                                         p.dispatch_ns - p.enqueue_ns, timing)
+                                         p.dispatch_ns - p.enqueue_ns, timing,
+                                         p.request.batch_size)
         self._open -= 1
         self._last_ns = max(self._last_ns, final_ns)
         self._maybe_record()

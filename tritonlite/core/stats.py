@@ -132,7 +132,6 @@ class ModelStats:
     def record_execution(self, batch_size: int, timing: ExecTiming) -> None:
         ci, cinf, co = timing.spans()
         self.execution_count += 1
-        self.inference_count += batch_size
         b = self.batches.get(batch_size)
         if b is None:
             b = self.batches[batch_size] = BatchStats()
@@ -140,7 +139,11 @@ class ModelStats:
         b.compute_infer.add(cinf)
         b.compute_output.add(co)
 
-    def record_success(self, total_ns: int, queue_ns: int, timing: ExecTiming | None) -> None:
+    def record_success(self, total_ns: int, queue_ns: int, timing: ExecTiming | None,
+                       batch_size: int = 1) -> None:
+        """A request that succeeded; ``inference_count`` counts its ``batch_size``
+        inferences (as Triton's, it counts successful requests only)."""
+        self.inference_count += batch_size
         self.success.add(total_ns)
         self.queue.add(queue_ns)
         if timing is not None:
