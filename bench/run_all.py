@@ -347,6 +347,8 @@ def main() -> int:
     ap.add_argument("--skip-triton", action="store_true", help="no real-Triton rows")
     ap.add_argument("--skip-micro", action="store_true",
                     help="skip bench_scheduler/bench_gather/bench_grpc/bench_cache")
+    ap.add_argument("--models", default="",
+                    help="only these models (comma-separated: add_sub,mlp,mlp_nobatch)")
     ap.add_argument("--servers", default=",".join(SERVERS),
                     help="which server blocks to run, in this order")
     ap.add_argument("--protocols", default=",".join(PROTOCOLS))
@@ -401,6 +403,9 @@ def main() -> int:
         for block, server in blocks:
             if block.server not in wanted:
                 continue
+            if args.models:
+                keep = set(args.models.split(","))
+                block.models = {m: c for m, c in block.models.items() if m in keep}
             points += run_block(block, server, pa, settings, protocols, results)
 
     micro: dict[str, str] = {}
