@@ -31,3 +31,16 @@ class VersionState:
     @property
     def is_ready(self) -> bool:
         return self.state == READY and self.model is not None and self.model.ready
+
+
+def failed_reason(message: str) -> str:
+    """A version's index reason after its backend failed to load it: Triton's
+    ``Status::AsString`` of the INTERNAL error its backends return."""
+    return f"Internal: {message}"
+
+
+def load_failed_message(name: str, reasons: dict[int, str]) -> str:
+    """What an explicit load answers when versions failed (``reasons``: version -> index
+    reason): Triton's text, one ``;\\n``-terminated clause per failed version, ascending."""
+    return f"load failed for model '{name}': " + "".join(
+        f"version {v} is at {UNAVAILABLE} state: {r};\n" for v, r in sorted(reasons.items()))

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from tritonlite._proto import pb
 from tritonlite.backends import create_backend
 from tritonlite.backends.base import InstanceSpec, ModelContext
 from tritonlite.backends.python_autocomplete import auto_complete as python_auto_complete
@@ -116,6 +117,37 @@ def _build_version(ctx: ModelContext, health: HealthSettings) -> _Built:
     if not instances:
         raise unavailable(f"model '{ctx.name}' has no instances")
     return _Built(ctx, signature, backend, instances, samples, runs)
+
+
+class _AutoCompleteError(TritonliteError):
+    """A backend's auto-complete failed (in Triton, a failure of each version's load)."""
+
+
+# read_onnx_io's failures, which load_model_config raises from ONNX Runtime auto-complete.
+_ONNX_AUTO_COMPLETE_ERRORS = ("unable to read ONNX model ", "unable to find ONNX model file ")
+
+
+def _python_auto_complete(cfg: Any, model_dir: Path) -> None:
+    try:
+        python_auto_complete(cfg, model_dir)
+    except TritonliteError as exc:
+        raise _AutoCompleteError(ErrorCode.INTERNAL, exc.message) from None
+
+
+def _is_auto_complete_failure(exc: TritonliteError) -> bool:
+    return isinstance(exc, _AutoCompleteError) or exc.message.startswith(
+        _ONNX_AUTO_COMPLETE_ERRORS)
+
+
+def _policy_versions(model_dir: Path, config_json: str | None) -> list[int]:
+    """The versions the as-written config's policy selects (its auto-complete failed)."""
+    if config_json is not None:
+        raw = model_config.parse_json(config_json)
+    else:
+        path = model_dir / model_config.CONFIG_FILENAME
+        raw = (model_config.parse_pbtxt(path.read_text(encoding="utf-8"), str(path))
+               if path.is_file() else pb.ModelConfig())
+    return model_config.select_versions(raw, model_config.version_dirs(model_dir))
 
 
 def write_override_files(name: str, files: dict[str, bytes]) -> Path:
@@ -323,28 +355,41 @@ class ModelRepository:
     ) -> None:
         opts = self.options
         first_load = not any(s.model is not None for s in entry.versions.values())
+        version_failure: TritonliteError | None = None
         try:
-            cfg = await asyncio.to_thread(
-                model_config.load_model_config,
-                model_dir,
-                auto_complete=opts.auto_complete_config,
-                default_max_batch_size=opts.default_max_batch_size,
-                override_json=config_json,
-                auto_completer=python_auto_complete,
-                model_name=name,
-                gpu_count=usable_gpus,
-            )
+            try:
+                cfg = await asyncio.to_thread(
+                    model_config.load_model_config,
+                    model_dir,
+                    auto_complete=opts.auto_complete_config,
+                    default_max_batch_size=opts.default_max_batch_size,
+                    override_json=config_json,
+                    auto_completer=_python_auto_complete,
+                    model_name=name,
+                    gpu_count=usable_gpus,
+                )
+            except TritonliteError as exc:
+                if not _is_auto_complete_failure(exc):
+                    raise
+                # Triton's backends auto-complete inside each version's load.
+                versions = await asyncio.to_thread(_policy_versions, model_dir, config_json)
+                if not versions:
+                    raise
+                version_failure = self._fail_versions(entry, name, versions, exc.message,
+                                                      first_load)
+            if version_failure is not None:
+                raise version_failure
             versions = model_config.select_versions(cfg, model_config.version_dirs(model_dir))
             if not versions:
                 raise invalid_arg(
-                    f"failed to load '{name}': at least one version must be available under "
-                    "the version policy of the model"
+                    f"load failed for model '{name}': at least one version must be available "
+                    f"under the version policy of model '{name}'\n"
                 )
             if ensemble_deps.is_ensemble(cfg):
                 await ensemble_deps.load_composing(self, cfg, opts.model_control_mode == "explicit")
         except TritonliteError as exc:
-            if first_load:
-                self._mark_failed(entry, exc.message)
+            if first_load and exc is not version_failure:
+                self._mark_failed(entry, exc.message.rstrip("\n"))
             raise
         config_text = model_config.render_json_bytes(cfg).decode()
         if first_load:
@@ -370,8 +415,8 @@ class ModelRepository:
         if errors and not first_load:
             for b in built.values():
                 await asyncio.to_thread(self._close_built, b)
-            v, msg = min(errors.items())
-            raise unavailable(f"failed to load '{name}' version {v}: {msg}")
+            raise invalid_arg(lc.load_failed_message(
+                name, {v: lc.failed_reason(m) for v, m in errors.items()}))
         old = {v: s for v, s in entry.versions.items() if s.model is not None}
         new_states: dict[int, VersionState] = {}
         for v in versions:
@@ -384,7 +429,7 @@ class ModelRepository:
                 new_states[v] = VersionState(lc.READY, "", model)
                 log.info("successfully loaded '%s' version %d", name, v)
             else:
-                new_states[v] = VersionState(lc.UNAVAILABLE, errors[v])
+                new_states[v] = VersionState(lc.UNAVAILABLE, lc.failed_reason(errors[v]))
         for v, s in entry.versions.items():
             if v not in new_states and s.model is None and not s.counts_for_readiness:
                 new_states[v] = s
@@ -397,8 +442,18 @@ class ModelRepository:
             assert s.model is not None
             asyncio.create_task(self._retire(s.model))
         if errors:
-            v, msg = min(errors.items())
-            raise unavailable(f"failed to load '{name}' version {v}: {msg}")
+            raise invalid_arg(lc.load_failed_message(
+                name, {v: lc.failed_reason(m) for v, m in errors.items()}))
+
+    @staticmethod
+    def _fail_versions(entry: ModelEntry, name: str, versions: list[int], message: str,
+                       first_load: bool) -> TritonliteError:
+        """Record a failure of every version in ``versions``; returns Triton's answer to raise.
+        A failed reload leaves the serving versions as they are."""
+        reasons = {v: lc.failed_reason(message) for v in versions}
+        if first_load:
+            entry.versions = {v: VersionState(lc.UNAVAILABLE, r) for v, r in reasons.items()}
+        return invalid_arg(lc.load_failed_message(name, reasons))
 
     def _mark_failed(self, entry: ModelEntry, reason: str) -> None:
         # A model whose config could not be read has no known versions: key -1 keeps the
