@@ -6,7 +6,11 @@ own thread: the core runs ``new_instance``, ``execute`` and ``close`` of an inst
 thread, so ``initialize``, ``execute`` and ``finalize`` all run on it, as they run on the one
 thread of Triton's stub process (thread-local state such as a CUDA device or torch's grad mode
 set in ``initialize`` holds in ``execute``). ``async def execute`` runs on a per-instance event
-loop on a second thread, created on first use, as in Triton.
+loop on a second thread, created on first use, as in Triton. One exception, for speed: once a
+model's recent executes took under 100 us, the core runs them on its event loop thread (two
+thread hand-offs cost more than that; core/model.py ``INLINE_MAX_NS``), unless the model could
+block the loop (decoupled, ``async def execute``, BLS calls in its sources) or its config sets
+``TRITONLITE_INLINE_EXECUTE: "false"``; ``get_model_dir()`` still answers its own directory.
 
 Results follow Triton's stub: one ``InferenceResponse`` per request in order (or None when the
 request's response sender already sent it); an exception, a non-list or a wrong count fails the
@@ -45,6 +49,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from tritonlite import kernels
@@ -81,6 +86,32 @@ class _BatchError(Exception):
     """A malformed execute result: fails every request of the batch with this message."""
 
 
+# A fast model's execute may run on the server's event loop thread instead of its instance
+# thread (see ``PythonInstance.thread_agnostic``); this config parameter, "false", forbids it.
+INLINE_PARAMETER = "TRITONLITE_INLINE_EXECUTE"
+
+
+def _may_run_inline(cfg: Any, cls: type, version_dir: Path) -> bool:
+    """Whether this model's execute may run on the event loop when it is fast: not decoupled,
+    a plain (not async) execute, no BLS requests in its sources (a BLS call blocks on the
+    loop), and not opted out with ``TRITONLITE_INLINE_EXECUTE: "false"``."""
+    if cfg.model_transaction_policy.decoupled:
+        return False
+    if INLINE_PARAMETER in cfg.parameters and \
+            cfg.parameters[INLINE_PARAMETER].string_value.strip().lower() in ("false", "0", "no"):
+        return False
+    if inspect.iscoroutinefunction(getattr(cls, "execute", None)):
+        return False
+    for source in version_dir.rglob("*.py"):
+        try:
+            text = source.read_text(errors="replace")
+        except OSError:
+            return False
+        if "InferenceRequest(" in text or "exec(" in text:
+            return False
+    return True
+
+
 class PythonBackend:
     def __init__(self, ctx: ModelContext) -> None:
         cfg = ctx.config
@@ -109,6 +140,7 @@ class PythonBackend:
                            "'TritonPythonModel'")
         self.model_class = cls
         self.outputs = [o.name for o in cfg.output]
+        self.inline = _may_run_inline(cfg, cls, ctx.version_dir)
         kernels.warmup()  # BYTES outputs go through the kernels; compile now, not on a request
 
     def new_instance(self, spec: InstanceSpec) -> PythonInstance:
@@ -131,6 +163,14 @@ class PythonInstance:
         self._loop_thread: threading.Thread | None = None
         self._ident = threading.get_ident()  # the instance's thread (see the module docstring)
         self._initialize(spec)
+
+    @property
+    def thread_agnostic(self) -> bool:
+        """The core may run a short ``execute`` on its event loop thread (as it does short ONNX
+        batches): two thread hand-offs cost more than a fast model's execute. Only models that
+        cannot block on the loop qualify (see ``_may_run_inline``); ``initialize`` and
+        ``finalize`` always run on the instance thread."""
+        return self._backend.inline
 
     # -- model thread ------------------------------------------------------------------------
     def _initialize(self, spec: InstanceSpec) -> None:
@@ -163,6 +203,16 @@ class PythonInstance:
         return self._execute(requests, timing)
 
     def _execute(self, requests: list[InferRequest], timing: ExecTiming) -> list[Result]:
+        if threading.get_ident() != self._ident:  # run inline on the loop thread
+            saved = pb_utils._runtime.model_dir
+            pb_utils._runtime.model_dir = self._scope.version_dir
+            try:
+                return self._execute_here(requests, timing)
+            finally:
+                pb_utils._runtime.model_dir = saved
+        return self._execute_here(requests, timing)
+
+    def _execute_here(self, requests: list[InferRequest], timing: ExecTiming) -> list[Result]:
         ctx = self._ctx
         default_outputs = self._backend.outputs
         batch = [pb_utils.InferenceRequest._of_core(
