@@ -79,6 +79,8 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
         no_version = r / f"no_version_{proto}"
         no_version.mkdir()
         (no_version / "config.pbtxt").write_text(PY_FP32_CONFIG)
+        write_python_model(r, f"bad_gpu_{proto}", OK_MODEL, PY_FP32_CONFIG.replace(
+            "kind: KIND_CPU", "kind: KIND_GPU gpus: [ 99 ]"))
         write_python_model(r, f"two_bad_{proto}", BAD_INIT,
                            PY_FP32_CONFIG + "version_policy { all { } }\n")
         (r / f"two_bad_{proto}" / "2").mkdir()
@@ -167,6 +169,16 @@ def test_corrupt_onnx_model(server: Server, repo: Path, protocol: str) -> None:
         server, protocol, name,
         f"Internal: unable to read ONNX model '{repo / name / '1' / 'model.onnx'}': ",
         "Protobuf parsing failed.")
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_invalid_config_fails_version_1(server: Server, protocol: str) -> None:
+    """The server's own config checks fail each version's load with INVALID_ARG."""
+    name = f"bad_gpu_{protocol}"
+    _assert_version_failure(
+        server, protocol, name,
+        f"Invalid argument: instance group {name}_0 of model {name} specifies invalid or "
+        "unsupported gpu id 99.", "")
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tritonlite.errors import ErrorCode
+
 if TYPE_CHECKING:
     from tritonlite.core.model import Model
 
@@ -33,10 +35,19 @@ class VersionState:
         return self.state == READY and self.model is not None and self.model.ready
 
 
-def failed_reason(message: str) -> str:
-    """A version's index reason after its backend failed to load it: Triton's
-    ``Status::AsString`` of the INTERNAL error its backends return."""
-    return f"Internal: {message}"
+# Triton's Status::CodeString.
+_CODE_TEXT = {
+    ErrorCode.UNKNOWN: "Unknown", ErrorCode.INTERNAL: "Internal", ErrorCode.NOT_FOUND: "Not found",
+    ErrorCode.INVALID_ARG: "Invalid argument", ErrorCode.UNAVAILABLE: "Unavailable",
+    ErrorCode.UNSUPPORTED: "Unsupported", ErrorCode.ALREADY_EXISTS: "Already exists",
+    ErrorCode.CANCELLED: "Cancelled",
+}
+
+
+def failed_reason(message: str, code: ErrorCode = ErrorCode.INTERNAL) -> str:
+    """A version's index reason after its load failed: Triton's ``Status::AsString``. Backends
+    fail a load with INTERNAL; the server's own checks of a config with INVALID_ARG."""
+    return f"{_CODE_TEXT[code]}: {message}"
 
 
 def load_failed_message(name: str, reasons: dict[int, str]) -> str:

@@ -139,14 +139,21 @@ def _is_auto_complete_failure(exc: TritonliteError) -> bool:
         _ONNX_AUTO_COMPLETE_ERRORS)
 
 
-def _policy_versions(model_dir: Path, config_json: str | None) -> list[int]:
-    """The versions the as-written config's policy selects (its auto-complete failed)."""
-    if config_json is not None:
-        raw = model_config.parse_json(config_json)
-    else:
-        path = model_dir / model_config.CONFIG_FILENAME
-        raw = (model_config.parse_pbtxt(path.read_text(encoding="utf-8"), str(path))
-               if path.is_file() else pb.ModelConfig())
+def _policy_versions(model_dir: Path, config_json: str | None, auto_complete: bool) -> list[int]:
+    """The versions the config as written selects; none when it cannot be read or parsed."""
+    try:
+        if config_json is not None:
+            raw = model_config.parse_json(config_json)
+        else:
+            path = model_dir / model_config.CONFIG_FILENAME
+            if path.is_file():
+                raw = model_config.parse_pbtxt(path.read_text(encoding="utf-8"), str(path))
+            elif auto_complete:
+                raw = pb.ModelConfig()
+            else:
+                return []
+    except (TritonliteError, OSError, UnicodeDecodeError):
+        return []
     return model_config.select_versions(raw, model_config.version_dirs(model_dir))
 
 
@@ -369,14 +376,15 @@ class ModelRepository:
                     gpu_count=usable_gpus,
                 )
             except TritonliteError as exc:
-                if not _is_auto_complete_failure(exc):
-                    raise
-                # Triton's backends auto-complete inside each version's load.
-                versions = await asyncio.to_thread(_policy_versions, model_dir, config_json)
+                # Triton polls the repository for configs that parse; completing and checking
+                # them (backend auto-complete included) is part of each version's load.
+                versions = await asyncio.to_thread(_policy_versions, model_dir, config_json,
+                                                   opts.auto_complete_config)
                 if not versions:
                     raise
-                version_failure = self._fail_versions(entry, name, versions, exc.message,
-                                                      first_load)
+                code = ErrorCode.INTERNAL if _is_auto_complete_failure(exc) else exc.code
+                version_failure = self._fail_versions(
+                    entry, name, versions, lc.failed_reason(exc.message, code), first_load)
             if version_failure is not None:
                 raise version_failure
             versions = model_config.select_versions(cfg, model_config.version_dirs(model_dir))
@@ -446,11 +454,11 @@ class ModelRepository:
                 name, {v: lc.failed_reason(m) for v, m in errors.items()}))
 
     @staticmethod
-    def _fail_versions(entry: ModelEntry, name: str, versions: list[int], message: str,
+    def _fail_versions(entry: ModelEntry, name: str, versions: list[int], reason: str,
                        first_load: bool) -> TritonliteError:
         """Record a failure of every version in ``versions``; returns Triton's answer to raise.
         A failed reload leaves the serving versions as they are."""
-        reasons = {v: lc.failed_reason(message) for v in versions}
+        reasons = dict.fromkeys(versions, reason)
         if first_load:
             entry.versions = {v: VersionState(lc.UNAVAILABLE, r) for v, r in reasons.items()}
         return invalid_arg(lc.load_failed_message(name, reasons))
