@@ -106,7 +106,8 @@ def test_load_with_config_and_file_overrides(repo: Path, tmp_path: Path) -> None
                         "file:1/model.onnx": base64.b64encode(b"x").decode()}}),
                     None, None)
         assert r.status_code == 400 and b"'config'" in r.read()
-        with pytest.raises(InferenceServerException, match="failed to parse"):
+        with pytest.raises(InferenceServerException,
+                           match="failed to load 'add_sub', failed to poll from model repository"):
             c.load_model("add_sub", config="{not json")
         assert c.is_model_ready("add_sub")  # failed reload keeps the old version serving
     finally:
@@ -151,7 +152,7 @@ def test_exit_on_error(tmp_path: Path) -> None:
         assert not c.is_server_ready()  # strict readiness: one model failed
         assert c.is_model_ready("good")
         row = next(m for m in c.get_model_repository_index() if m["name"] == "broken")
-        assert row["state"] == "UNAVAILABLE" and "not_a_field" in row["reason"]
+        assert row == {"name": "broken"}  # Triton's row for a config that does not parse
     finally:
         s.stop()
     s = start_server(repo, "--allow-grpc=false", "--allow-metrics=false", "--exit-on-error=false",

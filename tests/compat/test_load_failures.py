@@ -79,6 +79,8 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
         no_version = r / f"no_version_{proto}"
         no_version.mkdir()
         (no_version / "config.pbtxt").write_text(PY_FP32_CONFIG)
+        write_python_model(r, f"bad_syntax_{proto}", OK_MODEL, "this is { not valid")
+        write_python_model(r, f"bad_field_{proto}", OK_MODEL, PY_FP32_CONFIG + "not_a_field: 1\n")
         write_python_model(r, f"bad_gpu_{proto}", OK_MODEL, PY_FP32_CONFIG.replace(
             "kind: KIND_CPU", "kind: KIND_GPU gpus: [ 99 ]"))
         write_python_model(r, f"two_bad_{proto}", BAD_INIT,
@@ -196,6 +198,27 @@ def test_every_failed_version_is_named(server: Server, protocol: str) -> None:
     assert [r["reason"].split("\n")[0] for r in rows] == [
         "Internal: RuntimeError: initialize refused to start",
         "Internal: RuntimeError: initialize also refused to start"]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize("kind", ["bad_syntax", "bad_field"])
+def test_unparsable_config_fails_the_poll(server: Server, protocol: str, kind: str) -> None:
+    """Triton answers INTERNAL (HTTP 500) and lists the model by name only; the cause is in
+    the server log."""
+    name = f"{kind}_{protocol}"
+    client, _ = client_for(server, protocol)
+    with pytest.raises(InferenceServerException) as e:
+        client.load_model(name)
+    assert e.value.status() == {"http": "500", "grpc": "StatusCode.INTERNAL"}[protocol]
+    assert e.value.message() == f"failed to load '{name}', failed to poll from model repository"
+    assert _index_rows(server, protocol, name) == [{"name": name}]
+    assert not client.is_model_ready(name)
+    with pytest.raises(InferenceServerException) as e:
+        client.load_model("ok", config="{not json")
+    assert e.value.message() == "failed to load 'ok', failed to poll from model repository"
+    assert client.is_model_ready("ok")  # a failed reload keeps the old version serving
+    assert _index_rows(server, protocol, "ok") == [
+        {"name": "ok", "version": "1", "state": "READY"}]
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

@@ -50,6 +50,8 @@ class ModelEntry:
     override_dir: Path | None = None  # temp dir of a load with file: overrides
     fingerprint: tuple[Any, ...] = ()
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # Its config did not parse: Triton lists the model by name only.
+    poll_failed: bool = False
 
 
 @dataclass(slots=True)
@@ -139,8 +141,9 @@ def _is_auto_complete_failure(exc: TritonliteError) -> bool:
         _ONNX_AUTO_COMPLETE_ERRORS)
 
 
-def _policy_versions(model_dir: Path, config_json: str | None, auto_complete: bool) -> list[int]:
-    """The versions the config as written selects; none when it cannot be read or parsed."""
+def _policy_versions(model_dir: Path, config_json: str | None,
+                     auto_complete: bool) -> list[int] | None:
+    """The versions the config as written selects; None when it cannot be read or parsed."""
     try:
         if config_json is not None:
             raw = model_config.parse_json(config_json)
@@ -151,9 +154,9 @@ def _policy_versions(model_dir: Path, config_json: str | None, auto_complete: bo
             elif auto_complete:
                 raw = pb.ModelConfig()
             else:
-                return []
+                return None
     except (TritonliteError, OSError, UnicodeDecodeError):
-        return []
+        return None
     return model_config.select_versions(raw, model_config.version_dirs(model_dir))
 
 
@@ -272,7 +275,7 @@ class ModelRepository:
         names = set(self.scan()) | set(self.models)
         for name in sorted(names):
             entry = self.models.get(name)
-            if entry is None or not entry.versions:
+            if entry is None or not entry.versions or entry.poll_failed:
                 if not ready_only:
                     rows.append({"name": name})
                 continue
@@ -362,7 +365,8 @@ class ModelRepository:
     ) -> None:
         opts = self.options
         first_load = not any(s.model is not None for s in entry.versions.values())
-        version_failure: TritonliteError | None = None
+        entry.poll_failed = False
+        recorded: TritonliteError | None = None  # a failure already in entry.versions
         try:
             try:
                 cfg = await asyncio.to_thread(
@@ -380,13 +384,16 @@ class ModelRepository:
                 # them (backend auto-complete included) is part of each version's load.
                 versions = await asyncio.to_thread(_policy_versions, model_dir, config_json,
                                                    opts.auto_complete_config)
-                if not versions:
+                if versions is None:
+                    recorded = self._poll_failure(entry, name, exc.message, first_load)
+                elif not versions:
                     raise
-                code = ErrorCode.INTERNAL if _is_auto_complete_failure(exc) else exc.code
-                version_failure = self._fail_versions(
-                    entry, name, versions, lc.failed_reason(exc.message, code), first_load)
-            if version_failure is not None:
-                raise version_failure
+                else:
+                    code = ErrorCode.INTERNAL if _is_auto_complete_failure(exc) else exc.code
+                    recorded = self._fail_versions(
+                        entry, name, versions, lc.failed_reason(exc.message, code), first_load)
+            if recorded is not None:
+                raise recorded
             versions = model_config.select_versions(cfg, model_config.version_dirs(model_dir))
             if not versions:
                 raise invalid_arg(
@@ -396,7 +403,7 @@ class ModelRepository:
             if ensemble_deps.is_ensemble(cfg):
                 await ensemble_deps.load_composing(self, cfg, opts.model_control_mode == "explicit")
         except TritonliteError as exc:
-            if first_load and exc is not version_failure:
+            if first_load and exc is not recorded:
                 self._mark_failed(entry, exc.message.rstrip("\n"))
             raise
         config_text = model_config.render_json_bytes(cfg).decode()
@@ -462,6 +469,17 @@ class ModelRepository:
         if first_load:
             entry.versions = {v: VersionState(lc.UNAVAILABLE, r) for v, r in reasons.items()}
         return invalid_arg(lc.load_failed_message(name, reasons))
+
+    def _poll_failure(self, entry: ModelEntry, name: str, cause: str,
+                      first_load: bool) -> TritonliteError:
+        """A config that cannot be read or parsed: Triton tells the client only that the poll
+        failed (its log has the cause); returns the error to raise."""
+        log.error("failed to read the configuration of '%s': %s", name, cause)
+        if first_load:
+            self._mark_failed(entry, cause)
+            entry.poll_failed = True
+        return TritonliteError(ErrorCode.INTERNAL, f"failed to load '{name}', failed to poll "
+                               "from model repository")
 
     def _mark_failed(self, entry: ModelEntry, reason: str) -> None:
         # A model whose config could not be read has no known versions: key -1 keeps the
