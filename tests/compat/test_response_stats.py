@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import queue
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -92,23 +93,30 @@ def text_inputs(text: str, n: int | None = None) -> list[Any]:
 
 
 def response_stats(server: Server, model: str) -> dict[str, dict[str, dict[str, int]]]:
-    """``response_stats`` as HTTP reports it, after checking gRPC (JSON and protobuf) agrees."""
+    """``response_stats`` as HTTP reports it, after checking gRPC (JSON and protobuf) agrees.
+
+    The three are read one after the other; a stream still finishing may move the statistics
+    between two reads, so they are read again (a few times, briefly) until they agree."""
     h = httpclient.InferenceServerClient(server.http_url)
     g = grpcclient.InferenceServerClient(server.grpc_url)
     try:
-        http = h.get_inference_statistics(model)["model_stats"][0]["response_stats"]
-        as_json = g.get_inference_statistics(model, as_json=True)["model_stats"][0]
-        message = g.get_inference_statistics(model).model_stats[0]
+        for _ in range(40):
+            http = h.get_inference_statistics(model)["model_stats"][0]["response_stats"]
+            as_json = g.get_inference_statistics(model, as_json=True)["model_stats"][0]
+            message = g.get_inference_statistics(model).model_stats[0]
+            grpc_json = {
+                key: {n: {"count": int(v.get(n, {}).get("count", 0)),
+                          "ns": int(v.get(n, {}).get("ns", 0))} for n in NAMES}
+                for key, v in as_json.get("response_stats", {}).items()}
+            grpc_pb = {
+                key: {n: {"count": getattr(v, n).count, "ns": getattr(v, n).ns} for n in NAMES}
+                for key, v in message.response_stats.items()}
+            if http == grpc_json == grpc_pb:
+                break
+            time.sleep(0.05)
     finally:
         h.close()
         g.close()
-    grpc_json = {
-        key: {n: {"count": int(v.get(n, {}).get("count", 0)), "ns": int(v.get(n, {}).get("ns", 0))}
-              for n in NAMES}
-        for key, v in as_json.get("response_stats", {}).items()}
-    grpc_pb = {
-        key: {n: {"count": getattr(v, n).count, "ns": getattr(v, n).ns} for n in NAMES}
-        for key, v in message.response_stats.items()}
     assert http == grpc_json == grpc_pb
     for per_index in http.values():
         assert set(per_index) == set(NAMES)
@@ -318,7 +326,8 @@ def test_a_decoupled_request_counts_when_its_final_response_is_sent(server: Serv
         s.close()
 
     def counted() -> bool:
-        return _inference(server, "repeat")["execution_count"] == before["execution_count"] + 1
+        now = int(_inference(server, "repeat")["execution_count"])
+        return now == before["execution_count"] + 1
 
     wait_until(counted, 10)
     after = _inference(server, "repeat")
