@@ -327,7 +327,7 @@ def test_a_decoupled_request_counts_when_its_final_response_is_sent(server: Serv
 
     def counted() -> bool:
         now = int(_inference(server, "repeat")["execution_count"])
-        return now == before["execution_count"] + 1
+        return now == int(before["execution_count"]) + 1
 
     wait_until(counted, 10)
     after = _inference(server, "repeat")
