@@ -16,7 +16,6 @@ The repository: ``scale`` (python, OUT = 2 * IN), ``scale_cached`` (the same, ca
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,78 +25,32 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from conftest import Server, start_server
+from repos import (
+    GUARD_MODEL,
+    PY_FP32_CONFIG,
+    SCALE_MODEL,
+    ensemble_step,
+    write_ensemble,
+    write_python_model,
+)
 from tritonclient.utils import InferenceServerException
 
 pytestmark = pytest.mark.timeout(120)
 
 CACHED = "response_cache { enable: true }\n"
 
-SCALE = '''
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [pb_utils.InferenceResponse([pb_utils.Tensor(
-            "OUT", (2 * pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()).astype(np.float32))])
-            for r in requests]
-'''
-
-GUARD = '''
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            x = pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()
-            if (x < 0).any():
-                out.append(pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError("negative input is not allowed")))
-            else:
-                out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x)]))
-        return out
-'''
-
-PY_CONFIG = '''
-backend: "python"
-max_batch_size: 8
-input [{ name: "IN" data_type: TYPE_FP32 dims: [4] }]
-output [{ name: "OUT" data_type: TYPE_FP32 dims: [4] }]
-instance_group [{ count: 1 kind: KIND_CPU }]
-'''
-
-
 def _step(model: str, inp: str, out: str) -> str:
-    return (f'{{ model_name: "{model}" model_version: -1 '
-            f'input_map {{ key: "IN" value: "{inp}" }} '
-            f'output_map {{ key: "OUT" value: "{out}" }} }}')
-
-
-def _ensemble(repo: Path, name: str, outputs: list[str], steps: list[str], extra: str) -> None:
-    (repo / name / "1").mkdir(parents=True)
-    outs = ", ".join(f'{{ name: "{o}" data_type: TYPE_FP32 dims: [4] }}' for o in outputs)
-    (repo / name / "config.pbtxt").write_text(textwrap.dedent(f"""\
-        platform: "ensemble"
-        max_batch_size: 8
-        input [{{ name: "X" data_type: TYPE_FP32 dims: [4] }}]
-        output [{outs}]
-        ensemble_scheduling {{ step [ {", ".join(steps)} ] }}
-        """) + extra)
+    return ensemble_step(model, {"IN": inp}, {"OUT": out})
 
 
 def build_repo(repo: Path) -> Path:
-    for name, code, extra in (("scale", SCALE, ""), ("scale_cached", SCALE, CACHED),
-                              ("guard", GUARD, "")):
-        (repo / name / "1").mkdir(parents=True)
-        (repo / name / "1" / "model.py").write_text(code)
-        (repo / name / "config.pbtxt").write_text(PY_CONFIG + extra)
-    _ensemble(repo, "twice", ["Y", "M"], [_step("scale", "X", "M"), _step("scale", "M", "Y")],
-              CACHED)
-    _ensemble(repo, "guarded", ["Y"], [_step("guard", "X", "Y")], CACHED)
-    _ensemble(repo, "over_cached", ["Y"], [_step("scale_cached", "X", "Y")], "")
+    for name, code, extra in (("scale", SCALE_MODEL, ""), ("scale_cached", SCALE_MODEL, CACHED),
+                              ("guard", GUARD_MODEL, "")):
+        write_python_model(repo, name, code, PY_FP32_CONFIG + extra)
+    write_ensemble(repo, "twice", ["Y", "M"], [_step("scale", "X", "M"), _step("scale", "M", "Y")],
+                   extra=CACHED)
+    write_ensemble(repo, "guarded", ["Y"], [_step("guard", "X", "Y")], extra=CACHED)
+    write_ensemble(repo, "over_cached", ["Y"], [_step("scale_cached", "X", "Y")])
     return repo
 
 
