@@ -1,11 +1,17 @@
 """Model repository for the decoupled-model and generate tests: the bundled ``repeat`` example
-and small python models written the way Triton users write them."""
+and small python models written the way Triton users write them; and ``Stream``, the
+tritonclient gRPC stream those tests drive them with."""
 
 from __future__ import annotations
 
+import queue
 import shutil
 import textwrap
+import time
 from pathlib import Path
+from typing import Any
+
+import tritonclient.grpc as grpcclient
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "tools" / "examples"
 
@@ -190,3 +196,48 @@ def build_decoupled_repo(repo: Path) -> Path:
     _write(repo, "plain", PLAIN_CONFIG, PLAIN_MODEL)
     _write(repo, "batched", BATCHED_CONFIG, BATCHED_MODEL)
     return repo
+
+
+def is_final(result: Any) -> bool:
+    """The ``triton_final_response`` flag of a stream result."""
+    return bool(result.get_response().parameters["triton_final_response"].bool_param)
+
+
+class Stream:
+    """A tritonclient gRPC stream whose results land in a queue."""
+
+    def __init__(self, url: str) -> None:
+        self.client = grpcclient.InferenceServerClient(url)
+        self.results: queue.Queue[tuple[Any, Any]] = queue.Queue()
+        self.client.start_stream(callback=lambda result, error: self.results.put((result, error)))
+
+    def send(self, model: str, inputs: list[grpcclient.InferInput], request_id: str,
+             empty_final: bool = False) -> None:
+        self.client.async_stream_infer(model, inputs, request_id=request_id,
+                                       enable_empty_final_response=empty_final)
+
+    def take(self, timeout: float = 10.0) -> tuple[Any, Any]:
+        return self.results.get(timeout=timeout)
+
+    def until_final(self, count: int = 1, timeout: float = 10.0) -> list[tuple[Any, Any]]:
+        """Every message up to the ``count``-th final response (errors are kept too)."""
+        got: list[tuple[Any, Any]] = []
+        deadline = time.monotonic() + timeout
+        while count:
+            result, error = self.take(max(0.01, deadline - time.monotonic()))
+            got.append((result, error))
+            if result is not None and is_final(result):
+                count -= 1
+        return got
+
+    def run(self, model: str, inputs: list[grpcclient.InferInput], empty_final: bool = True,
+            expect: int | None = None, timeout: float = 20.0) -> list[tuple[Any, Any]]:
+        """Send one request; every message up to its final one (or the first ``expect``)."""
+        self.send(model, inputs, "rs", empty_final)
+        if expect is None:
+            return self.until_final(1, timeout)
+        return [self.take(timeout) for _ in range(expect)]
+
+    def close(self, cancel: bool = False) -> None:
+        self.client.stop_stream(cancel_requests=cancel)
+        self.client.close()

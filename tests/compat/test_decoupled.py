@@ -21,7 +21,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from conftest import start_server
-from decoupled_repo import build_decoupled_repo
+from decoupled_repo import Stream, build_decoupled_repo, is_final
 from tritonclient.utils import InferenceServerException
 
 pytestmark = pytest.mark.timeout(60)
@@ -33,42 +33,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     s = start_server(repo, "--allow-metrics=false")
     yield s
     s.stop()
-
-
-class Stream:
-    """A tritonclient gRPC stream whose results land in a queue."""
-
-    def __init__(self, url: str) -> None:
-        self.client = grpcclient.InferenceServerClient(url)
-        self.results: queue.Queue[tuple[Any, Any]] = queue.Queue()
-        self.client.start_stream(callback=lambda result, error: self.results.put((result, error)))
-
-    def send(self, model: str, inputs: list[grpcclient.InferInput], request_id: str,
-             empty_final: bool = False) -> None:
-        self.client.async_stream_infer(model, inputs, request_id=request_id,
-                                       enable_empty_final_response=empty_final)
-
-    def take(self, timeout: float = 10.0) -> tuple[Any, Any]:
-        return self.results.get(timeout=timeout)
-
-    def until_final(self, count: int = 1, timeout: float = 10.0) -> list[tuple[Any, Any]]:
-        """Every message up to the ``count``-th final response (errors are kept too)."""
-        got: list[tuple[Any, Any]] = []
-        deadline = time.monotonic() + timeout
-        while count:
-            result, error = self.take(max(0.01, deadline - time.monotonic()))
-            got.append((result, error))
-            if result is not None and is_final(result):
-                count -= 1
-        return got
-
-    def close(self) -> None:
-        self.client.stop_stream()
-        self.client.close()
-
-
-def is_final(result: Any) -> bool:
-    return bool(result.get_response().parameters["triton_final_response"].bool_param)
 
 
 def text_inputs(text: str, n: int | None = None) -> list[grpcclient.InferInput]:

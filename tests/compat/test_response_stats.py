@@ -11,7 +11,6 @@ responses. The models are ``tests/compat/decoupled_repo.py``'s.
 from __future__ import annotations
 
 import json
-import queue
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -21,7 +20,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from conftest import Server, start_server, wait_until
-from decoupled_repo import build_decoupled_repo
+from decoupled_repo import Stream, build_decoupled_repo
 from tritonclient.utils import InferenceServerException
 
 pytestmark = pytest.mark.timeout(90)
@@ -35,35 +34,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
                      "--allow-metrics=false")
     yield s
     s.stop()
-
-
-class Stream:
-    """One tritonclient gRPC stream; every callback lands in a queue."""
-
-    def __init__(self, url: str) -> None:
-        self.client = grpcclient.InferenceServerClient(url)
-        self.results: queue.Queue[tuple[Any, Any]] = queue.Queue()
-        self.client.start_stream(callback=lambda result, error: self.results.put((result, error)))
-
-    def run(self, model: str, inputs: list[Any], empty_final: bool = True,
-            expect: int | None = None) -> list[tuple[Any, Any]]:
-        """Send one request; every message up to its final one (or ``expect`` messages)."""
-        self.client.async_stream_infer(model, inputs, request_id="rs",
-                                       enable_empty_final_response=empty_final)
-        got: list[tuple[Any, Any]] = []
-        while True:
-            result, error = self.results.get(timeout=20)
-            got.append((result, error))
-            if expect is not None:
-                if len(got) == expect:
-                    return got
-            elif result is not None and result.get_response().parameters[
-                    "triton_final_response"].bool_param:
-                return got
-
-    def close(self, cancel: bool = False) -> None:
-        self.client.stop_stream(cancel_requests=cancel)
-        self.client.close()
 
 
 @pytest.fixture()
@@ -319,9 +289,7 @@ def test_a_decoupled_request_counts_when_its_final_response_is_sent(server: Serv
         assert mid["inference_stats"]["success"]["count"] == \
             before["inference_stats"]["success"]["count"]
         assert mid["execution_count"] == before["execution_count"]
-        while not s.results.get(timeout=20)[0].get_response().parameters[
-                "triton_final_response"].bool_param:
-            pass
+        s.until_final(1, timeout=20)
     finally:
         s.close()
 

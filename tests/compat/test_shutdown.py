@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import tritonclient.http.aio as aioclient
 from conftest import Server, start_server
+from decoupled_repo import is_final
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
@@ -257,12 +258,6 @@ def _stream_until_signal(tmp_path: Path, n: int, delay_s: float, exit_timeout_s:
         server.stop()
 
 
-def _final(item: object) -> bool:
-    response = getattr(item, "get_response", lambda: None)()
-    return bool(response is not None and
-                response.parameters["triton_final_response"].bool_param)
-
-
 def test_sigterm_waits_for_an_open_stream_to_finish(tmp_path: Path) -> None:
     rc, exited_in, items, server = _stream_until_signal(tmp_path, 4, 0.25, 10.0)
     assert rc == 0, server.output()
@@ -271,7 +266,7 @@ def test_sigterm_waits_for_an_open_stream_to_finish(tmp_path: Path) -> None:
     responses = [it for it in items if not isinstance(it, InferenceServerException)]
     outs = [it.as_numpy("OUT")[0] for it in responses[:-1]]  # type: ignore[attr-defined]
     assert outs == [0, 1, 2, 3], items
-    assert _final(responses[-1]), items
+    assert is_final(responses[-1]), items
     assert exited_in < 10.0
 
 
@@ -281,4 +276,5 @@ def test_exit_timeout_bounds_the_wait_for_an_open_stream(tmp_path: Path) -> None
     assert rc == 1, server.output()
     assert "Exit timeout expired. Exiting immediately." in server.output()
     assert exited_in < timeout_s + 4.0, f"exited {exited_in:.1f} s after SIGTERM\n{server.output()}"
-    assert not any(_final(it) for it in items)  # cut off before its end
+    responses = [it for it in items if not isinstance(it, InferenceServerException)]
+    assert not any(is_final(it) for it in responses)  # cut off before its end
