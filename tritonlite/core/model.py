@@ -366,18 +366,17 @@ class Model:
             total = now - p.request.arrival_ns
             if p.request.trace is not None:
                 p.request.trace.completed(p.enqueue_ns, timing, now)
+            # An error response the model answered with is a success for Triton's statistics.
+            answered = isinstance(res, ErrorResponse)
+            if isinstance(res, TritonliteError) and not answered:
+                stats.record_failure(total, "BACKEND" if executed else "OTHER")
+            elif answered or streaming is None or not streaming.defer(p):
+                stats.record_success(total, p.dispatch_ns - p.enqueue_ns, timing,
+                                     p.request.batch_size)
             if isinstance(res, TritonliteError):
-                if isinstance(res, ErrorResponse):  # answered by the model: a success for Triton
-                    stats.record_success(total, p.dispatch_ns - p.enqueue_ns, timing,
-                                         p.request.batch_size)
-                else:
-                    stats.record_failure(total, "BACKEND" if executed else "OTHER")
                 if not p.future.done():
                     p.future.set_exception(res)
             else:
-                if streaming is None or not streaming.defer(p):
-                    stats.record_success(total, p.dispatch_ns - p.enqueue_ns, timing,
-                                         p.request.batch_size)
                 if p.request.on_timing is not None and timing is not None:
                     p.request.on_timing(timing)
                 if not p.future.done():
