@@ -25,35 +25,12 @@ class TritonPythonModel:
     def execute(self, requests):
         return []
 """
-BAD_INIT = """
-class TritonPythonModel:
-    def initialize(self, args):
-        raise RuntimeError("initialize refused to start")
-
-    def execute(self, requests):
-        return []
-"""
-BAD_AUTOCOMPLETE = """
-class TritonPythonModel:
-    @staticmethod
-    def auto_complete_config(auto_complete_model_config):
-        auto_complete_model_config.add_input({"name": "IN", "dims": [1]})
-        return auto_complete_model_config
-
-    def execute(self, requests):
-        return []
-"""
-BAD_CONFLICT = """
-class TritonPythonModel:
-    @staticmethod
-    def auto_complete_config(auto_complete_model_config):
-        auto_complete_model_config.add_input(
-            {"name": "IN", "data_type": "TYPE_FP32", "dims": [2]})
-        return auto_complete_model_config
-
-    def execute(self, requests):
-        return []
-"""
+# The failing models recorded against tritonserver by tests/compare/compare_python.py, read from
+# the files it serves, so the texts below (line numbers included) stay those of what it recorded.
+COMPARE_MODELS = Path(__file__).resolve().parent.parent / "compare" / "python_models"
+BAD_INIT = (COMPARE_MODELS / "pyc_bad_init" / "1" / "model.py").read_text()
+BAD_AUTOCOMPLETE = (COMPARE_MODELS / "pyc_bad_autocomplete" / "1" / "model.py").read_text()
+BAD_CONFLICT = (COMPARE_MODELS / "pyc_bad_conflict" / "1" / "model.py").read_text()
 
 
 def _envelope(name: str) -> str:
@@ -134,7 +111,7 @@ def test_initialize_raises(server: Server, repo: Path, protocol: str) -> None:
     _assert_version_failure(
         server, protocol, name,
         "Internal: RuntimeError: initialize refused to start\n\nAt:\n",
-        f"{repo / name / '1' / 'model.py'}(4): initialize\n")
+        f"{repo / name / '1' / 'model.py'}(6): initialize\n")
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -144,7 +121,7 @@ def test_auto_complete_raises_fails_version_1(server: Server, repo: Path, protoc
         server, protocol, name,
         f"Internal: ValueError: input 'IN' in auto-complete-config function for model '{name}' "
         "is missing 'data_type' property.\n\nAt:\n",
-        f"{repo / name / '1' / 'model.py'}(5): auto_complete_config\n")
+        f"{repo / name / '1' / 'model.py'}(7): auto_complete_config\n")
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -154,7 +131,7 @@ def test_auto_complete_conflicting_config(server: Server, repo: Path, protocol: 
         server, protocol, name,
         f"Internal: ValueError: model '{name}', tensor 'IN': the model expects dims [2] but the "
         "model configuration specifies dims [4]\n\nAt:\n",
-        f"{repo / name / '1' / 'model.py'}(5): auto_complete_config\n")
+        f"{repo / name / '1' / 'model.py'}(7): auto_complete_config\n")
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
