@@ -5,7 +5,6 @@ as recorded from tritonserver 2.51 by tests/compare/compare_python.py."""
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -64,7 +63,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
                            PY_FP32_CONFIG + "version_policy { all { } }\n")
         (r / f"two_bad_{proto}" / "2").mkdir()
         (r / f"two_bad_{proto}" / "2" / "model.py").write_text(
-            textwrap.dedent(BAD_INIT).replace("refused", "also refused"))
+            BAD_INIT.replace("refused", "also refused"))
     return r
 
 
@@ -209,7 +208,7 @@ def test_no_version_under_the_policy(server: Server, protocol: str) -> None:
 def test_failed_reload_keeps_the_serving_version(server: Server, repo: Path) -> None:
     model_py = repo / "reloaded" / "1" / "model.py"
     for protocol in PROTOCOLS:
-        model_py.write_text(textwrap.dedent(BAD_INIT))
+        model_py.write_text(BAD_INIT)
         message = _load_error(server, protocol, "reloaded").message()
         assert message.startswith(_envelope("reloaded") + "Internal: RuntimeError: initialize "
                                   "refused to start\n\nAt:\n"), message
@@ -218,7 +217,7 @@ def test_failed_reload_keeps_the_serving_version(server: Server, repo: Path) -> 
         assert client.is_model_ready("reloaded")
         assert _index_rows(server, protocol, "reloaded") == [
             {"name": "reloaded", "version": "1", "state": "READY"}]
-        model_py.write_text(textwrap.dedent(OK_MODEL))
+        model_py.write_text(OK_MODEL)
         client.load_model("reloaded")
         assert client.is_model_ready("reloaded")
 
