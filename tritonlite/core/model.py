@@ -50,6 +50,12 @@ _STOP = object()
 # event loop: handing it to the instance thread and back costs two thread wake-ups, measured
 # at about 90 us each on 2-core VMs, more than such a batch itself (bench/RESULTS.md).
 INLINE_MAX_NS = 100_000
+# Spans measured on the instance thread include its waits for the GIL, which the busy loop holds:
+# a fast batch can look slow there and would never come back to the loop. So a thread-agnostic
+# instance whose recent spans are too long re-measures one batch on the loop now and then:
+# after PROBE_FIRST thread batches, doubling up to PROBE_MAX while the probes stay too long.
+PROBE_FIRST = 16
+PROBE_MAX = 4096
 
 
 class _Worker:
@@ -133,6 +139,33 @@ class ModelInstance:
         self.impl: BackendInstance = self._worker.impl
         self.inline_ok = bool(getattr(self.impl, "thread_agnostic", False))
         self.recent_ns = 0  # moving average of one batch's execution time
+        self._probe_every = PROBE_FIRST
+        self._since_probe = 0  # thread batches since the last inline probe
+        self._probing = False
+
+    def runs_inline(self) -> bool:
+        """Whether the next batch runs on the loop (see INLINE_MAX_NS and PROBE_FIRST)."""
+        if not self.inline_ok or self.recent_ns == 0:
+            return False  # the first batch is measured on the thread
+        if self.recent_ns < INLINE_MAX_NS:
+            return True
+        self._since_probe += 1
+        if self._since_probe < self._probe_every:
+            return False
+        self._since_probe = 0
+        self._probing = True
+        return True
+
+    def record_span(self, span: int) -> None:
+        """Fold one batch's execution time into ``recent_ns``; a probe's replaces it."""
+        if self._probing:
+            self._probing = False
+            self.recent_ns = span
+            self._probe_every = (PROBE_FIRST if span < INLINE_MAX_NS
+                                 else min(self._probe_every * 2, PROBE_MAX))
+            return
+        recent = self.recent_ns
+        self.recent_ns = span if not recent else (recent * 7 + span) // 8
 
     def submit(self, model: Model, batch: list[Pending], loop: asyncio.AbstractEventLoop) -> None:
         """Run ``batch`` on this instance's thread; ``model._complete`` gets the results."""
@@ -220,6 +253,7 @@ class ModelInstance:
             self._replace_impl(old, worker.impl)
         self.inline_ok = bool(getattr(worker.impl, "thread_agnostic", False))
         self.recent_ns = 0
+        self._probe_every, self._since_probe, self._probing = PROBE_FIRST, 0, False
 
     def _replace_impl(self, old: BackendInstance, new: BackendInstance) -> None:
         if self.impl is old:
@@ -334,7 +368,7 @@ class Model:
         for p in batch:
             p.dispatch_ns = now
         self.executing += len(batch)
-        if instance.inline_ok and 0 < instance.recent_ns < INLINE_MAX_NS and self.health.inline_ok:
+        if self.health.inline_ok and instance.runs_inline():
             results, timing, executed = instance.run(self, [p.request for p in batch])
             self._loop.call_soon(instance.finished, self, instance.generation, batch, results,
                                  timing, executed)
@@ -351,9 +385,7 @@ class Model:
     ) -> None:
         self.executing -= len(batch)
         if timing is not None:
-            span = timing.end_ns - timing.start_ns
-            recent = instance.recent_ns
-            instance.recent_ns = span if not recent else (recent * 7 + span) // 8
+            instance.record_span(timing.end_ns - timing.start_ns)
         stats = self.stats
         streaming = None
         if executed and timing is not None:
