@@ -48,12 +48,13 @@ output { name: "OUT" data_type: TYPE_STRING dims: [ 1 ] }
 
 # Slow only off the loop thread: how a fast model looks on its instance thread while the busy loop
 # holds the GIL. And one that is slow everywhere.
-SLOW_ON_THREAD = WHERE.replace("    def execute(self, requests):\n", """    def execute(self, requests):
+EXECUTE = "    def execute(self, requests):\n"
+SLOW_ON_THREAD = WHERE.replace(EXECUTE, EXECUTE + """\
         if threading.current_thread() is not threading.main_thread():
             import time
             time.sleep(0.0003)
 """)
-SLOW = WHERE.replace("    def execute(self, requests):\n", """    def execute(self, requests):
+SLOW = WHERE.replace(EXECUTE, EXECUTE + """\
         import time
         time.sleep(0.0003)
 """)
