@@ -81,6 +81,9 @@ def element_size(wire: str) -> int:
 
 def wire_name_of(array: np.ndarray[Any, Any]) -> str:
     """The wire datatype of a numpy array (object / bytes_ / str_ arrays are BYTES)."""
+    wire = _NUMPY_TO_WIRE.get(array.dtype)  # native byte order: one lookup
+    if wire is not None:
+        return wire
     kind = array.dtype.kind
     if kind in ("O", "S", "U"):
         return "BYTES"

@@ -66,7 +66,7 @@ def build_response(
         if w.classification:
             arr = classify(arr, w.classification, batched, spec.labels)
         wire = datatypes.wire_name_of(arr)
-        shape = tuple(int(d) for d in arr.shape)
+        shape = arr.shape  # a tuple of Python ints already
         if w.shm is not None:
             _write_shm(shm, w, arr)
             outs.append(InferOutput(w.name, wire, shape, None, shm=w.shm))

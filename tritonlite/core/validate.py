@@ -25,7 +25,10 @@ def _fmt(shape: Any) -> str:
 def _dims_match(dims: tuple[int, ...], shape: tuple[int, ...]) -> bool:
     if len(dims) != len(shape):
         return False
-    return all(d == -1 or d == s for d, s in zip(dims, shape))
+    for d, s in zip(dims, shape):
+        if d != s and d != -1:
+            return False
+    return True
 
 
 def _resolve_shm(inp: InferInput, shm: SharedMemoryManager, model: str) -> None:
@@ -102,9 +105,9 @@ def prepare(sig: Signature, req: InferRequest, shm: SharedMemoryManager) -> None
                 raise invalid_arg(
                     f"input '{inp.name}' batch size does not match other inputs for '{model}'"
                 )
-            inner = tuple(shape[1:])
+            inner = shape[1:]
         else:
-            inner = tuple(shape)
+            inner = shape
         if not _dims_match(spec.dims, inner):
             raise invalid_arg(
                 f"unexpected shape for input '{inp.name}' for model '{model}'. "

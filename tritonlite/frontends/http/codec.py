@@ -35,6 +35,12 @@ def _param_value(key: str, v: Any) -> Any:
 
 
 def _check_shape(name: str, shape: Any) -> tuple[int, ...]:
+    if type(shape) is list:
+        for d in shape:
+            if type(d) is not int or d < 0:
+                break
+        else:
+            return tuple(shape)
     if not isinstance(shape, list) or not all(_is_uint(d) for d in shape):
         raise invalid_arg(f"shape of input '{name}' must be an array of non-negative integers")
     return tuple(shape)
@@ -178,6 +184,15 @@ def decode_infer(
             raise invalid_arg(f"input '{name}': invalid datatype '{datatype}'")
         shape = _check_shape(name, item.get("shape"))
         params = item.get("parameters", {})
+        if type(params) is dict and len(params) == 1 and "data" not in item:
+            # The common binary input: parameters is just {"binary_data_size": N}.
+            bsize = params.get("binary_data_size")
+            if type(bsize) is int and 0 <= bsize <= len(tail) - pos:
+                data = datatypes.from_buffer(datatype, shape, tail[pos : pos + bsize],
+                                             f"input '{name}'")
+                pos += bsize
+                req.inputs.append(InferInput(name, datatype, shape, data, None, {}))
+                continue
         if not isinstance(params, dict):
             raise invalid_arg(f"input '{name}': 'parameters' must be a JSON object")
         shm = _shm_ref(name, params, "input")
@@ -220,6 +235,13 @@ def decode_infer(
 
 
 def _decode_output(item: Any, default_binary: bool) -> RequestedOutput:
+    if type(item) is dict and len(item) == 2:
+        # The common binary/JSON output: {"name": ..., "parameters": {"binary_data": bool}}.
+        name, params = item.get("name"), item.get("parameters")
+        if type(name) is str and type(params) is dict and len(params) == 1:
+            binary = params.get("binary_data")
+            if type(binary) is bool:
+                return RequestedOutput(name, binary, 0, None, {})
     if not isinstance(item, dict) or not isinstance(item.get("name"), str):
         raise invalid_arg("each entry of 'outputs' must be an object with a string 'name'")
     name = item["name"]
@@ -264,6 +286,7 @@ def encode_infer(resp: InferResponse) -> tuple[list[bytes | memoryview], int, bo
     """Encode a response: (body parts, JSON header length, has binary tail)."""
     outs: list[dict[str, Any]] = []
     tails: list[bytes | memoryview] = []
+    has_binary = False
     for o in resp.outputs:
         d: dict[str, Any] = {"name": o.name, "datatype": o.datatype, "shape": list(o.shape)}
         if o.data is None:
@@ -271,6 +294,7 @@ def encode_infer(resp: InferResponse) -> tuple[list[bytes | memoryview], int, bo
         elif o.binary:
             raw = datatypes.tensor_bytes(o.data)
             d["parameters"] = {"binary_data_size": len(raw)}
+            has_binary = True
             if len(raw):
                 tails.append(raw)
         else:
@@ -285,7 +309,6 @@ def encode_infer(resp: InferResponse) -> tuple[list[bytes | memoryview], int, bo
         doc["parameters"] = resp.parameters
     doc["outputs"] = outs
     head = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
-    has_binary = any("parameters" in d for d in outs)
     return [head, *tails], len(head), has_binary
 
 
