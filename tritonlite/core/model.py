@@ -205,7 +205,7 @@ class ModelInstance:
 
     def finished(self, model: Model, gen: int, batch: list[Pending],
                  results: list[InferResponse | TritonliteError], timing: ExecTiming | None,
-                 executed: bool) -> None:
+                 executed: bool, release_later: bool = False) -> None:
         """On the loop: a batch came back. A fatal error takes the instance out first."""
         if gen != self.generation:
             log.warning("abandoned thread of instance %s returned; its results are dropped",
@@ -217,7 +217,7 @@ class ModelInstance:
         fatal = next((r for r in results if isinstance(r, BackendFatalError)), None)
         if fatal is not None:
             model.health.take_out(self, fatal.message)
-        model._complete(self, batch, results, timing, executed)
+        model._complete(self, batch, results, timing, executed, release_later)
 
     def _timed_out(self, model: Model, gen: int, batch: list[Pending]) -> None:
         if gen != self.generation:
@@ -361,8 +361,10 @@ class Model:
         """Send ``batch`` to ``instance`` (which the caller took from ``idle``).
 
         Short batches of thread-agnostic backends run right here on the loop (see
-        INLINE_MAX_NS); the rest cross to the instance thread. Either way ``_complete`` runs
-        later on the loop, never inside this call.
+        INLINE_MAX_NS): their futures resolve before this returns, so a handler that awaits
+        one next goes on without a loop turn, and the instance goes back to ``idle`` one turn
+        later, so the scheduler that called this is never re-entered. The rest cross to the
+        instance thread and complete on the loop when they come back.
         """
         now = time.monotonic_ns()
         for p in batch:
@@ -370,8 +372,8 @@ class Model:
         self.executing += len(batch)
         if self.health.inline_ok and instance.runs_inline():
             results, timing, executed = instance.run(self, [p.request for p in batch])
-            self._loop.call_soon(instance.finished, self, instance.generation, batch, results,
-                                 timing, executed)
+            instance.finished(self, instance.generation, batch, results, timing, executed,
+                              release_later=True)
             return
         instance.submit(self, batch, self._loop)
 
@@ -382,6 +384,7 @@ class Model:
         results: list[InferResponse | TritonliteError],
         timing: ExecTiming | None,
         executed: bool,
+        release_later: bool = False,
     ) -> None:
         self.executing -= len(batch)
         if timing is not None:
@@ -415,6 +418,13 @@ class Model:
                     p.future.set_result(res)
         if streaming is not None:
             streaming.executed()
+        if release_later:
+            self._loop.call_soon(self._release, instance)
+        else:
+            self._release(instance)
+
+    def _release(self, instance: ModelInstance) -> None:
+        """``instance`` is done with its batch: back to ``idle``, and the next batch goes."""
         if instance.healthy:  # one taken out of rotation comes back when rebuilt
             self.idle.append(instance)
         self.scheduler.instance_free()
