@@ -53,6 +53,9 @@ class DynamicBatchScheduler:
             t.name for t in model.config.input if t.allow_ragged_batch
         )
         self._preserve = bool(db.preserve_ordering)
+        # With no delay and nothing queued, a request that finds an instance idle is a batch
+        # of its own at once: BatchQueue would decide just that, so it is not asked.
+        self._direct_ok = int(db.max_queue_delay_microseconds) == 0 and not self._preserve
         self._order: deque[
             tuple[asyncio.Future[InferResponse], asyncio.Future[InferResponse]]] = deque()
 
@@ -72,6 +75,10 @@ class DynamicBatchScheduler:
         loop = self._loop
         fut: asyncio.Future[InferResponse] = loop.create_future()
         now = time.monotonic_ns()
+        model = self._model
+        if self._direct_ok and model.idle and not len(self._queue):
+            model.run_batch(model.idle.popleft(), [self._pending_cls(request, fut, now)])
+            return fut
         slot = self._next_slot
         self._next_slot += 1
         rc = self._queue.push(slot, request.batch_size, now, request.priority,
