@@ -83,7 +83,7 @@ test-compiled:
 test-pure:
 	TRITONLITE_NO_EXTENSIONS=1 TRITONLITE_NO_NUMBA=1 $(PY) -m pytest $(PURE_TESTS)
 
-bench: install perf-analyzer
+bench: install perf-analyzer $(DEV_STAMP)
 	if [ -f bench/run_all.py ]; then $(PY) bench/run_all.py; \
 	else echo "bench/run_all.py is not there: no benchmarks to run"; fi
 
