@@ -70,7 +70,7 @@ def run_error(exc: Exception) -> TritonliteError:
 
 def _to_ort_input(arr: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     # ORT's Python binding stores repr() of bytes objects in string tensors: hand it str.
-    if arr.dtype == object:
+    if arr.dtype.kind == "O":
         out = np.empty(arr.shape, dtype=object)
         flat = out.reshape(-1)
         for i, item in enumerate(arr.reshape(-1).tolist()):
@@ -81,7 +81,7 @@ def _to_ort_input(arr: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
 
 def _from_ort_output(value: Any) -> np.ndarray[Any, Any]:
     arr: np.ndarray[Any, Any] = np.asarray(value)
-    if arr.dtype == object or arr.dtype.kind == "U":
+    if arr.dtype.kind in ("O", "U"):
         out = np.empty(arr.shape, dtype=object)
         flat = out.reshape(-1)
         for i, item in enumerate(arr.reshape(-1).tolist()):

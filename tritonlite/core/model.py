@@ -395,7 +395,9 @@ class Model:
             if self.signature.decoupled:
                 streaming = _StreamingBatch(self, batch, timing)
             else:
-                stats.record_execution(sum(p.request.batch_size for p in batch), timing)
+                size = (batch[0].request.batch_size if len(batch) == 1
+                        else sum(p.request.batch_size for p in batch))
+                stats.record_execution(size, timing)
         now = time.monotonic_ns()
         for p, res in zip(batch, results):
             total = now - p.request.arrival_ns
