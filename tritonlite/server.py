@@ -20,7 +20,7 @@ from aiohttp import web
 
 import tritonlite
 from tritonlite.core.core import InferenceCore
-from tritonlite.frontends.http.app import make_app
+from tritonlite.frontends.http.app import make_server
 from tritonlite.options import ServerOptions
 
 log = logging.getLogger("tritonlite")
@@ -70,7 +70,7 @@ class Server:
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
         self.core = InferenceCore(options)
-        self._runners: list[web.AppRunner] = []
+        self._runners: list[web.BaseRunner] = []
         self._grpc: Any = None
         self.http_port: int | None = None
         self.grpc_port: int | None = None
@@ -91,8 +91,8 @@ class Server:
             self._grpc, self.grpc_port = await start_grpc(self.core, opts)
             log.info("Started GRPCInferenceService at %s:%d", opts.grpc_address, self.grpc_port)
         if opts.allow_http:
-            app = make_app(self.core, opts.http_max_input_size)
-            self.http_port = await self._serve(app, opts.http_address, opts.http_port,
+            http = make_server(self.core, opts.http_max_input_size)
+            self.http_port = await self._serve(http, opts.http_address, opts.http_port,
                                                opts.reuse_http_port)
             log.info("Started HTTPService at %s:%d", opts.http_address, self.http_port)
         if opts.allow_metrics:
@@ -104,8 +104,11 @@ class Server:
                                                   address, opts.metrics_port, False)
             log.info("Started Metrics Service at %s:%d", address, self.metrics_port)
 
-    async def _serve(self, app: web.Application, address: str, port: int, reuse: bool) -> int:
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    async def _serve(self, app: web.Application | web.Server, address: str, port: int,
+                     reuse: bool) -> int:
+        runner: web.BaseRunner = (
+            web.ServerRunner(app, handle_signals=False) if isinstance(app, web.Server)
+            else web.AppRunner(app, access_log=None, handle_signals=False))
         await runner.setup()
         sock = _bind(address, port, reuse)
         site = web.SockSite(runner, sock)

@@ -1,11 +1,15 @@
-"""The aiohttp application: Triton's route matcher, then decode -> one core call -> encode.
+"""The HTTP front end: Triton's route matcher, then decode -> one core call -> encode.
 
 Routes are matched on the raw path with Triton's own patterns (PROTOCOL §1.1); anything else
-is 404 ``{"error":"Not Found"}`` and a wrong method 405, never aiohttp's HTML pages.
+is 404 ``{"error":"Not Found"}`` and a wrong method 405, never aiohttp's HTML pages. It runs on
+aiohttp's low-level server (its protocol, parser and keep-alive; no ``web.Application``): the
+only things the application layer added here were a catch-all route and ``Expect:
+100-continue``, which ``dispatch`` answers itself.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import logging
 import re
@@ -26,7 +30,8 @@ from tritonlite.frontends.http.tracing import send_traced
 
 log = logging.getLogger("tritonlite")
 
-Handler = Callable[[web.Request, InferenceCore, "re.Match[str]"], Awaitable[web.StreamResponse]]
+Request = web.BaseRequest  # what aiohttp's low-level server hands the handler
+Handler = Callable[[Request, InferenceCore, "re.Match[str]"], Awaitable[web.StreamResponse]]
 
 _JSON = "application/json"
 _DECOUPLED = "HTTP end point doesn't support models with decoupled transaction policy"
@@ -40,7 +45,7 @@ def _empty(status: int = 200) -> web.Response:
     return web.Response(status=status)
 
 
-async def _body_json(request: web.Request, *, allow_empty: bool = True) -> Any:
+async def _body_json(request: Request, *, allow_empty: bool = True) -> Any:
     body = await request.read()
     if not body.strip():
         if allow_empty:
@@ -64,7 +69,7 @@ def _name(m: re.Match[str], group: int = 1) -> str:
     return unquote(m.group(group))
 
 
-def _peer_is_local(request: web.Request) -> bool:
+def _peer_is_local(request: Request) -> bool:
     peer = request.transport.get_extra_info("peername") if request.transport else None
     if not peer or not isinstance(peer, tuple):
         return True  # unix socket
@@ -75,27 +80,27 @@ def _peer_is_local(request: web.Request) -> bool:
 
 
 # -- handlers -------------------------------------------------------------------------------------
-async def live(request: web.Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+async def live(request: Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
     return _empty(200) if core.is_live() else error_response(503, "Server is not live")
 
 
-async def ready(request: web.Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+async def ready(request: Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
     if core.exiting:
         return error_response(503, "Server is exiting")
     return _empty(200 if core.is_ready() else 400)
 
 
-async def server_metadata(request: web.Request, core: InferenceCore,
+async def server_metadata(request: Request, core: InferenceCore,
                           m: re.Match[str]) -> web.Response:
     return _json(core.server_metadata())
 
 
-async def model_metadata(request: web.Request, core: InferenceCore,
+async def model_metadata(request: Request, core: InferenceCore,
                          m: re.Match[str]) -> web.Response:
     return _json(core.model_metadata(_name(m), _version(m)))
 
 
-async def model_ready(request: web.Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+async def model_ready(request: Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
     # Triton answers 400 "Model version not ready" for unknown models and versions too.
     try:
         ready = core.model_ready(_name(m), _version(m))
@@ -104,20 +109,20 @@ async def model_ready(request: web.Request, core: InferenceCore, m: re.Match[str
     return _empty(200) if ready else error_response(400, "Model version not ready")
 
 
-async def model_config(request: web.Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+async def model_config(request: Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
     return web.Response(body=core.model_config_json(_name(m), _version(m)), content_type=_JSON)
 
 
-async def model_stats(request: web.Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+async def model_stats(request: Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
     name = _name(m) if m.lastindex and m.group(1) is not None else ""
     return _json(core.statistics(name, _version(m) if name else -1))
 
 
-async def all_stats(request: web.Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+async def all_stats(request: Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
     return _json(core.statistics())
 
 
-async def infer(request: web.Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+async def infer(request: Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
     recv_start = time.monotonic_ns() if core.trace.enabled else 0
     encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
     if encoding not in ("identity", "gzip", "deflate", ""):
@@ -163,18 +168,18 @@ async def infer(request: web.Request, core: InferenceCore, m: re.Match[str]) -> 
     return web.Response(body=payload, content_type=content_type, headers=headers)
 
 
-async def generate(request: web.Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+async def generate(request: Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
     req = gen.decode(core, await request.read(), _name(m), _version(m))
     return await gen.generate(core.infer_stream(req))
 
 
-async def generate_stream(request: web.Request, core: InferenceCore,
+async def generate_stream(request: Request, core: InferenceCore,
                           m: re.Match[str]) -> web.StreamResponse:
     req = gen.decode(core, await request.read(), _name(m), _version(m))
     return await gen.generate_stream(request, core.infer_stream(req))
 
 
-async def repo_index(request: web.Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+async def repo_index(request: Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
     doc = await _body_json(request)
     ready_only = doc.get("ready", False)
     if not isinstance(ready_only, bool):
@@ -189,7 +194,7 @@ def _load_params(doc: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
-async def repo_load(request: web.Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+async def repo_load(request: Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
     if m.group(1) is not None:
         raise unsupported("'repository_name' specification is not supported")
     params = _load_params(await _body_json(request))
@@ -200,7 +205,7 @@ async def repo_load(request: web.Request, core: InferenceCore, m: re.Match[str])
     return _empty(200)
 
 
-async def repo_unload(request: web.Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+async def repo_unload(request: Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
     if m.group(1) is not None:
         raise unsupported("'repository_name' specification is not supported")
     params = _load_params(await _body_json(request))
@@ -215,7 +220,7 @@ def _region(m: re.Match[str]) -> str:
     return unquote(m.group(1)) if m.group(1) is not None else ""
 
 
-async def sys_shm(request: web.Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+async def sys_shm(request: Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
     action, region = m.group(2), _region(m)
     if action == "status":
         return _json(core.shm.system_status(region))
@@ -232,7 +237,7 @@ async def sys_shm(request: web.Request, core: InferenceCore, m: re.Match[str]) -
     return _empty(200)
 
 
-async def cuda_shm(request: web.Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+async def cuda_shm(request: Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
     import base64
     import binascii
 
@@ -257,7 +262,7 @@ async def cuda_shm(request: web.Request, core: InferenceCore, m: re.Match[str]) 
     return _empty(200)
 
 
-async def trace_setting(request: web.Request, core: InferenceCore,
+async def trace_setting(request: Request, core: InferenceCore,
                         m: re.Match[str]) -> web.Response:
     model = _name(m) if m.lastindex and m.group(1) is not None else ""
     if model and model not in core.repository.models:
@@ -267,7 +272,7 @@ async def trace_setting(request: web.Request, core: InferenceCore,
     return _json(core.trace.update(await _body_json(request), model))
 
 
-async def logging_setting(request: web.Request, core: InferenceCore,
+async def logging_setting(request: Request, core: InferenceCore,
                           m: re.Match[str]) -> web.Response:
     if request.method == "GET":
         return _json(core.logging.get())
@@ -312,8 +317,33 @@ def _match(path: str) -> tuple[re.Match[str], dict[str, Handler]] | None:
     return None
 
 
-def make_app(core: InferenceCore, max_input_size: int) -> web.Application:
-    async def dispatch(request: web.Request) -> web.StreamResponse:
+async def _expect(request: Request, expect: str) -> web.Response | None:
+    """What aiohttp's application layer does for ``Expect``: 100 Continue, or 417."""
+    if request.version != (1, 1):
+        return None
+    if expect.lower() != "100-continue":
+        return error_response(417, f"Unknown Expect: {expect}")
+    await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    request.writer.output_size = 0
+    await request.writer.drain()
+    return None
+
+
+def make_server(core: InferenceCore, max_input_size: int) -> web.Server:
+    """The HTTP front end as an aiohttp low-level server (call on the event loop)."""
+    loop = asyncio.get_running_loop()
+
+    def request_factory(message: Any, payload: Any, protocol: Any, writer: Any,
+                        task: Any) -> Request:
+        return web.BaseRequest(message, payload, protocol, writer, task, loop,
+                               client_max_size=max_input_size)
+
+    async def dispatch(request: Request) -> web.StreamResponse:
+        expect = request.headers.get("Expect")
+        if expect:
+            refused = await _expect(request, expect)
+            if refused is not None:
+                return refused
         path = request.raw_path.split("?", 1)[0]
         found = _match(path)
         if found is None:
@@ -335,6 +365,4 @@ def make_app(core: InferenceCore, max_input_size: int) -> web.Application:
             log.exception("unexpected error handling %s %s", request.method, path)
             return error_response(500, f"internal error: {type(exc).__name__}: {exc}")
 
-    app = web.Application(client_max_size=max_input_size)
-    app.router.add_route("*", "/{tail:.*}", dispatch)
-    return app
+    return web.Server(dispatch, request_factory=request_factory, access_log=None)

@@ -175,7 +175,7 @@ async def generate(items: AsyncGenerator[StreamResponse, None]) -> web.Response:
         return error_response(STATUS[exc.code], exc.message)
 
 
-async def _next(request: web.Request,
+async def _next(request: web.BaseRequest,
                 items: AsyncGenerator[StreamResponse, None]) -> StreamResponse | None:
     """The next item; None when the stream ended or the client went away meanwhile."""
     step = asyncio.ensure_future(items.__anext__())
@@ -196,7 +196,7 @@ async def _next(request: web.Request,
             await asyncio.gather(step, return_exceptions=True)
 
 
-async def generate_stream(request: web.Request,
+async def generate_stream(request: web.BaseRequest,
                           items: AsyncGenerator[StreamResponse, None]) -> web.StreamResponse:
     """``/generate_stream``: one server-sent event per response, as they come."""
     try:

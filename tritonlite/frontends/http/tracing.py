@@ -13,7 +13,7 @@ from aiohttp import web
 from tritonlite.core.trace import Trace
 
 
-async def send_traced(request: web.Request, response: web.Response, trace: Trace,
+async def send_traced(request: web.BaseRequest, response: web.Response, trace: Trace,
                       recv: tuple[int, int]) -> web.Response:
     """Write ``response`` now (aiohttp accepts a handler's already-prepared response), then
     hand the finished trace to its writer, whether or not the send succeeded."""
