@@ -58,7 +58,14 @@ SLOW = WHERE.replace(EXECUTE, EXECUTE + """\
         import time
         time.sleep(0.0003)
 """)
-assert SLOW_ON_THREAD != WHERE and SLOW != WHERE
+# Fast, but every 8th execute takes 1 ms (a batch preempted on a busy machine looks like this).
+SPIKY = WHERE.replace(EXECUTE, EXECUTE + """\
+        self.calls = getattr(self, "calls", 0) + 1
+        if self.calls % 8 == 0:
+            import time
+            time.sleep(0.001)
+""")
+assert SLOW_ON_THREAD != WHERE and SLOW != WHERE and SPIKY != WHERE
 
 OPT_OUT = 'parameters { key: "TRITONLITE_INLINE_EXECUTE" value { string_value: "false" } }\n'
 
@@ -70,6 +77,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     write_python_model(repo, "pinned", WHERE, CONFIG + OPT_OUT)
     write_python_model(repo, "slow_on_thread", SLOW_ON_THREAD, CONFIG)
     write_python_model(repo, "slow", SLOW, CONFIG)
+    write_python_model(repo, "spiky", SPIKY, CONFIG)
     s = start_server(repo, "--allow-grpc=false")
     s.repo = repo  # type: ignore[attr-defined]
     yield s
@@ -123,3 +131,10 @@ def test_a_slow_model_stays_on_its_thread_with_ever_rarer_probes(server: Server)
     # Probes after 16, then 32, then 64 thread batches: three in 150, each one batch long.
     assert 1 <= len(on_loop) <= 3, on_loop
     assert on_loop[0] >= 15, on_loop
+
+
+def test_a_rare_slow_batch_does_not_send_a_fast_model_to_its_thread(server: Server) -> None:
+    # Without a cap on one sample, each 1 ms batch would lift the average over the threshold
+    # and the next batches would cross to the thread until it decayed.
+    threads = [t[1] for t in _trail(server, "spiky", 160)]
+    assert threads[-140:].count("MainThread") >= 130, threads

@@ -157,7 +157,11 @@ class ModelInstance:
         return True
 
     def record_span(self, span: int) -> None:
-        """Fold one batch's execution time into ``recent_ns``; a probe's replaces it."""
+        """Fold one batch's execution time into ``recent_ns``; a probe's replaces it.
+
+        A sample counts for at most twice INLINE_MAX_NS: one batch preempted on a busy machine
+        must not send a fast model to its thread (where GIL waits then keep its spans long).
+        """
         if self._probing:
             self._probing = False
             self.recent_ns = span
@@ -165,6 +169,7 @@ class ModelInstance:
                                  else min(self._probe_every * 2, PROBE_MAX))
             return
         recent = self.recent_ns
+        span = min(span, 2 * INLINE_MAX_NS)
         self.recent_ns = span if not recent else (recent * 7 + span) // 8
 
     def submit(self, model: Model, batch: list[Pending], loop: asyncio.AbstractEventLoop) -> None:
