@@ -75,6 +75,9 @@ _NUMPY_BY_CODE: tuple[Any, ...] = (
 )
 _BYTES_CODE = 13
 _BF16_CODE = 14
+# The same table keyed by dtype, for the per-tensor lookup (native byte order hits it).
+_CODE_BY_DTYPE: dict[np.dtype[Any], int] = {
+    np.dtype(t): code for code, t in enumerate(_NUMPY_BY_CODE) if 0 < code < _BYTES_CODE}
 _log = logging.getLogger("tritonlite.python")
 
 
@@ -171,6 +174,9 @@ def triton_string_to_numpy(triton_type_string: str) -> Any:
 
 
 def _dtype_code(dtype: np.dtype[Any]) -> int | None:
+    code = _CODE_BY_DTYPE.get(dtype)
+    if code is not None:
+        return code
     if dtype.kind in ("O", "S"):  # Triton refuses np.str_ ("U") arrays
         return _BYTES_CODE
     code = numpy_to_triton_type(dtype)
@@ -593,7 +599,8 @@ class InferenceRequest:
                     | (TRITONSERVER_REQUEST_FLAG_SEQUENCE_END if req.sequence_end else 0))
         r._timeout = req.timeout_us
         # Triton hands the model the request's custom parameters as compact JSON.
-        r._parameters = json.dumps(req.parameters, separators=(",", ":"))
+        r._parameters = (json.dumps(req.parameters, separators=(",", ":")) if req.parameters
+                         else "{}")
         r._trace = InferenceTrace()
         r._sender = InferenceResponseSender()
         r._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
