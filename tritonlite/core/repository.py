@@ -234,11 +234,7 @@ class ModelRepository:
         entry = self.models.get(name)
         if entry is None or not entry.versions:
             raise not_found(f"Request for unknown model: '{name}' is not found")
-        if version < 0 and len(entry.versions) == 1:  # the common case, without a list
-            state = next(iter(entry.versions.values()))
-            if not state.is_ready:
-                raise not_found(f"Request for unknown model: '{name}' has no available versions")
-        elif version < 0:
+        if version < 0:
             ready = [v for v, s in entry.versions.items() if s.is_ready]
             if not ready:
                 raise not_found(f"Request for unknown model: '{name}' has no available versions")
