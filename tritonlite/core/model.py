@@ -360,7 +360,10 @@ class Model:
 
     @property
     def ready(self) -> bool:
-        return any(i.healthy for i in self.instances)
+        for i in self.instances:  # on every request's lookup: a loop, not any(generator)
+            if i.healthy:
+                return True
+        return False
 
     def run_batch(self, instance: ModelInstance, batch: list[Pending]) -> None:
         """Send ``batch`` to ``instance`` (which the caller took from ``idle``).
