@@ -213,7 +213,6 @@ class _InputSpec:
     shm: tuple[str, int, int] | None
     params: dict[str, Any] | None  # the input's other parameters
     tensor: Any  # the parsed message when it carries typed ``contents`` (never cached)
-    plain: bool  # fixed-size, no shared memory, contents or parameters: data is the next raw
 
 
 _INPUTS: dict[bytes, _InputSpec] = {}
@@ -237,10 +236,8 @@ def _input_spec(b: bytes) -> _InputSpec:
                           f"tensor '{name}'")
     count = math.prod(shape)
     dtype = None if dt == "BYTES" else datatypes.numpy_dtype(dt)
-    params = params or None
     spec = _InputSpec(name, dt, shape, count, dtype, count * (dtype.itemsize if dtype else 0),
-                      shm, params, t if has_contents else None,
-                      dtype is not None and shm is None and params is None and not has_contents)
+                      shm, params or None, t if has_contents else None)
     if not has_contents:
         if len(_INPUTS) >= _CACHE_LIMIT:
             _INPUTS.clear()
@@ -328,13 +325,6 @@ def decode_infer(w: Any) -> InferRequest:
     inputs = req.inputs
     for b in w.inputs[:]:
         spec = _INPUTS.get(b) or _input_spec(b)
-        if spec.plain and pos < n_raw:  # the common case, in full below
-            buf = raw[pos]
-            if len(buf) == spec.nbytes:
-                pos += 1
-                inputs.append(InferInput(spec.name, spec.datatype, spec.shape,
-                                         np.ndarray(spec.shape, spec.dtype, buf)))
-                continue
         if spec.shm is not None:
             inp = InferInput(spec.name, spec.datatype, spec.shape, None, ShmRef(*spec.shm))
         elif spec.tensor is not None:
