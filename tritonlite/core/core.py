@@ -178,7 +178,6 @@ class InferenceCore:
         ``release()`` once the response is sent. On an error the core releases it."""
         if self.exiting:
             raise unavailable("Server is exiting")
-        request.arrival_ns = time.monotonic_ns()
         model = self.repository.get(request.model_name, request.model_version)
         if is_decoupled(model):
             raise unsupported(decoupled_message)
@@ -187,18 +186,26 @@ class InferenceCore:
     async def _run(self, model: Model, request: InferRequest,
                    admitted: list[bool] | None = None) -> InferResponse:
         """``infer`` once the model is known; ``admitted[0]`` is set once the request passed
-        validation (what tells a refused request from a failed one)."""
+        validation (what tells a refused request from a failed one).
+
+        The request starts (``arrival_ns``, the trace's REQUEST_START) once it is validated:
+        Triton captures its request start in ``InferAsync``, after the model lookup
+        (``TRITONSERVER_InferenceRequestNew``) and ``PrepareForInference``, so its statistics'
+        request duration, and the overhead perf_analyzer derives from it, leave both out.
+        """
         trace = (self.trace.sample(model.name, model.version, request.id)
                  if self.trace.enabled else None)
         if trace is not None:
             request.trace = trace
-            trace.stamp("REQUEST_START", request.arrival_ns)
         try:
             # A request that fails validation never reaches the model: Triton leaves it out
             # of the model's statistics.
             if request.raw_input is not None:
                 validate.fill_raw_input(model.signature, request)
             validate.prepare(model.signature, request, self.shm)
+            request.arrival_ns = time.monotonic_ns()
+            if trace is not None:
+                trace.stamp("REQUEST_START", request.arrival_ns)
             if admitted is not None:
                 admitted[0] = True
             if self.cache is not None and model.response_cache:
@@ -209,7 +216,8 @@ class InferenceCore:
             return await model.scheduler.enqueue(request)
         except BaseException:
             if trace is not None:
-                trace.end(time.monotonic_ns())
+                if trace.stamps:  # refused by validation: it never started (no core stamps)
+                    trace.end(time.monotonic_ns())
                 trace.release()
             raise
 
@@ -240,13 +248,13 @@ class InferenceCore:
         try:
             if self.exiting:
                 raise unavailable("Server is exiting")
-            request.arrival_ns = time.monotonic_ns()
             model = self.repository.get(request.model_name, request.model_version)
             decoupled = is_decoupled(model)
             if decoupled:
                 if request.raw_input is not None:
                     validate.fill_raw_input(model.signature, request)
                 validate.prepare(model.signature, request, self.shm)
+                request.arrival_ns = time.monotonic_ns()  # as in _run
         except TritonliteError as exc:
             yield StreamResponse(None, exc, True, refused=True)
             return

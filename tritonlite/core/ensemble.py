@@ -295,9 +295,9 @@ class EnsembleScheduler:
     async def step_infer(self, request: InferRequest) -> InferResponse:
         """One composing request, the way the core runs a client's: look up, validate, the
         response cache when the model enables it, queue."""
-        request.arrival_ns = time.monotonic_ns()
         model = self.repository.get(request.model_name, request.model_version)
         validate.prepare(model.signature, request, model.shm)
+        request.arrival_ns = time.monotonic_ns()  # started once validated, as in core._run
         cache = _step_cache
         if cache is not None and model.response_cache:
             return await cache.infer(model, request, model.shm)
