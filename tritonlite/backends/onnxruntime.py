@@ -135,14 +135,22 @@ class OnnxRuntimeInstance:
         self._bf16 = bool(self._bf16_outputs) or any(t.data_type == bf16 for t in cfg.input)
         self._model = ctx.name
         self._staging = StagingPool()
+        # No string tensor on either side: inputs go to ORT and outputs come back as they are.
+        self._plain = all(t.type.startswith("tensor(") and t.type != "tensor(string)"
+                          for t in (*self._session.get_inputs(), *self._session.get_outputs()))
 
     def execute(self, requests: list[InferRequest], timing: ExecTiming) -> list[Result]:
         if len(requests) == 1:
             req = requests[0]
-            single = {inp.name: _to_ort_input(inp.data) for inp in req.inputs}  # type: ignore[arg-type]
+            if self._plain:
+                single = {inp.name: inp.data for inp in req.inputs}
+            else:
+                single = {inp.name: _to_ort_input(inp.data) for inp in req.inputs}  # type: ignore[arg-type]
             timing.input_end_ns = time.monotonic_ns()
             values = self._run(single)
             timing.infer_end_ns = time.monotonic_ns()
+            if self._plain:
+                return [dict(zip(self._outputs, values))]
             return [{n: _from_ort_output(v) for n, v in zip(self._outputs, values)}]
         # Several requests batched along dim 0 (they share non-batch shapes by construction):
         # gather each input into a reused staging buffer, run once, hand out views.

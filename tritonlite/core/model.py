@@ -219,9 +219,10 @@ class ModelInstance:
         if self._watch is not None:
             self._watch.cancel()
             self._watch = None
-        fatal = next((r for r in results if isinstance(r, BackendFatalError)), None)
-        if fatal is not None:
-            model.health.take_out(self, fatal.message)
+        for r in results:  # every batch: a loop, not next(generator)
+            if isinstance(r, BackendFatalError):
+                model.health.take_out(self, r.message)
+                break
         model._complete(self, batch, results, timing, executed, release_later)
 
     def _timed_out(self, model: Model, gen: int, batch: list[Pending]) -> None:
@@ -399,33 +400,38 @@ class Model:
             instance.record_span(timing.end_ns - timing.start_ns)
         stats = self.stats
         streaming = None
+        spans = None
         if executed and timing is not None:
             if self.signature.decoupled:
                 streaming = _StreamingBatch(self, batch, timing)
             else:
                 size = (batch[0].request.batch_size if len(batch) == 1
                         else sum(p.request.batch_size for p in batch))
-                stats.record_execution(size, timing)
+                spans = stats.record_execution(size, timing)
         now = time.monotonic_ns()
         for p, res in zip(batch, results):
-            total = now - p.request.arrival_ns
-            if p.request.trace is not None:
-                p.request.trace.completed(p.enqueue_ns, timing, now)
-            # An error response the model answered with is a success for Triton's statistics.
-            answered = isinstance(res, ErrorResponse)
-            if isinstance(res, TritonliteError) and not answered:
-                stats.record_failure(total, "BACKEND" if executed else "OTHER")
-            elif answered or streaming is None or not streaming.defer(p):
-                stats.record_success(total, p.dispatch_ns - p.enqueue_ns, timing,
-                                     p.request.batch_size)
+            req = p.request
+            total = now - req.arrival_ns
+            if req.trace is not None:
+                req.trace.completed(p.enqueue_ns, timing, now)
             if isinstance(res, TritonliteError):
+                # An error response the model answered with is a success for Triton's
+                # statistics.
+                if not isinstance(res, ErrorResponse):
+                    stats.record_failure(total, "BACKEND" if executed else "OTHER")
+                else:
+                    stats.record_success(total, p.dispatch_ns - p.enqueue_ns, timing,
+                                         req.batch_size, spans)
                 if not p.future.done():
                     p.future.set_exception(res)
-            else:
-                if p.request.on_timing is not None and timing is not None:
-                    p.request.on_timing(timing)
-                if not p.future.done():
-                    p.future.set_result(res)
+                continue
+            if streaming is None or not streaming.defer(p):
+                stats.record_success(total, p.dispatch_ns - p.enqueue_ns, timing,
+                                     req.batch_size, spans)
+            if req.on_timing is not None and timing is not None:
+                req.on_timing(timing)
+            if not p.future.done():
+                p.future.set_result(res)
         if streaming is not None:
             streaming.executed()
         if release_later:

@@ -234,21 +234,23 @@ class ModelRepository:
         entry = self.models.get(name)
         if entry is None or not entry.versions:
             raise not_found(f"Request for unknown model: '{name}' is not found")
-        if version < 0:
-            ready = [v for v, s in entry.versions.items() if s.is_ready]
-            if not ready:
+        if version < 0:  # the highest ready version; every request asks, so a plain loop
+            state: VersionState | None = None
+            best = -1
+            for v, st in entry.versions.items():
+                if v > best and st.is_ready:
+                    state, best = st, v
+            if state is None:
                 raise not_found(f"Request for unknown model: '{name}' has no available versions")
-            state = entry.versions[max(ready)]
         else:
-            st = entry.versions.get(version)
-            if st is None:
+            state = entry.versions.get(version)
+            if state is None:
                 raise not_found(
                     f"Request for unknown model: '{name}' version {version} is not found")
-            if not st.is_ready:
+            if not state.is_ready:
                 raise unavailable(
                     f"Request for unknown model: '{name}' version {version} is not at ready state"
                 )
-            state = st
         assert state.model is not None
         return state.model
 

@@ -129,8 +129,10 @@ class ModelStats:
             _latency_factory() if _latency_factory is not None else None
         )
 
-    def record_execution(self, batch_size: int, timing: ExecTiming) -> None:
-        ci, cinf, co = timing.spans()
+    def record_execution(self, batch_size: int, timing: ExecTiming) -> tuple[int, int, int]:
+        """One batch executed; returns its ``timing.spans()`` for the requests' records."""
+        spans = timing.spans()
+        ci, cinf, co = spans
         self.execution_count += 1
         b = self.batches.get(batch_size)
         if b is None:
@@ -138,16 +140,18 @@ class ModelStats:
         b.compute_input.add(ci)
         b.compute_infer.add(cinf)
         b.compute_output.add(co)
+        return spans
 
     def record_success(self, total_ns: int, queue_ns: int, timing: ExecTiming | None,
-                       batch_size: int = 1) -> None:
+                       batch_size: int = 1, spans: tuple[int, int, int] | None = None) -> None:
         """A request that succeeded; ``inference_count`` counts its ``batch_size``
-        inferences (as Triton's, it counts successful requests only)."""
+        inferences (as Triton's, it counts successful requests only). ``spans``: the
+        ``timing.spans()`` the caller already has."""
         self.inference_count += batch_size
         self.success.add(total_ns)
         self.queue.add(queue_ns)
         if timing is not None:
-            ci, cinf, co = timing.spans()
+            ci, cinf, co = spans if spans is not None else timing.spans()
             self.compute_input.add(ci)
             self.compute_infer.add(cinf)
             self.compute_output.add(co)
