@@ -5,6 +5,10 @@ Session threads are configured the way Triton's ORT backend names them in config
 (0 sequential, 1 parallel), ``enable_mem_arena``, ``enable_mem_pattern``. Intra-op spinning is
 off so idle ORT threads do not compete with the event loop for a core.
 
+A batch that does not run on the event loop starts there with ``run_async`` and runs on an ORT
+intra-op thread (``start``); sessions that cannot (one intra-op thread, string or BF16 tensors,
+a GPU provider) run it on their instance thread (``execute``).
+
 A run failure fails its batch; one that leaves the session unusable (``run_error``: an
 execution-provider failure, a CUDA error) is a ``BackendFatalError``, so the instance is
 rebuilt with a new session.
@@ -13,8 +17,11 @@ rebuilt with a new session.
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +36,9 @@ from tritonlite.core.stats import ExecTiming
 from tritonlite.core.types import InferRequest
 from tritonlite.errors import TritonliteError, internal, unavailable
 from tritonlite.memory import StagingPool
+
+log = logging.getLogger("tritonlite")
+_CLOSE_WAIT_S = 60.0  # how long close() waits for a run started with start() to end
 
 _ONNX_BFLOAT16 = 16  # onnx.TensorProto.BFLOAT16
 try:
@@ -101,7 +111,9 @@ class OnnxRuntimeInstance:
         cores = os.cpu_count() or 1
         intra = _param(cfg, "intra_op_thread_count")
         inter = _param(cfg, "inter_op_thread_count")
-        opts.intra_op_num_threads = int(intra) if intra else max(1, cores - 1)
+        # By default every core but the event loop's, and at least 2: ORT's run_async, how a
+        # batch leaves the loop (``start``), needs an intra-op pool.
+        opts.intra_op_num_threads = int(intra) if intra else max(2, cores - 1)
         opts.inter_op_num_threads = int(inter) if inter else 1
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
@@ -135,9 +147,16 @@ class OnnxRuntimeInstance:
         self._bf16 = bool(self._bf16_outputs) or any(t.data_type == bf16 for t in cfg.input)
         self._model = ctx.name
         self._staging = StagingPool()
+        self._idle = threading.Event()  # no run started by ``start`` is going
+        self._idle.set()
         # No string tensor on either side: inputs go to ORT and outputs come back as they are.
         self._plain = all(t.type.startswith("tensor(") and t.type != "tensor(string)"
                           for t in (*self._session.get_inputs(), *self._session.get_outputs()))
+        # A batch that goes off the event loop starts with ``session.run_async`` on ORT's own
+        # intra-op thread (see ``start``) when ORT can: on the CPU provider alone, with an
+        # intra-op pool (RunAsync needs one), for tensors numpy hands over as they are.
+        self.runs_async = (self._plain and not self._bf16 and opts.intra_op_num_threads >= 2
+                           and self._session.get_providers() == ["CPUExecutionProvider"])
 
     def execute(self, requests: list[InferRequest], timing: ExecTiming) -> list[Result]:
         if len(requests) == 1:
@@ -172,6 +191,55 @@ class OnnxRuntimeInstance:
                 lease.release()
         produced = {n: _from_ort_output(v) for n, v in zip(self._outputs, values)}
         return batch_io.per_request(produced, requests)  # type: ignore[return-value]
+
+    def start(self, requests: list[InferRequest], timing: ExecTiming,
+              done: Callable[[Callable[[], list[Result]]], None]) -> None:
+        """Start one batch without blocking the caller (``runs_async`` instances only).
+
+        ``done(collect)`` is called once, on an ORT thread, when the run ends; ``collect()``
+        (on the caller's thread) releases the staging buffers and returns what ``execute``
+        would have returned, or raises what it would have raised. Raises at once if the run
+        cannot start.
+        """
+        leases: list[Any] = []
+        feed: dict[str, Any] = {}
+
+        def release() -> None:
+            feed.clear()  # the arrays ORT reads from live until the run has ended
+            for lease in leases:
+                lease.release()
+
+        def collect(values: list[Any] | None, err: str) -> list[Result]:
+            release()
+            if err:
+                raise run_error(RuntimeError(err))
+            produced = dict(zip(self._outputs, values or ()))
+            return batch_io.per_request(produced, requests)  # type: ignore[return-value]
+
+        def finished(values: list[Any] | None, _: Any, err: str) -> None:
+            timing.infer_end_ns = time.monotonic_ns()
+            try:
+                done(lambda: collect(values, err))
+            finally:
+                self._idle.set()
+
+        try:
+            if len(requests) == 1:
+                for inp in requests[0].inputs:
+                    feed[inp.name] = inp.data
+            else:
+                for i, first in enumerate(requests[0].inputs):
+                    parts = [r.inputs[i].data for r in requests]
+                    feed[first.name] = batch_io.stage(parts, self._staging, leases)  # type: ignore[arg-type]
+            timing.input_end_ns = time.monotonic_ns()
+            self._idle.clear()
+            self._session.run_async(self._outputs, feed, finished, None)
+        except Exception as exc:  # ORT raises its own exception types
+            self._idle.set()
+            release()
+            if isinstance(exc, TritonliteError):
+                raise
+            raise run_error(exc) from None
 
     def _run(self, feed: dict[str, Any]) -> list[Any]:
         try:
@@ -209,7 +277,11 @@ class OnnxRuntimeInstance:
         return values
 
     def close(self) -> None:
-        del self._session
+        # A run started with ``start`` may still be going: the session must outlive it.
+        if not self._idle.wait(_CLOSE_WAIT_S):
+            log.warning("model '%s': closing while a run is still going", self._model)
+            return  # leave the session to the garbage collector rather than free it under ORT
+        self._session = None  # closed: a later run fails
         self._staging.close()
 
 

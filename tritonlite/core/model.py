@@ -143,6 +143,11 @@ class ModelInstance:
         self._since_probe = 0  # thread batches since the last inline probe
         self._probing = False
 
+    @property
+    def async_ok(self) -> bool:
+        """Whether batches off the loop start with the backend's ``start`` (see ``submit``)."""
+        return bool(getattr(self.impl, "runs_async", False))
+
     def runs_inline(self) -> bool:
         """Whether the next batch runs on the loop (see INLINE_MAX_NS and PROBE_FIRST)."""
         if not self.inline_ok or self.recent_ns == 0:
@@ -173,8 +178,21 @@ class ModelInstance:
         self.recent_ns = span if not recent else (recent * 7 + span) // 8
 
     def submit(self, model: Model, batch: list[Pending], loop: asyncio.AbstractEventLoop) -> None:
-        """Run ``batch`` on this instance's thread; ``model._complete`` gets the results."""
+        """Run ``batch`` off the loop; ``model._complete`` gets the results.
+
+        A backend instance that can start a batch without blocking (``runs_async``: ONNX
+        Runtime's ``run_async``) is started from the loop, and its results are turned into
+        responses on the loop: the batch does not wait for this instance's thread to get the
+        GIL from a busy loop before it starts (measured on the MLP at concurrency 16: 1.4 ms
+        on average). Any other batch runs on this instance's thread.
+        """
         gen = self.generation
+        timeout = model.health.settings.execution_timeout_s
+        if timeout > 0:
+            self._watch = loop.call_later(timeout, self._timed_out, model, gen, batch)
+        if self.async_ok:  # asked of ``impl`` each time: a scheduler may wrap it (sequence_state)
+            self._start(model, batch, loop, gen)
+            return
 
         def job() -> None:
             try:
@@ -189,9 +207,39 @@ class ModelInstance:
                 return
 
         self._worker.work.put(job)
-        timeout = model.health.settings.execution_timeout_s
-        if timeout > 0:
-            self._watch = loop.call_later(timeout, self._timed_out, model, gen, batch)
+
+    def _start(self, model: Model, batch: list[Pending], loop: asyncio.AbstractEventLoop,
+               gen: int) -> None:
+        requests = [p.request for p in batch]
+        timing = ExecTiming(start_ns=time.monotonic_ns())
+
+        def done(collect: Callable[[], list[Any]]) -> None:  # on a backend thread
+            try:
+                loop.call_soon_threadsafe(self._collected, model, gen, batch, timing, collect)
+            except RuntimeError:  # the loop is closed: the server is gone
+                return
+
+        try:
+            self.impl.start(requests, timing, done)  # type: ignore[attr-defined]
+        except Exception as exc:
+            failed = exc  # a batch that could not start completes one loop turn later
+
+            def fail() -> list[Any]:
+                raise failed
+
+            loop.call_soon(self._collected, model, gen, batch, timing, fail)
+
+    def _collected(self, model: Model, gen: int, batch: list[Pending], timing: ExecTiming,
+                   collect: Callable[[], list[Any]]) -> None:
+        """On the loop: a batch started by ``_start`` ended; build its responses."""
+        requests = [p.request for p in batch]
+        try:
+            results = self._responses(model, requests, collect, timing)
+        except BaseException as exc:  # never lose a batch: fail it instead
+            err = internal(f"instance {self.spec.name} failed: {exc}")
+            self.finished(model, gen, batch, [err] * len(batch), None, False)
+            return
+        self.finished(model, gen, batch, results, timing, True)
 
     def call_soon(self, fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
         """Run ``fn`` on this instance's thread (after the current batch); its future."""
@@ -280,9 +328,18 @@ class ModelInstance:
     ) -> tuple[list[InferResponse | TritonliteError], ExecTiming, bool]:
         """Execute on this instance's thread; returns (per-request result, timing, executed)."""
         timing = ExecTiming(start_ns=time.monotonic_ns())
-        executed = True
+        impl = self.impl
+        results = self._responses(model, requests, lambda: impl.execute(requests, timing), timing)
+        return results, timing, True
+
+    def _responses(
+        self, model: Model, requests: list[InferRequest], execute: Callable[[], list[Any]],
+        timing: ExecTiming,
+    ) -> list[InferResponse | TritonliteError]:
+        """Each request's response or error from ``execute()`` (the backend's results, or
+        what it raised), then ``timing.end_ns``."""
         try:
-            produced = self.impl.execute(requests, timing)
+            produced = execute()
             if len(produced) != len(requests):
                 raise internal(
                     f"model '{model.name}' returned {len(produced)} responses "
@@ -310,7 +367,7 @@ class ModelInstance:
             except TritonliteError as exc:
                 results.append(exc)
         timing.end_ns = time.monotonic_ns()
-        return results, timing, executed
+        return results
 
     def close(self) -> None:
         """Release the backend instance on its thread after the current batch; wait for it

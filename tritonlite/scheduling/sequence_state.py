@@ -244,6 +244,8 @@ class Interposer:
     order those accesses, so there is no lock.
     """
 
+    runs_async = False  # only ``execute`` applies the plan: never the backend's ``start``
+
     def __init__(self, inner: BackendInstance, states: tuple[StateSpec, ...]) -> None:
         self.inner = inner
         self.plan: Plan | None = None
