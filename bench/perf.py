@@ -93,6 +93,9 @@ class Point:
     server_compute_output_us: float = 0.0
     inference_count: int = 0
     execution_count: int = 0
+    # p99 of the server's request duration (its nv_inference_request_summary_us, read after
+    # the point; 0 when the server keeps no summary)
+    server_p99_us: float = 0.0
     loadavg_1m: float = 0.0
     wall_s: float = 0.0
     command: str = field(default="", repr=False)
@@ -273,7 +276,8 @@ def wait_ready(port: int, alive: Callable[[], bool], timeout_s: float,
 class TritonliteServer:
     """``python -m tritonlite`` on port 0; the bound ports are read back from its stderr."""
 
-    MARKS = {"http": "Started HTTPService at ", "grpc": "Started GRPCInferenceService at "}
+    MARKS = {"http": "Started HTTPService at ", "grpc": "Started GRPCInferenceService at ",
+             "metrics": "Started Metrics Service at "}
 
     def __init__(self, repo: Path, log_path: Path, extra: tuple[str, ...] = (),
                  ready_path: str = "/v2/health/ready") -> None:
@@ -367,6 +371,29 @@ class TritonServer:
             os.kill(self.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def server_p99_us(port: int, model: str) -> float:
+    """The 0.99 quantile of ``model``'s request summary on the metrics ``port`` (0.0 if none).
+
+    tritonlite's summaries cover at most the newest 8,192 requests of the last 60 s, so read
+    right after a point of a few thousand infer/s they are that point's own."""
+    try:
+        c = http.client.HTTPConnection(HOST, port, timeout=5)
+        c.request("GET", "/metrics")
+        text = c.getresponse().read().decode("utf-8", "replace")
+        c.close()
+    except OSError:
+        return 0.0
+    head = f'nv_inference_request_summary_us{{model="{model}",quantile="0.99"'
+    for line in text.splitlines():
+        if line.startswith(head):
+            try:
+                value = float(line.rsplit(" ", 1)[1])
+            except ValueError:
+                return 0.0
+            return value if value == value else 0.0  # NaN: no observation yet
+    return 0.0
 
 
 def model_ready(port: int, model: str) -> bool:

@@ -50,6 +50,7 @@ from perf import (
     model_ready,
     perf_analyzer_bin,
     run_point,
+    server_p99_us,
     write_merged_csv,
 )
 
@@ -68,6 +69,10 @@ class Block:
     server: str  # tritonlite-onnx | triton-python | tritonlite-python
     backend: str
     models: dict[str, tuple[int, ...]]  # model -> concurrencies
+
+
+# tritonlite keeps request-duration summaries (Triton's flag), read after each point
+SUMMARIES = ("--metrics-config", "summary_latencies=true")
 
 
 def log(msg: str, t0: float = time.monotonic()) -> None:
@@ -148,6 +153,8 @@ def run_block(block: Block, server: TritonliteServer | TritonServer, pa: Path,
                             results / f".{tag}.csv", results / "logs" / f"{tag}.log")
                         if lines:
                             parts.append(lines)
+                        if "metrics" in ports:
+                            p.server_p99_us = server_p99_us(ports["metrics"], model)
                         log(f"{tag}: {p.status}, {p.throughput:.0f} infer/s, p99 "
                             f"{p.p99_us:.0f} us, batch {p.avg_batch:.1f} ({p.wall_s:.0f} s)")
                     points.append(p)
@@ -226,9 +233,13 @@ def table_batching(points: list[Point], protocols: tuple[str, ...]) -> list[str]
            "where one batch's compute is the server's compute input + infer + output per "
            "request in the batching-on run (each request of a batch is charged its batch's "
            "duration).", "",
+           "p99 is perf_analyzer's (client side: the closed-loop client threads share the "
+           "machine with the server); server p99 is the server's own request-duration summary "
+           "(tritonlite only: Triton's summary spans 60 s, so it would mix points).", "",
            "| server | protocol | conc. | infer/s on | infer/s off | **on/off** | ≥ 3×? | "
-           "avg batch on | p99 µs on | p99 µs off | bound µs | p99 ≤ bound? |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "avg batch on | p99 µs on | p99 µs off | bound µs | p99 ≤ bound? | server p99 µs on "
+           "| server p99 ≤ bound? |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for server in ("tritonlite-onnx", "triton-python", "tritonlite-python"):
         for proto in protocols:
             for c in RATIO_CONCURRENCY:
@@ -244,7 +255,10 @@ def table_batching(points: list[Point], protocols: tuple[str, ...]) -> list[str]
                     f"| {server} | {proto} | {c} | {fmt(on.throughput, 1)} | "
                     f"{fmt(off.throughput, 1)} | **{ratio:.2f}×** | "
                     f"{'yes' if ratio >= 3 else 'NO'} | {on.avg_batch:.1f} | {fmt(on.p99_us)} | "
-                    f"{fmt(off.p99_us)} | {fmt(bound)} | {'yes' if on.p99_us <= bound else 'NO'} |")
+                    f"{fmt(off.p99_us)} | {fmt(bound)} | {'yes' if on.p99_us <= bound else 'NO'} | "
+                    + (f"{fmt(on.server_p99_us)} | "
+                       f"{'yes' if on.server_p99_us <= bound else 'NO'} |"
+                       if on.server_p99_us else "– | – |"))
     return out
 
 
@@ -385,7 +399,8 @@ def main() -> int:
         blocks: list[tuple[Block, TritonliteServer | TritonServer]] = [
             (Block("tritonlite-onnx", "onnxruntime",
                    {"add_sub": conc, "mlp": conc, "mlp_nobatch": conc}),
-             TritonliteServer(onnx_repo, results / "logs" / "server_tritonlite-onnx.log")),
+             TritonliteServer(onnx_repo, results / "logs" / "server_tritonlite-onnx.log",
+                              extra=SUMMARIES)),
         ]
         if not args.skip_triton:
             py_models = {"add_sub": conc, "mlp": conc, "mlp_nobatch": ratio_conc}
@@ -396,7 +411,7 @@ def main() -> int:
             blocks.append((Block("tritonlite-python", "python", py_models),
                            TritonliteServer(py_repo,
                                             results / "logs" / "server_tritonlite-python.log",
-                                            extra=("--exit-on-error=false",),
+                                            extra=("--exit-on-error=false", *SUMMARIES),
                                             ready_path="/v2/health/live")))
         wanted = args.servers.split(",")
         blocks.sort(key=lambda b: wanted.index(b[0].server) if b[0].server in wanted else 99)
