@@ -89,6 +89,13 @@ def _to_ort_input(arr: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     return arr
 
 
+def _release(feed: dict[str, Any], leases: list[Any]) -> None:
+    """A run's inputs are no longer needed: drop them, then hand the staging buffers back."""
+    feed.clear()
+    for lease in leases:
+        lease.release()
+
+
 def _from_ort_output(value: Any) -> np.ndarray[Any, Any]:
     arr: np.ndarray[Any, Any] = np.asarray(value)
     if arr.dtype.kind in ("O", "U"):
@@ -159,62 +166,34 @@ class OnnxRuntimeInstance:
                            and self._session.get_providers() == ["CPUExecutionProvider"])
 
     def execute(self, requests: list[InferRequest], timing: ExecTiming) -> list[Result]:
-        if len(requests) == 1:
-            req = requests[0]
-            if self._plain:
-                single = {inp.name: inp.data for inp in req.inputs}
-            else:
-                single = {inp.name: _to_ort_input(inp.data) for inp in req.inputs}  # type: ignore[arg-type]
-            timing.input_end_ns = time.monotonic_ns()
-            values = self._run(single)
-            timing.infer_end_ns = time.monotonic_ns()
-            if self._plain:
-                return [dict(zip(self._outputs, values))]
-            return [{n: _from_ort_output(v) for n, v in zip(self._outputs, values)}]
-        # Several requests batched along dim 0 (they share non-batch shapes by construction):
-        # gather each input into a reused staging buffer, run once, hand out views.
         feed: dict[str, Any] = {}
         leases: list[Any] = []
         try:
-            for i, first in enumerate(requests[0].inputs):
-                parts = [r.inputs[i].data for r in requests]
-                if first.data.dtype == object:  # type: ignore[union-attr]
-                    feed[first.name] = _to_ort_input(np.concatenate(parts, axis=0))  # type: ignore[arg-type]
-                    continue
-                feed[first.name] = batch_io.stage(parts, self._staging, leases)  # type: ignore[arg-type]
+            self._feed(requests, feed, leases)
             timing.input_end_ns = time.monotonic_ns()
             values = self._run(feed)
             timing.infer_end_ns = time.monotonic_ns()
         finally:
-            feed.clear()
-            for lease in leases:
-                lease.release()
-        produced = {n: _from_ort_output(v) for n, v in zip(self._outputs, values)}
-        return batch_io.per_request(produced, requests)  # type: ignore[return-value]
+            _release(feed, leases)
+        return self._results(values, requests)
 
     def start(self, requests: list[InferRequest], timing: ExecTiming,
               done: Callable[[Callable[[], list[Result]]], None]) -> None:
-        """Start one batch without blocking the caller (``runs_async`` instances only).
+        """``execute`` without blocking the caller (``runs_async`` instances only).
 
         ``done(collect)`` is called once, on an ORT thread, when the run ends; ``collect()``
         (on the caller's thread) releases the staging buffers and returns what ``execute``
         would have returned, or raises what it would have raised. Raises at once if the run
         cannot start.
         """
-        leases: list[Any] = []
         feed: dict[str, Any] = {}
-
-        def release() -> None:
-            feed.clear()  # the arrays ORT reads from live until the run has ended
-            for lease in leases:
-                lease.release()
+        leases: list[Any] = []
 
         def collect(values: list[Any] | None, err: str) -> list[Result]:
-            release()
+            _release(feed, leases)  # the arrays ORT read from live until the run has ended
             if err:
                 raise run_error(RuntimeError(err))
-            produced = dict(zip(self._outputs, values or ()))
-            return batch_io.per_request(produced, requests)  # type: ignore[return-value]
+            return self._results(values or [], requests)
 
         def finished(values: list[Any] | None, _: Any, err: str) -> None:
             timing.infer_end_ns = time.monotonic_ns()
@@ -224,22 +203,41 @@ class OnnxRuntimeInstance:
                 self._idle.set()
 
         try:
-            if len(requests) == 1:
-                for inp in requests[0].inputs:
-                    feed[inp.name] = inp.data
-            else:
-                for i, first in enumerate(requests[0].inputs):
-                    parts = [r.inputs[i].data for r in requests]
-                    feed[first.name] = batch_io.stage(parts, self._staging, leases)  # type: ignore[arg-type]
+            self._feed(requests, feed, leases)
             timing.input_end_ns = time.monotonic_ns()
             self._idle.clear()
             self._session.run_async(self._outputs, feed, finished, None)
         except Exception as exc:  # ORT raises its own exception types
             self._idle.set()
-            release()
+            _release(feed, leases)
             if isinstance(exc, TritonliteError):
                 raise
             raise run_error(exc) from None
+
+    def _feed(self, requests: list[InferRequest], feed: dict[str, Any],
+              leases: list[Any]) -> None:
+        """Fill ``feed`` with the run's inputs: one request's arrays as they are, or each input
+        of a batch (requests share non-batch shapes by construction) gathered along dim 0 into
+        a reused staging buffer, whose lease goes on ``leases``."""
+        if len(requests) == 1:
+            plain = self._plain
+            for inp in requests[0].inputs:
+                feed[inp.name] = inp.data if plain else _to_ort_input(inp.data)  # type: ignore[arg-type]
+            return
+        for i, first in enumerate(requests[0].inputs):
+            parts = [r.inputs[i].data for r in requests]
+            if first.data.dtype == object:  # type: ignore[union-attr]
+                feed[first.name] = _to_ort_input(np.concatenate(parts, axis=0))  # type: ignore[arg-type]
+                continue
+            feed[first.name] = batch_io.stage(parts, self._staging, leases)  # type: ignore[arg-type]
+
+    def _results(self, values: list[Any], requests: list[InferRequest]) -> list[Result]:
+        """ORT's outputs as each request's arrays (views of the batch's)."""
+        if self._plain:
+            produced = dict(zip(self._outputs, values))
+        else:
+            produced = {n: _from_ort_output(v) for n, v in zip(self._outputs, values)}
+        return batch_io.per_request(produced, requests)  # type: ignore[return-value]
 
     def _run(self, feed: dict[str, Any]) -> list[Any]:
         try:

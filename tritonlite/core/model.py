@@ -215,7 +215,8 @@ class ModelInstance:
 
         def done(collect: Callable[[], list[Any]]) -> None:  # on a backend thread
             try:
-                loop.call_soon_threadsafe(self._collected, model, gen, batch, timing, collect)
+                loop.call_soon_threadsafe(self._collected, model, gen, batch, requests, timing,
+                                          collect)
             except RuntimeError:  # the loop is closed: the server is gone
                 return
 
@@ -227,14 +228,14 @@ class ModelInstance:
             def fail() -> list[Any]:
                 raise failed
 
-            loop.call_soon(self._collected, model, gen, batch, timing, fail)
+            loop.call_soon(self._collected, model, gen, batch, requests, timing, fail)
 
-    def _collected(self, model: Model, gen: int, batch: list[Pending], timing: ExecTiming,
+    def _collected(self, model: Model, gen: int, batch: list[Pending],
+                   requests: list[InferRequest], timing: ExecTiming,
                    collect: Callable[[], list[Any]]) -> None:
         """On the loop: a batch started by ``_start`` ended; build its responses."""
-        requests = [p.request for p in batch]
         try:
-            results = self._responses(model, requests, collect, timing)
+            results = self._responses(model, requests, timing, collect)
         except BaseException as exc:  # never lose a batch: fail it instead
             err = internal(f"instance {self.spec.name} failed: {exc}")
             self.finished(model, gen, batch, [err] * len(batch), None, False)
@@ -328,18 +329,17 @@ class ModelInstance:
     ) -> tuple[list[InferResponse | TritonliteError], ExecTiming, bool]:
         """Execute on this instance's thread; returns (per-request result, timing, executed)."""
         timing = ExecTiming(start_ns=time.monotonic_ns())
-        impl = self.impl
-        results = self._responses(model, requests, lambda: impl.execute(requests, timing), timing)
+        results = self._responses(model, requests, timing, self.impl.execute, requests, timing)
         return results, timing, True
 
     def _responses(
-        self, model: Model, requests: list[InferRequest], execute: Callable[[], list[Any]],
-        timing: ExecTiming,
+        self, model: Model, requests: list[InferRequest], timing: ExecTiming,
+        execute: Callable[..., list[Any]], *args: Any,
     ) -> list[InferResponse | TritonliteError]:
-        """Each request's response or error from ``execute()`` (the backend's results, or
-        what it raised), then ``timing.end_ns``."""
+        """Each request's response or error from ``execute(*args)`` (the backend's results,
+        or what it raised), then ``timing.end_ns``."""
         try:
-            produced = execute()
+            produced = execute(*args)
             if len(produced) != len(requests):
                 raise internal(
                     f"model '{model.name}' returned {len(produced)} responses "
