@@ -40,6 +40,17 @@ class ErrorResponse(TritonliteError):
     the request as a success in its statistics."""
 
 
+class Rejected(TritonliteError):
+    """A scheduler refused the request as it was queued (a full queue, a sequence request
+    without its START): in Triton ``InferAsync`` fails, so the request never ran. It counts as a
+    refused request, as one that failed validation does (``StreamResponse.refused``)."""
+
+
+def rejected(exc: TritonliteError) -> Rejected:
+    """``exc`` as a ``Rejected``."""
+    return Rejected(exc.code, exc.message)
+
+
 def invalid_arg(message: str) -> TritonliteError:
     return TritonliteError(ErrorCode.INVALID_ARG, message)
 

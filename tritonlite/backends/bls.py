@@ -151,17 +151,17 @@ def _release_trace(request: InferRequest) -> None:
 
 async def _infer(core: InferenceCore, request: InferRequest) -> InferResponse:
     _admit(core, request, decoupled=False)
-    task = asyncio.ensure_future(core.infer(request))
-    # call_soon is FIFO: the task's first step (lookup, validation, enqueue) runs before this
-    # resumes, so a task already done failed (or answered) without being queued.
-    await asyncio.sleep(0)
-    queued = not task.done()
-    try:
-        response = await task
-    except TritonliteError as exc:
-        if not queued:
-            raise _Refused(exc.message) from None
-        raise
+    # A non-decoupled model's stream is one item, which says whether the request was refused
+    # (lookup, validation) or failed in the model: whether the call finished within its first
+    # loop turn does not tell, since a short batch runs on the loop at once.
+    response: InferResponse | None = None
+    async for item in core.infer_stream(request):
+        if item.error is not None:
+            if item.refused:
+                raise _Refused(item.error.message) from None
+            raise item.error
+        response = item.response
+    assert response is not None  # a non-decoupled model always answers
     _release_trace(request)
     return response
 

@@ -24,7 +24,14 @@ from tritonlite.core.settings import LogSettings, TraceSettings
 from tritonlite.core.shm import SharedMemoryManager
 from tritonlite.core.stream import ResponseStream, StreamResponse, is_decoupled
 from tritonlite.core.types import InferRequest, InferResponse
-from tritonlite.errors import ErrorCode, TritonliteError, invalid_arg, unavailable, unsupported
+from tritonlite.errors import (
+    ErrorCode,
+    Rejected,
+    TritonliteError,
+    invalid_arg,
+    unavailable,
+    unsupported,
+)
 from tritonlite.options import ServerOptions
 
 log = logging.getLogger("tritonlite")
@@ -229,7 +236,8 @@ class InferenceCore:
         - the last item has ``final`` True and no other does; nothing follows it;
         - errors never raise out of the iterator: a request that cannot run (unknown model,
           bad inputs, queue full, a failed execution) yields one error item, ``final`` True,
-          with ``refused`` True when the request never got past lookup and validation; a
+          with ``refused`` True when the request never got past lookup, validation and the
+          scheduler's intake (``Rejected``: a full queue, a sequence without START); a
           decoupled model's error response is an error item, final or not as it was sent;
         - a model that ends its request without a last response (a flags-only final) yields
           ``StreamResponse(None, None, final=True)``: the front end decides whether the client
@@ -263,13 +271,22 @@ class InferenceCore:
             try:
                 response = await self._run(model, request, admitted)
             except TritonliteError as exc:
-                yield StreamResponse(None, exc, True, refused=not admitted[0])
+                yield StreamResponse(None, exc, True,
+                                     refused=not admitted[0] or isinstance(exc, Rejected))
                 return
             yield StreamResponse(response, None, True)
             return
         stream = ResponseStream(asyncio.get_running_loop(), model, request)
         request.responder = stream
-        fut = model.scheduler.enqueue(request)
+        try:
+            fut = model.scheduler.enqueue(request)
+        except Rejected as exc:
+            yield StreamResponse(None, exc, True, refused=True)
+            return
+        early = fut.exception() if fut.done() and not fut.cancelled() else None
+        if isinstance(early, Rejected):  # refused by the scheduler's intake, as above
+            yield StreamResponse(None, early, True, refused=True)
+            return
         fut.add_done_callback(stream.executed)
         finished = False
         self.open_streams.add(stream)

@@ -40,7 +40,7 @@ from tritonlite.core.model import Model
 from tritonlite.core.outputs import build_response
 from tritonlite.core.stats import ExecTiming
 from tritonlite.core.types import InferInput, InferRequest, InferResponse, RequestedOutput
-from tritonlite.errors import TritonliteError, internal, invalid_arg, unavailable
+from tritonlite.errors import TritonliteError, internal, invalid_arg, rejected, unavailable
 
 if TYPE_CHECKING:
     from tritonlite.core.cache import ResponseCache
@@ -309,7 +309,7 @@ class EnsembleScheduler:
 
     def enqueue(self, request: InferRequest) -> asyncio.Future[InferResponse]:
         if self._stopped:
-            raise unavailable(f"model '{self.model.name}' is unloading")
+            raise rejected(unavailable(f"model '{self.model.name}' is unloading"))
         self._inflight += 1
         self._idle.clear()
         fut: asyncio.Future[InferResponse] = self._loop.create_future()

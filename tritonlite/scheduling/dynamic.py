@@ -13,7 +13,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from tritonlite.core.types import InferRequest, InferResponse
-from tritonlite.errors import unavailable
+from tritonlite.errors import rejected, unavailable
 from tritonlite.scheduling.batcher import REJECT_QUEUE_FULL, BatchQueue, QueuePolicy
 from tritonlite.scheduling.wakeup import Wakeup
 
@@ -84,7 +84,8 @@ class DynamicBatchScheduler:
         rc = self._queue.push(slot, request.batch_size, now, request.priority,
                               request.timeout_us * 1000, self._shape_key(request))
         if rc == REJECT_QUEUE_FULL:
-            err = unavailable(f"Exceeds maximum queue size for model '{self._model.name}'")
+            err = rejected(unavailable(
+                f"Exceeds maximum queue size for model '{self._model.name}'"))
             self._model.record_rejection(request, err)
             fut.set_exception(err)
             return fut

@@ -31,7 +31,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from tritonlite.core.types import InferInput, InferRequest, InferResponse
-from tritonlite.errors import ErrorCode, TritonliteError, invalid_arg, unavailable
+from tritonlite.errors import ErrorCode, TritonliteError, invalid_arg, rejected, unavailable
 from tritonlite.scheduling.sequence_state import (
     Controls,
     Interposer,
@@ -136,7 +136,7 @@ class SequenceBatchScheduler:
         try:
             seq = self._sequence_for(request, now)
         except TritonliteError as exc:
-            fut.set_exception(exc)
+            fut.set_exception(rejected(exc))
             return fut
         seq.queue.append(self._pending_cls(request, fut, now))
         self._queued += 1
