@@ -7,7 +7,7 @@ thread, so ``initialize``, ``execute`` and ``finalize`` all run on it, as they r
 thread of Triton's stub process (thread-local state such as a CUDA device or torch's grad mode
 set in ``initialize`` holds in ``execute``). ``async def execute`` runs on a per-instance event
 loop on a second thread, created on first use, as in Triton. One exception, for speed: once a
-model's recent executes took under 100 us, the core runs them on its event loop thread (two
+model's recent executes took under 300 us, the core runs them on its event loop thread (the
 thread hand-offs cost more than that; core/model.py ``INLINE_MAX_NS``), unless the model could
 block the loop (decoupled, ``async def execute``, BLS calls in its sources) or its config sets
 ``TRITONLITE_INLINE_EXECUTE: "false"``; ``get_model_dir()`` still answers its own directory.

@@ -47,9 +47,11 @@ class Pending:
 
 _STOP = object()
 # A batch of a thread-agnostic backend whose recent batches took less than this runs on the
-# event loop: handing it to the instance thread and back costs two thread wake-ups, measured
-# at about 90 us each on 2-core VMs, more than such a batch itself (bench/RESULTS.md).
-INLINE_MAX_NS = 100_000
+# event loop: sending it off the loop and back costs thread wake-ups and GIL hand-offs, about
+# 90 us each on 2-core VMs, more than such a batch itself. ONNX add_sub at HTTP concurrency 16
+# (batches of ~6.5, 140-170 us on the loop) serves 19-20% more with 300 us than with 100 us
+# (bench/RESULTS.md §0); batches of milliseconds (the MLP) stay off the loop either way.
+INLINE_MAX_NS = 300_000
 # Spans measured on the instance thread include its waits for the GIL, which the busy loop holds:
 # a fast batch can look slow there and would never come back to the loop. So a thread-agnostic
 # instance whose recent spans are too long re-measures one batch on the loop now and then:
