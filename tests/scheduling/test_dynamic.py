@@ -231,23 +231,30 @@ def test_preserve_ordering_across_instances(tmp_path: Path) -> None:
     run(tmp_path, body)
 
 
+def gather_req(idx: int) -> InferRequest:
+    """A request of the ``gather`` model; an ``idx`` out of range fails its batch in ORT."""
+    return InferRequest(model_name="gather", inputs=[
+        InferInput("INPUT0", "FP32", (1, 4), np.arange(4, dtype=np.float32).reshape(1, 4)),
+        InferInput("IDX", "INT64", (1, 1), np.array([[idx]], dtype=np.int64))])
+
+
+async def check_failing_batch(core: InferenceCore) -> list[Any]:
+    """Batches [1, 99] and [2, 3] of ``gather``: the first fails, exactly its two requests."""
+    held = Held(core, "gather")
+    tasks = [asyncio.ensure_future(core.infer(gather_req(i))) for i in (1, 99, 2, 3)]
+    await asyncio.sleep(0)
+    held.release()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert all(isinstance(r, TritonliteError) for r in results[:2])  # batch 1: [1, 99]
+    assert [float(r.outputs[0].data[0, 0]) for r in results[2:]] == [2.0, 3.0]  # batch 2
+    stats = core.repository.get("gather").stats
+    assert stats.fail.count == 2 and stats.success.count == 2
+    assert _batches(core, "gather") == {2: 2}
+    return results
+
+
 def test_failing_batch_fails_exactly_its_requests(tmp_path: Path) -> None:
     async def body(core: InferenceCore) -> None:
-        held = Held(core, "gather")
-
-        def req(idx: int) -> InferRequest:
-            return InferRequest(model_name="gather", inputs=[
-                InferInput("INPUT0", "FP32", (1, 4), np.arange(4, dtype=np.float32).reshape(1, 4)),
-                InferInput("IDX", "INT64", (1, 1), np.array([[idx]], dtype=np.int64))])
-
-        tasks = [asyncio.ensure_future(core.infer(req(i))) for i in (1, 99, 2, 3)]
-        await asyncio.sleep(0)
-        held.release()
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-        assert all(isinstance(r, TritonliteError) for r in results[:2])  # batch 1: [1, 99]
-        assert [float(r.outputs[0].data[0, 0]) for r in results[2:]] == [2.0, 3.0]  # batch 2
-        stats = core.repository.get("gather").stats
-        assert stats.fail.count == 2 and stats.success.count == 2
-        assert _batches(core, "gather") == {2: 2}
+        await check_failing_batch(core)
 
     run(tmp_path, body)

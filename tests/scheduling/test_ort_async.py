@@ -26,7 +26,13 @@ from tritonlite.options import ServerOptions
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compat"))
 from repos import write_identity, write_mlp  # noqa: E402
-from test_dynamic import Held, _batches, _write_gather  # noqa: E402
+from test_dynamic import (  # noqa: E402
+    Held,
+    _batches,
+    _write_gather,
+    check_failing_batch,
+    gather_req,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -136,25 +142,10 @@ def test_a_real_model_batched_async_matches_one_at_a_time(tmp_path: Path) -> Non
 
 def test_a_failing_async_batch_fails_exactly_its_requests(tmp_path: Path) -> None:
     async def body(core: InferenceCore) -> None:
-        held = Held(core, "gather")
-
-        def req(idx: int) -> InferRequest:
-            return InferRequest(model_name="gather", inputs=[
-                InferInput("INPUT0", "FP32", (1, 4), np.arange(4, dtype=np.float32).reshape(1, 4)),
-                InferInput("IDX", "INT64", (1, 1), np.array([[idx]], dtype=np.int64))])
-
-        tasks = [asyncio.ensure_future(core.infer(req(i))) for i in (1, 99, 2, 3)]
-        await asyncio.sleep(0)
-        held.release()
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-        assert all(isinstance(r, TritonliteError) for r in results[:2])  # batch 1: [1, 99]
+        results = await check_failing_batch(core)
         assert "onnx runtime error" in str(results[1])
-        assert [float(r.outputs[0].data[0, 0]) for r in results[2:]] == [2.0, 3.0]  # batch 2
-        stats = core.repository.get("gather").stats
-        assert stats.fail.count == 2 and stats.success.count == 2
-        assert _batches(core, "gather") == {2: 2}
         # the instance is still in rotation and serves the next request
-        r = await core.infer(req(0))
+        r = await core.infer(gather_req(0))
         assert float(r.outputs[0].data[0, 0]) == 0.0
 
     run(tmp_path, body)
