@@ -23,8 +23,8 @@ SERVE_FLAGS ?=
 
 # What the installed package is built from: metadata, the build script and the sources Cython
 # compiles (each `_c.pxd` sits beside the pure-Python `_py.py` twin it is compiled from).
-COMPILED_SOURCES := $(wildcard tritonlite/*/*.pyx tritonlite/*/*.pxd) \
-                    $(patsubst %_c.pxd,%_py.py,$(wildcard tritonlite/*/*_c.pxd))
+PXDS := $(shell find tritonlite -name '*_c.pxd')
+COMPILED_SOURCES := $(PXDS) $(patsubst %_c.pxd,%_py.py,$(PXDS))
 BUILD_INPUTS := pyproject.toml setup.py $(COMPILED_SOURCES)
 
 # The pure-Python twins run every suite that reaches them: the batcher, kernels, staging buffers
@@ -72,10 +72,7 @@ test: install perf-analyzer
 	$(MAKE) --no-print-directory test-pure
 
 check-accelerated:
-	TRITONLITE_REQUIRE_EXTENSIONS=1 $(PY) -c \
-	  "from tritonlite.scheduling import batcher; assert batcher.ACCELERATED" || { \
-	  echo "the Cython extension is not built: install a C compiler, then make clean test" >&2; \
-	  exit 1; }
+	TRITONLITE_REQUIRE_EXTENSIONS=1 $(PY) tools/check_extensions.py
 
 test-compiled:
 	TRITONLITE_REQUIRE_EXTENSIONS=1 $(PY) -m pytest
@@ -107,7 +104,8 @@ lint: $(DEV_STAMP)
 # Build outputs, caches and the generated example models; .venv and .tools stay (distclean).
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
-	rm -f $(STAMP) $(DEV_STAMP) tritonlite/*/*.so tritonlite/scheduling/_batcher_c.c
+	rm -f $(STAMP) $(DEV_STAMP)
+	find tritonlite -name '*_c.*.so' -delete
 	find tritonlite tests tools bench -name __pycache__ -type d -prune -exec rm -rf {} +
 	find model_repository -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} +
 

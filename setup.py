@@ -1,15 +1,17 @@
-"""Build tritonlite's optional Cython extension; everything else lives in pyproject.toml.
+"""Build tritonlite's optional Cython extensions; everything else lives in pyproject.toml.
 
-The extension ``tritonlite.scheduling._batcher_c`` is compiled from the pure-Python source
-``tritonlite/scheduling/_batcher_py.py`` (C types from ``_batcher_c.pxd``), so the Python file
-stays the one definition of the batching decision. The build prints ``accelerated build`` when
-the extension was built and ``pure build`` when it was not (no Cython, no C compiler, a compile
-error); tritonlite then runs the pure twin. With ``TRITONLITE_REQUIRE_EXTENSIONS=1`` a failed
+Every ``tritonlite/**/X_c.pxd`` declares the C types of a pure-Python source ``X_py.py`` beside
+it, and that source is compiled into the extension ``X_c`` (for example
+``tritonlite/scheduling/_batcher_py.py`` -> ``tritonlite.scheduling._batcher_c``), so the Python
+file stays the one definition. The build prints ``accelerated build`` when the extensions were
+built and ``pure build`` when they were not (no Cython, no C compiler, a compile error);
+tritonlite then runs the pure twins. With ``TRITONLITE_REQUIRE_EXTENSIONS=1`` a failed
 extension build fails the whole build.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import sys
 from typing import Any
@@ -21,13 +23,21 @@ REQUIRE = os.environ.get("TRITONLITE_REQUIRE_EXTENSIONS") == "1"
 # Generated C stays out of the source tree so the checkout holds only the source of truth.
 CYTHON_BUILD_DIR = os.path.join("build", "cython")
 
-EXTENSIONS = [
-    Extension(
-        "tritonlite.scheduling._batcher_c",
-        sources=["tritonlite/scheduling/_batcher_py.py"],
-        depends=["tritonlite/scheduling/_batcher_c.pxd"],
-    )
-]
+
+
+def _extensions() -> list[Extension]:
+    """One extension per ``X_c.pxd`` with its ``X_py.py`` twin beside it."""
+    out = []
+    for pxd in sorted(glob.glob("tritonlite/**/*_c.pxd", recursive=True)):
+        source = pxd[: -len("_c.pxd")] + "_py.py"
+        if not os.path.exists(source):
+            continue
+        module = pxd[: -len(".pxd")].replace(os.sep, ".").replace("/", ".")
+        out.append(Extension(module, sources=[source], depends=[pxd]))
+    return out
+
+
+EXTENSIONS = _extensions()
 
 
 class BuildExt(build_ext):
@@ -48,8 +58,8 @@ class BuildExt(build_ext):
         except Exception as exc:  # any reason the extension cannot be built means "pure"
             if REQUIRE:
                 raise RuntimeError(
-                    "TRITONLITE_REQUIRE_EXTENSIONS=1 but the Cython extension "
-                    f"tritonlite.scheduling._batcher_c failed to build: {exc!r}"
+                    "TRITONLITE_REQUIRE_EXTENSIONS=1 but the Cython extensions "
+                    f"{[e.name for e in self.extensions]} failed to build: {exc!r}"
                 ) from exc
             sys.stderr.write(f"tritonlite: extension not built ({exc!r})\n")
             # Nothing was built, so nothing may be copied into the tree or the wheel.

@@ -1,0 +1,49 @@
+"""``CoreAPI``: the part of ``InferenceCore`` that front ends and in-process callers may use.
+
+Front ends (aiohttp, grpc.aio and the native wire layer alike) type against this protocol, not
+against the concrete class, so the core can be regrouped behind it and a front end can be
+tested against a stand-in. Every call is made on the event loop thread. A method raises
+``TritonliteError`` for anything the caller did wrong or that is unavailable; the front end
+maps its code once (``frontends/*/errors.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from typing import Any, Protocol
+
+from tritonlite.core.stream import StreamResponse
+from tritonlite.core.types import InferRequest, InferResponse
+
+
+class CoreAPI(Protocol):
+    exiting: bool  # a stop began: health says not ready, new inference is UNAVAILABLE
+    shm: Any  # SharedMemoryManager: status and unregister of regions
+    trace: Any  # TraceSettings: get / update, ``enabled`` read per request
+    logging: Any  # LogSettings: get / update
+    repository: Any  # ModelRepository: ``models`` (names known), for trace settings
+
+    # health and metadata
+    def is_live(self) -> bool: ...
+    def is_ready(self) -> bool: ...
+    def server_metadata(self) -> dict[str, Any]: ...
+    def model_ready(self, name: str, version: int) -> bool: ...
+    def model_metadata(self, name: str, version: int) -> dict[str, Any]: ...
+    def model_config(self, name: str, version: int) -> Any: ...
+    def model_config_json(self, name: str, version: int) -> bytes: ...
+
+    # inference: ownership of a returned response's trace passes to the caller (see core.py)
+    async def infer(self, request: InferRequest, decoupled_message: str = ...) -> InferResponse:
+        ...
+
+    def infer_stream(self, request: InferRequest) -> AsyncGenerator[StreamResponse, None]: ...
+
+    # statistics, repository, shared memory
+    def statistics(self, name: str = "", version: int = -1) -> dict[str, Any]: ...
+    def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]: ...
+    async def load_model(self, name: str, parameters: dict[str, Any]) -> None: ...
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None: ...
+    def register_system_shm(self, name: str, key: str, offset: int, byte_size: int,
+                            peer_is_local: bool) -> None: ...
+    def register_cuda_shm(self, name: str, raw_handle: bytes, device_id: int, byte_size: int,
+                          peer_is_local: bool) -> None: ...

@@ -1,0 +1,81 @@
+"""The call interfaces that handlers are written against, whatever carries the bytes.
+
+A gRPC handler sees a ``GrpcCall``; an HTTP handler an ``HttpRequest`` (defined with the HTTP
+handlers). Each transport -- grpc.aio / aiohttp (``--frontend=aio``) and tritonlite's own wire
+layer (``--frontend=native``) -- implements them, so the same servicer and handlers run over
+both and neither holds behaviour of its own.
+
+gRPC contract
+-------------
+* A unary handler is ``async def h(request: bytes, call: GrpcCall) -> bytes``: the serialized
+  request message in, the serialized response message out.
+* A streaming handler (``ModelStreamInfer``, health ``Watch``) is ``async def h(call) -> None``;
+  it reads request messages with ``await call.read()`` (``None`` once the client half-closed)
+  and sends responses with ``await call.write(message)``.
+* A handler ends a call with a status by raising ``RpcError`` (or ``TritonliteError``, which
+  the transport maps through ``frontends/grpc/errors.STATUS``); returning means OK. Anything
+  else is INTERNAL. Trailing metadata (``grpc-status``, ``grpc-message``) is the transport's
+  job.
+* Ownership: the transport owns the call; once the handler returns or raises, the call object
+  must not be used again. A cancelled call (client RST_STREAM, deadline, connection lost)
+  cancels the handler's task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
+
+
+class RpcError(Exception):
+    """End the call with this gRPC status code (an int, ``grpc.StatusCode.X.value[0]``)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class GrpcCall(Protocol):
+    def metadata(self) -> Sequence[tuple[str, str | bytes]]:
+        """The request's custom metadata: lower-case keys, ``-bin`` values as bytes."""
+        ...
+
+    def peer_is_local(self) -> bool:
+        """Whether the peer is on this host (loopback address or unix socket)."""
+        ...
+
+    def set_compression(self, algorithm: str | None) -> None:
+        """Compress the response messages that follow with 'gzip' or 'deflate' (None: off)."""
+        ...
+
+    def time_remaining(self) -> float | None:
+        """Seconds left before the client's deadline (``grpc-timeout``), None without one."""
+        ...
+
+    def add_done_callback(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` once the call has ended and its last bytes were handed to the socket."""
+        ...
+
+    async def read(self) -> bytes | None:
+        """Streaming calls: the next request message, None after the client half-closed."""
+        ...
+
+    async def write(self, message: bytes) -> None:
+        """Streaming calls: send one response message (waits while flow control says so)."""
+        ...
+
+
+UnaryHandler = Callable[[bytes, GrpcCall], Awaitable[bytes]]
+StreamHandler = Callable[[GrpcCall], Awaitable[None]]
+
+
+class GrpcMethod(Protocol):
+    """One registered method: exactly one of ``unary`` / ``stream`` is set."""
+
+    unary: UnaryHandler | None
+    stream: StreamHandler | None
+
+
+# What a gRPC transport serves: "/package.Service/Method" -> its handler.
+GrpcMethods = dict[str, GrpcMethod]
