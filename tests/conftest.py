@@ -15,6 +15,9 @@ Fixtures:
   ``start_server``/``server_factory``.
 * ``server_factory`` (function): ``server_factory(repo, *args)`` starts servers that are stopped
   when the test ends.
+* Environment: ``TRITONLITE_TEST_FRONTEND=native|aio`` adds ``--frontend`` to every server a
+  test starts without one; ``TRITONLITE_TEST_SHARED_PORT=1`` (native only) also puts HTTP and
+  gRPC on one port, so the same suites run over each transport.
 * ``perf_analyzer`` (session): the path of Triton's perf_analyzer from ``$PERF_ANALYZER``
   (``make test`` installs it), or the test is skipped.
 
@@ -27,6 +30,8 @@ import atexit
 import os
 import re
 import signal
+import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -150,9 +155,13 @@ def _flag_value(args: tuple[str, ...], flag: str) -> str | None:
     return None
 
 
-def _is_live(http_url: str) -> bool:
+def _is_live(http_url: str, tls: bool = False) -> bool:
+    # under TLS only liveness is asked here: the tests check the certificates themselves
+    ctx = ssl._create_unverified_context() if tls else None
+    scheme = "https" if tls else "http"
     try:
-        with urllib.request.urlopen(f"http://{http_url}/v2/health/live", timeout=5) as r:
+        with urllib.request.urlopen(f"{scheme}://{http_url}/v2/health/live", timeout=5,
+                                    context=ctx) as r:
             return bool(r.status == 200)
     except (urllib.error.URLError, OSError):  # refused, reset, timed out, non-200
         return False
@@ -167,6 +176,29 @@ def wait_until(pred: Callable[[], object], timeout: float) -> None:
         time.sleep(0.05)
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _transport_args(args: tuple[str, ...]) -> list[str]:
+    """Ports and ``--frontend`` from the environment (see the module docstring)."""
+    out = []
+    frontend = _flag_value(args, "--frontend") or os.environ.get("TRITONLITE_TEST_FRONTEND")
+    if frontend and _flag_value(args, "--frontend") is None:
+        out += ["--frontend", frontend]
+    shared = (os.environ.get("TRITONLITE_TEST_SHARED_PORT") == "1" and frontend == "native"
+              and _flag_value(args, "--http-port") is None
+              and _flag_value(args, "--grpc-port") is None
+              and (_flag_value(args, "--allow-http") or "true") == "true"
+              and (_flag_value(args, "--allow-grpc") or "true") == "true")
+    if shared:
+        port = str(_free_port())
+        return [*out, "--http-port", port, "--grpc-port", port]
+    return [*out, "--http-port", "0", "--grpc-port", "0"]
+
+
 def start_server(repo: Path | str, *args: str, env: dict[str, str] | None = None) -> Server:
     """Start tritonlite on ``repo`` with free ports; ``args`` are more tritonserver flags.
 
@@ -176,7 +208,7 @@ def start_server(repo: Path | str, *args: str, env: dict[str, str] | None = None
     if it exits or is not live within 90 s.
     """
     cmd = [sys.executable, "-m", "tritonlite", "--model-repository", str(repo),
-           "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0",
+           *_transport_args(args), "--metrics-port", "0",
            "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1", *args]
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, start_new_session=True,
@@ -186,9 +218,11 @@ def start_server(repo: Path | str, *args: str, env: dict[str, str] | None = None
               if (_flag_value(args, flag) or "true").lower() in ("true", "1", "yes", "on")}
     deadline = time.monotonic() + _STARTUP_TIMEOUT_S
     server.wait_for(wanted, deadline)
-    if "HTTPService" in wanted:
+    mutual = (_flag_value(args, "--http-use-ssl-mutual") or "false").lower() in ("true", "1")
+    if "HTTPService" in wanted and not mutual:  # (mutual TLS: no client certificate here)
         # The port is bound once its line is logged; this bounded poll only waits for the app.
-        while not _is_live(server.http_url):
+        tls = (_flag_value(args, "--http-use-ssl") or "false").lower() in ("true", "1")
+        while not _is_live(server.http_url, tls):
             if proc.poll() is not None or time.monotonic() > deadline:
                 server.stop()
                 raise RuntimeError(f"tritonlite is not live (exit code {proc.poll()}); "

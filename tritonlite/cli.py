@@ -245,8 +245,32 @@ def build_parser() -> argparse.ArgumentParser:
            "histogram observations are shed (tritonlite_shed_total); sampled every "
            "--metrics-interval-ms (default 0.05; 0: off; 1: always, to rehearse it)")
     _grpc_flags(a)
+    _http_flags(a)
     _trace_flags(a)
     return p
+
+
+def _http_flags(a: Any) -> None:
+    a("--frontend", default="aio", choices=("native", "aio"),
+      help="tritonlite: the transports under the HTTP and gRPC handlers: its own wire layer "
+           "(native; HTTP and gRPC may then share one port) or aiohttp and grpc.aio (aio)")
+    a("--http-use-ssl", type=parse_bool, default=False, metavar="BOOL",
+      help="tritonlite: serve HTTP over TLS")
+    a("--http-use-ssl-mutual", type=parse_bool, default=False, metavar="BOOL",
+      help="tritonlite: require and verify client certificates (implies --http-use-ssl)")
+    a("--http-server-cert", default=None, metavar="PEM")
+    a("--http-server-key", default=None, metavar="PEM")
+    a("--http-root-cert", default=None, metavar="PEM")
+
+
+def _http_options(ns: argparse.Namespace) -> dict[str, Any]:
+    return dict(
+        frontend=ns.frontend,
+        http_use_ssl=ns.http_use_ssl or ns.http_use_ssl_mutual,
+        http_use_ssl_mutual=ns.http_use_ssl_mutual,
+        http_server_cert=ns.http_server_cert, http_server_key=ns.http_server_key,
+        http_root_cert=ns.http_root_cert,
+    )
 
 
 def _trace_flags(a: Any) -> None:
@@ -339,7 +363,7 @@ def options_from_args(argv: list[str]) -> ServerOptions:
             backend_execution_timeout_s=ns.backend_execution_timeout,
             health_probe_interval_s=ns.health_probe_interval,
             memory_pressure_threshold=ns.memory_pressure_threshold,
-            **_grpc_options(ns), **_trace_options(ns),
+            **_grpc_options(ns), **_http_options(ns), **_trace_options(ns),
         )
     except ValueError as exc:
         raise SystemExit(f"tritonlite: error: {exc}") from None

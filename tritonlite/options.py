@@ -7,6 +7,7 @@ from pathlib import Path
 
 CONTROL_MODES = ("none", "poll", "explicit")
 SHM_POLICIES = ("local", "true", "false")
+FRONTENDS = ("native", "aio")
 GRPC_COMPRESSION_LEVELS = ("none", "low", "medium", "high")
 # Triton's default summary quantiles, (quantile, allowed error)
 DEFAULT_SUMMARY_QUANTILES = ((0.5, 0.05), (0.9, 0.01), (0.95, 0.001), (0.99, 0.001),
@@ -112,6 +113,15 @@ class ServerOptions:
     log_error: bool = True
     log_format: str = "default"
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
+    # which transports carry HTTP and gRPC: tritonlite's own wire layer (native) or aiohttp and
+    # grpc.aio (aio); the same handlers run over both
+    frontend: str = "aio"
+    # TLS on HTTP (tritonlite's; named after Triton's gRPC TLS flags)
+    http_use_ssl: bool = False
+    http_use_ssl_mutual: bool = False
+    http_server_cert: str | None = None
+    http_server_key: str | None = None
+    http_root_cert: str | None = None
     # gRPC front end (Triton's flags and defaults, PROTOCOL §2.2 / §4); times in ms
     grpc_infer_response_compression_level: str = "none"
     grpc_use_ssl: bool = False
@@ -185,7 +195,46 @@ class ServerOptions:
                 "--memory-pressure-threshold expects a fraction of the memory limit between 0 "
                 f"(off) and 1 (always under pressure), got {self.memory_pressure_threshold}")
         self._check_grpc()
+        self._check_http_tls()
+        self._check_ports()
         self._check_trace()
+
+    @property
+    def shared_port(self) -> bool:
+        """HTTP and gRPC on one listener: both allowed on the same non-zero port."""
+        return (self.allow_http and self.allow_grpc and self.http_port == self.grpc_port
+                and self.http_port != 0)
+
+    def _check_ports(self) -> None:
+        if self.frontend not in FRONTENDS:
+            raise ValueError(f"invalid --frontend '{self.frontend}', expected native|aio")
+        if not self.shared_port:
+            return
+        if self.frontend != "native":
+            raise ValueError("HTTP and gRPC on one port (--http-port equal to --grpc-port) "
+                             "needs --frontend=native")
+        if self.http_address != self.grpc_address:
+            raise ValueError("HTTP and gRPC share port {} but not the address ({} vs {}): "
+                             "give both the same --http-address and --grpc-address".format(
+                                 self.http_port, self.http_address, self.grpc_address))
+        if self.http_use_ssl != self.grpc_use_ssl:
+            raise ValueError("HTTP and gRPC share a port: TLS must be on for both or for "
+                             "neither (--http-use-ssl, --grpc-use-ssl)")
+        if self.http_use_ssl and (
+                (self.http_server_cert, self.http_server_key, self.http_root_cert,
+                 self.http_use_ssl_mutual)
+                != (self.grpc_server_cert, self.grpc_server_key, self.grpc_root_cert,
+                    self.grpc_use_ssl_mutual)):
+            raise ValueError("HTTP and gRPC share a port: their TLS certificates, keys and "
+                             "mutual settings must be the same")
+
+    def _check_http_tls(self) -> None:
+        if self.http_use_ssl_mutual and not self.http_use_ssl:
+            raise ValueError("--http-use-ssl-mutual requires --http-use-ssl")
+        if self.http_use_ssl and not (self.http_server_cert and self.http_server_key):
+            raise ValueError("--http-use-ssl requires --http-server-cert and --http-server-key")
+        if self.http_use_ssl_mutual and not self.http_root_cert:
+            raise ValueError("--http-use-ssl-mutual requires --http-root-cert")
 
     def _check_trace(self) -> None:
         levels = self.trace_level

@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import time
 from typing import Any
 
@@ -21,6 +22,7 @@ from aiohttp import web
 import tritonlite
 from tritonlite.core.core import InferenceCore
 from tritonlite.frontends.http.app import make_server
+from tritonlite.frontends.tls import server_context
 from tritonlite.options import ServerOptions
 
 log = logging.getLogger("tritonlite")
@@ -66,12 +68,22 @@ def _bind(address: str, port: int, reuse: bool) -> socket.socket:
     return sock
 
 
+def http_tls(opts: ServerOptions, alpn: tuple[str, ...] = ()) -> ssl.SSLContext | None:
+    """The HTTP listener's TLS context (--http-use-ssl), None for plain HTTP."""
+    if not opts.http_use_ssl:
+        return None
+    assert opts.http_server_cert and opts.http_server_key
+    return server_context(opts.http_server_cert, opts.http_server_key, opts.http_root_cert,
+                          opts.http_use_ssl_mutual, alpn)
+
+
 class Server:
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
         self.core = InferenceCore(options)
         self._runners: list[web.BaseRunner] = []
         self._grpc: Any = None
+        self._native: Any = None
         self.http_port: int | None = None
         self.grpc_port: int | None = None
         self.metrics_port: int | None = None
@@ -85,16 +97,10 @@ class Server:
         log.info("\n%s", model_table(self.core.repository.model_table()))
         if failed and opts.exit_on_error:
             raise RuntimeError("failed to load all models: " + ", ".join(failed))
-        if opts.allow_grpc:
-            from tritonlite.frontends.grpc.server import start_grpc
-
-            self._grpc, self.grpc_port = await start_grpc(self.core, opts)
-            log.info("Started GRPCInferenceService at %s:%d", opts.grpc_address, self.grpc_port)
-        if opts.allow_http:
-            http = make_server(self.core, opts.http_max_input_size)
-            self.http_port = await self._serve(http, opts.http_address, opts.http_port,
-                                               opts.reuse_http_port)
-            log.info("Started HTTPService at %s:%d", opts.http_address, self.http_port)
+        if opts.frontend == "native":
+            await self._start_native()
+        else:
+            await self._start_aio()
         if opts.allow_metrics:
             from tritonlite.frontends.metrics import make_metrics_app
 
@@ -104,14 +110,35 @@ class Server:
                                                   address, opts.metrics_port, False)
             log.info("Started Metrics Service at %s:%d", address, self.metrics_port)
 
+    async def _start_aio(self) -> None:
+        opts = self.options
+        if opts.allow_grpc:
+            from tritonlite.frontends.grpc.server import start_grpc
+
+            self._grpc, self.grpc_port = await start_grpc(self.core, opts)
+            log.info("Started GRPCInferenceService at %s:%d", opts.grpc_address, self.grpc_port)
+        if opts.allow_http:
+            http = make_server(self.core, opts.http_max_input_size)
+            self.http_port = await self._serve(http, opts.http_address, opts.http_port,
+                                               opts.reuse_http_port, http_tls(opts))
+            log.info("Started HTTPService at %s:%d", opts.http_address, self.http_port)
+
+    async def _start_native(self) -> None:
+        try:
+            from tritonlite.frontends.native import start_native
+        except ImportError as exc:
+            raise RuntimeError(f"--frontend=native is not available: {exc}") from None
+        self._native = await start_native(self.core, self.options)
+        self.http_port, self.grpc_port = self._native.http_port, self._native.grpc_port
+
     async def _serve(self, app: web.Application | web.Server, address: str, port: int,
-                     reuse: bool) -> int:
+                     reuse: bool, ssl_context: ssl.SSLContext | None = None) -> int:
         runner: web.BaseRunner = (
             web.ServerRunner(app, handle_signals=False) if isinstance(app, web.Server)
             else web.AppRunner(app, access_log=None, handle_signals=False))
         await runner.setup()
         sock = _bind(address, port, reuse)
-        site = web.SockSite(runner, sock)
+        site = web.SockSite(runner, sock, ssl_context=ssl_context)
         await site.start()
         self._runners.append(runner)
         return int(sock.getsockname()[1])
@@ -136,6 +163,8 @@ class Server:
             core.trace.close()
             await core.pressure.stop()
             return
+        if self._native is not None:
+            await self._native.stop(grace=1.0)
         if self._grpc is not None:
             await self._grpc.stop(grace=1.0)
         for runner in self._runners:

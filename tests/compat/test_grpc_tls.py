@@ -5,7 +5,6 @@ localhost, and a client certificate, all signed by that CA (the ``openssl`` comm
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from certs import make_certs
 from conftest import start_server
 from repos import write_add_sub
 from tritonclient.utils import InferenceServerException
@@ -23,30 +23,9 @@ pytestmark = pytest.mark.timeout(90)
 A = np.arange(16, dtype=np.float32).reshape(1, 16)
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
-
-
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    d = tmp_path_factory.mktemp("certs")
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
-             "/CN=tritonlite test CA", "-keyout", "ca.key", "-out", "ca.pem", cwd=d)
-    (d / "server.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n"
-                                  "extendedKeyUsage=serverAuth\n")
-    (d / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
-    for who in ("server", "client"):
-        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={who}",
-                 "-keyout", f"{who}.key", "-out", f"{who}.csr", cwd=d)
-        _openssl("x509", "-req", "-in", f"{who}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-                 "-CAcreateserial", "-days", "2", "-extfile", f"{who}.ext",
-                 "-out", f"{who}.pem", cwd=d)
-    # a second CA that signed nothing the server trusts
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
-             "/CN=other CA", "-keyout", "other.key", "-out", "other.pem", cwd=d)
-    return {name: str(d / name) for name in
-            ("ca.pem", "server.pem", "server.key", "client.pem", "client.key", "other.pem",
-             "other.key")}
+    return make_certs(tmp_path_factory.mktemp("certs"))
 
 
 @pytest.fixture(scope="module")
