@@ -214,9 +214,10 @@ class ServerOptions:
             raise ValueError("HTTP and gRPC on one port (--http-port equal to --grpc-port) "
                              "needs --frontend=native")
         if self.http_address != self.grpc_address:
-            raise ValueError("HTTP and gRPC share port {} but not the address ({} vs {}): "
-                             "give both the same --http-address and --grpc-address".format(
-                                 self.http_port, self.http_address, self.grpc_address))
+            raise ValueError(
+                f"HTTP and gRPC share port {self.http_port} but not the address "
+                f"({self.http_address} vs {self.grpc_address}): give both the same "
+                "--http-address and --grpc-address")
         if self.http_use_ssl != self.grpc_use_ssl:
             raise ValueError("HTTP and gRPC share a port: TLS must be on for both or for "
                              "neither (--http-use-ssl, --grpc-use-ssl)")
