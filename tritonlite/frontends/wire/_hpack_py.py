@@ -1,0 +1,654 @@
+# cython: language_level=3, annotation_typing=False, boundscheck=False, wraparound=False
+"""HPACK (RFC 7541): header compression for HTTP/2, with the dynamic table and Huffman coding.
+
+This file is the single source of two builds. Run as Python it is ``_hpack_py``; setup.py
+compiles the same file with Cython into ``tritonlite.frontends.wire._hpack_c``, taking its C
+types from ``_hpack_c.pxd`` beside it. Only ``wire/hpack.py`` chooses between the two.
+
+The inner loops read ``bytes`` through an index (a ``const unsigned char*`` once compiled) and
+write into a ``bytearray``, so the compiled build runs them without Python objects.
+
+Errors: every malformed block raises ``HpackError`` (HTTP/2 COMPRESSION_ERROR, a connection
+error) and nothing else. A block whose decoded list exceeds ``max_header_list_size`` (RFC 9113
+6.5.2: name + value + 32 per field) raises ``HeaderListTooLarge`` once the whole block has been
+read: the fields past the limit are never collected, but the dynamic table stays in step with
+the peer's encoder (RFC 9113 10.5.1), so the connection may go on (with a 431 or a stream
+reset for that request).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+try:
+    import cython
+except ImportError:  # Cython is a build-time dependency; the pure twin runs without it
+
+    class _CythonShim:
+        compiled = False
+
+    cython = _CythonShim()
+
+COMPILED: bool = bool(cython.compiled)
+
+if TYPE_CHECKING or not cython.compiled:
+
+    class HpackError(Exception):
+        """A malformed header block: HTTP/2 COMPRESSION_ERROR (a connection error)."""
+
+    class HeaderListTooLarge(HpackError):  # noqa: N818 - the name is the H2 layer's API
+        """The decoded header list exceeds ``max_header_list_size`` (RFC 9113 6.5.2 size)."""
+
+else:
+    # One exception class for both twins, so a caller's except clause catches either build.
+    from tritonlite.frontends.wire._hpack_py import HeaderListTooLarge, HpackError
+
+
+__all__ = ["COMPILED", "STATIC_TABLE", "Decoder", "Encoder", "HeaderListTooLarge", "HpackError"]
+
+# The protocol's initial dynamic table size (SETTINGS_HEADER_TABLE_SIZE's initial value).
+DEFAULT_TABLE_SIZE = 4096
+# Integers on the wire stay below 2**32 and use at most this many continuation bytes.
+_INT_MAX = 0xFFFFFFFF
+_INT_MAX_SHIFT = 35
+# Huffman decoder transition flags; integer values are used so they can be cythonized
+_HD_EMIT = 1
+_HD_FAIL = 2
+
+# RFC 7541 Appendix A.
+STATIC_TABLE: tuple[tuple[bytes, bytes], ...] = (
+    (b':authority', b''),
+    (b':method', b'GET'),
+    (b':method', b'POST'),
+    (b':path', b'/'),
+    (b':path', b'/index.html'),
+    (b':scheme', b'http'),
+    (b':scheme', b'https'),
+    (b':status', b'200'),
+    (b':status', b'204'),
+    (b':status', b'206'),
+    (b':status', b'304'),
+    (b':status', b'400'),
+    (b':status', b'404'),
+    (b':status', b'500'),
+    (b'accept-charset', b''),
+    (b'accept-encoding', b'gzip, deflate'),
+    (b'accept-language', b''),
+    (b'accept-ranges', b''),
+    (b'accept', b''),
+    (b'access-control-allow-origin', b''),
+    (b'age', b''),
+    (b'allow', b''),
+    (b'authorization', b''),
+    (b'cache-control', b''),
+    (b'content-disposition', b''),
+    (b'content-encoding', b''),
+    (b'content-language', b''),
+    (b'content-length', b''),
+    (b'content-location', b''),
+    (b'content-range', b''),
+    (b'content-type', b''),
+    (b'cookie', b''),
+    (b'date', b''),
+    (b'etag', b''),
+    (b'expect', b''),
+    (b'expires', b''),
+    (b'from', b''),
+    (b'host', b''),
+    (b'if-match', b''),
+    (b'if-modified-since', b''),
+    (b'if-none-match', b''),
+    (b'if-range', b''),
+    (b'if-unmodified-since', b''),
+    (b'last-modified', b''),
+    (b'link', b''),
+    (b'location', b''),
+    (b'max-forwards', b''),
+    (b'proxy-authenticate', b''),
+    (b'proxy-authorization', b''),
+    (b'range', b''),
+    (b'referer', b''),
+    (b'refresh', b''),
+    (b'retry-after', b''),
+    (b'server', b''),
+    (b'set-cookie', b''),
+    (b'strict-transport-security', b''),
+    (b'transfer-encoding', b''),
+    (b'user-agent', b''),
+    (b'vary', b''),
+    (b'via', b''),
+    (b'www-authenticate', b''),
+)
+
+_STATIC = STATIC_TABLE
+_STATIC_FULL: dict[tuple[bytes, bytes], int] = {}
+_STATIC_NAME: dict[bytes, int] = {}
+for _i, _entry in enumerate(STATIC_TABLE, 1):
+    _STATIC_FULL.setdefault(_entry, _i)
+    _STATIC_NAME.setdefault(_entry[0], _i)
+
+# Fields whose values change from message to message: indexing them only evicts useful entries.
+_NO_INDEX = frozenset(
+    (b"content-length", b"date", b"grpc-timeout", b"grpc-message", b"etag", b"last-modified",
+     b"age", b"expires", b"set-cookie", b"authorization", b"cookie")
+)
+
+# RFC 7541 Appendix B: the code (right-aligned) and bit length of each symbol; 256 is EOS.
+_HUFFMAN_CODES = (
+    0x1ff8, 0x7fffd8, 0xfffffe2, 0xfffffe3, 0xfffffe4, 0xfffffe5, 0xfffffe6, 0xfffffe7, 0xfffffe8,
+    0xffffea, 0x3ffffffc, 0xfffffe9, 0xfffffea, 0x3ffffffd, 0xfffffeb, 0xfffffec, 0xfffffed,
+    0xfffffee, 0xfffffef, 0xffffff0, 0xffffff1, 0xffffff2, 0x3ffffffe, 0xffffff3, 0xffffff4,
+    0xffffff5, 0xffffff6, 0xffffff7, 0xffffff8, 0xffffff9, 0xffffffa, 0xffffffb, 0x14, 0x3f8,
+    0x3f9, 0xffa, 0x1ff9, 0x15, 0xf8, 0x7fa, 0x3fa, 0x3fb, 0xf9, 0x7fb, 0xfa, 0x16, 0x17, 0x18,
+    0x0, 0x1, 0x2, 0x19, 0x1a, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f, 0x5c, 0xfb, 0x7ffc, 0x20, 0xffb,
+    0x3fc, 0x1ffa, 0x21, 0x5d, 0x5e, 0x5f, 0x60, 0x61, 0x62, 0x63, 0x64, 0x65, 0x66, 0x67, 0x68,
+    0x69, 0x6a, 0x6b, 0x6c, 0x6d, 0x6e, 0x6f, 0x70, 0x71, 0x72, 0xfc, 0x73, 0xfd, 0x1ffb, 0x7fff0,
+    0x1ffc, 0x3ffc, 0x22, 0x7ffd, 0x3, 0x23, 0x4, 0x24, 0x5, 0x25, 0x26, 0x27, 0x6, 0x74, 0x75,
+    0x28, 0x29, 0x2a, 0x7, 0x2b, 0x76, 0x2c, 0x8, 0x9, 0x2d, 0x77, 0x78, 0x79, 0x7a, 0x7b, 0x7ffe,
+    0x7fc, 0x3ffd, 0x1ffd, 0xffffffc, 0xfffe6, 0x3fffd2, 0xfffe7, 0xfffe8, 0x3fffd3, 0x3fffd4,
+    0x3fffd5, 0x7fffd9, 0x3fffd6, 0x7fffda, 0x7fffdb, 0x7fffdc, 0x7fffdd, 0x7fffde, 0xffffeb,
+    0x7fffdf, 0xffffec, 0xffffed, 0x3fffd7, 0x7fffe0, 0xffffee, 0x7fffe1, 0x7fffe2, 0x7fffe3,
+    0x7fffe4, 0x1fffdc, 0x3fffd8, 0x7fffe5, 0x3fffd9, 0x7fffe6, 0x7fffe7, 0xffffef, 0x3fffda,
+    0x1fffdd, 0xfffe9, 0x3fffdb, 0x3fffdc, 0x7fffe8, 0x7fffe9, 0x1fffde, 0x7fffea, 0x3fffdd,
+    0x3fffde, 0xfffff0, 0x1fffdf, 0x3fffdf, 0x7fffeb, 0x7fffec, 0x1fffe0, 0x1fffe1, 0x3fffe0,
+    0x1fffe2, 0x7fffed, 0x3fffe1, 0x7fffee, 0x7fffef, 0xfffea, 0x3fffe2, 0x3fffe3, 0x3fffe4,
+    0x7ffff0, 0x3fffe5, 0x3fffe6, 0x7ffff1, 0x3ffffe0, 0x3ffffe1, 0xfffeb, 0x7fff1, 0x3fffe7,
+    0x7ffff2, 0x3fffe8, 0x1ffffec, 0x3ffffe2, 0x3ffffe3, 0x3ffffe4, 0x7ffffde, 0x7ffffdf,
+    0x3ffffe5, 0xfffff1, 0x1ffffed, 0x7fff2, 0x1fffe3, 0x3ffffe6, 0x7ffffe0, 0x7ffffe1, 0x3ffffe7,
+    0x7ffffe2, 0xfffff2, 0x1fffe4, 0x1fffe5, 0x3ffffe8, 0x3ffffe9, 0xffffffd, 0x7ffffe3, 0x7ffffe4,
+    0x7ffffe5, 0xfffec, 0xfffff3, 0xfffed, 0x1fffe6, 0x3fffe9, 0x1fffe7, 0x1fffe8, 0x7ffff3,
+    0x3fffea, 0x3fffeb, 0x1ffffee, 0x1ffffef, 0xfffff4, 0xfffff5, 0x3ffffea, 0x7ffff4, 0x3ffffeb,
+    0x7ffffe6, 0x3ffffec, 0x3ffffed, 0x7ffffe7, 0x7ffffe8, 0x7ffffe9, 0x7ffffea, 0x7ffffeb,
+    0xffffffe, 0x7ffffec, 0x7ffffed, 0x7ffffee, 0x7ffffef, 0x7fffff0, 0x3ffffee, 0x3fffffff,
+)
+_HUFFMAN_LENGTHS = (
+    13, 23, 28, 28, 28, 28, 28, 28, 28, 24, 30, 28, 28, 30, 28, 28, 28, 28, 28, 28, 28, 28, 30, 28,
+    28, 28, 28, 28, 28, 28, 28, 28, 6, 10, 10, 12, 13, 6, 8, 11, 10, 10, 8, 11, 8, 6, 6, 6, 5, 5,
+    5, 6, 6, 6, 6, 6, 6, 6, 7, 8, 15, 6, 12, 10, 13, 6, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7,
+    7, 7, 7, 7, 7, 7, 7, 7, 8, 7, 8, 13, 19, 13, 14, 6, 15, 5, 6, 5, 6, 5, 6, 6, 6, 5, 7, 7, 6, 6,
+    6, 5, 6, 7, 6, 5, 5, 6, 7, 7, 7, 7, 7, 15, 11, 14, 13, 28, 20, 22, 20, 20, 22, 22, 22, 23, 22,
+    23, 23, 23, 23, 23, 24, 23, 24, 24, 22, 23, 24, 23, 23, 23, 23, 21, 22, 23, 22, 23, 23, 24, 22,
+    21, 20, 22, 22, 23, 23, 21, 23, 22, 22, 24, 21, 22, 23, 23, 21, 21, 22, 21, 23, 22, 23, 23, 20,
+    22, 22, 22, 23, 22, 22, 23, 26, 26, 20, 19, 22, 23, 22, 25, 26, 26, 26, 27, 27, 26, 24, 25, 19,
+    21, 26, 27, 27, 26, 27, 24, 21, 21, 26, 26, 28, 27, 27, 27, 20, 24, 20, 21, 22, 21, 21, 23, 22,
+    22, 25, 25, 24, 24, 26, 23, 26, 27, 26, 26, 27, 27, 27, 27, 27, 28, 27, 27, 27, 27, 27, 26, 30,
+)
+
+
+def _build_encode_tables() -> tuple[bytes, bytes]:
+    """Codes as 4 big-endian bytes per symbol, and lengths as one byte per symbol (0-255)."""
+    codes = b"".join(code.to_bytes(4, "big") for code in _HUFFMAN_CODES[:256])
+    return codes, bytes(_HUFFMAN_LENGTHS[:256])
+
+
+def _build_decode_tables() -> tuple[bytes, bytes, bytes, bytes]:
+    """A 4-bit state machine over the Huffman tree (nghttp2's scheme).
+
+    States are the tree's 256 inner nodes (0 is the root). For ``state * 16 + nibble`` the
+    tables give the next state, the flags (``_HD_EMIT``: a symbol was completed; ``_HD_FAIL``:
+    EOS was decoded) and the symbol. A nibble completes at most one symbol because the
+    shortest code has 5 bits. ``accept[state]`` says the bits read since the last symbol are
+    valid padding: at most 7 bits, all ones (a prefix of EOS).
+    """
+    zero: list[int | None] = [None]
+    one: list[int | None] = [None]
+    # children: >= 0 an inner node, < 0 the leaf of symbol -(child + 1)
+    for sym in range(257):
+        code, length = _HUFFMAN_CODES[sym], _HUFFMAN_LENGTHS[sym]
+        node = 0
+        for shift in range(length - 1, -1, -1):
+            side = one if (code >> shift) & 1 else zero
+            if shift == 0:
+                assert side[node] is None
+                side[node] = -(sym + 1)
+            else:
+                child = side[node]
+                if child is None:
+                    child = len(zero)
+                    zero.append(None)
+                    one.append(None)
+                    side[node] = child
+                assert child >= 0
+                node = child
+    assert len(zero) == 256 and None not in zero and None not in one
+    nxt = bytearray(256 * 16)
+    flags = bytearray(256 * 16)
+    syms = bytearray(256 * 16)
+    for state in range(256):
+        for nibble in range(16):
+            node, flag, out = state, 0, 0
+            for shift in (3, 2, 1, 0):
+                side = one if (nibble >> shift) & 1 else zero
+                child = side[node]
+                assert child is not None
+                if child >= 0:
+                    node = child
+                    continue
+                node = 0
+                if child == -257:
+                    flag |= _HD_FAIL
+                else:
+                    assert not flag & _HD_EMIT
+                    flag |= _HD_EMIT
+                    out = -(child + 1)
+            nxt[state * 16 + nibble] = node
+            flags[state * 16 + nibble] = flag
+            syms[state * 16 + nibble] = out
+    accept = bytearray(256)
+    node = 0
+    for _depth in range(8):
+        accept[node] = 1
+        child = one[node]
+        assert child is not None and child > 0
+        node = child
+    return bytes(nxt), bytes(flags), bytes(syms), bytes(accept)
+
+
+_HE_CODES, _HE_LENGTHS = _build_encode_tables()
+_HD_NEXT, _HD_FLAGS, _HD_SYM, _HD_ACCEPT = _build_decode_tables()
+
+
+def _huffman_decode(data: bytes, start: int, length: int) -> bytes:
+    """Decode ``data[start:start + length]``; ``HpackError`` on EOS or bad padding."""
+    out = bytearray(length * 8 // 5 + 1)
+    p = data
+    o = out
+    nxt = _HD_NEXT
+    flags = _HD_FLAGS
+    syms = _HD_SYM
+    state = 0
+    j = 0
+    for i in range(start, start + length):
+        byte = p[i]
+        t = (state << 4) | (byte >> 4)
+        flag = flags[t]
+        if flag & _HD_FAIL:
+            raise HpackError("Huffman-coded string contains EOS")
+        if flag & _HD_EMIT:
+            o[j] = syms[t]
+            j += 1
+        state = nxt[t]
+        t = (state << 4) | (byte & 15)
+        flag = flags[t]
+        if flag & _HD_FAIL:
+            raise HpackError("Huffman-coded string contains EOS")
+        if flag & _HD_EMIT:
+            o[j] = syms[t]
+            j += 1
+        state = nxt[t]
+    accept = _HD_ACCEPT
+    if not accept[state]:
+        raise HpackError("invalid Huffman padding")
+    if cython.compiled:
+        return o[:j]  # type: ignore[return-value]  # a C slice: bytes
+    return bytes(out[:j])
+
+
+def _huffman_length(s: bytes) -> int:
+    """Bytes that ``s`` takes Huffman-coded."""
+    lengths = _HE_LENGTHS
+    lp = lengths
+    bits = 0
+    for c in s:
+        bits += lp[c]
+    return (bits + 7) >> 3
+
+
+def _put_int(out: bytearray, flags: int, prefix: int, value: int) -> None:
+    """Append ``value`` as an HPACK integer with a ``prefix``-bit prefix, ORed with ``flags``."""
+    mask = (1 << prefix) - 1
+    if value < mask:
+        out.append(flags | value)
+        return
+    out.append(flags | mask)
+    value -= mask
+    while value >= 128:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+def _put_string(out: bytearray, s: bytes, huffman: bool) -> None:
+    """Append a string literal, Huffman-coded when that is shorter and ``huffman`` is set."""
+    n = len(s)
+    if huffman and n:
+        hlen = _huffman_length(s)
+        if hlen < n:
+            _put_int(out, 0x80, 7, hlen)
+            codes = _HE_CODES
+            lengths = _HE_LENGTHS
+            cp = codes
+            lp = lengths
+            acc = 0
+            nacc = 0
+            for c in s:
+                k = c * 4
+                code = (cp[k] << 24) | (cp[k + 1] << 16) | (cp[k + 2] << 8) | cp[k + 3]
+                bits = lp[c]
+                acc = (acc << bits) | code
+                nacc += bits
+                while nacc >= 8:
+                    nacc -= 8
+                    out.append((acc >> nacc) & 0xFF)
+                acc &= (1 << nacc) - 1
+            if nacc:
+                # pad with the most significant bits of EOS (all ones)
+                out.append(((acc << (8 - nacc)) | ((1 << (8 - nacc)) - 1)) & 0xFF)
+            return
+    _put_int(out, 0, 7, n)
+    out += s
+
+
+class Decoder:
+    """Decodes header blocks of one HTTP/2 connection (one direction), in order.
+
+    Parameters
+    ----------
+    max_table_size
+        Our SETTINGS_HEADER_TABLE_SIZE: a dynamic table size update above it is an error.
+        Settable (assign once the peer has acknowledged a new value); lowering it below the
+        current table size makes a size update required at the start of the next block. The
+        table starts at ``min(max_table_size, 4096)``.
+    max_header_list_size
+        Our SETTINGS_MAX_HEADER_LIST_SIZE (settable): a block whose fields exceed it raises
+        ``HeaderListTooLarge`` after the block has been read.
+    """
+
+    def __init__(self, max_table_size: int = DEFAULT_TABLE_SIZE,
+                 max_header_list_size: int = 65536) -> None:
+        if max_table_size < 0 or max_header_list_size < 0:
+            raise ValueError("max_table_size and max_header_list_size must be >= 0")
+        self._entries: list[tuple[bytes, bytes]] = []
+        self._size = 0
+        self._capacity = min(max_table_size, DEFAULT_TABLE_SIZE)
+        self._max_table_size = max_table_size
+        self._update_required = False
+        self._pos = 0
+        self.max_header_list_size = max_header_list_size
+
+    @property
+    def max_table_size(self) -> int:
+        """Our SETTINGS_HEADER_TABLE_SIZE: the most a size update may set."""
+        return self._max_table_size
+
+    @max_table_size.setter
+    def max_table_size(self, size: int) -> None:
+        if size < 0:
+            raise ValueError("max_table_size must be >= 0")
+        self._max_table_size = size
+        # RFC 7541 4.2: the peer's next block must start by shrinking the table to fit.
+        self._update_required = self._capacity > size
+
+    @property
+    def table_size(self) -> int:
+        """Bytes the dynamic table holds now (RFC 7541 4.1: name + value + 32 per entry)."""
+        return self._size
+
+    @property
+    def table_capacity(self) -> int:
+        """The dynamic table's maximum size, as the peer's last size update set it."""
+        return self._capacity
+
+    def decode(self, block: bytes | bytearray | memoryview) -> list[tuple[bytes, bytes]]:
+        """Decode one complete header block into ``(name, value)`` pairs, in order.
+
+        Raises
+        ------
+        HpackError
+            The block is malformed (connection error COMPRESSION_ERROR).
+        HeaderListTooLarge
+            The fields exceed ``max_header_list_size``; the block was still read to its end.
+        """
+        data: bytes = block if type(block) is bytes else bytes(block)
+        p = data
+        end = len(data)
+        headers: list[tuple[bytes, bytes]] = []
+        limit = self.max_header_list_size
+        total = 0
+        over = False
+        seen = False
+        self._pos = 0
+        if self._update_required and (end == 0 or (p[0] & 0xE0) != 0x20):
+            raise HpackError("dynamic table size update required at the start of the block")
+        while self._pos < end:
+            byte = p[self._pos]
+            if byte & 0x80:
+                entry = self._entry(self._int(p, end, 7))
+            elif byte & 0x40:
+                name = self._name(p, end, self._int(p, end, 6))
+                entry = (name, self._string(p, end))
+                self._add(entry)
+            elif byte & 0x20:
+                if seen:
+                    raise HpackError("dynamic table size update after a header field")
+                size = self._int(p, end, 5)
+                if size > self._max_table_size:
+                    raise HpackError(
+                        f"dynamic table size update to {size} exceeds the maximum "
+                        f"{self._max_table_size}"
+                    )
+                self._capacity = size
+                self._evict()
+                self._update_required = False
+                continue
+            else:
+                # literal without indexing (0000) or never indexed (0001)
+                name = self._name(p, end, self._int(p, end, 4))
+                entry = (name, self._string(p, end))
+            seen = True
+            if not over:
+                total += len(entry[0]) + len(entry[1]) + 32
+                if total > limit:
+                    over = True
+                    headers = []
+                else:
+                    headers.append(entry)
+        if over:
+            raise HeaderListTooLarge(
+                f"header list exceeds max_header_list_size {limit} "
+                "(RFC 9113 6.5.2: name + value + 32 per field)"
+            )
+        return headers
+
+    def _int(self, p: bytes, end: int, prefix: int) -> int:
+        """Read the integer at ``self._pos`` (``< end``) with a ``prefix``-bit prefix."""
+        pos = self._pos
+        mask = (1 << prefix) - 1
+        value = p[pos] & mask
+        pos += 1
+        if value == mask:
+            shift = 0
+            while True:
+                if pos >= end:
+                    raise HpackError("truncated integer")
+                byte = p[pos]
+                pos += 1
+                value += (byte & 0x7F) << shift
+                shift += 7
+                if not byte & 0x80:
+                    break
+                if shift >= _INT_MAX_SHIFT:
+                    raise HpackError("integer too long")
+            if value > _INT_MAX:
+                raise HpackError("integer too large")
+        self._pos = pos
+        return value
+
+    def _string(self, p: bytes, end: int) -> bytes:
+        """Read the string literal at ``self._pos``."""
+        pos = self._pos
+        if pos >= end:
+            raise HpackError("truncated string literal")
+        huffman = p[pos] & 0x80
+        length = self._int(p, end, 7)
+        pos = self._pos
+        if length > end - pos:
+            raise HpackError("string literal runs past the end of the block")
+        self._pos = pos + length
+        if huffman:
+            return _huffman_decode(p, pos, length)
+        return p[pos : pos + length]
+
+    def _name(self, p: bytes, end: int, index: int) -> bytes:
+        """The name of a literal field: a new literal when ``index`` is 0, else an entry's."""
+        if index == 0:
+            return self._string(p, end)
+        entry = self._entry(index)
+        return entry[0]
+
+    def _entry(self, index: int) -> tuple[bytes, bytes]:
+        if index <= 0:
+            raise HpackError("index 0 is not a header field")
+        if index <= 61:
+            return _STATIC[index - 1]
+        i = index - 62
+        n = len(self._entries)
+        if i >= n:
+            raise HpackError(f"index {index} is beyond the header table ({61 + n} entries)")
+        return self._entries[n - 1 - i]
+
+    def _add(self, entry: tuple[bytes, bytes]) -> None:
+        size = len(entry[0]) + len(entry[1]) + 32
+        if size > self._capacity:
+            # RFC 7541 4.4: an entry larger than the table empties it and is not added
+            self._entries.clear()
+            self._size = 0
+            return
+        self._entries.append(entry)
+        self._size += size
+        self._evict()
+
+    def _evict(self) -> None:
+        n = 0
+        entries = self._entries
+        while self._size > self._capacity:
+            entry = entries[n]
+            self._size -= len(entry[0]) + len(entry[1]) + 32
+            n += 1
+        if n:
+            del entries[:n]
+
+
+class Encoder:
+    """Encodes header blocks of one HTTP/2 connection (one direction), in order.
+
+    Fields in the static table are indexed; other fields are added to the dynamic table
+    (incremental indexing) unless their values change per message (``content-length``,
+    ``grpc-timeout``, ``grpc-message``, ...) or they would take over half the table, so a
+    repeated field such as ``content-type: application/grpc`` costs one byte from its second
+    use on. Strings are Huffman-coded when that is shorter and ``huffman`` is set.
+
+    Parameters
+    ----------
+    max_table_size
+        The most table this encoder will use. The table starts at ``min(max_table_size, 4096)``
+        (4096 being the peer's initial SETTINGS_HEADER_TABLE_SIZE) and follows
+        ``set_max_table_size`` up to this bound.
+    """
+
+    def __init__(self, max_table_size: int = DEFAULT_TABLE_SIZE) -> None:
+        if max_table_size < 0:
+            raise ValueError("max_table_size must be >= 0")
+        self._limit = max_table_size
+        self._capacity = min(max_table_size, DEFAULT_TABLE_SIZE)
+        self._pending = self._capacity != DEFAULT_TABLE_SIZE
+        self._pending_min = self._capacity
+        # entries[i] was the (first + i)-th insertion; the newest is last
+        self._entries: list[tuple[bytes, bytes]] = []
+        self._first = 0
+        self._size = 0
+        self._full: dict[tuple[bytes, bytes], int] = {}
+        self._names: dict[bytes, int] = {}
+
+    @property
+    def table_size(self) -> int:
+        """Bytes the dynamic table holds now."""
+        return self._size
+
+    @property
+    def table_capacity(self) -> int:
+        """The dynamic table's maximum size (the last one signalled, or pending)."""
+        return self._capacity
+
+    def set_max_table_size(self, size: int) -> None:
+        """Take the peer's SETTINGS_HEADER_TABLE_SIZE; the next block signals the change."""
+        if size < 0:
+            raise ValueError("max_table_size must be >= 0")
+        capacity = min(size, self._limit)
+        if not self._pending:
+            if capacity == self._capacity:
+                return
+            self._pending = True
+            self._pending_min = capacity
+        elif capacity < self._pending_min:
+            self._pending_min = capacity
+        self._capacity = capacity
+        self._evict()
+
+    def encode(self, headers: list[tuple[bytes, bytes]], huffman: bool = True) -> bytes:
+        """Encode one header block: ``(name, value)`` pairs of ``bytes``, in order."""
+        out = bytearray()
+        if self._pending:
+            # RFC 7541 4.2: the smallest size since the last block, then the final one
+            if self._pending_min < self._capacity:
+                _put_int(out, 0x20, 5, self._pending_min)
+            _put_int(out, 0x20, 5, self._capacity)
+            self._pending = False
+        for header in headers:
+            name = header[0]
+            value = header[1]
+            key = (name, value)
+            index = _STATIC_FULL.get(key, 0)
+            if index:
+                _put_int(out, 0x80, 7, index)
+                continue
+            k = self._full.get(key, -1)
+            if k >= 0:
+                _put_int(out, 0x80, 7, self._index(k))
+                continue
+            index = _STATIC_NAME.get(name, 0)
+            if not index:
+                k = self._names.get(name, -1)
+                if k >= 0:
+                    index = self._index(k)
+            size = len(name) + len(value) + 32
+            if size * 2 > self._capacity or name in _NO_INDEX:
+                _put_int(out, 0, 4, index)
+                if not index:
+                    _put_string(out, name, huffman)
+                _put_string(out, value, huffman)
+                continue
+            _put_int(out, 0x40, 6, index)
+            if not index:
+                _put_string(out, name, huffman)
+            _put_string(out, value, huffman)
+            self._add(key, size)
+        return bytes(out)
+
+    def _index(self, k: int) -> int:
+        """The HPACK index of the ``k``-th insertion (which must still be in the table)."""
+        return 62 + self._first + len(self._entries) - 1 - k
+
+    def _add(self, entry: tuple[bytes, bytes], size: int) -> None:
+        k = self._first + len(self._entries)
+        self._entries.append(entry)
+        self._size += size
+        self._full[entry] = k
+        self._names[entry[0]] = k
+        self._evict()
+
+    def _evict(self) -> None:
+        n = 0
+        entries = self._entries
+        while self._size > self._capacity:
+            entry = entries[n]
+            self._size -= len(entry[0]) + len(entry[1]) + 32
+            k = self._first + n
+            if self._full.get(entry, -1) == k:
+                del self._full[entry]
+            if self._names.get(entry[0], -1) == k:
+                del self._names[entry[0]]
+            n += 1
+        if n:
+            del entries[:n]
+            self._first += n
