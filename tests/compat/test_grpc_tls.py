@@ -13,9 +13,9 @@ import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from certs import make_certs
 from conftest import start_server
 from repos import write_add_sub
+from support.certs import make_certs
 from tritonclient.utils import InferenceServerException
 
 pytestmark = pytest.mark.timeout(90)

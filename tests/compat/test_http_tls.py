@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from certs import make_certs
 from conftest import start_server
 from repos import write_add_sub
+from support.certs import make_certs
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -1,0 +1,123 @@
+"""The shared port's protocol detection over real loopback sockets (plain and TLS/ALPN)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+from pathlib import Path
+
+import pytest
+from support.certs import make_certs
+
+from tritonlite.frontends.tls import server_context
+from tritonlite.frontends.wire.detect import PREFACE, Detect
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Tag(asyncio.Protocol):
+    """Answers its tag and the bytes it got first (so a test sees nothing was lost)."""
+
+    def __init__(self, tag: bytes) -> None:
+        self.tag = tag
+        self.got = b""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.got += data
+        if self.got.endswith(b"\n") or self.got.endswith(PREFACE):
+            self.transport.write(self.tag + b":" + self.got)
+            self.transport.close()
+
+
+async def _serve(ctx: ssl.SSLContext | None = None, timeout: float = 30.0
+                 ) -> tuple[asyncio.Server, int]:
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(
+        lambda: Detect(lambda: Tag(b"h1"), lambda: Tag(b"h2"), timeout), "127.0.0.1", 0,
+        ssl=ctx)
+    return server, server.sockets[0].getsockname()[1]
+
+
+async def _talk(port: int, chunks: list[bytes], ctx: ssl.SSLContext | None = None) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx)
+    for c in chunks:
+        writer.write(c)
+        await writer.drain()
+        await asyncio.sleep(0.01)
+    data = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    return data
+
+
+@pytest.mark.parametrize("chunks,expected", [
+    ([b"GET / HTTP/1.1\r\n\r\n\n"], b"h1:GET / HTTP/1.1\r\n\r\n\n"),
+    ([b"P", b"OST /v2 HTTP/1.1\n"], b"h1:POST /v2 HTTP/1.1\n"),  # leaves the preface late
+    ([b"PRI * HTTP/1.1\n"], b"h1:PRI * HTTP/1.1\n"),
+    ([PREFACE], b"h2:" + PREFACE),
+    ([PREFACE[:3], PREFACE[3:10], PREFACE[10:]], b"h2:" + PREFACE),  # split anywhere
+])
+def test_first_bytes_decide(chunks: list[bytes], expected: bytes) -> None:
+    async def run() -> bytes:
+        server, port = await _serve()
+        try:
+            return await _talk(port, chunks)
+        finally:
+            server.close()
+
+    assert asyncio.run(run()) == expected
+
+
+def test_silent_client_is_dropped() -> None:
+    async def run() -> bytes:
+        server, port = await _serve(timeout=0.2)
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            data = await asyncio.wait_for(reader.read(), 10)
+            writer.close()
+            return data
+        finally:
+            server.close()
+
+    assert asyncio.run(run()) == b""
+
+
+@pytest.mark.parametrize("alpn,payload,expected", [
+    (["h2"], b"anything\n", b"h2:anything\n"),
+    (["http/1.1"], PREFACE, b"h1:" + PREFACE),  # ALPN wins over the bytes
+    ([], PREFACE, b"h2:" + PREFACE),  # no ALPN: the bytes decide, as in plain TCP
+    ([], b"GET / HTTP/1.1\n", b"h1:GET / HTTP/1.1\n"),
+])
+def test_tls_alpn(tmp_path: Path, alpn: list[str], payload: bytes, expected: bytes) -> None:
+    certs = make_certs(tmp_path)
+    sctx = server_context(certs["server.pem"], certs["server.key"], alpn=("h2", "http/1.1"))
+    cctx = ssl.create_default_context(cafile=certs["ca.pem"])
+    if alpn:
+        cctx.set_alpn_protocols(alpn)
+
+    async def run() -> bytes:
+        server, port = await _serve(sctx)
+        try:
+            return await _talk(port, [payload], cctx)
+        finally:
+            server.close()
+
+    assert asyncio.run(run()) == expected
+
+
+def test_close_before_a_byte() -> None:
+    async def run() -> None:
+        server, port = await _serve()
+        try:
+            with socket.create_connection(("127.0.0.1", port)) as s:
+                s.close()
+            # the listener still serves the next client
+            assert await _talk(port, [b"x\n"]) == b"h1:x\n"
+        finally:
+            server.close()
+
+    asyncio.run(run())
