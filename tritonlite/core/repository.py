@@ -10,13 +10,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
+import errno
 import functools
 import logging
 import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from tritonlite._proto import pb
@@ -24,7 +25,7 @@ from tritonlite.backends import create_backend
 from tritonlite.backends.base import InstanceSpec, ModelContext
 from tritonlite.backends.python_autocomplete import auto_complete as python_auto_complete
 from tritonlite.core import config as model_config
-from tritonlite.core import ensemble_deps
+from tritonlite.core import ensemble_deps, names
 from tritonlite.core import lifecycle as lc
 from tritonlite.core.ensemble import EnsembleBackend, EnsembleGraph, EnsembleModel
 from tritonlite.core.health import HealthSettings
@@ -43,11 +44,20 @@ log = logging.getLogger("tritonlite")
 _KINDS = {0: "CPU", 1: "GPU", 2: "CPU", 3: "MODEL"}
 
 
+@dataclass(frozen=True, slots=True)
+class OverrideDir:
+    """Where a load's ``file:`` overrides live: ``root`` is the fresh temp dir this server made
+    (all that removal ever touches), ``model_dir`` is ``root/<model name>``."""
+
+    root: Path
+    model_dir: Path
+
+
 @dataclass(slots=True)
 class ModelEntry:
     name: str
     versions: dict[int, VersionState] = field(default_factory=dict)
-    override_dir: Path | None = None  # temp dir of a load with file: overrides
+    override: OverrideDir | None = None  # the temp dir of a load with file: overrides
     fingerprint: tuple[Any, ...] = ()
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     # Its config did not parse: Triton lists the model by name only.
@@ -160,34 +170,76 @@ def _policy_versions(model_dir: Path, config_json: str | None,
     return model_config.select_versions(raw, model_config.version_dirs(model_dir))
 
 
-def write_override_files(name: str, files: dict[str, bytes]) -> Path:
-    """Write ``file:`` overrides into a fresh temp model dir; reject paths escaping it.
+_OVERRIDE_PREFIX = "tritonlite-override-"
+# Errors of writing an override that the request's own file layout causes (a file where a
+# directory is wanted, a name the filesystem refuses); anything else is the server's.
+_CLIENT_ERRNOS = frozenset({errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG,
+                            errno.EINVAL, errno.EILSEQ})
 
-    The directory is ``<fresh temp dir>/<name>`` so the model keeps its own name; remove it
-    with ``remove_override_dir``.
+
+def check_override_files(name: str, files: dict[str, bytes]) -> dict[tuple[str, ...], bytes]:
+    """The overrides by path components; INVALID_ARG for a bad model name or file path. Pure:
+    a load checks everything it was sent before it touches the disk."""
+    names.check_model_name(name, "load")
+    return {names.check_override_path(rel): content for rel, content in files.items()}
+
+
+def write_override_files(name: str, files: dict[str, bytes]) -> OverrideDir:
+    """Write ``file:`` overrides into ``<fresh temp dir>/<name>`` (so the model keeps its own
+    name); remove them with ``remove_override_dir``.
+
+    The name and every path are checked first (``names``); then each file is created with
+    ``O_EXCL | O_NOFOLLOW`` in a directory whose resolved path must lie under the fresh root,
+    so nothing is written, or followed, outside it. Errors quote the client's paths, never the
+    server's.
     """
-    root = Path(tempfile.mkdtemp(prefix="tritonlite-override-")) / name
-    root.mkdir()
+    checked = check_override_files(name, files)
+    root = Path(tempfile.mkdtemp(prefix=_OVERRIDE_PREFIX)).resolve()
+    out = OverrideDir(root, root / name)
     try:
-        for rel, content in files.items():
-            p = PurePosixPath(rel)
-            if (not rel or p.is_absolute() or "\\" in rel
-                    or any(part in ("", ".", "..") for part in rel.split("/"))):
-                raise invalid_arg(f"invalid file override path '{rel}': "
-                                  "must stay inside the model directory")
-            target = root.joinpath(*p.parts)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if target.parent.resolve() != target.parent or target.is_symlink():
-                raise invalid_arg(f"invalid file override path '{rel}'")
-            target.write_bytes(content)
+        if out.model_dir.parent != root:
+            raise invalid_arg(f"failed to load '{names.shown(name)}', invalid model name")
+        out.model_dir.mkdir()
+        for parts, content in checked.items():
+            _write_one(out.model_dir, parts, content)
     except BaseException:
-        remove_override_dir(root)
+        remove_override_dir(out)
         raise
-    return root
+    return out
 
 
-def remove_override_dir(path: Path) -> None:
-    shutil.rmtree(path.parent, ignore_errors=True)
+def _write_one(model_dir: Path, parts: tuple[str, ...], content: bytes) -> None:
+    rel = "/".join(parts)
+    bad = invalid_arg(f"invalid file override path '{names.shown(rel)}': "
+                      "must stay inside the model directory")
+    parent = model_dir
+    try:
+        for part in parts[:-1]:
+            parent = parent / part
+            if parent.is_symlink():
+                raise bad
+            if not parent.is_dir():
+                parent.mkdir()
+        if parent.resolve() != parent or not parent.is_relative_to(model_dir):
+            raise bad
+        fd = os.open(parent / parts[-1],
+                     os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(content)
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        if exc.errno in _CLIENT_ERRNOS or exc.errno == errno.ELOOP:
+            raise invalid_arg(f"unable to write file override '{names.shown(rel)}': "
+                              f"{reason}") from None
+        raise TritonliteError(ErrorCode.INTERNAL, f"unable to write file override "
+                              f"'{names.shown(rel)}': {reason}") from None
+
+
+def remove_override_dir(override: OverrideDir) -> None:
+    """Remove the fresh temp dir of ``write_override_files``, and nothing else."""
+    root = override.root
+    if root.name.startswith(_OVERRIDE_PREFIX) and not root.is_symlink():
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def decode_override_file(key: str, value: Any) -> tuple[str, bytes]:
@@ -328,23 +380,41 @@ class ModelRepository:
     async def load(
         self, name: str, config_json: str | None = None, files: dict[str, bytes] | None = None
     ) -> None:
-        """Load (or reload) every version of ``name`` its version policy selects."""
+        """Load (or reload) every version of ``name`` its version policy selects.
+
+        ``name`` and the override paths are checked (``names``) before anything is recorded:
+        a refused load leaves no entry behind, and a load that fails before the model's own
+        load starts removes the entry it created."""
+        names.check_model_name(name, "load")
         if files and config_json is None:
             raise invalid_arg("failed to load '" + name + "', 'config' parameter must be set "
                               "when file overrides are given")
-        entry = self.models.get(name)
-        if entry is None:
-            entry = self.models[name] = ModelEntry(name)
+        if files:
+            check_override_files(name, files)
         self.loaded_for_ensembles.discard(name)
-        async with entry.lock:
-            override_dir = write_override_files(name, files) if files else None
-            if override_dir is not None:
-                model_dir = override_dir
+        while True:
+            entry = self.models.get(name)
+            if entry is None:
+                entry = self.models[name] = ModelEntry(name)
+            async with entry.lock:
+                if self.models.get(name) is not entry:
+                    continue  # dropped by a failed load while this one waited: start over
+                await self._load_locked(entry, name, config_json, files)
+                return
+
+    async def _load_locked(self, entry: ModelEntry, name: str, config_json: str | None,
+                           files: dict[str, bytes] | None) -> None:
+        # entry.lock is held.
+        try:
+            if files:
+                override: OverrideDir | None = await asyncio.to_thread(
+                    write_override_files, name, files)
+                assert override is not None
+                model_dir = override.model_dir
             else:
+                override = None
                 found = self.scan().get(name, ...)
                 if found is ...:
-                    if not entry.versions:
-                        self.models.pop(name, None)
                     raise invalid_arg(
                         f"failed to load '{name}', failed to poll from model repository")
                 if found is None:
@@ -352,15 +422,19 @@ class ModelRepository:
                         f"failed to load '{name}': model name found in multiple repositories"
                     )
                 model_dir = found
-            try:
-                await self._load_into(entry, name, model_dir, config_json)
-            except BaseException:
-                if override_dir is not None:
-                    remove_override_dir(override_dir)
-                raise
-            old_override, entry.override_dir = entry.override_dir, override_dir
-            if old_override is not None:
-                remove_override_dir(old_override)
+        except BaseException:
+            if not entry.versions and self.models.get(name) is entry:
+                del self.models[name]
+            raise
+        try:
+            await self._load_into(entry, name, model_dir, config_json)
+        except BaseException:
+            if override is not None:
+                remove_override_dir(override)
+            raise
+        old_override, entry.override = entry.override, override
+        if old_override is not None:
+            remove_override_dir(old_override)
 
     async def _load_into(
         self, entry: ModelEntry, name: str, model_dir: Path, config_json: str | None
@@ -499,6 +573,7 @@ class ModelRepository:
         await asyncio.to_thread(model.close)
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
+        names.check_model_name(name, "unload")
         entry = self.models.get(name)
         if entry is None or not any(s.model is not None for s in entry.versions.values()):
             raise invalid_arg(
@@ -513,9 +588,9 @@ class ModelRepository:
             for v in list(entry.versions):
                 if entry.versions[v].model is not None or entry.versions[v].state == lc.UNLOADING:
                     entry.versions[v] = VersionState(lc.UNAVAILABLE, lc.UNLOADED_REASON)
-            if entry.override_dir is not None:
-                remove_override_dir(entry.override_dir)
-                entry.override_dir = None
+            if entry.override is not None:
+                remove_override_dir(entry.override)
+                entry.override = None
             log.info("successfully unloaded '%s'", name)
         if unload_dependents:
             for m in models:
@@ -540,7 +615,7 @@ class ModelRepository:
             if path is None:
                 continue
             known = self.models.get(name)
-            if (known is not None and known.override_dir is None
+            if (known is not None and known.override is None
                     and known.fingerprint == _fingerprint(path)):
                 continue
             try:
