@@ -1,15 +1,15 @@
 """The HTTP front end: Triton's route matcher, then decode -> one core call -> encode.
 
 Routes are matched on the raw path with Triton's own patterns (PROTOCOL §1.1); anything else
-is 404 ``{"error":"Not Found"}`` and a wrong method 405, never aiohttp's HTML pages. It runs on
-aiohttp's low-level server (its protocol, parser and keep-alive; no ``web.Application``): the
-only things the application layer added here were a catch-all route and ``Expect:
-100-continue``, which ``dispatch`` answers itself.
+is 404 ``{"error":"Not Found"}`` and a wrong method 405. Handlers are written against the call
+interface (``frontends/http/call.py``), not a framework: ``make_dispatch`` is what both
+transports run, aiohttp's low-level server (``aio.py``) and the native HTTP/1.1 layer
+(``frontends/wire/http1.py``). ``Expect: 100-continue`` is the transport's (sent on the first
+``read()``); an unknown expectation is 417 here.
 """
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import logging
 import re
@@ -19,30 +19,38 @@ from typing import Any
 from urllib.parse import unquote
 
 import orjson
-from aiohttp import web
 
-from tritonlite.core.core import InferenceCore, parse_version
+from tritonlite.core.api import CoreAPI
+from tritonlite.core.core import parse_version
 from tritonlite.errors import TritonliteError, invalid_arg, unsupported
 from tritonlite.frontends.http import codec
 from tritonlite.frontends.http import generate as gen
-from tritonlite.frontends.http.errors import STATUS, error_response
-from tritonlite.frontends.http.tracing import send_traced
+from tritonlite.frontends.http.call import (
+    Dispatch,
+    HttpError,
+    HttpRequest,
+    HttpResponse,
+    HttpStream,
+)
+from tritonlite.frontends.http.errors import STATUS, error
+from tritonlite.frontends.http.tracing import traced
 
 log = logging.getLogger("tritonlite")
 
-Request = web.BaseRequest  # what aiohttp's low-level server hands the handler
-Handler = Callable[[Request, InferenceCore, "re.Match[str]"], Awaitable[web.StreamResponse]]
+Request = HttpRequest
+Response = HttpResponse | HttpStream
+Handler = Callable[[Request, CoreAPI, "re.Match[str]"], Awaitable[Response]]
 
 _JSON = "application/json"
 _DECOUPLED = "HTTP end point doesn't support models with decoupled transaction policy"
 
 
-def _json(doc: Any, status: int = 200) -> web.Response:
-    return web.Response(status=status, body=orjson.dumps(doc), content_type=_JSON)
+def _json(doc: Any, status: int = 200) -> HttpResponse:
+    return HttpResponse(status, [orjson.dumps(doc)], _JSON)
 
 
-def _empty(status: int = 200) -> web.Response:
-    return web.Response(status=status)
+def _empty(status: int = 200) -> HttpResponse:
+    return HttpResponse(status)
 
 
 async def _body_json(request: Request, *, allow_empty: bool = True) -> Any:
@@ -70,7 +78,7 @@ def _name(m: re.Match[str], group: int = 1) -> str:
 
 
 def _peer_is_local(request: Request) -> bool:
-    peer = request.transport.get_extra_info("peername") if request.transport else None
+    peer = request.peer
     if not peer or not isinstance(peer, tuple):
         return True  # unix socket
     try:
@@ -80,60 +88,55 @@ def _peer_is_local(request: Request) -> bool:
 
 
 # -- handlers -------------------------------------------------------------------------------------
-async def live(request: Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
-    return _empty(200) if core.is_live() else error_response(503, "Server is not live")
+async def live(request: Request, core: CoreAPI, m: re.Match[str]) -> HttpResponse:
+    return _empty(200) if core.is_live() else error(503, "Server is not live")
 
 
-async def ready(request: Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+async def ready(request: Request, core: CoreAPI, m: re.Match[str]) -> HttpResponse:
     if core.exiting:
-        return error_response(503, "Server is exiting")
+        return error(503, "Server is exiting")
     return _empty(200 if core.is_ready() else 400)
 
 
-async def server_metadata(request: Request, core: InferenceCore,
-                          m: re.Match[str]) -> web.Response:
+async def server_metadata(request: Request, core: CoreAPI,
+                          m: re.Match[str]) -> HttpResponse:
     return _json(core.server_metadata())
 
 
-async def model_metadata(request: Request, core: InferenceCore,
-                         m: re.Match[str]) -> web.Response:
+async def model_metadata(request: Request, core: CoreAPI,
+                         m: re.Match[str]) -> HttpResponse:
     return _json(core.model_metadata(_name(m), _version(m)))
 
 
-async def model_ready(request: Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+async def model_ready(request: Request, core: CoreAPI, m: re.Match[str]) -> HttpResponse:
     # Triton answers 400 "Model version not ready" for unknown models and versions too.
     try:
         ready = core.model_ready(_name(m), _version(m))
     except TritonliteError:
         ready = False
-    return _empty(200) if ready else error_response(400, "Model version not ready")
+    return _empty(200) if ready else error(400, "Model version not ready")
 
 
-async def model_config(request: Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
-    return web.Response(body=core.model_config_json(_name(m), _version(m)), content_type=_JSON)
+async def model_config(request: Request, core: CoreAPI, m: re.Match[str]) -> HttpResponse:
+    return HttpResponse(200, [core.model_config_json(_name(m), _version(m))], _JSON)
 
 
-async def model_stats(request: Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+async def model_stats(request: Request, core: CoreAPI, m: re.Match[str]) -> HttpResponse:
     name = _name(m) if m.lastindex and m.group(1) is not None else ""
     return _json(core.statistics(name, _version(m) if name else -1))
 
 
-async def all_stats(request: Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+async def all_stats(request: Request, core: CoreAPI, m: re.Match[str]) -> HttpResponse:
     return _json(core.statistics())
 
 
-async def infer(request: Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+async def infer(request: Request, core: CoreAPI, m: re.Match[str]) -> HttpResponse:
     recv_start = time.monotonic_ns() if core.trace.enabled else 0
     encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
     if encoding not in ("identity", "gzip", "deflate", ""):
-        return error_response(501, f"Unsupported compression type '{encoding}'",
+        return error(501, f"Unsupported compression type '{encoding}'",
                               {"Accept-Encoding": "gzip, deflate"})
-    try:
-        body = await request.read()
-    except web.HTTPException:
-        raise
-    except Exception as exc:  # aiohttp's decompression errors
-        raise invalid_arg(f"unable to decompress the request body ({encoding}): {exc}") from None
+    body = await request.read()
     recv_end = time.monotonic_ns() if recv_start else 0
     header = request.headers.get("Inference-Header-Content-Length")
     name, version = _name(m), _version(m)
@@ -150,36 +153,37 @@ async def infer(request: Request, core: InferenceCore, m: re.Match[str]) -> web.
         req = codec.decode_infer(body, header_len, name, version)
     resp = await core.infer(req, _DECOUPLED)
     parts, head_len, has_binary = codec.encode_infer(resp)
-    payload = b"".join(parts) if len(parts) > 1 else bytes(parts[0])
-    headers = {}
+    headers: dict[str, str] | None = None
     if has_binary:
-        headers["Inference-Header-Content-Length"] = str(head_len)
+        headers = {"Inference-Header-Content-Length": str(head_len)}
         content_type = "application/octet-stream"
     else:
         content_type = _JSON
-    accept = codec.pick_encoding(request.headers.get("Accept-Encoding"))
+    accept = request.headers.get("Accept-Encoding")
     if accept is not None:
-        payload = codec.compress(payload, accept)
-        headers["Content-Encoding"] = accept
+        picked = codec.pick_encoding(accept)
+        if picked is not None:
+            parts = [codec.compress(b"".join(parts), picked)]
+            headers = headers or {}
+            headers["Content-Encoding"] = picked
+    out = HttpResponse(200, parts, content_type, headers)
     if req.trace is not None:
-        return await send_traced(request, web.Response(
-            body=payload, content_type=content_type, headers=headers), req.trace,
-            (recv_start, recv_end))
-    return web.Response(body=payload, content_type=content_type, headers=headers)
+        return traced(out, req.trace, (recv_start, recv_end))
+    return out
 
 
-async def generate(request: Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+async def generate(request: Request, core: CoreAPI, m: re.Match[str]) -> HttpResponse:
     req = gen.decode(core, await request.read(), _name(m), _version(m))
     return await gen.generate(core.infer_stream(req))
 
 
-async def generate_stream(request: Request, core: InferenceCore,
-                          m: re.Match[str]) -> web.StreamResponse:
+async def generate_stream(request: Request, core: CoreAPI,
+                          m: re.Match[str]) -> Response:
     req = gen.decode(core, await request.read(), _name(m), _version(m))
     return await gen.generate_stream(request, core.infer_stream(req))
 
 
-async def repo_index(request: Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+async def repo_index(request: Request, core: CoreAPI, m: re.Match[str]) -> HttpResponse:
     doc = await _body_json(request)
     ready_only = doc.get("ready", False)
     if not isinstance(ready_only, bool):
@@ -194,7 +198,7 @@ def _load_params(doc: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
-async def repo_load(request: Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+async def repo_load(request: Request, core: CoreAPI, m: re.Match[str]) -> HttpResponse:
     if m.group(1) is not None:
         raise unsupported("'repository_name' specification is not supported")
     params = _load_params(await _body_json(request))
@@ -205,7 +209,7 @@ async def repo_load(request: Request, core: InferenceCore, m: re.Match[str]) -> 
     return _empty(200)
 
 
-async def repo_unload(request: Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+async def repo_unload(request: Request, core: CoreAPI, m: re.Match[str]) -> HttpResponse:
     if m.group(1) is not None:
         raise unsupported("'repository_name' specification is not supported")
     params = _load_params(await _body_json(request))
@@ -220,7 +224,7 @@ def _region(m: re.Match[str]) -> str:
     return unquote(m.group(1)) if m.group(1) is not None else ""
 
 
-async def sys_shm(request: Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+async def sys_shm(request: Request, core: CoreAPI, m: re.Match[str]) -> HttpResponse:
     action, region = m.group(2), _region(m)
     if action == "status":
         return _json(core.shm.system_status(region))
@@ -237,7 +241,7 @@ async def sys_shm(request: Request, core: InferenceCore, m: re.Match[str]) -> we
     return _empty(200)
 
 
-async def cuda_shm(request: Request, core: InferenceCore, m: re.Match[str]) -> web.Response:
+async def cuda_shm(request: Request, core: CoreAPI, m: re.Match[str]) -> HttpResponse:
     import base64
     import binascii
 
@@ -262,8 +266,8 @@ async def cuda_shm(request: Request, core: InferenceCore, m: re.Match[str]) -> w
     return _empty(200)
 
 
-async def trace_setting(request: Request, core: InferenceCore,
-                        m: re.Match[str]) -> web.Response:
+async def trace_setting(request: Request, core: CoreAPI,
+                        m: re.Match[str]) -> HttpResponse:
     model = _name(m) if m.lastindex and m.group(1) is not None else ""
     if model and model not in core.repository.models:
         raise invalid_arg(f"Request for unknown model : {model}")
@@ -272,8 +276,8 @@ async def trace_setting(request: Request, core: InferenceCore,
     return _json(core.trace.update(await _body_json(request), model))
 
 
-async def logging_setting(request: Request, core: InferenceCore,
-                          m: re.Match[str]) -> web.Response:
+async def logging_setting(request: Request, core: CoreAPI,
+                          m: re.Match[str]) -> HttpResponse:
     if request.method == "GET":
         return _json(core.logging.get())
     return _json(core.logging.update(await _body_json(request)))
@@ -317,52 +321,35 @@ def _match(path: str) -> tuple[re.Match[str], dict[str, Handler]] | None:
     return None
 
 
-async def _expect(request: Request, expect: str) -> web.Response | None:
-    """What aiohttp's application layer does for ``Expect``: 100 Continue, or 417."""
-    if request.version != (1, 1):
-        return None
-    if expect.lower() != "100-continue":
-        return error_response(417, f"Unknown Expect: {expect}")
-    await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-    request.writer.output_size = 0
-    await request.writer.drain()
-    return None
+def make_dispatch(core: CoreAPI) -> Dispatch:
+    """The one entry point every HTTP transport calls with each request."""
 
-
-def make_server(core: InferenceCore, max_input_size: int) -> web.Server:
-    """The HTTP front end as an aiohttp low-level server (call on the event loop)."""
-    loop = asyncio.get_running_loop()
-
-    def request_factory(message: Any, payload: Any, protocol: Any, writer: Any,
-                        task: Any) -> Request:
-        return web.BaseRequest(message, payload, protocol, writer, task, loop,
-                               client_max_size=max_input_size)
-
-    async def dispatch(request: Request) -> web.StreamResponse:
+    async def dispatch(request: HttpRequest) -> HttpResponse | HttpStream:
         expect = request.headers.get("Expect")
-        if expect:
-            refused = await _expect(request, expect)
-            if refused is not None:
-                return refused
-        path = request.raw_path.split("?", 1)[0]
-        found = _match(path)
+        if expect and request.version >= (1, 1) and expect.lower() != "100-continue":
+            return error(417, f"Unknown Expect: {expect}")
+        found = _match(request.path)
         if found is None:
-            return error_response(404, "Not Found")
+            return error(404, "Not Found")
         m, methods = found
         handler = methods.get(request.method)
         if handler is None:
-            return error_response(405, "Method Not Allowed")
+            return error(405, "Method Not Allowed")
         try:
             return await handler(request, core, m)
         except TritonliteError as exc:
-            return error_response(STATUS[exc.code], exc.message)
-        except web.HTTPException as exc:
-            text = exc.reason if exc.status != 413 else (
-                f"request body is larger than the {max_input_size} byte limit "
-                "(--http-max-input-size)")
-            return error_response(exc.status, text)
+            return error(STATUS[exc.code], exc.message)
+        except HttpError as exc:
+            return error(exc.status, exc.message)
         except Exception as exc:
-            log.exception("unexpected error handling %s %s", request.method, path)
-            return error_response(500, f"internal error: {type(exc).__name__}: {exc}")
+            log.exception("unexpected error handling %s %s", request.method, request.path)
+            return error(500, f"internal error: {type(exc).__name__}: {exc}")
 
-    return web.Server(dispatch, request_factory=request_factory, access_log=None)
+    return dispatch
+
+
+def make_server(core: Any, max_input_size: int) -> Any:
+    """The HTTP front end on aiohttp (``aio.make_server``; kept here for server.py)."""
+    from tritonlite.frontends.http.aio import make_server as aio_server
+
+    return aio_server(core, max_input_size)

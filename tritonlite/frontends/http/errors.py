@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import orjson
-from aiohttp import web
 
 from tritonlite.errors import ErrorCode
+from tritonlite.frontends.http.call import HttpResponse
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 STATUS = {
     ErrorCode.INTERNAL: 500,
@@ -19,11 +24,19 @@ STATUS = {
 }
 
 
+def error_body(message: str) -> bytes:
+    return orjson.dumps({"error": message})
+
+
+def error(status: int, message: str, headers: dict[str, str] | None = None) -> HttpResponse:
+    """Triton's error response: ``{"error": message}`` as JSON with ``status``."""
+    return HttpResponse(status, [error_body(message)], "application/json", headers)
+
+
 def error_response(status: int, message: str,
                    headers: dict[str, str] | None = None) -> web.Response:
-    return web.Response(
-        status=status,
-        body=orjson.dumps({"error": message}),
-        content_type="application/json",
-        headers=headers,
-    )
+    """The same error as an aiohttp ``web.Response`` (for the metrics endpoint, on aiohttp)."""
+    from aiohttp import web
+
+    return web.Response(status=status, body=error_body(message),
+                        content_type="application/json", headers=headers)

@@ -26,14 +26,14 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 import orjson
-from aiohttp import web
 
-from tritonlite.core.core import InferenceCore
+from tritonlite.core.api import CoreAPI
 from tritonlite.core.stream import StreamResponse
 from tritonlite.core.types import InferInput, InferRequest, InferResponse
 from tritonlite.errors import TritonliteError, invalid_arg
 from tritonlite.frontends.http import codec
-from tritonlite.frontends.http.errors import STATUS, error_response
+from tritonlite.frontends.http.call import HttpRequest, HttpResponse, HttpStream, StreamWriter
+from tritonlite.frontends.http.errors import STATUS, error
 
 ONE_RESPONSE = ("generate expects model to produce exactly 1 response, use generate stream for "
                 "model that generates various number of responses")
@@ -77,7 +77,7 @@ def _input(spec: dict[str, Any], value: Any, batched: bool) -> InferInput:
     return InferInput(name, datatype, shape, codec.json_to_array(name, datatype, shape, flat))
 
 
-def decode(core: InferenceCore, body: bytes, name: str, version: int) -> InferRequest:
+def decode(core: CoreAPI, body: bytes, name: str, version: int) -> InferRequest:
     """A generate request body -> the InferRequest it asks for (see the module docstring)."""
     if not body.strip():
         raise invalid_arg("failed to parse the request JSON buffer: The document is empty.")
@@ -145,12 +145,16 @@ def _event(item: StreamResponse) -> bytes | None:
     return b"data: " + body + b"\n\n"
 
 
-def _refusal(item: StreamResponse) -> web.Response:
+def _refusal(item: StreamResponse) -> HttpResponse:
     assert item.error is not None
-    return error_response(STATUS[item.error.code], item.error.message)
+    return error(STATUS[item.error.code], item.error.message)
 
 
-async def generate(items: AsyncGenerator[StreamResponse, None]) -> web.Response:
+def _json(body: bytes) -> HttpResponse:
+    return HttpResponse(200, [body], "application/json")
+
+
+async def generate(items: AsyncGenerator[StreamResponse, None]) -> HttpResponse:
     """``/generate``: the one response of the request, or why there is not exactly one."""
     answers: list[StreamResponse] = []
     try:
@@ -164,18 +168,18 @@ async def generate(items: AsyncGenerator[StreamResponse, None]) -> web.Response:
     finally:
         await items.aclose()
     if len(answers) != 1:
-        return web.Response(body=_error(ONE_RESPONSE), content_type="application/json")
+        return _json(_error(ONE_RESPONSE))
     (only,) = answers
     if only.error is not None:
-        return error_response(400, only.error.message)
+        return error(400, only.error.message)
     assert only.response is not None
     try:
-        return web.Response(body=encode(only.response), content_type="application/json")
+        return _json(encode(only.response))
     except TritonliteError as exc:
-        return error_response(STATUS[exc.code], exc.message)
+        return error(STATUS[exc.code], exc.message)
 
 
-async def _next(request: web.BaseRequest,
+async def _next(request: HttpRequest,
                 items: AsyncGenerator[StreamResponse, None]) -> StreamResponse | None:
     """The next item; None when the stream ended or the client went away meanwhile."""
     step = asyncio.ensure_future(items.__anext__())
@@ -187,8 +191,7 @@ async def _next(request: web.BaseRequest,
                     return step.result()
                 except StopAsyncIteration:
                     return None
-            transport = request.transport
-            if transport is None or transport.is_closing():
+            if request.disconnected():
                 return None
     finally:
         if not step.done():
@@ -196,16 +199,24 @@ async def _next(request: web.BaseRequest,
             await asyncio.gather(step, return_exceptions=True)
 
 
-async def generate_stream(request: web.BaseRequest,
-                          items: AsyncGenerator[StreamResponse, None]) -> web.StreamResponse:
-    """``/generate_stream``: one server-sent event per response, as they come."""
+async def generate_stream(request: HttpRequest,
+                          items: AsyncGenerator[StreamResponse, None]
+                          ) -> HttpResponse | HttpStream:
+    """``/generate_stream``: one server-sent event per response, as they come.
+
+    The status is fixed by the first item, so it is awaited here; the transport then runs
+    ``send`` (always, once), which owns ``items`` from there on and closes it."""
     try:
         first = await _next(request, items)
-        if first is not None and first.refused:
-            return _refusal(first)
-        status = 400 if first is not None and first.error is not None else 200
-        out = web.StreamResponse(status=status, headers={"Content-Type": _SSE})
-        await out.prepare(request)
+    except BaseException:
+        await items.aclose()
+        raise
+    if first is not None and first.refused:
+        await items.aclose()
+        return _refusal(first)
+    status = 400 if first is not None and first.error is not None else 200
+
+    async def send(out: StreamWriter) -> None:
         item = first
         try:
             while item is not None:
@@ -215,9 +226,9 @@ async def generate_stream(request: web.BaseRequest,
                 if item.final:
                     break
                 item = await _next(request, items)
-            await out.write_eof()
         except ConnectionError:  # the client went away; ``finally`` cancels the request
             pass
-        return out
-    finally:
-        await items.aclose()
+        finally:
+            await items.aclose()
+
+    return HttpStream(status, _SSE, send)

@@ -1,4 +1,4 @@
-"""HTTP side of request tracing: send a traced response and stamp HTTP_SEND_START/END.
+"""HTTP side of request tracing: stamp HTTP_SEND_START/END once the response is written.
 
 Only traced responses come here (``core.infer`` left ``request.trace`` set); the handler has
 already taken HTTP_RECV_START (handler entry, headers parsed) and HTTP_RECV_END (body read).
@@ -6,22 +6,17 @@ already taken HTTP_RECV_START (handler entry, headers parsed) and HTTP_RECV_END 
 
 from __future__ import annotations
 
-import time
-
-from aiohttp import web
-
 from tritonlite.core.trace import Trace
+from tritonlite.frontends.http.call import HttpResponse
 
 
-async def send_traced(request: web.BaseRequest, response: web.Response, trace: Trace,
-                      recv: tuple[int, int]) -> web.Response:
-    """Write ``response`` now (aiohttp accepts a handler's already-prepared response), then
-    hand the finished trace to its writer, whether or not the send succeeded."""
-    start = time.monotonic_ns()
-    try:
-        await response.prepare(request)
-        await response.write_eof()
-    finally:
-        trace.frontend("HTTP", recv, (start, time.monotonic_ns()))
+def traced(response: HttpResponse, trace: Trace, recv: tuple[int, int]) -> HttpResponse:
+    """Have the transport hand the finished trace to its writer once ``response`` is sent
+    (``on_sent`` runs whether or not the send succeeded)."""
+
+    def sent(start: int, end: int) -> None:
+        trace.frontend("HTTP", recv, (start, end))
         trace.release()
+
+    response.on_sent = sent
     return response

@@ -1,0 +1,134 @@
+"""The reference HTTP transport (``--frontend=aio``): aiohttp's low-level server.
+
+aiohttp brings its protocol, parser and keep-alive (no ``web.Application``); this module only
+adapts its ``BaseRequest`` to the call interface (``call.HttpRequest``) and the handler's
+``HttpResponse`` / ``HttpStream`` back to ``web.Response`` / ``web.StreamResponse``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from aiohttp import web
+
+from tritonlite.core.api import CoreAPI
+from tritonlite.errors import invalid_arg
+from tritonlite.frontends.http.app import make_dispatch
+from tritonlite.frontends.http.call import HttpError, HttpResponse, HttpStream, too_large
+
+__all__ = ["make_server"]
+
+
+class _Request:
+    """``call.HttpRequest`` over an aiohttp ``BaseRequest``."""
+
+    __slots__ = ("_r", "_limit", "method", "path", "query", "headers", "version", "peer")
+
+    def __init__(self, r: web.BaseRequest, limit: int) -> None:
+        self._r = r
+        self._limit = limit
+        self.method = r.method
+        path, _, self.query = r.raw_path.partition("?")
+        self.path = path
+        self.headers: Mapping[str, str] = r.headers
+        self.version = (r.version.major, r.version.minor)
+        transport = r.transport
+        self.peer = transport.get_extra_info("peername") if transport is not None else None
+
+    async def read(self) -> bytes:
+        r = self._r
+        expect = r.headers.get("Expect")
+        if expect and self.version >= (1, 1) and expect.lower() == "100-continue":
+            await r.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            r.writer.output_size = 0
+            await r.writer.drain()
+        try:
+            return await r.read()
+        except web.HTTPException as exc:
+            text = too_large(self._limit) if exc.status == 413 else exc.reason
+            raise HttpError(exc.status, text) from None
+        except Exception as exc:  # aiohttp's decompression errors
+            encoding = r.headers.get("Content-Encoding", "identity")
+            raise invalid_arg(
+                f"unable to decompress the request body ({encoding}): {exc}") from None
+
+    def disconnected(self) -> bool:
+        transport = self._r.transport
+        return transport is None or transport.is_closing()
+
+
+class _Writer:
+    __slots__ = ("_out",)
+
+    def __init__(self, out: web.StreamResponse) -> None:
+        self._out = out
+
+    async def write(self, data: bytes) -> None:
+        await self._out.write(data)
+
+
+async def _stream(request: web.BaseRequest, resp: HttpStream) -> web.StreamResponse:
+    headers = dict(resp.headers) if resp.headers else {}
+    headers["Content-Type"] = resp.content_type
+    out = web.StreamResponse(status=resp.status, headers=headers)
+    try:
+        await out.prepare(request)
+    except BaseException:
+        await resp.send(_Closed())
+        raise
+    await resp.send(_Writer(out))
+    try:
+        await out.write_eof()
+    except ConnectionError:
+        pass
+    return out
+
+
+class _Closed:
+    async def write(self, data: bytes) -> None:
+        raise ConnectionResetError("the client went away")
+
+
+def _response(resp: HttpResponse) -> web.Response:
+    parts = resp.body
+    body: Any = (bytes(parts[0]) if len(parts) == 1 else b"".join(parts)) if parts else None
+    return web.Response(status=resp.status, body=body, content_type=resp.content_type,
+                        headers=resp.headers)
+
+
+async def _traced(request: web.BaseRequest, resp: HttpResponse) -> web.Response:
+    """Write the response now (aiohttp accepts a handler's already-prepared response) so the
+    send can be timed; ``on_sent`` runs whether or not the send succeeded."""
+    assert resp.on_sent is not None
+    out = _response(resp)
+    start = time.monotonic_ns()
+    try:
+        await out.prepare(request)
+        await out.write_eof()
+    finally:
+        resp.on_sent(start, time.monotonic_ns())
+    return out
+
+
+def make_server(core: CoreAPI, max_input_size: int) -> web.Server:
+    """The HTTP front end as an aiohttp low-level server (call on the event loop)."""
+    loop = asyncio.get_running_loop()
+    dispatch = make_dispatch(core)
+
+    def request_factory(message: Any, payload: Any, protocol: Any, writer: Any,
+                        task: Any) -> web.BaseRequest:
+        return web.BaseRequest(message, payload, protocol, writer, task, loop,
+                               client_max_size=max_input_size)
+
+    async def handle(request: web.BaseRequest) -> web.StreamResponse:
+        resp = await dispatch(_Request(request, max_input_size))
+        if isinstance(resp, HttpStream):
+            return await _stream(request, resp)
+        if resp.on_sent is not None:
+            return await _traced(request, resp)
+        return _response(resp)
+
+    return web.Server(handle, request_factory=request_factory, access_log=None)

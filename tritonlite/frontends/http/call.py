@@ -1,0 +1,141 @@
+"""The HTTP call interface: what an HTTP handler sees, whatever carries the bytes.
+
+Two transports implement it -- aiohttp's low-level server (``frontends/http/aio.py``,
+``--frontend=aio``) and tritonlite's own HTTP/1.1 layer (``frontends/wire/http1.py``,
+``--frontend=native``) -- so the handlers in ``app.py`` import neither.
+
+Contract
+--------
+* A transport hands each request to one ``Dispatch`` (``app.make_dispatch``), a coroutine
+  ``async def dispatch(request: HttpRequest) -> HttpResponse | HttpStream``.
+* ``HttpRequest.read()`` returns the whole body, once; the transport has already undone a
+  gzip/deflate ``Content-Encoding`` (aiohttp does it; the native transport calls
+  ``decode_body``) and enforced the body-size limit. It raises ``HttpError`` for what the
+  transport refuses (413 too large, a bad chunked framing) and ``TritonliteError`` (INVALID_ARG)
+  for a body that does not decompress. The first ``read()`` of a request that carries
+  ``Expect: 100-continue`` sends ``100 Continue``; a handler that never reads does not ask
+  for the body (the transport then closes the connection after the response if it must).
+* Ownership: the transport owns the request; after the handler returns, neither the request
+  nor the response may be used by the handler. The transport writes the returned response
+  (``Content-Length`` always for an ``HttpResponse``) and then calls its ``on_sent(start_ns,
+  end_ns)``, exactly once, whether or not the bytes reached the socket.
+* ``HttpStream``: the transport sends the status and headers, then awaits ``send(writer)``,
+  exactly once, and ends the body when it returns (chunked framing on the native transport).
+  ``writer.write`` raises ``ConnectionError`` once the client has gone.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
+
+from tritonlite.errors import invalid_arg
+
+BodyPart = bytes | memoryview
+
+
+class HttpError(Exception):
+    """The transport refuses the request with this status (413, 400, ...) and message."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class HttpRequest(Protocol):
+    method: str  # "GET", "POST", ...
+    path: str  # the raw path (still percent-encoded), without the query
+    query: str  # what followed '?', "" without one
+    headers: Mapping[str, str]  # names are case-insensitive
+    version: tuple[int, int]  # (1, 1)
+    peer: Any  # (host, port, ...) for TCP, None or a str for a unix socket
+
+    async def read(self) -> bytes:
+        """The whole request body (decompressed), see the module docstring; a transport may
+        hand a ``bytearray`` (typed ``bytes``: handlers only read it)."""
+        ...
+
+    def disconnected(self) -> bool:
+        """Whether the client has gone away (its connection is closing or closed)."""
+        ...
+
+
+class StreamWriter(Protocol):
+    async def write(self, data: bytes) -> None:
+        """Send one piece of a streamed body; raises ConnectionError once the client left."""
+        ...
+
+
+class HttpResponse:
+    """A whole response: ``body`` is a list of parts sent one after the other (no join)."""
+
+    __slots__ = ("status", "body", "content_type", "headers", "on_sent")
+
+    def __init__(self, status: int = 200, body: list[BodyPart] | None = None,
+                 content_type: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        self.status = status
+        self.body: list[BodyPart] = body if body is not None else []
+        self.content_type = content_type
+        self.headers = headers
+        self.on_sent: Callable[[int, int], None] | None = None
+
+    def body_length(self) -> int:
+        n = 0
+        for part in self.body:
+            n += len(part) if not isinstance(part, memoryview) else part.nbytes
+        return n
+
+
+class HttpStream:
+    """A streamed response (server-sent events): the transport awaits ``send(writer)``."""
+
+    __slots__ = ("status", "content_type", "headers", "send")
+
+    def __init__(self, status: int, content_type: str,
+                 send: Callable[[StreamWriter], Awaitable[None]],
+                 headers: dict[str, str] | None = None) -> None:
+        self.status = status
+        self.content_type = content_type
+        self.send = send
+        self.headers = headers
+
+
+Dispatch = Callable[[HttpRequest], Awaitable[HttpResponse | HttpStream]]
+
+
+def too_large(limit: int) -> str:
+    """The 413 message, the same on every transport."""
+    return f"request body is larger than the {limit} byte limit (--http-max-input-size)"
+
+
+def decode_body(body: bytes | bytearray, encoding: str | None,
+                limit: int) -> bytes | bytearray:
+    """``body`` with its ``Content-Encoding`` undone (gzip, deflate: zlib-wrapped or raw).
+
+    Any other encoding is left as it is (the infer handler answers 501 for it before reading);
+    a decompressed body over ``limit`` bytes is ``HttpError(413)``, a corrupt one INVALID_ARG.
+    """
+    if not encoding:
+        return body
+    enc = encoding.strip().lower()
+    if enc == "gzip":
+        wbits = 16 + zlib.MAX_WBITS
+    elif enc == "deflate":
+        # zlib-wrapped (what clients send), or raw deflate when the first byte says so
+        wbits = zlib.MAX_WBITS if body[:1] and (body[0] & 0x0F) == 8 else -zlib.MAX_WBITS
+    else:
+        return body
+    d = zlib.decompressobj(wbits)
+    try:
+        out = d.decompress(body, limit + 1)
+        if len(out) > limit:
+            raise HttpError(413, too_large(limit))
+        if not d.eof:
+            raise zlib.error("incomplete or truncated stream")
+    except zlib.error as exc:
+        raise invalid_arg(
+            f"unable to decompress the request body ({enc}): {exc}") from None
+    return out
