@@ -1,18 +1,45 @@
-"""ErrorCode -> gRPC status code, once (PROTOCOL §0.3)."""
+"""ErrorCode -> gRPC status code, once (PROTOCOL §0.3).
+
+Status codes are plain ints (the numbers of ``grpc.StatusCode`` and of the ``grpc-status``
+trailer) so that handlers and the native transport never import grpc; the grpc.aio adapter
+turns them back into ``grpc.StatusCode`` members.
+"""
 
 from __future__ import annotations
 
-import grpc
-
 from tritonlite.errors import ErrorCode
 
-STATUS: dict[ErrorCode, grpc.StatusCode] = {
-    ErrorCode.INTERNAL: grpc.StatusCode.INTERNAL,
-    ErrorCode.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
-    ErrorCode.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
-    ErrorCode.UNSUPPORTED: grpc.StatusCode.UNIMPLEMENTED,
-    ErrorCode.INVALID_ARG: grpc.StatusCode.INVALID_ARGUMENT,
-    ErrorCode.UNKNOWN: grpc.StatusCode.UNKNOWN,
-    ErrorCode.ALREADY_EXISTS: grpc.StatusCode.ALREADY_EXISTS,
-    ErrorCode.CANCELLED: grpc.StatusCode.CANCELLED,
+# gRPC status codes (https://grpc.github.io/grpc/core/md_doc_statuscodes.html)
+OK = 0
+CANCELLED = 1
+UNKNOWN = 2
+INVALID_ARGUMENT = 3
+DEADLINE_EXCEEDED = 4
+NOT_FOUND = 5
+ALREADY_EXISTS = 6
+PERMISSION_DENIED = 7
+RESOURCE_EXHAUSTED = 8
+FAILED_PRECONDITION = 9
+ABORTED = 10
+OUT_OF_RANGE = 11
+UNIMPLEMENTED = 12
+INTERNAL = 13
+UNAVAILABLE = 14
+DATA_LOSS = 15
+UNAUTHENTICATED = 16
+
+STATUS: dict[ErrorCode, int] = {
+    ErrorCode.INTERNAL: INTERNAL,
+    ErrorCode.NOT_FOUND: NOT_FOUND,
+    ErrorCode.UNAVAILABLE: UNAVAILABLE,
+    ErrorCode.UNSUPPORTED: UNIMPLEMENTED,
+    ErrorCode.INVALID_ARG: INVALID_ARGUMENT,
+    ErrorCode.UNKNOWN: UNKNOWN,
+    ErrorCode.ALREADY_EXISTS: ALREADY_EXISTS,
+    ErrorCode.CANCELLED: CANCELLED,
 }
+
+
+def internal_message(exc: BaseException) -> str:
+    """The status message of an unexpected exception (INTERNAL), the same on every transport."""
+    return f"internal error: {type(exc).__name__}: {exc}"

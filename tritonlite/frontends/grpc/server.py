@@ -1,6 +1,10 @@
-"""The grpc.aio server: Triton's channel options, TLS, inference service and health service.
+"""The grpc.aio transport: serves the servicer's registry (``servicer.methods``) on grpc.aio.
 
-It runs on the process's one event loop, beside the HTTP front end. Options follow Triton
+Each registry entry becomes a grpc.aio method handler taking and returning raw bytes, whose
+call is wrapped in an ``AioCall`` (the ``GrpcCall`` interface over grpc.aio's context);
+``RpcError`` / ``TritonliteError`` raised by a handler end the call with the mapped status,
+anything else with INTERNAL (logged once). It runs on the process's one event loop, beside
+the HTTP front end. Options follow Triton
 (PROTOCOL §2.2): message limits at INT32_MAX both ways (grpcio's 4 MiB default is the most
 reported break), Triton's keepalive settings, and SO_REUSEPORT off unless --reuse-grpc-port,
 so a port clash fails the start instead of silently sharing the port.
@@ -8,20 +12,25 @@ so a port clash fails the start instead of silently sharing the port.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
+import ipaddress
+import logging
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
+from urllib.parse import unquote
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tritonlite.core.core import InferenceCore
-from tritonlite.frontends.grpc.servicer import generic_handler
+from tritonlite.core.api import CoreAPI
+from tritonlite.errors import TritonliteError
+from tritonlite.frontends.call import GrpcMethods, RpcError, StreamHandler, UnaryHandler
+from tritonlite.frontends.grpc.errors import STATUS, internal_message
+from tritonlite.frontends.grpc.servicer import methods
 from tritonlite.options import ServerOptions
 
+log = logging.getLogger("tritonlite")
+
 MAX_MESSAGE = 2**31 - 1  # Triton's MAX_GRPC_MESSAGE_SIZE (INT32_MAX)
-_WATCH_POLL_S = 1.0
 
 
 def server_options(opts: ServerOptions) -> list[tuple[str, Any]]:
@@ -57,47 +66,132 @@ def _credentials(opts: ServerOptions) -> grpc.ServerCredentials:
                                        require_client_auth=opts.grpc_use_ssl_mutual)
 
 
-class HealthServicer(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
-    """grpc.health.v1.Health computed from ``core.is_ready()`` on every call.
+# status codes (ints, as handlers raise them) -> grpc.aio's enum
+_AIO_STATUS: dict[int, grpc.StatusCode] = {sc.value[0]: sc for sc in grpc.StatusCode}
+_AIO_COMPRESSION = {
+    None: grpc.Compression.NoCompression,
+    "gzip": grpc.Compression.Gzip,
+    "deflate": grpc.Compression.Deflate,
+}
 
-    Like Triton, the answer is the server's readiness whatever service name is asked about.
-    """
 
-    def __init__(self, core: InferenceCore) -> None:
-        self.core = core
+def peer_is_local(peer: str) -> bool:
+    """Whether a grpc peer string ("ipv4:127.0.0.1:5", "ipv6:[::1]:5", "unix:...") is local."""
+    kind, _, rest = peer.partition(":")
+    if kind == "unix":
+        return True
+    if kind not in ("ipv4", "ipv6"):
+        return False
+    host = unquote(rest).rsplit(":", 1)[0].strip("[]")
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
-    def _status(self) -> Any:
-        if self.core.is_ready():
-            return health_pb2.HealthCheckResponse.SERVING
-        return health_pb2.HealthCheckResponse.NOT_SERVING
 
-    async def Check(self, request: Any, context: Any) -> Any:
-        return health_pb2.HealthCheckResponse(status=self._status())
+class AioCall:
+    """``GrpcCall`` over a grpc.aio servicer context (one per call, dropped when it ends)."""
 
-    async def Watch(self, request: Any, context: Any) -> AsyncIterator[Any]:
-        last = None
-        while True:
-            status = self._status()
-            if status != last:
-                last = status
-                yield health_pb2.HealthCheckResponse(status=status)
-            await asyncio.sleep(_WATCH_POLL_S)
+    __slots__ = ("_context", "compressed")
+
+    def __init__(self, context: grpc.aio.ServicerContext) -> None:
+        self._context = context
+        self.compressed = False  # a unary response must then send its initial metadata
+
+    def metadata(self) -> Sequence[tuple[str, str | bytes]]:
+        return self._context.invocation_metadata() or ()
+
+    def peer_is_local(self) -> bool:
+        return peer_is_local(self._context.peer())
+
+    def set_compression(self, algorithm: str | None) -> None:
+        self._context.set_compression(_AIO_COMPRESSION[algorithm])
+        self.compressed = algorithm is not None
+
+    def time_remaining(self) -> float | None:
+        return self._context.time_remaining()  # type: ignore[no-any-return]
+
+    def add_done_callback(self, fn: Callable[[], None]) -> None:
+        self._context.add_done_callback(lambda _context: fn())
+
+    async def read(self) -> bytes | None:
+        msg = await self._context.read()
+        return None if msg is grpc.aio.EOF else msg
+
+    async def write(self, message: bytes) -> None:
+        await self._context.write(message)
+
+
+async def _abort(context: grpc.aio.ServicerContext, exc: Exception, path: str) -> NoReturn:
+    """End the call with the status ``exc`` maps to (raises grpc.aio's AbortError)."""
+    if isinstance(exc, RpcError):
+        await context.abort(_AIO_STATUS[exc.code], exc.message)
+    elif isinstance(exc, TritonliteError):
+        await context.abort(_AIO_STATUS[STATUS[exc.code]], exc.message)
+    else:
+        log.error("unexpected error in %s", path, exc_info=exc)
+        await context.abort(grpc.StatusCode.INTERNAL, internal_message(exc))
+    raise AssertionError("context.abort returned")  # it always raises
+
+
+def _unary(fn: UnaryHandler, path: str) -> grpc.RpcMethodHandler:
+    # the hot path (ModelInfer): keep to one small object and a few attribute reads
+    async def handler(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        call = AioCall(context)
+        try:
+            response = await fn(request, call)
+        except Exception as exc:
+            await _abort(context, exc, path)
+        if call.compressed:
+            # the unary finish path ignores set_compression unless the initial metadata
+            # (which carries the algorithm) is sent explicitly
+            await context.send_initial_metadata(())
+        return response
+
+    return grpc.unary_unary_rpc_method_handler(handler)
+
+
+def _stream(fn: StreamHandler, path: str) -> grpc.RpcMethodHandler:
+    # messages are read with context.read(): the request iterator is never started
+    async def handler(requests: Any, context: grpc.aio.ServicerContext) -> None:
+        try:
+            await fn(AioCall(context))
+        except Exception as exc:
+            await _abort(context, exc, path)
+
+    return grpc.stream_stream_rpc_method_handler(handler)
+
+
+class _Registry(grpc.GenericRpcHandler):  # type: ignore[misc]
+    """Every method of a ``GrpcMethods`` registry as one generic handler, raw bytes both
+    ways (no (de)serializers: the handlers parse and serialize)."""
+
+    def __init__(self, registry: GrpcMethods) -> None:
+        self._handlers: dict[str, grpc.RpcMethodHandler] = {}
+        for path, method in registry.items():
+            if method.unary is not None:
+                self._handlers[path] = _unary(method.unary, path)
+            elif method.stream is not None:
+                self._handlers[path] = _stream(method.stream, path)
+
+    def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        return self._handlers.get(details.method)
 
 
 def _address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
 
 
-async def start_grpc(core: InferenceCore, opts: ServerOptions) -> tuple[grpc.aio.Server, int]:
-    """Start the gRPC front end; returns the server and the port it bound (port 0 = any free).
+async def start_grpc(core: CoreAPI, opts: ServerOptions) -> tuple[grpc.aio.Server, int]:
+    """Start the gRPC front end on grpc.aio (the inference and the health service); returns
+    the server and the port it bound (port 0 = any free).
 
     Raises RuntimeError when the address can not be bound, OSError when a TLS file can not
     be read.
     """
     server = grpc.aio.server(options=server_options(opts))
     try:
-        server.add_generic_rpc_handlers((generic_handler(core, opts),))
-        health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(core), server)
+        server.add_generic_rpc_handlers((_Registry(methods(core, opts)),))
         address = _address(opts.grpc_address, opts.grpc_port)
         if opts.grpc_use_ssl:
             port = server.add_secure_port(address, _credentials(opts))

@@ -1,60 +1,62 @@
-"""inference.GRPCInferenceService: each RPC decodes its message, makes one core call, encodes.
+"""inference.GRPCInferenceService and grpc.health.v1.Health over a ``GrpcCall``.
 
-Registered through ``grpc.method_handlers_generic_handler`` with our private-pool message
-classes (tritonclient's generated modules live in the default pool; PROTOCOL §2.1). Core
-dicts come in the HTTP JSON shape and are converted here; errors become statuses through
-``errors.STATUS``, the one table.
+Each unary RPC is ``async def X(request: bytes, call: GrpcCall) -> bytes``: parse the message
+with our private-pool classes (tritonclient's generated modules live in the default pool;
+PROTOCOL §2.1), make one core call, serialize. ModelInfer and ModelStreamInfer work on the
+bytes through ``codec`` instead. Errors are raised (``TritonliteError``, ``RpcError``); the
+transport maps them to a status through ``errors.STATUS``. Nothing here knows which
+transport carries the call (grpc.aio or the native wire layer): ``methods()`` builds the
+registry both serve.
 """
 
 from __future__ import annotations
 
-import ipaddress
-import logging
+import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote
 
-import grpc
-from google.protobuf import json_format, message_factory
+from google.protobuf import json_format, message
+from grpc_health.v1 import health_pb2
 
 from tritonlite._proto import SERVICE_NAME, pb, service
-from tritonlite.core.core import InferenceCore, parse_version
-from tritonlite.errors import TritonliteError, invalid_arg, unsupported
+from tritonlite.core.api import CoreAPI
+from tritonlite.core.core import parse_version
+from tritonlite.errors import invalid_arg, unsupported
+from tritonlite.frontends.call import GrpcCall, GrpcMethods, StreamHandler, UnaryHandler
 from tritonlite.frontends.grpc import codec
-from tritonlite.frontends.grpc.errors import STATUS
 from tritonlite.frontends.grpc.stream import model_stream_infer
 from tritonlite.frontends.grpc.tracing import trace_unary
 from tritonlite.options import ServerOptions
 
-log = logging.getLogger("tritonlite")
-
 _DECOUPLED = "ModelInfer RPC doesn't support models with decoupled transaction policy"
-
-Unary = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
+HEALTH_SERVICE = "grpc.health.v1.Health"
+WATCH_POLL_S = 1.0  # how often Health/Watch looks at readiness
 
 # --grpc-infer-response-compression-level -> the algorithm grpc-core picks for that level
 # when the client accepts gzip and deflate (its ranking: low = gzip, medium/high = deflate).
-_COMPRESSION = {
+_COMPRESSION: dict[str, str | None] = {
     "none": None,
-    "low": grpc.Compression.Gzip,
-    "medium": grpc.Compression.Deflate,
-    "high": grpc.Compression.Deflate,
+    "low": "gzip",
+    "medium": "deflate",
+    "high": "deflate",
 }
 
 
-def peer_is_local(peer: str) -> bool:
-    """Whether a grpc peer string ("ipv4:127.0.0.1:5", "ipv6:[::1]:5", "unix:...") is local."""
-    kind, _, rest = peer.partition(":")
-    if kind == "unix":
-        return True
-    if kind not in ("ipv4", "ipv6"):
-        return False
-    host = unquote(rest).rsplit(":", 1)[0].strip("[]")
+@dataclass(slots=True)
+class Method:
+    """A registry entry (``frontends.call.GrpcMethod``): exactly one handler is set."""
+
+    unary: UnaryHandler | None = None
+    stream: StreamHandler | None = None
+
+
+def _parse(cls: Any, data: bytes) -> Any:
     try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+        return cls.FromString(data)
+    except message.DecodeError as exc:
+        raise invalid_arg(
+            f"failed to parse the {cls.DESCRIPTOR.name} message: {exc}") from None
 
 
 def _version(text: str) -> int:
@@ -62,82 +64,85 @@ def _version(text: str) -> int:
 
 
 class Servicer:
-    """The RPCs of inference.GRPCInferenceService over one InferenceCore."""
+    """The RPCs of inference.GRPCInferenceService over one core."""
 
-    def __init__(self, core: InferenceCore, options: ServerOptions) -> None:
+    def __init__(self, core: CoreAPI, options: ServerOptions) -> None:
         self.core = core
         self.compression = _COMPRESSION[options.grpc_infer_response_compression_level]
 
     # -- health and metadata --------------------------------------------------------------------
-    async def ServerLive(self, request: Any, context: Any) -> Any:
-        return pb.ServerLiveResponse(live=self.core.is_live())
+    async def ServerLive(self, request: bytes, call: GrpcCall) -> bytes:
+        _parse(pb.ServerLiveRequest, request)
+        return bytes(pb.ServerLiveResponse(live=self.core.is_live()).SerializeToString())
 
-    async def ServerReady(self, request: Any, context: Any) -> Any:
-        return pb.ServerReadyResponse(ready=self.core.is_ready())
+    async def ServerReady(self, request: bytes, call: GrpcCall) -> bytes:
+        _parse(pb.ServerReadyRequest, request)
+        return bytes(pb.ServerReadyResponse(ready=self.core.is_ready()).SerializeToString())
 
-    async def ModelReady(self, request: Any, context: Any) -> Any:
-        ready = self.core.model_ready(request.name, _version(request.version))
-        return pb.ModelReadyResponse(ready=ready)
+    async def ModelReady(self, request: bytes, call: GrpcCall) -> bytes:
+        r = _parse(pb.ModelReadyRequest, request)
+        ready = self.core.model_ready(r.name, _version(r.version))
+        return bytes(pb.ModelReadyResponse(ready=ready).SerializeToString())
 
-    async def ServerMetadata(self, request: Any, context: Any) -> Any:
+    async def ServerMetadata(self, request: bytes, call: GrpcCall) -> bytes:
+        _parse(pb.ServerMetadataRequest, request)
         md = self.core.server_metadata()
-        return pb.ServerMetadataResponse(name=md["name"], version=md["version"],
-                                         extensions=md["extensions"])
+        return bytes(pb.ServerMetadataResponse(
+            name=md["name"], version=md["version"], extensions=md["extensions"],
+        ).SerializeToString())
 
-    async def ModelMetadata(self, request: Any, context: Any) -> Any:
-        md = self.core.model_metadata(request.name, _version(request.version))
-        return pb.ModelMetadataResponse(
+    async def ModelMetadata(self, request: bytes, call: GrpcCall) -> bytes:
+        r = _parse(pb.ModelMetadataRequest, request)
+        md = self.core.model_metadata(r.name, _version(r.version))
+        tensor = pb.ModelMetadataResponse.TensorMetadata
+        return bytes(pb.ModelMetadataResponse(
             name=md["name"], versions=md["versions"], platform=md["platform"],
-            inputs=[pb.ModelMetadataResponse.TensorMetadata(**t) for t in md["inputs"]],
-            outputs=[pb.ModelMetadataResponse.TensorMetadata(**t) for t in md["outputs"]],
-        )
+            inputs=[tensor(**t) for t in md["inputs"]],
+            outputs=[tensor(**t) for t in md["outputs"]],
+        ).SerializeToString())
 
-    async def ModelConfig(self, request: Any, context: Any) -> Any:
-        config = self.core.model_config(request.name, _version(request.version))
-        return pb.ModelConfigResponse(config=config)
+    async def ModelConfig(self, request: bytes, call: GrpcCall) -> bytes:
+        r = _parse(pb.ModelConfigRequest, request)
+        config = self.core.model_config(r.name, _version(r.version))
+        return bytes(pb.ModelConfigResponse(config=config).SerializeToString())
 
-    async def ModelStatistics(self, request: Any, context: Any) -> Any:
-        name = request.name
-        stats = self.core.statistics(name, _version(request.version) if name else -1)
-        return json_format.ParseDict(stats, pb.ModelStatisticsResponse())
+    async def ModelStatistics(self, request: bytes, call: GrpcCall) -> bytes:
+        r = _parse(pb.ModelStatisticsRequest, request)
+        name = r.name
+        stats = self.core.statistics(name, _version(r.version) if name else -1)
+        out = json_format.ParseDict(stats, pb.ModelStatisticsResponse())
+        return bytes(out.SerializeToString())
 
     # -- inference ------------------------------------------------------------------------------
-    async def ModelInfer(self, request: bytes, context: Any) -> bytes:
-        # The hot path: bytes in and out (see codec), no wrapper, errors handled inline.
-        try:
-            recv_start = time.monotonic_ns() if self.core.trace.enabled else 0
-            req = codec.decode_infer(codec.parse(request))
-            recv_end = time.monotonic_ns() if recv_start else 0
-            resp = await self.core.infer(req, _DECOUPLED)
-            msg = codec.encode_infer(resp)
-        except TritonliteError as exc:
-            await context.abort(STATUS[exc.code], exc.message)
-        except Exception as exc:
-            log.exception("unexpected error in ModelInfer")
-            await context.abort(grpc.StatusCode.INTERNAL,
-                                f"internal error: {type(exc).__name__}: {exc}")
+    async def ModelInfer(self, request: bytes, call: GrpcCall) -> bytes:
+        # The hot path: bytes in and out (see codec); ``call`` is touched only when needed.
+        core = self.core
+        recv_start = time.monotonic_ns() if core.trace.enabled else 0
+        req = codec.decode_infer(codec.parse(request))
+        recv_end = time.monotonic_ns() if recv_start else 0
+        msg = codec.encode_infer(await core.infer(req, _DECOUPLED))
         if self.compression is not None:
-            # the unary finish path ignores set_compression unless the initial metadata
-            # (which carries the algorithm) is sent explicitly
-            context.set_compression(self.compression)
-            await context.send_initial_metadata(())
+            call.set_compression(self.compression)
         if req.trace is not None:
-            trace_unary(context, req.trace, (recv_start, recv_end))
+            trace_unary(call, req.trace, (recv_start, recv_end))
         return msg
 
-    async def ModelStreamInfer(self, request_iterator: Any, context: Any) -> None:
-        await model_stream_infer(self.core, request_iterator, context, self.compression)
+    async def ModelStreamInfer(self, call: GrpcCall) -> None:
+        await model_stream_infer(self.core, call, self.compression)
 
     # -- model repository ----------------------------------------------------------------------
-    async def RepositoryIndex(self, request: Any, context: Any) -> Any:
-        rows = self.core.repository_index(request.ready)
-        return json_format.ParseDict({"models": rows}, pb.RepositoryIndexResponse())
+    async def RepositoryIndex(self, request: bytes, call: GrpcCall) -> bytes:
+        r = _parse(pb.RepositoryIndexRequest, request)
+        rows = self.core.repository_index(r.ready)
+        out = json_format.ParseDict({"models": rows}, pb.RepositoryIndexResponse())
+        return bytes(out.SerializeToString())
 
-    async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
-        if request.repository_name:
+    async def RepositoryModelLoad(self, request: bytes, call: GrpcCall) -> bytes:
+        r = _parse(pb.RepositoryModelLoadRequest, request)
+        if r.repository_name:
             raise unsupported("'repository_name' specification is not supported")
         params: dict[str, Any] = {}
-        for key, p in request.parameters.items():
+        for key, p in r.parameters.items():
             kind, value = codec.param_value(p)
             if key == "config" and kind != "string_param":
                 raise invalid_arg("load parameter 'config' must be a string_param holding JSON")
@@ -146,66 +151,74 @@ class Servicer:
             if key != "config" and not key.startswith("file:"):
                 raise invalid_arg(f"unrecognized load parameter '{key}'")
             params[key] = value
-        await self.core.load_model(request.model_name, params)
-        return pb.RepositoryModelLoadResponse()
+        await self.core.load_model(r.model_name, params)
+        return bytes(pb.RepositoryModelLoadResponse().SerializeToString())
 
-    async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
-        if request.repository_name:
+    async def RepositoryModelUnload(self, request: bytes, call: GrpcCall) -> bytes:
+        r = _parse(pb.RepositoryModelUnloadRequest, request)
+        if r.repository_name:
             raise unsupported("'repository_name' specification is not supported")
         dependents = False
-        p = request.parameters.get("unload_dependents")
+        p = r.parameters.get("unload_dependents")
         if p is not None:
             kind, dependents = codec.param_value(p)
             if kind != "bool_param":
                 raise invalid_arg("'unload_dependents' must be a bool_param")
-        await self.core.unload_model(request.model_name, dependents)
-        return pb.RepositoryModelUnloadResponse()
+        await self.core.unload_model(r.model_name, dependents)
+        return bytes(pb.RepositoryModelUnloadResponse().SerializeToString())
 
     # -- shared memory --------------------------------------------------------------------------
-    async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+    async def SystemSharedMemoryStatus(self, request: bytes, call: GrpcCall) -> bytes:
+        r = _parse(pb.SystemSharedMemoryStatusRequest, request)
         out = pb.SystemSharedMemoryStatusResponse()
-        for r in self.core.shm.system_status(request.name):
-            out.regions[r["name"]].CopyFrom(
-                pb.SystemSharedMemoryStatusResponse.RegionStatus(**r))
-        return out
+        for region in self.core.shm.system_status(r.name):
+            out.regions[region["name"]].CopyFrom(
+                pb.SystemSharedMemoryStatusResponse.RegionStatus(**region))
+        return bytes(out.SerializeToString())
 
-    async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
-        self.core.register_system_shm(request.name, request.key, request.offset,
-                                      request.byte_size, peer_is_local(context.peer()))
-        return pb.SystemSharedMemoryRegisterResponse()
+    async def SystemSharedMemoryRegister(self, request: bytes, call: GrpcCall) -> bytes:
+        r = _parse(pb.SystemSharedMemoryRegisterRequest, request)
+        self.core.register_system_shm(r.name, r.key, r.offset, r.byte_size,
+                                      call.peer_is_local())
+        return bytes(pb.SystemSharedMemoryRegisterResponse().SerializeToString())
 
-    async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
-        self.core.shm.unregister_system(request.name)
-        return pb.SystemSharedMemoryUnregisterResponse()
+    async def SystemSharedMemoryUnregister(self, request: bytes, call: GrpcCall) -> bytes:
+        r = _parse(pb.SystemSharedMemoryUnregisterRequest, request)
+        self.core.shm.unregister_system(r.name)
+        return bytes(pb.SystemSharedMemoryUnregisterResponse().SerializeToString())
 
-    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+    async def CudaSharedMemoryStatus(self, request: bytes, call: GrpcCall) -> bytes:
+        r = _parse(pb.CudaSharedMemoryStatusRequest, request)
         out = pb.CudaSharedMemoryStatusResponse()
-        for r in self.core.shm.cuda_status(request.name):
-            out.regions[r["name"]].CopyFrom(
+        for region in self.core.shm.cuda_status(r.name):
+            out.regions[region["name"]].CopyFrom(
                 pb.CudaSharedMemoryStatusResponse.RegionStatus(
-                    name=r["name"], device_id=r.get("device_id", 0),
-                    byte_size=r.get("byte_size", 0)))
-        return out
+                    name=region["name"], device_id=region.get("device_id", 0),
+                    byte_size=region.get("byte_size", 0)))
+        return bytes(out.SerializeToString())
 
-    async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
-        if request.device_id < 0:
+    async def CudaSharedMemoryRegister(self, request: bytes, call: GrpcCall) -> bytes:
+        r = _parse(pb.CudaSharedMemoryRegisterRequest, request)
+        if r.device_id < 0:
             raise invalid_arg("'device_id' must be >= 0")
-        self.core.register_cuda_shm(request.name, request.raw_handle, request.device_id,
-                                    request.byte_size, peer_is_local(context.peer()))
-        return pb.CudaSharedMemoryRegisterResponse()
+        self.core.register_cuda_shm(r.name, r.raw_handle, r.device_id, r.byte_size,
+                                    call.peer_is_local())
+        return bytes(pb.CudaSharedMemoryRegisterResponse().SerializeToString())
 
-    async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
-        self.core.shm.unregister_cuda(request.name)
-        return pb.CudaSharedMemoryUnregisterResponse()
+    async def CudaSharedMemoryUnregister(self, request: bytes, call: GrpcCall) -> bytes:
+        r = _parse(pb.CudaSharedMemoryUnregisterRequest, request)
+        self.core.shm.unregister_cuda(r.name)
+        return bytes(pb.CudaSharedMemoryUnregisterResponse().SerializeToString())
 
     # -- trace and logging ----------------------------------------------------------------------
-    async def TraceSetting(self, request: Any, context: Any) -> Any:
-        model = request.model_name
+    async def TraceSetting(self, request: bytes, call: GrpcCall) -> bytes:
+        r = _parse(pb.TraceSettingRequest, request)
+        model = r.model_name
         if model and model not in self.core.repository.models:
             raise invalid_arg(f"Request for unknown model : {model}")
-        if request.settings:
+        if r.settings:
             changes: dict[str, Any] = {}
-            for key, sv in request.settings.items():
+            for key, sv in r.settings.items():
                 values = list(sv.value)
                 if not values:
                     changes[key] = None
@@ -221,11 +234,12 @@ class Servicer:
         out = pb.TraceSettingResponse()
         for key, value in settings.items():
             out.settings[key].value.extend(value if isinstance(value, list) else [str(value)])
-        return out
+        return bytes(out.SerializeToString())
 
-    async def LogSettings(self, request: Any, context: Any) -> Any:
-        if request.settings:
-            changes = {key: codec.param_value(sv)[1] for key, sv in request.settings.items()}
+    async def LogSettings(self, request: bytes, call: GrpcCall) -> bytes:
+        r = _parse(pb.LogSettingsRequest, request)
+        if r.settings:
+            changes = {key: codec.param_value(sv)[1] for key, sv in r.settings.items()}
             settings = self.core.logging.update(changes)
         else:
             settings = self.core.logging.get()
@@ -238,41 +252,52 @@ class Servicer:
                 sv.uint32_param = value
             else:
                 sv.string_param = str(value)
-        return out
+        return bytes(out.SerializeToString())
 
 
-def _guard(fn: Unary) -> Unary:
-    """Map TritonliteError (and anything unexpected, as INTERNAL) to the RPC's status."""
+class Health:
+    """grpc.health.v1.Health computed from ``core.is_ready()`` on every call.
 
-    async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        try:
-            return await fn(request, context)
-        except TritonliteError as exc:
-            await context.abort(STATUS[exc.code], exc.message)
-        except Exception as exc:
-            log.exception("unexpected error in %s", fn.__name__)
-            await context.abort(grpc.StatusCode.INTERNAL,
-                                f"internal error: {type(exc).__name__}: {exc}")
+    Like Triton, the answer is the server's readiness whatever service name is asked about.
+    """
 
-    handler.__name__ = fn.__name__
-    return handler
+    def __init__(self, core: CoreAPI) -> None:
+        self.core = core
+
+    def _status(self) -> int:
+        if self.core.is_ready():
+            return int(health_pb2.HealthCheckResponse.SERVING)
+        return int(health_pb2.HealthCheckResponse.NOT_SERVING)
+
+    async def Check(self, request: bytes, call: GrpcCall) -> bytes:
+        _parse(health_pb2.HealthCheckRequest, request)
+        return bytes(health_pb2.HealthCheckResponse(status=self._status()).SerializeToString())
+
+    async def Watch(self, call: GrpcCall) -> None:
+        """Send the status now and again each time it changes, until the client cancels."""
+        _parse(health_pb2.HealthCheckRequest, await call.read() or b"")
+        last = None
+        while True:
+            status = self._status()
+            if status != last:
+                last = status
+                await call.write(
+                    health_pb2.HealthCheckResponse(status=status).SerializeToString())
+            await asyncio.sleep(WATCH_POLL_S)
 
 
-def generic_handler(core: InferenceCore, options: ServerOptions) -> grpc.GenericRpcHandler:
-    """Every RPC of the service descriptor, bound to a Servicer over ``core``."""
+def methods(core: CoreAPI, options: ServerOptions) -> GrpcMethods:
+    """The registry every transport serves: each RPC of the inference service descriptor and
+    the health service, keyed ``/package.Service/Method``."""
     servicer = Servicer(core, options)
-    handlers: dict[str, grpc.RpcMethodHandler] = {}
-    for method in service.methods:
-        req_cls = message_factory.GetMessageClass(method.input_type)
-        resp_cls = message_factory.GetMessageClass(method.output_type)
-        fn = getattr(servicer, method.name)
-        if method.name == "ModelStreamInfer":  # bytes both ways, like ModelInfer
-            handlers[method.name] = grpc.stream_stream_rpc_method_handler(fn)
-        elif method.name == "ModelInfer":
-            handlers[method.name] = grpc.unary_unary_rpc_method_handler(fn)
+    health = Health(core)
+    out: GrpcMethods = {}
+    for m in service.methods:
+        fn = getattr(servicer, m.name)  # AttributeError: the proto has an RPC we do not serve
+        if m.client_streaming or m.server_streaming:
+            out[f"/{SERVICE_NAME}/{m.name}"] = Method(stream=fn)
         else:
-            handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-                _guard(fn),
-                request_deserializer=req_cls.FromString,
-                response_serializer=resp_cls.SerializeToString)
-    return grpc.method_handlers_generic_handler(SERVICE_NAME, handlers)
+            out[f"/{SERVICE_NAME}/{m.name}"] = Method(unary=fn)
+    out[f"/{HEALTH_SERVICE}/Check"] = Method(unary=health.Check)
+    out[f"/{HEALTH_SERVICE}/Watch"] = Method(stream=health.Watch)
+    return out

@@ -26,15 +26,14 @@ import logging
 import time
 from typing import Any
 
-import grpc
-
-from tritonlite.core.core import InferenceCore
+from tritonlite.core.api import CoreAPI
 from tritonlite.core.stream import StreamResponse
 from tritonlite.core.trace import Trace
 from tritonlite.core.types import InferRequest, InferResponse
 from tritonlite.errors import TritonliteError, internal
+from tritonlite.frontends.call import GrpcCall
 from tritonlite.frontends.grpc import codec
-from tritonlite.frontends.grpc.errors import STATUS
+from tritonlite.frontends.grpc.errors import internal_message
 from tritonlite.frontends.grpc.tracing import write_traced
 
 log = logging.getLogger("tritonlite")
@@ -44,9 +43,11 @@ log = logging.getLogger("tritonlite")
 Outgoing = tuple[bytes, Trace | None] | TritonliteError | None
 
 
-def _wants_grpc_error(context: Any) -> bool:
-    for key, value in context.invocation_metadata() or ():
-        if key == "triton_grpc_error" and str(value).strip().lower() == "true":
+def _wants_grpc_error(call: GrpcCall) -> bool:
+    for key, value in call.metadata():
+        if isinstance(value, bytes):
+            continue  # a -bin key; triton_grpc_error is a text key
+        if key == "triton_grpc_error" and value.strip().lower() == "true":
             return True
     return False
 
@@ -81,7 +82,7 @@ def _message(item: StreamResponse, req: InferRequest, w: Any) -> bytes | None:
     return codec.encode_stream(InferResponse(req.model_name, "", req.id, final=True))
 
 
-async def _serve_one(core: InferenceCore, data: bytes, grpc_error: bool,
+async def _serve_one(core: CoreAPI, data: bytes, grpc_error: bool,
                      outbox: asyncio.Queue[Outgoing], prev: asyncio.Future[None] | None,
                      mine: asyncio.Future[None]) -> None:
     """One streamed request: its messages go to ``outbox``; ``mine`` resolves once it has
@@ -122,16 +123,16 @@ async def _serve_one(core: InferenceCore, data: bytes, grpc_error: bool,
         raise
     except Exception as exc:
         log.exception("unexpected error in ModelStreamInfer")
-        err = internal(f"internal error: {type(exc).__name__}: {exc}")
+        err = internal(internal_message(exc))
         outbox.put_nowait(err if grpc_error else (_error_message(err, w), None))
     finally:
         _after(prev, mine)
 
 
-async def model_stream_infer(
-    core: InferenceCore, requests: Any, context: Any, compression: grpc.Compression | None
-) -> None:
-    grpc_error = _wants_grpc_error(context)
+async def model_stream_infer(core: CoreAPI, call: GrpcCall, compression: str | None) -> None:
+    """Serve one ModelStreamInfer call; an error ending the stream is raised (the transport
+    turns it into the call's status)."""
+    grpc_error = _wants_grpc_error(call)
     outbox: asyncio.Queue[Outgoing] = asyncio.Queue()
     loop = asyncio.get_running_loop()
     tasks: set[asyncio.Task[None]] = set()
@@ -139,7 +140,7 @@ async def model_stream_infer(
     async def read() -> None:
         prev: asyncio.Future[None] | None = None
         try:
-            async for msg in requests:
+            while (msg := await call.read()) is not None:
                 mine: asyncio.Future[None] = loop.create_future()
                 task = asyncio.ensure_future(
                     _serve_one(core, msg, grpc_error, outbox, prev, mine))
@@ -152,7 +153,7 @@ async def model_stream_infer(
             outbox.put_nowait(None)
 
     if compression is not None:
-        context.set_compression(compression)
+        call.set_compression(compression)
     reader = asyncio.ensure_future(read())
     try:
         while True:
@@ -160,13 +161,12 @@ async def model_stream_infer(
             if out is None:
                 break
             if isinstance(out, TritonliteError):
-                await context.abort(STATUS[out.code], out.message)
-                return
+                raise out
             msg, trace = out
             if trace is None:
-                await context.write(msg)
+                await call.write(msg)
             else:
-                await write_traced(context, msg, trace)
+                await write_traced(call, msg, trace)
         await reader  # re-raises a failure to read the request stream
     finally:
         reader.cancel()
