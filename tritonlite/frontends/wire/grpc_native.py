@@ -1,0 +1,648 @@
+"""gRPC over tritonlite's own HTTP/2 layer: an asyncio Protocol serving a ``GrpcMethods`` registry.
+
+``GrpcProtocol(methods, limits)`` is one connection: ``wire.h2.H2Connection`` parses and frames,
+this module maps streams to calls (``GrpcCall``, see ``frontends/call.py``) and runs each
+call's handler as a task. It makes no assumption about who created it: a listener from
+``start_grpc_native`` or the one-port detector calling ``connection_made`` and then
+``data_received(first_bytes)``.
+
+Ownership: a call's task owns the call until its handler returns; the protocol owns the stream
+and ends it (trailers), and cancels the task when the client resets the stream, the deadline
+passes or the connection is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import socket
+import ssl
+import zlib
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tritonlite.errors import TritonliteError
+from tritonlite.frontends.call import GrpcMethod, GrpcMethods, RpcError
+from tritonlite.frontends.grpc.errors import (
+    DEADLINE_EXCEEDED,
+    INTERNAL,
+    OK,
+    RESOURCE_EXHAUSTED,
+    STATUS,
+    UNAVAILABLE,
+    UNIMPLEMENTED,
+    UNKNOWN,
+    internal_message,
+)
+from tritonlite.frontends.wire.h2 import H2Connection, H2Limits, encode_headers
+
+log = logging.getLogger("tritonlite.grpc")
+
+_ACCEPT = b"identity,deflate,gzip"
+_BASE = [(b":status", b"200"), (b"content-type", b"application/grpc")]
+_HEAD = {
+    None: encode_headers(_BASE + [(b"grpc-accept-encoding", _ACCEPT)]),
+    "gzip": encode_headers(
+        _BASE + [(b"grpc-encoding", b"gzip"), (b"grpc-accept-encoding", _ACCEPT)]
+    ),
+    "deflate": encode_headers(
+        _BASE + [(b"grpc-encoding", b"deflate"), (b"grpc-accept-encoding", _ACCEPT)]
+    ),
+}
+_TRAILERS_OK = encode_headers([(b"grpc-status", b"0")])
+_TIMEOUT_UNITS = {
+    ord("H"): 3600.0, ord("M"): 60.0, ord("S"): 1.0, ord("m"): 1e-3, ord("u"): 1e-6, ord("n"): 1e-9
+}
+# headers that are transport, not the application's metadata
+_RESERVED = frozenset(
+    (b"content-type", b"te", b"grpc-timeout", b"grpc-encoding", b"grpc-accept-encoding",
+     b"content-length")
+)
+
+
+class GrpcLimits(H2Limits):
+    """``H2Limits`` plus the transport's own: how long a connection may hold output the client
+    does not read (flow control or socket), and how many unread requests a streaming call
+    queues before the client's window stops being refilled."""
+
+    def __init__(self, *, stall_timeout_s: float = 30.0, read_queue: int = 16, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.stall_timeout_s = stall_timeout_s
+        self.read_queue = read_queue
+
+
+def _percent(text: str) -> bytes:
+    """grpc-message's percent-encoding: UTF-8, bytes outside 0x20-0x7E and '%' as %XX."""
+    raw = text.encode("utf-8", "replace")
+    if all(0x20 <= c <= 0x7E and c != 0x25 for c in raw):
+        return raw
+    return b"".join(
+        bytes((c,)) if 0x20 <= c <= 0x7E and c != 0x25 else b"%%%02X" % c for c in raw
+    )
+
+
+def _status_block(code: int, message: str, with_head: bool) -> bytes:
+    headers = list(_BASE) if with_head else []
+    headers.append((b"grpc-status", str(code).encode()))
+    if message:
+        headers.append((b"grpc-message", _percent(message)))
+    return encode_headers(headers)
+
+
+def _timeout(value: bytes) -> float | None:
+    if len(value) < 2 or len(value) > 9 or not value[:-1].isdigit():
+        return None
+    unit = _TIMEOUT_UNITS.get(value[-1])
+    return None if unit is None else int(value[:-1]) * unit
+
+
+def _decompress(algorithm: str, data: bytes, limit: int) -> bytes:
+    d = zlib.decompressobj(31 if algorithm == "gzip" else 15)
+    out = d.decompress(data, limit + 1)
+    if len(out) > limit:
+        raise RpcError(
+            RESOURCE_EXHAUSTED, f"Received message larger than max ({len(out)} vs. {limit})"
+        )
+    if not d.eof:
+        raise RpcError(INTERNAL, f"Failed to decompress the request message ({algorithm})")
+    return out
+
+
+def _compress(algorithm: str, data: bytes) -> bytes:
+    if algorithm == "gzip":
+        c = zlib.compressobj(6, zlib.DEFLATED, 31)
+        return c.compress(data) + c.flush()
+    return zlib.compress(data)
+
+
+class _Call:
+    """One RPC: what the handler sees as its ``GrpcCall``."""
+
+    __slots__ = (
+        "_proto", "sid", "method", "headers", "request", "task", "deadline", "timer",
+        "encoding", "accept", "compression", "head_sent", "ended", "done", "queue", "eof",
+        "waiter",
+    )
+
+    def __init__(self, proto: GrpcProtocol, sid: int, method: GrpcMethod,
+                 headers: list[tuple[bytes, bytes]]) -> None:
+        self._proto = proto
+        self.sid = sid
+        self.method = method
+        self.headers = headers
+        self.request: bytes | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.deadline: float | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.encoding: str | None = None
+        self.accept: bytes = b""
+        self.compression: str | None = None
+        self.head_sent = False
+        self.ended = False
+        self.done: list[Callable[[], None]] | None = None
+        self.queue: deque[bytes] | None = None
+        self.eof = False
+        self.waiter: asyncio.Future[None] | None = None
+
+    # GrpcCall
+    def metadata(self) -> Sequence[tuple[str, str | bytes]]:
+        out: list[tuple[str, str | bytes]] = []
+        for name, value in self.headers:
+            if name[:1] == b":" or name in _RESERVED:
+                continue
+            key = name.decode("latin-1")
+            if key.endswith("-bin"):
+                out.append((key, base64.b64decode(value + b"=" * (-len(value) % 4))))
+            else:
+                out.append((key, value.decode("latin-1")))
+        return out
+
+    def peer_is_local(self) -> bool:
+        return self._proto.local
+
+    def set_compression(self, algorithm: str | None) -> None:
+        if algorithm is not None and algorithm not in ("gzip", "deflate"):
+            raise ValueError(f"unsupported compression {algorithm!r}")
+        if algorithm is not None and algorithm.encode() not in self.accept:
+            algorithm = None  # the client did not say it can read it
+        self.compression = algorithm
+
+    def time_remaining(self) -> float | None:
+        if self.deadline is None:
+            return None
+        return max(0.0, self.deadline - self._proto.loop.time())
+
+    def add_done_callback(self, fn: Callable[[], None]) -> None:
+        if self.done is None:
+            self.done = [fn]
+        else:
+            self.done.append(fn)
+
+    async def read(self) -> bytes | None:
+        queue = self.queue
+        assert queue is not None, "read() is for streaming calls"
+        while not queue:
+            if self.eof or self.ended:
+                return None
+            self.waiter = self._proto.loop.create_future()
+            try:
+                await self.waiter
+            finally:
+                self.waiter = None
+        message = queue.popleft()
+        if len(queue) < self._proto.read_queue // 2 and self._proto.conn is not None:
+            self._proto.conn.set_reading(self.sid, True)
+            self._proto.flush()
+        return message
+
+    async def write(self, message: bytes) -> None:
+        proto = self._proto
+        conn = proto.conn
+        if self.ended or conn is None:
+            raise asyncio.CancelledError()
+        if not self.head_sent:
+            self.head_sent = True
+            conn.send_headers(self.sid, _HEAD[self.compression])
+        if self.compression is not None:
+            ok = conn.send_message(self.sid, _compress(self.compression, message), True)
+        else:
+            ok = conn.send_message(self.sid, message, False)
+        proto.flush()
+        while (not ok or proto.paused) and not self.ended:
+            self.waiter = proto.loop.create_future()
+            try:
+                await self.waiter
+            finally:
+                self.waiter = None
+            ok = True
+
+    def _wake(self) -> None:
+        w = self.waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+
+class GrpcProtocol(asyncio.Protocol):
+    """One gRPC connection over ``H2Connection``."""
+
+    def __init__(self, methods: GrpcMethods, limits: GrpcLimits | None = None,
+                 server: NativeGrpcServer | None = None) -> None:
+        self.methods = methods
+        self.limits = limits if limits is not None else GrpcLimits()
+        self.read_queue = self.limits.read_queue
+        self.server = server
+        self.conn: Any = None
+        self.transport: asyncio.Transport | None = None
+        self.loop = asyncio.get_running_loop()
+        self.calls: dict[int, _Call] = {}
+        self.local = False
+        self.paused = False
+        self._stall: asyncio.TimerHandle | None = None
+        self._stall_mark = 0
+
+    # ------------------------------------------------------------------ asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.local = _is_local(transport)
+        self.conn = H2Connection(self, self.limits)
+        if self.server is not None:
+            self.server._protocols.add(self)
+            if self.server._stopping:
+                self.conn.goaway()
+        self.flush()
+
+    def data_received(self, data: bytes) -> None:
+        conn = self.conn
+        if conn is None:
+            return
+        conn.receive(data)
+        self.flush()
+
+    def eof_received(self) -> bool | None:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.conn = None
+        self.transport = None
+        if self._stall is not None:
+            self._stall.cancel()
+        calls = list(self.calls.values())
+        self.calls.clear()
+        for call in calls:
+            self._abandon(call)
+        if self.server is not None:
+            self.server._protocols.discard(self)
+            self.server._check_idle()
+
+    def pause_writing(self) -> None:
+        self.paused = True
+        if self.transport is not None:
+            self.transport.pause_reading()
+        self._arm_stall()
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+        for call in list(self.calls.values()):
+            call._wake()
+
+    # ------------------------------------------------------------------ output
+
+    def flush(self) -> None:
+        conn = self.conn
+        transport = self.transport
+        if conn is None or transport is None:
+            return
+        data = conn.data_to_send()
+        if data:
+            transport.write(data)
+        if conn.closed:
+            self._close()
+        elif conn.goaway_sent and not self.calls and conn.open_streams() == 0:
+            self._close()
+
+    def _close(self) -> None:
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.close()
+
+    def _arm_stall(self) -> None:
+        if self._stall is None and self.transport is not None:
+            self._stall_mark = self.conn.queued_bytes() if self.conn is not None else 0
+            self._stall = self.loop.call_later(self.limits.stall_timeout_s, self._stalled)
+
+    def _stalled(self) -> None:
+        self._stall = None
+        conn = self.conn
+        if conn is None or self.transport is None:
+            return
+        queued = conn.queued_bytes()
+        if self.paused or (queued and queued >= self._stall_mark):
+            log.warning("gRPC client stopped reading for %ss: closing", self.limits.stall_timeout_s)
+            self.transport.abort()
+        elif queued:
+            self._arm_stall()
+
+    def goaway(self) -> None:
+        """Graceful shutdown: refuse new streams, let open calls finish."""
+        if self.conn is not None:
+            self.conn.goaway()
+            self.flush()
+
+    # ------------------------------------------------------------------ H2Connection events
+
+    def on_request(self, sid: int, headers: list[tuple[bytes, bytes]]) -> None:
+        path = b""
+        method_name = b""
+        ctype = b""
+        timeout = b""
+        encoding = b""
+        accept = b""
+        for name, value in headers:
+            if name == b":path":
+                path = value
+            elif name == b":method":
+                method_name = value
+            elif name == b"content-type":
+                ctype = value
+            elif name == b"grpc-timeout":
+                timeout = value
+            elif name == b"grpc-encoding":
+                encoding = value
+            elif name == b"grpc-accept-encoding":
+                accept = value
+        conn = self.conn
+        if method_name != b"POST":
+            conn.send_headers(sid, encode_headers([(b":status", b"405")]), True)
+            return
+        if not ctype.startswith(b"application/grpc"):
+            conn.send_headers(sid, encode_headers([(b":status", b"415")]), True)
+            return
+        method = self.methods.get(path.decode("latin-1"))
+        if method is None:
+            conn.send_headers(
+                sid,
+                _status_block(UNIMPLEMENTED, f"Method not found: {path.decode('latin-1')}", True),
+                True,
+            )
+            return
+        call = _Call(self, sid, method, headers)
+        self.calls[sid] = call
+        if encoding and encoding != b"identity":
+            if encoding not in (b"gzip", b"deflate"):
+                self._finish(call, UNIMPLEMENTED,
+                             f"Compression algorithm '{encoding.decode('latin-1')}' not supported")
+                return
+            call.encoding = encoding.decode()
+        call.accept = accept
+        if timeout:
+            seconds = _timeout(timeout)
+            if seconds is None:
+                self._finish(call, INTERNAL, f"Invalid grpc-timeout '{timeout.decode('latin-1')}'")
+                return
+            call.deadline = self.loop.time() + seconds
+            call.timer = self.loop.call_at(call.deadline, self._deadline, call)
+        if method.unary is None:
+            call.queue = deque()
+            call.task = self.loop.create_task(self._run_stream(call))
+
+    def on_message(self, sid: int, compressed: int, payload: bytes) -> None:
+        call = self.calls.get(sid)
+        if call is None:
+            return
+        if compressed:
+            if call.encoding is None:
+                self._finish(call, INTERNAL, "Compressed message without grpc-encoding")
+                return
+            try:
+                payload = _decompress(call.encoding, payload, self.limits.max_message_size)
+            except RpcError as e:
+                self._finish(call, e.code, e.message)
+                return
+            except zlib.error:
+                self._finish(call, INTERNAL, "Failed to decompress the request message")
+                return
+        queue = call.queue
+        if queue is None:
+            if call.request is not None:
+                self._finish(
+                    call, UNIMPLEMENTED, "Received a second request message on a unary call"
+                )
+                return
+            call.request = payload
+            return
+        queue.append(payload)
+        if len(queue) >= self.read_queue:
+            self.conn.set_reading(sid, False)
+        call._wake()
+
+    def on_half_close(self, sid: int) -> None:
+        call = self.calls.get(sid)
+        if call is None:
+            return
+        if call.queue is not None:
+            call.eof = True
+            call._wake()
+        elif call.request is None:
+            self._finish(call, INTERNAL, "Received no request message for a unary call")
+        else:
+            call.task = self.loop.create_task(self._run_unary(call))
+
+    def on_grpc_error(self, sid: int, status: int, message: str) -> None:
+        call = self.calls.get(sid)
+        if call is not None:
+            self._finish(call, status, message)
+
+    def on_reset(self, sid: int, code: int) -> None:
+        call = self.calls.pop(sid, None)
+        if call is not None:
+            self._abandon(call)
+            self._after_call()
+
+    def on_writable(self, sid: int) -> None:
+        call = self.calls.get(sid)
+        if call is not None:
+            call._wake()
+
+    def on_goaway(self, code: int, last_stream_id: int) -> None:
+        if not self.calls and self.transport is not None:
+            self.transport.close()
+
+    # ------------------------------------------------------------------ calls
+
+    async def _run_unary(self, call: _Call) -> None:
+        unary = call.method.unary
+        assert unary is not None and call.request is not None
+        try:
+            response = await unary(call.request, call)
+        except asyncio.CancelledError:
+            return
+        except BaseException as exc:  # noqa: BLE001 - every failure becomes a status
+            self._fail_call(call, exc)
+            return
+        if call.ended:
+            return
+        conn = self.conn
+        if conn is None:
+            return
+        call.ended = True
+        self.calls.pop(call.sid, None)
+        if call.timer is not None:
+            call.timer.cancel()
+        algorithm = call.compression
+        if algorithm is None:
+            conn.send_response(call.sid, _HEAD[None], response, False, _TRAILERS_OK)
+        else:
+            conn.send_response(
+                call.sid, _HEAD[algorithm], _compress(algorithm, response), True, _TRAILERS_OK
+            )
+        self.flush()
+        if call.done is not None:
+            self._run_done(call)
+        if not self.calls:
+            self._after_call()
+
+    async def _run_stream(self, call: _Call) -> None:
+        stream = call.method.stream
+        assert stream is not None
+        try:
+            await stream(call)
+        except asyncio.CancelledError:
+            return
+        except BaseException as exc:  # noqa: BLE001 - every failure becomes a status
+            self._fail_call(call, exc)
+            return
+        self._finish(call, OK, "")
+
+    def _fail_call(self, call: _Call, exc: BaseException) -> None:
+        if isinstance(exc, RpcError):
+            self._finish(call, exc.code, exc.message)
+        elif isinstance(exc, TritonliteError):
+            self._finish(call, STATUS.get(exc.code, UNKNOWN), exc.message)
+        else:
+            if not isinstance(exc, Exception):
+                raise exc
+            log.exception("gRPC handler for stream %d failed", call.sid)
+            self._finish(call, INTERNAL, internal_message(exc))
+
+    def _finish(self, call: _Call, status: int, message: str) -> None:
+        """End ``call`` with ``status``: trailers (or a trailers-only response)."""
+        if call.ended:
+            return
+        call.ended = True
+        self.calls.pop(call.sid, None)
+        if call.timer is not None:
+            call.timer.cancel()
+        task = call.task
+        if task is not None and task is not asyncio.current_task() and not task.done():
+            task.cancel()
+        call._wake()
+        conn = self.conn
+        if conn is not None:
+            if status == OK and call.head_sent:
+                block = _TRAILERS_OK
+            else:
+                block = _status_block(status, message, not call.head_sent)
+            conn.send_headers(call.sid, block, True)
+            self.flush()
+        if call.done is not None:
+            self._run_done(call)
+        self._after_call()
+
+    def _abandon(self, call: _Call) -> None:
+        """The stream is gone (reset, connection lost): cancel the handler, send nothing."""
+        call.ended = True
+        if call.timer is not None:
+            call.timer.cancel()
+        task = call.task
+        if task is not None and not task.done():
+            task.cancel()
+        call._wake()
+        if call.done is not None:
+            self._run_done(call)
+
+    def _deadline(self, call: _Call) -> None:
+        call.timer = None
+        self._finish(call, DEADLINE_EXCEEDED, "Deadline Exceeded")
+
+    def _run_done(self, call: _Call) -> None:
+        done = call.done
+        call.done = None
+        for fn in done or ():
+            try:
+                fn()
+            except Exception:
+                log.exception("gRPC call done callback failed")
+
+    def _after_call(self) -> None:
+        if self.calls:
+            return
+        conn = self.conn
+        if conn is not None and conn.goaway_sent:
+            self.flush()
+        if self.server is not None:
+            self.server._check_idle()
+
+
+def _is_local(transport: asyncio.BaseTransport) -> bool:
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family == getattr(socket, "AF_UNIX", None):
+        return True
+    peer = transport.get_extra_info("peername")
+    if not isinstance(peer, tuple) or not peer:
+        return isinstance(peer, str)
+    host = str(peer[0])
+    return host.startswith("127.") or host == "::1" or host.startswith("::ffff:127.")
+
+
+class NativeGrpcServer:
+    """A listening native gRPC server; ``port`` is the bound port."""
+
+    def __init__(self, methods: GrpcMethods, limits: GrpcLimits) -> None:
+        self.methods = methods
+        self.limits = limits
+        self.port = 0
+        self._server: asyncio.base_events.Server | None = None
+        self._protocols: set[GrpcProtocol] = set()
+        self._stopping = False
+        self._idle: asyncio.Future[None] | None = None
+
+    def protocol(self) -> GrpcProtocol:
+        return GrpcProtocol(self.methods, self.limits, self)
+
+    def _check_idle(self) -> None:
+        if self._idle is not None and not self._idle.done():
+            if not any(p.calls for p in self._protocols):
+                self._idle.set_result(None)
+
+    async def stop(self, grace: float | None = None) -> None:
+        """GOAWAY on every connection, wait up to ``grace`` seconds for the open calls, then
+        cancel what is left and close the connections."""
+        self._stopping = True
+        if self._server is not None:
+            self._server.close()
+        loop = asyncio.get_running_loop()
+        self._idle = loop.create_future()
+        for p in list(self._protocols):
+            p.goaway()
+        self._check_idle()
+        if grace:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._idle), grace)
+            except asyncio.TimeoutError:
+                pass
+        for p in list(self._protocols):
+            for call in list(p.calls.values()):
+                p._finish(call, UNAVAILABLE, "Server shutting down")
+            if p.transport is not None:
+                p.transport.close()
+        if self._server is not None:
+            await self._server.wait_closed()
+
+
+async def start_grpc_native(
+    methods: GrpcMethods,
+    host: str,
+    port: int,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
+    reuse_port: bool = False,
+    limits: GrpcLimits | None = None,
+) -> NativeGrpcServer:
+    """Listen on ``host:port`` (0: any free port, read back from ``.port``). Under TLS the
+    context is told to offer ALPN ``h2``, which gRPC clients require."""
+    server = NativeGrpcServer(methods, limits if limits is not None else GrpcLimits())
+    if ssl_context is not None:
+        ssl_context.set_alpn_protocols(["h2"])
+    loop = asyncio.get_running_loop()
+    srv = await loop.create_server(
+        server.protocol, host, port, ssl=ssl_context, reuse_port=reuse_port or None
+    )
+    server._server = srv
+    server.port = srv.sockets[0].getsockname()[1]
+    return server
