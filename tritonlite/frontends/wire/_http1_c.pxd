@@ -1,0 +1,74 @@
+# C types for _http1_py.py when Cython compiles it as tritonlite.frontends.wire._http1_c.
+# Cython looks this file up by the compiled module's name, so it is named after _http1_c;
+# the Python source stays the single definition of behaviour.
+# cython: language_level=3
+
+cimport cython
+
+cdef int _IDLE
+cdef int _HEAD
+cdef int _BODY
+cdef int _DONE
+cdef tuple _V11
+cdef tuple _V10
+cdef Py_ssize_t _SMALL
+cdef bytes _CONTINUE
+cdef str _HEALTH
+cdef dict _STATUS_LINES
+
+
+cdef class Request:
+    cdef public Http1Protocol _proto
+    cdef public str method
+    cdef public str path
+    cdef public str query
+    cdef public object headers
+    cdef public tuple version
+    cdef public object peer
+    cdef public bytes _url
+    cdef public object _body
+    cdef public Py_ssize_t _size
+    cdef public Py_ssize_t _length
+    cdef public Py_ssize_t _header_bytes
+    cdef public bint _complete
+    cdef public bint _keep_alive
+    cdef public bint _expect
+    cdef public bint _close
+    cdef public object _encoding
+    cdef public object _waiter
+    cdef public object _error
+    cdef public object _refusal
+
+
+@cython.final
+cdef class _ChunkWriter:
+    cdef Http1Protocol _proto
+    cdef bint _chunked
+
+
+cdef class Http1Protocol:
+    cdef public object _service
+    cdef public object _dispatch
+    cdef public Py_ssize_t _max_body
+    cdef public Py_ssize_t _max_header_bytes
+    cdef public Py_ssize_t _max_headers
+    cdef public Py_ssize_t _max_pipeline
+    cdef public double _header_timeout
+    cdef public double _body_timeout
+    cdef public double _keepalive_timeout
+    cdef public object _loop
+    cdef public object _transport
+    cdef public object _parser
+    cdef public object _peer
+    cdef public Request _cur
+    cdef public object _queue
+    cdef public object _task
+    cdef public int _state
+    cdef public Py_ssize_t _head_pending
+    cdef public double _deadline
+    cdef public bint _closing
+    cdef public bint _read_paused
+    cdef public bint _write_paused
+    cdef public object _drain_waiter
+    cdef public bint _overcap
+    cdef public bint _registered

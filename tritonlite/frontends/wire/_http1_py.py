@@ -1,0 +1,552 @@
+"""The HTTP/1.1 server protocol: llhttp (``httptools``) parses, this module frames.
+
+Written in Cython's pure-Python mode: this file is the definition of behaviour and runs as it
+is; setup.py also compiles it, with the C types of ``_http1_c.pxd``, into ``_http1_c``.
+``http1.py`` is the one module that knows which of the two is in use.
+
+One ``Http1Protocol`` per connection. llhttp does the per-byte work and calls back per URL,
+header, body piece and message end; a request whose headers are complete joins the
+connection's queue, and one task serves the queue in order (pipelining: one request
+dispatched at a time, responses in request order; reading pauses while ``max_pipeline``
+requests wait). A body is collected into one buffer sized by its Content-Length (kept as the
+very bytes object llhttp handed over when it came in one piece), so a handler's ``read()`` of
+a complete body does not suspend. A response is framed into one head string and written with
+one ``transport.write`` (small) or ``writelines`` (large).
+
+What the connection refuses, it answers in order with Triton's ``{"error": ...}`` body and
+``Connection: close``, then closes: a malformed request (400), a Content-Length over the body
+limit (413, before reading the body), headers over the size or count limit (431), a request
+header or body that does not arrive in time (408). Timeouts are deadlines this object keeps;
+the server's sweep calls ``check_timeout`` (``http1.HttpService``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from http import HTTPStatus
+from typing import Any
+
+import httptools
+
+from tritonlite.frontends.http.call import (
+    HttpError,
+    HttpResponse,
+    HttpStream,
+    decode_body,
+    too_large,
+)
+from tritonlite.frontends.http.errors import error
+
+log = logging.getLogger("tritonlite")
+
+# where a connection's parser is
+_IDLE = 0  # between requests (waiting for the next one, or for the first)
+_HEAD = 1  # reading a request line and headers
+_BODY = 2  # reading a body
+_DONE = 3  # reading stopped (an error, an upgrade, a closed connection): nothing is parsed
+
+_V11 = (1, 1)
+_V10 = (1, 0)
+_SMALL = 16384  # a response up to this size is joined into one write
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_HEALTH = "/v2/health/"
+_STATUS_LINES = {s.value: f"HTTP/1.1 {s.value} {s.phrase}\r\n" for s in HTTPStatus}
+
+
+def _status_line(status: int) -> str:
+    line = _STATUS_LINES.get(status)
+    return line if line is not None else f"HTTP/1.1 {status} Unknown\r\n"
+
+
+class _Refuse(Exception):
+    """Raised inside a parser callback: stop parsing, answer ``status`` and close."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class Headers(dict):  # type: ignore[type-arg]
+    """Request headers under lower-case names; lookups ignore case (``call.HttpRequest``)."""
+
+    def get(self, name: Any, default: Any = None) -> Any:
+        return dict.get(self, name.lower(), default)
+
+    def __getitem__(self, name: Any) -> Any:
+        return dict.__getitem__(self, name.lower())
+
+    def __contains__(self, name: Any) -> bool:
+        return isinstance(name, str) and dict.__contains__(self, name.lower())
+
+
+class Request:
+    """``call.HttpRequest`` of the native transport; the connection owns it."""
+
+    def __init__(self, proto: Http1Protocol) -> None:
+        self._proto = proto
+        self.method = ""
+        self.path = ""
+        self.query = ""
+        self.headers = Headers()
+        self.version = _V11
+        self.peer = proto._peer
+        self._url = b""
+        self._body: Any = None
+        self._size = 0
+        self._length = -1  # Content-Length; -1 for a chunked body
+        self._header_bytes = 0
+        self._complete = False  # the whole message (body included) has been parsed
+        self._keep_alive = True
+        self._expect = False  # Expect: 100-continue, not answered yet
+        self._close = False  # close the connection after answering this request
+        self._encoding: Any = None
+        self._waiter: Any = None
+        self._error: Any = None  # what read() raises (body too large, timed out, lost)
+        self._refusal: Any = None  # answered with this instead of being dispatched
+
+    async def read(self) -> Any:
+        if not self._complete and self._error is None:
+            await self._proto._wait_body(self)
+        if self._error is not None:
+            raise self._error
+        if self._encoding is not None:
+            return decode_body(self._body, self._encoding, self._proto._max_body)
+        return self._body
+
+    def disconnected(self) -> bool:
+        t = self._proto._transport
+        return t is None or t.is_closing()
+
+
+class _ChunkWriter:
+    """``call.StreamWriter`` for a streamed response (chunked framing on HTTP/1.1)."""
+
+    def __init__(self, proto: Http1Protocol, chunked: bool) -> None:
+        self._proto = proto
+        self._chunked = chunked
+
+    async def write(self, data: bytes) -> None:
+        proto: Http1Protocol = self._proto
+        t = proto._transport
+        if t is None or t.is_closing():
+            raise ConnectionResetError("the client went away")
+        if not data:
+            return
+        if self._chunked:
+            t.writelines([b"%x\r\n" % len(data), data, b"\r\n"])
+        else:
+            t.write(data)
+        if proto._write_paused:
+            await proto._drain()
+
+
+class Http1Protocol:
+    """One HTTP/1.1 connection (an ``asyncio.Protocol`` by its methods).
+
+    ``service`` gives what connections share: ``dispatch`` (``call.Dispatch``), ``limits``
+    (``http1.HttpLimits``), ``draining`` and ``register(proto) -> bool`` / ``unregister``.
+    A one-port detector may create it, call ``connection_made`` and then ``data_received``
+    with the bytes it has already read.
+    """
+
+    def __init__(self, service: Any) -> None:
+        limits = service.limits
+        self._service = service
+        self._dispatch = service.dispatch
+        self._max_body = limits.max_body
+        self._max_header_bytes = limits.max_header_bytes
+        self._max_headers = limits.max_headers
+        self._max_pipeline = limits.max_pipeline
+        self._header_timeout = limits.header_timeout_s
+        self._body_timeout = limits.body_timeout_s
+        self._keepalive_timeout = limits.keepalive_timeout_s
+        self._loop: Any = None
+        self._transport: Any = None
+        self._parser: Any = None
+        self._peer: Any = None
+        self._cur: Any = None  # the request being parsed
+        self._queue: deque[Request] = deque()  # headers complete, not answered yet, in order
+        self._task: Any = None  # the task serving the queue, None while it is empty
+        self._state = _IDLE
+        self._head_pending = 0  # bytes fed while the current head is incomplete
+        self._deadline = 0.0  # loop.time() at which the current state times out; 0: none
+        self._closing = False  # reading stopped: close once the queue is answered
+        self._read_paused = False
+        self._write_paused = False
+        self._drain_waiter: Any = None
+        self._overcap = False
+        self._registered = False
+
+    # -- asyncio.Protocol ------------------------------------------------------------------
+    def connection_made(self, transport: Any) -> None:
+        self._transport = transport
+        self._loop = asyncio.get_running_loop()
+        self._peer = transport.get_extra_info("peername")
+        parser = httptools.HttpRequestParser(self)
+        # Transfer-Encoding with Content-Length: served by chunked framing, then closed
+        parser.set_dangerous_leniencies(lenient_chunked_length=True)
+        self._parser = parser
+        self._registered = True
+        self._overcap = not self._service.register(self)
+        self._deadline = self._loop.time() + self._header_timeout
+
+    def data_received(self, data: bytes) -> None:
+        if self._state == _DONE:
+            return
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._stop_reading()  # no protocol switch here: answer what came, then close
+        except httptools.HttpParserCallbackError as exc:
+            ctx = exc.__context__
+            if isinstance(ctx, _Refuse):
+                self._refuse(ctx.status, ctx.message)
+            else:
+                log.error("HTTP/1.1 protocol error", exc_info=ctx or exc)
+                self._refuse(500, f"internal error: {ctx!r}")
+        except httptools.HttpParserError as exc:
+            self._refuse(400, f"malformed HTTP request: {exc}")
+        else:
+            state = self._state
+            if state == _HEAD:
+                self._head_pending += len(data)
+                if self._head_pending > self._max_header_bytes:
+                    self._refuse(431, "Request Header Fields Too Large")
+            elif state == _BODY:
+                self._deadline = self._loop.time() + self._body_timeout
+
+    def eof_received(self) -> bool:
+        # the client half-closed: answer what it sent, then close
+        if self._cur is not None and self._state != _DONE:
+            self._refuse(400, "the client closed its side before the request ended")
+        else:
+            self._stop_reading()
+        if self._task is None:
+            self._close_now()
+        return True
+
+    def connection_lost(self, exc: Any) -> None:
+        self._transport = None
+        self._state = _DONE
+        self._closing = True
+        self._queue.clear()
+        if self._registered:
+            self._registered = False
+            self._service.unregister(self)
+        cur = self._cur
+        if cur is not None and not cur._complete and cur._error is None:
+            cur._error = ConnectionResetError("the client went away")
+            self._wake(cur)
+        self._wake_drain()
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._wake_drain()
+
+    # -- llhttp callbacks ------------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        self._cur = Request(self)
+        self._state = _HEAD
+        self._head_pending = 0
+        self._deadline = self._loop.time() + self._header_timeout
+
+    def on_url(self, url: bytes) -> None:
+        req: Request = self._cur
+        req._url = req._url + url if req._url else url
+        req._header_bytes += len(url)
+        if req._header_bytes > self._max_header_bytes:
+            raise _Refuse(414, "URI Too Long")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._state != _HEAD:
+            return  # a chunked body's trailers
+        req: Request = self._cur
+        req._header_bytes += len(name) + len(value) + 4
+        if req._header_bytes > self._max_header_bytes:
+            raise _Refuse(431, "Request Header Fields Too Large")
+        headers = req.headers
+        if len(headers) >= self._max_headers:
+            raise _Refuse(431, "Request Header Fields Too Large")
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        old = dict.get(headers, key)
+        dict.__setitem__(headers, key, text if old is None else old + ", " + text)
+
+    def on_headers_complete(self) -> None:
+        req: Request = self._cur
+        parser = self._parser
+        headers = req.headers
+        req.method = parser.get_method().decode("ascii")
+        version = parser.get_http_version()
+        if version != "1.1":
+            req.version = _V10 if version == "1.0" else (int(version[0]), int(version[2]))
+        req._keep_alive = parser.should_keep_alive()
+        url = req._url
+        q = url.find(b"?")
+        if q >= 0:
+            req.path = url[:q].decode("utf-8", "surrogateescape")
+            req.query = url[q + 1:].decode("utf-8", "surrogateescape")
+        else:
+            req.path = url.decode("utf-8", "surrogateescape")
+        length = dict.get(headers, "content-length")
+        if dict.get(headers, "transfer-encoding") is not None:
+            if length is not None:
+                req._close = True  # RFC 9112 6.3: framing by Transfer-Encoding, then close
+        elif length is not None:
+            n = int(length)  # llhttp has checked its digits
+            if n > self._max_body:
+                raise _Refuse(413, too_large(self._max_body))
+            req._length = n
+        if self._service.draining:
+            raise _Refuse(503, "Server is exiting")
+        if self._overcap:
+            req._close = True
+            if not req.path.startswith(_HEALTH):
+                raise _Refuse(503, "too many open connections: the server's limit is "
+                              f"{self._service.limits.max_connections}")
+        expect = dict.get(headers, "expect")
+        if expect is not None and req.version >= _V11 and expect.lower() == "100-continue":
+            req._expect = True
+        encoding = dict.get(headers, "content-encoding")
+        if encoding is not None:
+            req._encoding = encoding
+        self._state = _BODY
+        self._deadline = self._loop.time() + self._body_timeout
+        queue = self._queue
+        queue.append(req)
+        if self._task is None:
+            self._task = self._loop.create_task(self._serve())
+        elif len(queue) > self._max_pipeline and not self._read_paused:
+            self._read_paused = True
+            self._transport.pause_reading()
+
+    def on_body(self, body: bytes) -> None:
+        req: Request = self._cur
+        n = len(body)
+        size = req._size
+        buf = req._body
+        if req._length >= 0:
+            if buf is None:
+                if n == req._length:
+                    req._body = body
+                else:
+                    buf = bytearray(req._length)
+                    buf[:n] = body
+                    req._body = buf
+            else:
+                buf[size:size + n] = body
+        else:
+            if size + n > self._max_body:
+                raise _Refuse(413, too_large(self._max_body))
+            if buf is None:
+                req._body = bytearray(body)
+            else:
+                buf += body
+        req._size = size + n
+
+    def on_message_complete(self) -> None:
+        req: Request = self._cur
+        self._cur = None
+        self._state = _IDLE
+        self._deadline = 0.0
+        if req._body is None:
+            req._body = b""
+        req._complete = True
+        if req._waiter is not None:
+            self._wake(req)
+        if req._close or not req._keep_alive:
+            self._stop_reading()
+
+    # -- serving ---------------------------------------------------------------------------
+    async def _serve(self) -> None:
+        queue = self._queue
+        try:
+            while queue and self._transport is not None:
+                req: Request = queue[0]
+                resp = req._refusal
+                if resp is None:
+                    resp = await self._dispatch(req)
+                queue.popleft()
+                if self._read_paused and len(queue) <= self._max_pipeline // 2 \
+                        and not self._closing and self._transport is not None:
+                    self._read_paused = False
+                    self._transport.resume_reading()
+                if not req._complete:
+                    # answered without its whole body (a refusal, or a handler that did not
+                    # read it): what follows on the connection cannot be framed any more
+                    self._stop_reading()
+                close = (req._close or not req._keep_alive
+                         or (self._closing and not queue)
+                         or (self._service.draining and not queue and self._state == _IDLE))
+                if type(resp) is HttpResponse:
+                    self._send(req, resp, close)
+                elif isinstance(resp, HttpStream):
+                    close = await self._send_stream(req, resp, close)
+                else:
+                    self._send(req, resp, close)
+                if close:
+                    self._close_now()
+                    return
+                if self._write_paused:
+                    await self._drain()
+        finally:
+            self._task = None
+        if self._state == _IDLE and self._transport is not None:
+            self._deadline = self._loop.time() + self._keepalive_timeout
+
+    def _send(self, req: Request, resp: HttpResponse, close: bool) -> None:
+        on_sent = resp.on_sent
+        start = time.monotonic_ns() if on_sent is not None else 0
+        try:
+            t = self._transport
+            if t is not None and not t.is_closing():
+                body = resp.body
+                n = 0
+                for part in body:
+                    n += part.nbytes if type(part) is memoryview else len(part)
+                head = _status_line(resp.status)
+                if resp.content_type is not None:
+                    head += "Content-Type: " + resp.content_type + "\r\n"
+                if resp.headers:
+                    for key, value in resp.headers.items():
+                        head += key + ": " + value + "\r\n"
+                head += "Content-Length: " + str(n) + "\r\n"
+                if close:
+                    head += "Connection: close\r\n\r\n"
+                elif req.version < _V11:
+                    head += "Connection: keep-alive\r\n\r\n"
+                else:
+                    head += "\r\n"
+                data = head.encode("latin-1")
+                if not body or req.method == "HEAD":
+                    t.write(data)
+                elif n <= _SMALL:
+                    if len(body) == 1:
+                        t.write(data + body[0])
+                    else:
+                        t.write(data + b"".join(body))
+                else:
+                    t.writelines([data, *body])
+        finally:
+            if on_sent is not None:
+                on_sent(start, time.monotonic_ns())
+
+    async def _send_stream(self, req: Request, resp: HttpStream, close: bool) -> bool:
+        """Write a streamed response; whether the connection must close after it."""
+        chunked = req.version >= _V11
+        if not chunked:
+            close = True  # an HTTP/1.0 body without a length ends when the connection does
+        head = _status_line(resp.status) + "Content-Type: " + resp.content_type + "\r\n"
+        if resp.headers:
+            for key, value in resp.headers.items():
+                head += key + ": " + value + "\r\n"
+        if chunked:
+            head += "Transfer-Encoding: chunked\r\n"
+        head += "Connection: close\r\n\r\n" if close else "\r\n"
+        t = self._transport
+        if t is not None and not t.is_closing():
+            t.write(head.encode("latin-1"))
+        try:
+            await resp.send(_ChunkWriter(self, chunked))
+        finally:
+            t = self._transport
+            if chunked and t is not None and not t.is_closing():
+                t.write(b"0\r\n\r\n")
+        return close
+
+    async def _wait_body(self, req: Request) -> None:
+        t = self._transport
+        if t is None:
+            raise ConnectionResetError("the client went away")
+        if req._expect:
+            req._expect = False
+            t.write(_CONTINUE)
+        waiter = self._loop.create_future()
+        req._waiter = waiter
+        await waiter
+
+    async def _drain(self) -> None:
+        if self._transport is None:
+            return
+        waiter = self._loop.create_future()
+        self._drain_waiter = waiter
+        await waiter
+
+    def _wake(self, req: Request) -> None:
+        waiter = req._waiter
+        req._waiter = None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _wake_drain(self) -> None:
+        waiter = self._drain_waiter
+        self._drain_waiter = None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # -- refusing, stopping, timeouts ------------------------------------------------------
+    def _stop_reading(self) -> None:
+        """Parse nothing more; close once every queued request has been answered."""
+        self._state = _DONE
+        self._closing = True
+        self._deadline = 0.0
+        t = self._transport
+        if t is not None and not self._read_paused:
+            self._read_paused = True
+            t.pause_reading()
+
+    def _refuse(self, status: int, message: str) -> None:
+        """Answer ``status`` in turn (after what is queued) and close the connection."""
+        cur = self._cur
+        self._cur = None
+        if cur is not None and cur in self._queue:
+            # dispatched (or about to be) with its body incomplete: its read() fails
+            cur._error = HttpError(status, message)
+            self._wake(cur)
+        else:
+            req = cur if cur is not None else Request(self)
+            req._refusal = error(status, message)
+            req._close = True
+            self._queue.append(req)
+            if self._task is None and self._loop is not None:
+                self._task = self._loop.create_task(self._serve())
+        self._stop_reading()
+
+    def check_timeout(self, now: float) -> None:
+        """Called by the server's sweep: act on a deadline that has passed."""
+        deadline = self._deadline
+        if deadline == 0.0 or now < deadline or self._transport is None:
+            return
+        self._deadline = 0.0
+        state = self._state
+        if state == _HEAD:
+            self._refuse(408, "timed out reading the request headers")
+        elif state == _BODY:
+            self._refuse(408, "timed out reading the request body")
+        elif self._task is None:
+            self._close_now()  # idle past the keep-alive timeout
+
+    def shutdown(self) -> None:
+        """The server drains: close now when idle; otherwise answer what is in flight
+        (requests arriving from now on get 503) and close after."""
+        if self._task is None and self._state == _IDLE:
+            self._close_now()
+
+    def abort(self) -> None:
+        t = self._transport
+        if t is not None:
+            t.abort()
+
+    def _close_now(self) -> None:
+        t = self._transport
+        self._state = _DONE
+        self._closing = True
+        if t is not None and not t.is_closing():
+            t.close()

@@ -1,0 +1,181 @@
+"""The native HTTP/1.1 server: ``start_http_native``, and the protocol's compiled twin.
+
+This is the one module that knows ``Http1Protocol`` has a Cython twin. It binds the pure class
+from ``_http1_py`` and replaces it with ``_http1_c``'s (the same source compiled by setup.py)
+unless ``TRITONLITE_NO_EXTENSIONS=1``. With ``TRITONLITE_REQUIRE_EXTENSIONS=1`` (CI) a missing
+compiled twin is an ImportError instead of a silent fallback; an explicit
+``TRITONLITE_NO_EXTENSIONS=1`` still wins.
+
+``HttpService`` is what the connections of one HTTP front end share (the handler, the limits,
+the open connections, the timeout sweep, the drain); a listener of its own
+(``start_http_native``) or a one-port detector creates protocols with ``service.protocol``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import ssl
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import Any
+
+from tritonlite.frontends.http.call import Dispatch
+from tritonlite.frontends.wire import _http1_py
+
+__all__ = ["ACCELERATED", "Http1Protocol", "HttpLimits", "HttpService", "NativeHttpServer",
+           "describe", "start_http_native"]
+
+Http1Protocol = _http1_py.Http1Protocol
+ACCELERATED = False
+
+if os.environ.get("TRITONLITE_NO_EXTENSIONS") != "1":
+    with suppress(ImportError):
+        import tritonlite.frontends.wire._http1_c as _http1_c
+
+        Http1Protocol = _http1_c.Http1Protocol  # type: ignore[misc]
+        ACCELERATED = True
+
+if (
+    not ACCELERATED
+    and os.environ.get("TRITONLITE_REQUIRE_EXTENSIONS") == "1"
+    and os.environ.get("TRITONLITE_NO_EXTENSIONS") != "1"
+):
+    raise ImportError(
+        "TRITONLITE_REQUIRE_EXTENSIONS=1 but tritonlite.frontends.wire._http1_c is not built; "
+        "build it with `pip install -e .` (needs Cython and a C compiler) or "
+        "`python setup.py build_ext --inplace`"
+    )
+
+
+def describe() -> str:
+    """One line for ``tritonlite --version`` and the startup log."""
+    if ACCELERATED:
+        return "http1: compiled (Cython tritonlite.frontends.wire._http1_c)"
+    if os.environ.get("TRITONLITE_NO_EXTENSIONS") == "1":
+        return "http1: pure Python (TRITONLITE_NO_EXTENSIONS=1)"
+    return "http1: pure Python (compiled twin not built)"
+
+
+@dataclass(frozen=True)
+class HttpLimits:
+    """What one HTTP/1.1 connection may ask of the server (sizes in bytes, times in s)."""
+
+    max_body: int = 64 * 1024 * 1024  # --http-max-input-size: larger is 413
+    max_header_bytes: int = 64 * 1024  # request line + headers: larger is 431 (414 the URL)
+    max_headers: int = 128  # more header fields is 431
+    max_pipeline: int = 16  # requests queued on one connection before reading pauses
+    header_timeout_s: float = 30.0  # from a request's first byte (or the connection) to its
+    #                                 blank line: 408, then close
+    body_timeout_s: float = 60.0  # longest pause while a body arrives: 408, then close
+    keepalive_timeout_s: float = 75.0  # an idle kept-alive connection is closed after this
+    max_connections: int = 4096  # beyond: one request each, health only (others 503), closed
+
+    def __post_init__(self) -> None:
+        for name in ("max_body", "max_header_bytes", "max_headers", "max_pipeline",
+                     "max_connections"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"HttpLimits.{name} must be at least 1")
+        for name in ("header_timeout_s", "body_timeout_s", "keepalive_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"HttpLimits.{name} must be positive")
+
+
+class HttpService:
+    """What the connections of one HTTP front end share.
+
+    Ownership: the service owns its connections' lifetime (timeouts, drain); a connection
+    registers itself in ``connection_made`` and unregisters in ``connection_lost``.
+    """
+
+    def __init__(self, dispatch: Dispatch, limits: HttpLimits, *,
+                 protocol_class: Any = None) -> None:
+        self.dispatch = dispatch
+        self.limits = limits
+        self.draining = False
+        self.connections: set[Any] = set()
+        self._protocol_class = protocol_class if protocol_class is not None else Http1Protocol
+        self._sweeper: asyncio.TimerHandle | None = None
+        self._interval = max(0.01, min(1.0, limits.header_timeout_s / 4,
+                                       limits.body_timeout_s / 4,
+                                       limits.keepalive_timeout_s / 4))
+        self._idle: asyncio.Event | None = None
+
+    def protocol(self) -> Any:
+        """A new connection's protocol (the ``protocol_factory`` of a listener)."""
+        return self._protocol_class(self)
+
+    def register(self, proto: Any) -> bool:
+        """A connection opened; False when it is over ``max_connections``."""
+        self.connections.add(proto)
+        if self._sweeper is None:
+            loop = asyncio.get_running_loop()
+            self._sweeper = loop.call_later(self._interval, self._sweep)
+        return len(self.connections) <= self.limits.max_connections
+
+    def unregister(self, proto: Any) -> None:
+        self.connections.discard(proto)
+        if not self.connections:
+            if self._idle is not None:
+                self._idle.set()
+            if self._sweeper is not None:
+                self._sweeper.cancel()
+                self._sweeper = None
+
+    def _sweep(self) -> None:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        for proto in list(self.connections):
+            proto.check_timeout(now)
+        self._sweeper = loop.call_later(self._interval, self._sweep) if self.connections \
+            else None
+
+    async def drain(self, grace: float) -> None:
+        """Answer what is in flight (new requests get 503), close every connection; those
+        still open after ``grace`` seconds are aborted."""
+        self.draining = True
+        for proto in list(self.connections):
+            proto.shutdown()
+        if self.connections:
+            self._idle = asyncio.Event()
+            with suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), grace)
+        for proto in list(self.connections):
+            proto.abort()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+
+
+class NativeHttpServer:
+    """A listening native HTTP/1.1 front end (``start_http_native``)."""
+
+    def __init__(self, server: asyncio.Server, service: HttpService) -> None:
+        self._server = server
+        self.service = service
+        self.port = int(server.sockets[0].getsockname()[1])
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Stop accepting, finish in-flight requests (and bodies already arriving), answer,
+        then close; new requests on kept-alive connections get 503 and ``Connection:
+        close``. Connections still open after ``grace`` seconds are aborted."""
+        self._server.close()
+        await self.service.drain(grace)
+        await self._server.wait_closed()
+
+
+async def start_http_native(handler: Dispatch, host: str, port: int, *,
+                            ssl_context: ssl.SSLContext | None = None,
+                            reuse_port: bool = False,
+                            limits: HttpLimits | None = None,
+                            protocol_class: Any = None) -> NativeHttpServer:
+    """Listen on ``host:port`` (0: any free port) and serve HTTP/1.1 with ``handler``.
+
+    ``protocol_class`` picks a twin explicitly (tests); by default the compiled one when it
+    is built.
+    """
+    service = HttpService(handler, limits or HttpLimits(), protocol_class=protocol_class)
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(service.protocol, host, port, ssl=ssl_context,
+                                      reuse_port=reuse_port or None, backlog=1024)
+    return NativeHttpServer(server, service)
