@@ -12,7 +12,6 @@ cdef int _HD_FAIL
 cdef tuple _STATIC
 cdef dict _STATIC_FULL
 cdef dict _STATIC_NAME
-cdef frozenset _NO_INDEX
 cdef bytes _HE_CODES
 cdef bytes _HE_LENGTHS
 cdef bytes _HD_NEXT
@@ -55,8 +54,8 @@ cdef class Decoder:
                    byte="unsigned char", entry=tuple, name=bytes, size=Py_ssize_t)
     cpdef list decode(self, block)
 
-    @cython.locals(pos=Py_ssize_t, mask=Py_ssize_t, value=Py_ssize_t, shift=int,
-                   byte="unsigned char")
+    @cython.locals(pos=Py_ssize_t, mask=Py_ssize_t, value=Py_ssize_t, digit=Py_ssize_t,
+                   shift=int, byte="unsigned char")
     cdef Py_ssize_t _int(self, const unsigned char *p, Py_ssize_t end, int prefix) except -1
 
     @cython.locals(pos=Py_ssize_t, huffman=int, length=Py_ssize_t)
@@ -86,6 +85,8 @@ cdef class Encoder:
     cdef Py_ssize_t _size
     cdef dict _full
     cdef dict _names
+    cdef frozenset _unindexed
+    cdef frozenset _sensitive
 
     @cython.locals(capacity=Py_ssize_t)
     cpdef set_max_table_size(self, Py_ssize_t size)

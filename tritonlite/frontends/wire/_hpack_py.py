@@ -44,7 +44,16 @@ else:
     from tritonlite.frontends.wire._hpack_py import HeaderListTooLarge, HpackError
 
 
-__all__ = ["COMPILED", "STATIC_TABLE", "Decoder", "Encoder", "HeaderListTooLarge", "HpackError"]
+__all__ = [
+    "COMPILED",
+    "DEFAULT_SENSITIVE_NAMES",
+    "DEFAULT_UNINDEXED_NAMES",
+    "STATIC_TABLE",
+    "Decoder",
+    "Encoder",
+    "HeaderListTooLarge",
+    "HpackError",
+]
 
 # The protocol's initial dynamic table size (SETTINGS_HEADER_TABLE_SIZE's initial value).
 DEFAULT_TABLE_SIZE = 4096
@@ -128,10 +137,12 @@ for _i, _entry in enumerate(STATIC_TABLE, 1):
     _STATIC_NAME.setdefault(_entry[0], _i)
 
 # Fields whose values change from message to message: indexing them only evicts useful entries.
-_NO_INDEX = frozenset(
+DEFAULT_UNINDEXED_NAMES = frozenset(
     (b"content-length", b"date", b"grpc-timeout", b"grpc-message", b"etag", b"last-modified",
-     b"age", b"expires", b"set-cookie", b"authorization", b"cookie")
+     b"age", b"expires")
 )
+# Fields an intermediary must never index either (RFC 7541 7.1.3).
+DEFAULT_SENSITIVE_NAMES = frozenset((b"authorization", b"proxy-authorization"))
 
 # RFC 7541 Appendix B: the code (right-aligned) and bit length of each symbol; 256 is EOS.
 _HUFFMAN_CODES = (
@@ -279,9 +290,9 @@ def _huffman_decode(data: bytes, start: int, length: int) -> bytes:
     accept = _HD_ACCEPT
     if not accept[state]:
         raise HpackError("invalid Huffman padding")
-    if cython.compiled:
-        return o[:j]  # type: ignore[return-value]  # a C slice: bytes
-    return bytes(out[:j])
+    if not cython.compiled:
+        return bytes(out[:j])
+    return o[:j]  # type: ignore[return-value]  # compiled, a C slice is already bytes
 
 
 def _huffman_length(s: bytes) -> int:
@@ -309,11 +320,11 @@ def _put_int(out: bytearray, flags: int, prefix: int, value: int) -> None:
 
 
 def _put_string(out: bytearray, s: bytes, huffman: bool) -> None:
-    """Append a string literal, Huffman-coded when that is shorter and ``huffman`` is set."""
+    """Append a string literal, Huffman-coded when that is not longer and ``huffman`` is set."""
     n = len(s)
     if huffman and n:
         hlen = _huffman_length(s)
-        if hlen < n:
+        if hlen <= n:
             _put_int(out, 0x80, 7, hlen)
             codes = _HE_CODES
             lengths = _HE_LENGTHS
@@ -463,7 +474,9 @@ class Decoder:
                     raise HpackError("truncated integer")
                 byte = p[pos]
                 pos += 1
-                value += (byte & 0x7F) << shift
+                # a 64-bit digit: a C int would overflow at shift 28
+                digit = byte & 0x7F
+                value += digit << shift
                 shift += 7
                 if not byte & 0x80:
                     break
@@ -533,26 +546,38 @@ class Encoder:
     """Encodes header blocks of one HTTP/2 connection (one direction), in order.
 
     Fields in the static table are indexed; other fields are added to the dynamic table
-    (incremental indexing) unless their values change per message (``content-length``,
-    ``grpc-timeout``, ``grpc-message``, ...) or they would take over half the table, so a
-    repeated field such as ``content-type: application/grpc`` costs one byte from its second
-    use on. Strings are Huffman-coded when that is shorter and ``huffman`` is set.
+    (incremental indexing), so a repeated field such as ``content-type: application/grpc``
+    costs one byte from its second use on. Not added: fields named in ``unindexed_names``
+    (values that change per message: ``content-length``, ``grpc-timeout``, ``grpc-message``,
+    ...), fields that would take over half the table, and fields named in
+    ``sensitive_names``, which are sent as never-indexed literals. Strings are Huffman-coded
+    when ``huffman`` is set and that is not longer.
 
     Parameters
     ----------
     max_table_size
         The most table this encoder will use. The table starts at ``min(max_table_size, 4096)``
-        (4096 being the peer's initial SETTINGS_HEADER_TABLE_SIZE) and follows
-        ``set_max_table_size`` up to this bound.
+        (4096 being the peer's initial SETTINGS_HEADER_TABLE_SIZE; using less than the peer
+        allows needs no signal) and follows ``set_max_table_size`` up to this bound.
+    unindexed_names, sensitive_names
+        Lower-case field names sent as literals without indexing / never indexed.
     """
 
-    def __init__(self, max_table_size: int = DEFAULT_TABLE_SIZE) -> None:
+    def __init__(
+        self,
+        max_table_size: int = DEFAULT_TABLE_SIZE,
+        *,
+        unindexed_names: frozenset[bytes] = DEFAULT_UNINDEXED_NAMES,
+        sensitive_names: frozenset[bytes] = DEFAULT_SENSITIVE_NAMES,
+    ) -> None:
         if max_table_size < 0:
             raise ValueError("max_table_size must be >= 0")
         self._limit = max_table_size
         self._capacity = min(max_table_size, DEFAULT_TABLE_SIZE)
-        self._pending = self._capacity != DEFAULT_TABLE_SIZE
+        self._pending = False
         self._pending_min = self._capacity
+        self._unindexed = frozenset(unindexed_names)
+        self._sensitive = frozenset(sensitive_names)
         # entries[i] was the (first + i)-th insertion; the newest is last
         self._entries: list[tuple[bytes, bytes]] = []
         self._first = 0
@@ -612,8 +637,8 @@ class Encoder:
                 if k >= 0:
                     index = self._index(k)
             size = len(name) + len(value) + 32
-            if size * 2 > self._capacity or name in _NO_INDEX:
-                _put_int(out, 0, 4, index)
+            if size * 2 > self._capacity or name in self._unindexed or name in self._sensitive:
+                _put_int(out, 0x10 if name in self._sensitive else 0, 4, index)
                 if not index:
                     _put_string(out, name, huffman)
                 _put_string(out, value, huffman)
