@@ -227,6 +227,9 @@ class InferenceCore:
                     trace.end(time.monotonic_ns())
                 trace.release()
             raise
+        finally:
+            if self.shm.holding:  # its response is written (or never will be)
+                self.shm.release(request)
 
     async def infer_stream(self, request: InferRequest) -> AsyncGenerator[StreamResponse, None]:
         """Run one request of any model; yields its responses as they come (``StreamResponse``).
@@ -264,6 +267,8 @@ class InferenceCore:
                 validate.prepare(model.signature, request, self.shm)
                 request.arrival_ns = time.monotonic_ns()  # as in _run
         except TritonliteError as exc:
+            if self.shm.holding:
+                self.shm.release(request)
             yield StreamResponse(None, exc, True, refused=True)
             return
         if not decoupled:
@@ -281,10 +286,12 @@ class InferenceCore:
         try:
             fut = model.scheduler.enqueue(request)
         except Rejected as exc:
+            self.shm.release(request)
             yield StreamResponse(None, exc, True, refused=True)
             return
         early = fut.exception() if fut.done() and not fut.cancelled() else None
         if isinstance(early, Rejected):  # refused by the scheduler's intake, as above
+            self.shm.release(request)
             yield StreamResponse(None, early, True, refused=True)
             return
         fut.add_done_callback(stream.executed)
@@ -297,6 +304,8 @@ class InferenceCore:
                 yield item
         finally:
             self.open_streams.discard(stream)
+            if self.shm.holding:
+                self.shm.release(request)
             if not finished:
                 stream.cancel()
                 if not fut.done():
@@ -352,13 +361,36 @@ class InferenceCore:
         await self.repository.unload(name, unload_dependents)
 
     # -- shared memory ----------------------------------------------------------------------------
-    def _check_shm_allowed(self, peer_is_local: bool) -> None:
+    def _check_shm_allowed(self, peer_is_local: bool, what: str = "registration") -> None:
         policy = self.options.allow_client_shm
         if policy == "false" or (policy == "local" and not peer_is_local):
             raise unsupported(
-                "shared memory registration is not allowed from this client "
+                f"shared memory {what} is not allowed from this client "
                 f"(--allow-client-shm={policy})"
             )
+
+    def _check_shm_peer(self, peer_is_local: bool, what: str) -> None:
+        """Status and unregistration: refused to a non-local peer under ``local`` (it would
+        see or drop local clients' regions). Under ``false`` nothing is registered, and both
+        answer as usual (perf_analyzer unregisters everything at start-up)."""
+        if self.options.allow_client_shm == "local" and not peer_is_local:
+            self._check_shm_allowed(peer_is_local, what)
+
+    def system_shm_status(self, name: str = "", peer_is_local: bool = True) -> list[dict[str, Any]]:
+        self._check_shm_peer(peer_is_local, "status")
+        return self.shm.system_status(name)
+
+    def unregister_system_shm(self, name: str = "", peer_is_local: bool = True) -> None:
+        self._check_shm_peer(peer_is_local, "unregistration")
+        self.shm.unregister_system(name)
+
+    def cuda_shm_status(self, name: str = "", peer_is_local: bool = True) -> list[dict[str, Any]]:
+        self._check_shm_peer(peer_is_local, "status")
+        return self.shm.cuda_status(name)
+
+    def unregister_cuda_shm(self, name: str = "", peer_is_local: bool = True) -> None:
+        self._check_shm_peer(peer_is_local, "unregistration")
+        self.shm.unregister_cuda(name)
 
     def register_system_shm(self, name: str, key: str, offset: int, byte_size: int,
                             peer_is_local: bool) -> None:

@@ -1,22 +1,29 @@
 """Shared-memory regions registered by clients: system (POSIX shm) and CUDA (IPC handles).
 
-Triton's semantics: a system region maps ``[offset, offset + byte_size)`` of the POSIX shm object
+Triton's semantics: a system region is ``[offset, offset + byte_size)`` of the POSIX shm object
 ``key``; a CUDA region is ``byte_size`` bytes of another process's device allocation, opened from
 its ``cudaIpcMemHandle_t`` on ``device_id``. Every use is checked against the region before a
 byte is read or written. Region names are one namespace across both kinds (Triton's manager).
 
-``read`` returns the bytes of a slice (a view over the mmap for system regions, a host copy of
-device memory for CUDA regions); ``write`` stores bytes into a slice; ``check`` validates a slice
-without touching it. A system region still viewed by an in-flight request is closed once the
-last view is gone; CUDA regions are only ever copied from or to, so they close at once.
+A system region is an open file descriptor, not a mapping: ``read`` copies with ``pread`` and
+``write`` stores with ``pwrite``, so a client that truncates its file after registering gets an
+error for its request instead of killing the server with SIGBUS on a mapped page past the end.
+The key is opened with ``O_NOFOLLOW`` and must be a regular file: a symlink in ``/dev/shm``
+cannot point the server's writes at another file.
+
+A request holds the regions its outputs are written to from validation (``hold``) until its
+response is built (``release``); unregistering a held region is refused, as Triton does, and
+the region stays registered. ``read`` returns a copy, so inputs hold nothing once validated.
 """
 
 from __future__ import annotations
 
-import mmap
+import errno
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
+import stat
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -31,7 +38,12 @@ class SystemRegion:
     key: str
     offset: int
     byte_size: int
-    map: mmap.mmap
+    fd: int
+    users: int = 0  # requests holding it (hold / release)
+    # Guards fd against a close under an instance thread's read or write (a request cancelled
+    # while its batch runs no longer holds the region); closed once unregistered.
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    closed: bool = False
 
     def status(self) -> dict[str, Any]:
         return {"name": self.name, "key": self.key, "offset": self.offset,
@@ -44,6 +56,9 @@ class CudaRegion:
     device_id: int
     byte_size: int
     ptr: int  # the device address of the opened IPC allocation in this process
+    users: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)  # as SystemRegion's
+    closed: bool = False
 
     def status(self) -> dict[str, Any]:
         return {"name": self.name, "device_id": self.device_id, "byte_size": self.byte_size}
@@ -51,19 +66,43 @@ class CudaRegion:
 
 def _shm_path(key: str) -> str:
     name = key.lstrip("/")
-    if not name or "/" in name or name in (".", ".."):
+    if not name or "/" in name or "\x00" in name or name in (".", ".."):
         raise invalid_arg(f"Unable to open shared memory region: '{key}'")
     return os.path.join("/dev/shm", name)
 
 
+def _open_key(key: str) -> int:
+    """An fd on ``/dev/shm/<key>``: never through a symlink, never blocking (a FIFO), and only
+    a regular file; INVALID_ARG with Triton's message otherwise."""
+    path = _shm_path(key)
+    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        raise invalid_arg(f"Unable to open shared memory region: '{key}'") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise invalid_arg(f"Unable to open shared memory region: '{key}'")
+    return fd
+
+
+def in_use(name: str) -> TritonliteError:
+    """Triton's refusal to unregister a region that a request is using."""
+    return TritonliteError(ErrorCode.UNAVAILABLE, f"Cannot unregister shared memory region "
+                           f"'{name}', it is currently in use")
+
+
 class SharedMemoryManager:
-    """Owns the registered regions. Called on the event loop thread only."""
+    """Owns the registered regions. Registration, status, hold/release and unregistration run
+    on the event loop thread; ``read``/``write`` may run on an instance thread, on a region
+    that a request holds (so it cannot be unregistered under them)."""
 
     def __init__(self, cuda: Callable[[], cudart.Runtime | None] = cudart.load) -> None:
         self._system: dict[str, SystemRegion] = {}
         self._cuda: dict[str, CudaRegion] = {}
-        self._closing: list[mmap.mmap] = []  # unregistered while still viewed
         self._cuda_runtime = cuda
+        # id(request) -> the regions it holds; empty unless a request writes shared memory
+        self.holding: dict[int, list[SystemRegion | CudaRegion]] = {}
 
     def _check_new_name(self, name: str) -> None:
         if not name:
@@ -73,26 +112,40 @@ class SharedMemoryManager:
                 ErrorCode.ALREADY_EXISTS, f"shared memory region '{name}' already in manager"
             )
 
+    # -- requests using regions ------------------------------------------------------------
+    def hold(self, request: object, names: Iterable[str]) -> None:
+        """``request`` uses the regions ``names`` until ``release(request)``; unregistering
+        them is refused meanwhile. Names that are not registered are skipped (the request's
+        validation reports them)."""
+        regions: list[SystemRegion | CudaRegion] = []
+        for n in names:
+            region = self._system.get(n) or self._cuda.get(n)
+            if region is not None:
+                region.users += 1
+                regions.append(region)
+        if regions:
+            self.holding.setdefault(id(request), []).extend(regions)
+
+    def release(self, request: object) -> None:
+        """End ``request``'s holds (idempotent)."""
+        for region in self.holding.pop(id(request), ()):
+            region.users -= 1
+
     # -- system shared memory --------------------------------------------------------------
     def register_system(self, name: str, key: str, offset: int, byte_size: int) -> None:
         self._check_new_name(name)
         if offset < 0 or byte_size < 0:
             raise invalid_arg(f"failed to register shared memory region '{name}': invalid args")
-        path = _shm_path(key)
+        fd = _open_key(key)
         try:
-            fd = os.open(path, os.O_RDWR)
-        except OSError:
-            raise invalid_arg(f"Unable to open shared memory region: '{key}'") from None
-        try:
-            size = os.fstat(fd).st_size
-            if byte_size == 0 or offset + byte_size > size:
+            if byte_size == 0 or offset + byte_size > os.fstat(fd).st_size:
                 raise invalid_arg(
                     f"failed to register shared memory region '{name}': invalid args"
                 )
-            mapped = mmap.mmap(fd, offset + byte_size)
-        finally:
+        except BaseException:
             os.close(fd)
-        self._system[name] = SystemRegion(name, key, offset, byte_size, mapped)
+            raise
+        self._system[name] = SystemRegion(name, key, offset, byte_size, fd)
 
     def system_status(self, name: str = "") -> list[dict[str, Any]]:
         if name:
@@ -103,15 +156,22 @@ class SharedMemoryManager:
         return [r.status() for r in self._system.values()]
 
     def unregister_system(self, name: str = "") -> None:
-        names = [name] if name else list(self._system)
-        for n in names:
-            region = self._system.pop(n, None)
-            if region is not None:
-                self._close(region.map)
-        self._reap()
+        """Unregister ``name`` (every region when empty); a region a request holds stays, and
+        the call fails naming it, as Triton's does."""
+        busy = []
+        for n in ([name] if name else list(self._system)):
+            region = self._system.get(n)
+            if region is None:
+                continue
+            if region.users:
+                busy.append(n)
+                continue
+            del self._system[n]
+            _close_system(region)
+        _raise_busy(busy, "system")
 
-    def view(self, name: str, offset: int, byte_size: int) -> memoryview:
-        """A writable view of ``byte_size`` bytes at ``offset`` within system region ``name``."""
+    def _system_slice(self, name: str, offset: int, byte_size: int) -> tuple[SystemRegion, int]:
+        """The region and the file position of ``[offset, offset + byte_size)`` in it."""
         region = self._system.get(name)
         if region is None:
             if name in self._cuda:
@@ -120,26 +180,46 @@ class SharedMemoryManager:
             raise invalid_arg(f"Unable to find shared memory region: '{name}'")
         if offset < 0 or byte_size < 0 or offset + byte_size > region.byte_size:
             raise invalid_arg(f"Invalid offset + byte size for shared memory region: '{name}'")
-        start = region.offset + offset
-        return memoryview(region.map)[start : start + byte_size]
+        return region, region.offset + offset
+
+    def view(self, name: str, offset: int, byte_size: int) -> memoryview:
+        """The bytes of a slice of system region ``name``: a copy, as ``read`` (regions are
+        not mapped); INVALID_ARG for a CUDA region, which has no host bytes."""
+        self._system_slice(name, offset, byte_size)
+        return self.read(name, offset, byte_size)
 
     def check(self, name: str, offset: int, byte_size: int) -> None:
         """Raise INVALID_ARG unless ``[offset, offset + byte_size)`` lies in region ``name``."""
         if name in self._cuda:
             self._cuda_slice(name, offset, byte_size)
         else:
-            self.view(name, offset, byte_size)
+            self._system_slice(name, offset, byte_size)
 
     def read(self, name: str, offset: int, byte_size: int) -> memoryview:
-        """The bytes of a slice of either kind of region (device memory is copied to host)."""
+        """A copy of the bytes of a slice of either kind of region."""
         if name not in self._cuda:
-            return self.view(name, offset, byte_size)
-        region, rt = self._cuda_slice(name, offset, byte_size)
+            region, pos = self._system_slice(name, offset, byte_size)
+            buf = bytearray(byte_size)
+            if byte_size:
+                with region.lock:
+                    if region.closed:
+                        raise invalid_arg(f"Unable to find shared memory region: '{name}'")
+                    try:
+                        got = os.preadv(region.fd, [buf], pos)
+                    except OSError as exc:
+                        raise _io_error(name, "read", exc) from None
+                if got != byte_size:
+                    raise _truncated(name)
+            return memoryview(buf)
+        cregion, rt = self._cuda_slice(name, offset, byte_size)
         host = np.empty(byte_size, dtype=np.uint8)
         if byte_size:
             try:
-                rt.set_device(region.device_id)
-                rt.to_host(host.ctypes.data, region.ptr + offset, byte_size)
+                with cregion.lock:
+                    if cregion.closed:
+                        raise invalid_arg(f"Unable to find shared memory region: '{name}'")
+                    rt.set_device(cregion.device_id)
+                    rt.to_host(host.ctypes.data, cregion.ptr + offset, byte_size)
             except cudart.CudaError as exc:
                 raise TritonliteError(ErrorCode.INTERNAL, f"failed to read CUDA shared memory "
                                       f"region '{name}': {exc}") from None
@@ -147,17 +227,32 @@ class SharedMemoryManager:
 
     def write(self, name: str, offset: int, data: bytes | bytearray | memoryview) -> None:
         """Store ``data`` at ``offset`` of region ``name`` (either kind)."""
-        size = len(memoryview(data).cast("B"))
+        raw = memoryview(data).cast("B")
+        size = len(raw)
         if name not in self._cuda:
-            self.view(name, offset, size)[:] = memoryview(data).cast("B")
+            region, pos = self._system_slice(name, offset, size)
+            with region.lock:
+                if region.closed:
+                    raise invalid_arg(f"Unable to find shared memory region: '{name}'")
+                try:
+                    if os.fstat(region.fd).st_size < region.offset + region.byte_size:
+                        raise _truncated(name)
+                    done = 0
+                    while done < size:
+                        done += os.pwrite(region.fd, raw[done:], pos + done)
+                except OSError as exc:
+                    raise _io_error(name, "write", exc) from None
             return
-        region, rt = self._cuda_slice(name, offset, size)
+        cregion, rt = self._cuda_slice(name, offset, size)
         if not size:
             return
-        host = np.frombuffer(data, dtype=np.uint8)
+        host = np.frombuffer(raw, dtype=np.uint8)
         try:
-            rt.set_device(region.device_id)
-            rt.to_device(region.ptr + offset, host.ctypes.data, size)
+            with cregion.lock:
+                if cregion.closed:
+                    raise invalid_arg(f"Unable to find shared memory region: '{name}'")
+                rt.set_device(cregion.device_id)
+                rt.to_device(cregion.ptr + offset, host.ctypes.data, size)
         except cudart.CudaError as exc:
             raise TritonliteError(ErrorCode.INTERNAL, f"failed to write CUDA shared memory "
                                   f"region '{name}': {exc}") from None
@@ -195,19 +290,30 @@ class SharedMemoryManager:
         return [r.status() for r in self._cuda.values()]
 
     def unregister_cuda(self, name: str = "") -> None:
-        names = [name] if name else list(self._cuda)
-        for n in names:
-            region = self._cuda.pop(n, None)
+        """As ``unregister_system``, for CUDA regions."""
+        busy = []
+        for n in ([name] if name else list(self._cuda)):
+            region = self._cuda.get(n)
             if region is None:
                 continue
+            if region.users:
+                busy.append(n)
+                continue
+            del self._cuda[n]
+            self._ipc_close(region)
+        _raise_busy(busy, "cuda")
+
+    def _ipc_close(self, region: CudaRegion) -> None:
+        with region.lock:
+            region.closed = True
             rt = self._cuda_runtime()
             if rt is None:
-                continue
+                return
             try:
                 rt.set_device(region.device_id)
                 rt.ipc_close(region.ptr)
             except cudart.CudaError:
-                pass  # the client's process may already have freed it; nothing to undo here
+                pass  # the client's process may already have freed it; nothing to undo
 
     def _cuda_slice(self, name: str, offset: int, byte_size: int) -> tuple[CudaRegion, Any]:
         region = self._cuda[name]
@@ -219,16 +325,36 @@ class SharedMemoryManager:
         return region, rt
 
     def close(self) -> None:
-        self.unregister_system()
-        self.unregister_cuda()
+        """Unregister everything, held or not (the server is stopping)."""
+        self.holding.clear()
+        for region in self._system.values():
+            _close_system(region)
+        for cregion in self._cuda.values():
+            self._ipc_close(cregion)
+        self._system.clear()
+        self._cuda.clear()
 
-    def _close(self, m: mmap.mmap) -> None:
-        try:
-            m.close()
-        except BufferError:
-            self._closing.append(m)
 
-    def _reap(self) -> None:
-        pending, self._closing = self._closing, []
-        for m in pending:
-            self._close(m)
+def _close_system(region: SystemRegion) -> None:
+    with region.lock:
+        region.closed = True
+        os.close(region.fd)
+
+
+def _raise_busy(busy: list[str], kind: str) -> None:
+    if len(busy) == 1:
+        raise in_use(busy[0])
+    if busy:
+        raise TritonliteError(ErrorCode.UNAVAILABLE, f"Failed to unregister the following {kind} "
+                              f"shared memory regions: {', '.join(busy)} (currently in use)")
+
+
+def _truncated(name: str) -> TritonliteError:
+    return invalid_arg(f"shared memory region '{name}' is smaller than when it was "
+                       "registered: its file was truncated")
+
+
+def _io_error(name: str, what: str, exc: OSError) -> TritonliteError:
+    code = ErrorCode.INVALID_ARG if exc.errno in (errno.EFBIG, errno.ENOSPC) else ErrorCode.INTERNAL
+    return TritonliteError(code, f"failed to {what} shared memory region '{name}': "
+                           f"{exc.strerror or type(exc).__name__}")

@@ -119,6 +119,7 @@ def prepare(sig: Signature, req: InferRequest, shm: SharedMemoryManager) -> None
             inp.data = _reshaped(inp.data, batch, spec)  # type: ignore[arg-type]
     req.batch_size = batch if batch is not None and batch > 0 else 1
     if req.outputs is not None:
+        held: list[str] | None = None
         for out in req.outputs:
             if out.name not in sig.outputs:
                 raise invalid_arg(f"unexpected inference output '{out.name}' for model '{model}'")
@@ -128,6 +129,11 @@ def prepare(sig: Signature, req: InferRequest, shm: SharedMemoryManager) -> None
                         f"output '{out.name}' can not set both shared memory and classification"
                     )
                 shm.check(out.shm.region, out.shm.offset, out.shm.byte_size)
+                if held is None:
+                    held = []
+                held.append(out.shm.region)
+        if held:  # until the response is written: InferenceCore releases it
+            shm.hold(req, held)
 
 
 def fill_raw_input(sig: Signature, req: InferRequest) -> None:
