@@ -57,7 +57,7 @@ __all__ = [
 
 # The protocol's initial dynamic table size (SETTINGS_HEADER_TABLE_SIZE's initial value).
 DEFAULT_TABLE_SIZE = 4096
-# Integers on the wire stay below 2**32 and use at most this many continuation bytes.
+# Integers on the wire stay below 2**32 and take at most 5 continuation bytes (7 bits each).
 _INT_MAX = 0xFFFFFFFF
 _INT_MAX_SHIFT = 35
 # Huffman decoder transition flags; integer values are used so they can be cythonized
