@@ -87,7 +87,7 @@ cdef class H2Connection:
     cdef _keep(self, bytes rest, Py_ssize_t need)
 
     @cython.locals(pos=Py_ssize_t, n=Py_ssize_t, length=Py_ssize_t, ftype=int, flags=int,
-                   sid=cython.longlong, now=double)
+                   sid=cython.longlong, now=double, buf=bytes)
     cpdef receive(self, data)
 
     cdef _frame(self, bytes buf, Py_ssize_t off, Py_ssize_t length, int ftype, int flags,

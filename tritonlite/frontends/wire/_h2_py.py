@@ -546,7 +546,8 @@ class H2Connection:
             if st.msg_len < 0:
                 if not st.hdr and b - a >= 5:
                     flag = buf[a]
-                    mlen = (buf[a + 1] << 24) | (buf[a + 2] << 16) | (buf[a + 3] << 8) | buf[a + 4]
+                    mlen = buf[a + 1]  # widened before shifting: a C int would overflow
+                    mlen = (mlen << 24) | (buf[a + 2] << 16) | (buf[a + 3] << 8) | buf[a + 4]
                     a += 5
                 else:
                     take = 5 - len(st.hdr)
@@ -559,7 +560,8 @@ class H2Connection:
                     hdr = st.hdr
                     st.hdr = b""
                     flag = hdr[0]
-                    mlen = (hdr[1] << 24) | (hdr[2] << 16) | (hdr[3] << 8) | hdr[4]
+                    mlen = hdr[1]
+                    mlen = (mlen << 24) | (hdr[2] << 16) | (hdr[3] << 8) | hdr[4]
                 if flag > 1:
                     st.discard = True
                     self._on_grpc_error(
