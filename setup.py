@@ -48,7 +48,8 @@ class BuildExt(build_ext):
             from Cython.Build import cythonize
 
             generated = cythonize(
-                self.extensions, build_dir=CYTHON_BUILD_DIR, language_level=3, quiet=True
+                self.extensions, build_dir=CYTHON_BUILD_DIR, language_level=3, quiet=True,
+                force=self._pxd_changed(),
             )
             # cythonize returns distutils Extensions; keep setuptools' and swap in the C sources.
             c_sources = {ext.name: ext.sources for ext in generated}
@@ -68,6 +69,18 @@ class BuildExt(build_ext):
             print("pure build")
             return
         print("accelerated build")
+
+    def _pxd_changed(self) -> bool:
+        """Cython looks for ``X_py.pxd`` beside ``X_py.py``, so an edit of ``X_c.pxd`` alone
+        would leave the generated C stale: regenerate everything when a .pxd is newer."""
+        for ext in self.extensions:
+            c_file = os.path.join(CYTHON_BUILD_DIR, ext.sources[0][: -len(".py")] + ".c")
+            if not os.path.exists(c_file):
+                continue
+            built = os.path.getmtime(c_file)
+            if any(os.path.getmtime(d) > built for d in ext.depends):
+                return True
+        return False
 
     def get_outputs(self) -> list[str]:
         return list(super().get_outputs()) if self.extensions else []

@@ -12,7 +12,6 @@ import asyncio
 import logging
 import os
 import signal
-import socket
 import ssl
 import time
 from typing import Any
@@ -21,8 +20,9 @@ from aiohttp import web
 
 import tritonlite
 from tritonlite.core.core import InferenceCore
-from tritonlite.frontends.http.app import make_server
-from tritonlite.frontends.tls import server_context
+from tritonlite.frontends.http.aio import make_server
+from tritonlite.frontends.sockets import bind
+from tritonlite.frontends.tls import http_tls
 from tritonlite.options import ServerOptions
 
 log = logging.getLogger("tritonlite")
@@ -54,27 +54,6 @@ def model_table(rows: list[tuple[str, str, str]]) -> str:
     def fmt(r: tuple[str, ...]) -> str:
         return "|" + "|".join(f" {c:<{w}} " for c, w in zip(r, widths)) + "|"
     return "\n".join([line, fmt(head), line, *(fmt(r) for r in rows), line])
-
-
-def _bind(address: str, port: int, reuse: bool) -> socket.socket:
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    if reuse and hasattr(socket, "SO_REUSEPORT"):
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((address, port))
-    sock.listen(1024)
-    sock.setblocking(False)
-    return sock
-
-
-def http_tls(opts: ServerOptions, alpn: tuple[str, ...] = ()) -> ssl.SSLContext | None:
-    """The HTTP listener's TLS context (--http-use-ssl), None for plain HTTP."""
-    if not opts.http_use_ssl:
-        return None
-    assert opts.http_server_cert and opts.http_server_key
-    return server_context(opts.http_server_cert, opts.http_server_key, opts.http_root_cert,
-                          opts.http_use_ssl_mutual, alpn)
 
 
 class Server:
@@ -128,8 +107,17 @@ class Server:
             from tritonlite.frontends.native import start_native
         except ImportError as exc:
             raise RuntimeError(f"--frontend=native is not available: {exc}") from None
-        self._native = await start_native(self.core, self.options)
+        opts = self.options
+        self._native = await start_native(self.core, opts)
         self.http_port, self.grpc_port = self._native.http_port, self._native.grpc_port
+        shared = " (one port: gRPC by the HTTP/2 preface or ALPN h2, else HTTP/1.1)" \
+            if opts.shared_port else ""
+        if self.grpc_port is not None:
+            log.info("Started GRPCInferenceService at %s:%d%s", opts.grpc_address,
+                     self.grpc_port, shared)
+        if self.http_port is not None:
+            log.info("Started HTTPService at %s:%d%s", opts.http_address, self.http_port,
+                     shared)
 
     async def _serve(self, app: web.Application | web.Server, address: str, port: int,
                      reuse: bool, ssl_context: ssl.SSLContext | None = None) -> int:
@@ -137,7 +125,7 @@ class Server:
             web.ServerRunner(app, handle_signals=False) if isinstance(app, web.Server)
             else web.AppRunner(app, access_log=None, handle_signals=False))
         await runner.setup()
-        sock = _bind(address, port, reuse)
+        sock = bind(address, port, reuse)
         site = web.SockSite(runner, sock, ssl_context=ssl_context)
         await site.start()
         self._runners.append(runner)

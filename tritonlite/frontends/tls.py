@@ -11,6 +11,8 @@ from __future__ import annotations
 import ssl
 from collections.abc import Sequence
 
+from tritonlite.options import ServerOptions
+
 
 def server_context(cert: str, key: str, root: str | None = None, mutual: bool = False,
                    alpn: Sequence[str] = ()) -> ssl.SSLContext:
@@ -29,3 +31,21 @@ def server_context(cert: str, key: str, root: str | None = None, mutual: bool = 
     if alpn:
         ctx.set_alpn_protocols(list(alpn))
     return ctx
+
+
+def http_tls(opts: ServerOptions, alpn: Sequence[str] = ()) -> ssl.SSLContext | None:
+    """The HTTP listener's context (--http-use-ssl...), None for plain HTTP."""
+    if not opts.http_use_ssl:
+        return None
+    assert opts.http_server_cert and opts.http_server_key
+    return server_context(opts.http_server_cert, opts.http_server_key, opts.http_root_cert,
+                          opts.http_use_ssl_mutual, alpn)
+
+
+def grpc_tls(opts: ServerOptions, alpn: Sequence[str] = ()) -> ssl.SSLContext | None:
+    """The native gRPC listener's context (--grpc-use-ssl...), None for plain HTTP/2."""
+    if not opts.grpc_use_ssl:
+        return None
+    assert opts.grpc_server_cert and opts.grpc_server_key
+    return server_context(opts.grpc_server_cert, opts.grpc_server_key, opts.grpc_root_cert,
+                          opts.grpc_use_ssl_mutual, alpn)

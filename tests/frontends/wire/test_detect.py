@@ -5,15 +5,26 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
+import uvloop
 from support.certs import make_certs
 
 from tritonlite.frontends.tls import server_context
 from tritonlite.frontends.wire.detect import PREFACE, Detect
 
 pytestmark = pytest.mark.timeout(60)
+
+Runner = Callable[[Coroutine[Any, Any, Any]], Any]
+
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def run(request: pytest.FixtureRequest) -> Runner:
+    """The same test body on both loops (uvloop's transports are no asyncio.Transport)."""
+    return asyncio.run if request.param == "asyncio" else uvloop.run  # type: ignore[no-any-return]
 
 
 class Tag(asyncio.Protocol):
@@ -24,8 +35,7 @@ class Tag(asyncio.Protocol):
         self.got = b""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         self.got += data
@@ -61,19 +71,19 @@ async def _talk(port: int, chunks: list[bytes], ctx: ssl.SSLContext | None = Non
     ([PREFACE], b"h2:" + PREFACE),
     ([PREFACE[:3], PREFACE[3:10], PREFACE[10:]], b"h2:" + PREFACE),  # split anywhere
 ])
-def test_first_bytes_decide(chunks: list[bytes], expected: bytes) -> None:
-    async def run() -> bytes:
+def test_first_bytes_decide(run: Runner, chunks: list[bytes], expected: bytes) -> None:
+    async def main() -> bytes:
         server, port = await _serve()
         try:
             return await _talk(port, chunks)
         finally:
             server.close()
 
-    assert asyncio.run(run()) == expected
+    assert run(main()) == expected
 
 
-def test_silent_client_is_dropped() -> None:
-    async def run() -> bytes:
+def test_silent_client_is_dropped(run: Runner) -> None:
+    async def main() -> bytes:
         server, port = await _serve(timeout=0.2)
         try:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -83,7 +93,7 @@ def test_silent_client_is_dropped() -> None:
         finally:
             server.close()
 
-    assert asyncio.run(run()) == b""
+    assert run(main()) == b""
 
 
 @pytest.mark.parametrize("alpn,payload,expected", [
@@ -92,25 +102,26 @@ def test_silent_client_is_dropped() -> None:
     ([], PREFACE, b"h2:" + PREFACE),  # no ALPN: the bytes decide, as in plain TCP
     ([], b"GET / HTTP/1.1\n", b"h1:GET / HTTP/1.1\n"),
 ])
-def test_tls_alpn(tmp_path: Path, alpn: list[str], payload: bytes, expected: bytes) -> None:
+def test_tls_alpn(run: Runner, tmp_path: Path, alpn: list[str], payload: bytes,
+                  expected: bytes) -> None:
     certs = make_certs(tmp_path)
     sctx = server_context(certs["server.pem"], certs["server.key"], alpn=("h2", "http/1.1"))
     cctx = ssl.create_default_context(cafile=certs["ca.pem"])
     if alpn:
         cctx.set_alpn_protocols(alpn)
 
-    async def run() -> bytes:
+    async def main() -> bytes:
         server, port = await _serve(sctx)
         try:
             return await _talk(port, [payload], cctx)
         finally:
             server.close()
 
-    assert asyncio.run(run()) == expected
+    assert run(main()) == expected
 
 
-def test_close_before_a_byte() -> None:
-    async def run() -> None:
+def test_close_before_a_byte(run: Runner) -> None:
+    async def main() -> None:
         server, port = await _serve()
         try:
             with socket.create_connection(("127.0.0.1", port)) as s:
@@ -120,4 +131,4 @@ def test_close_before_a_byte() -> None:
         finally:
             server.close()
 
-    asyncio.run(run())
+    run(main())

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import cast
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
@@ -34,8 +35,8 @@ class Detect(asyncio.Protocol):
         self._timeout = timeout_s
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # uvloop's transports are not asyncio.Transport subclasses: no isinstance check
+        self._transport = transport = cast(asyncio.Transport, transport)
         # a client that connects and says nothing holds a descriptor: not for long
         self._timer = asyncio.get_running_loop().call_later(self._timeout, transport.abort)
         tls = transport.get_extra_info("ssl_object")

@@ -21,7 +21,7 @@ import ssl
 import zlib
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from tritonlite.errors import TritonliteError
 from tritonlite.frontends.call import GrpcMethod, GrpcMethods, RpcError
@@ -245,8 +245,8 @@ class GrpcProtocol(asyncio.Protocol):
     # ------------------------------------------------------------------ asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports are not asyncio.Transport subclasses: no isinstance check
+        self.transport = cast(asyncio.Transport, transport)
         self.local = _is_local(transport)
         self.conn = H2Connection(self, self.limits)
         if self.server is not None:

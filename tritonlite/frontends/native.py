@@ -1,0 +1,90 @@
+"""``--frontend=native``: the HTTP handlers and the gRPC servicer over tritonlite's wire layer.
+
+HTTP/1.1 (``wire/http1``) and gRPC (``wire/grpc_native`` over ``wire/h2``) listen on their own
+ports, or, when ``--http-port`` equals ``--grpc-port``, on one listener whose connections are
+told apart by their first bytes or their TLS ALPN choice (``wire/detect``). The handlers are
+the same ones ``--frontend=aio`` runs over aiohttp and grpc.aio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from tritonlite.core.api import CoreAPI
+from tritonlite.frontends.grpc.servicer import methods
+from tritonlite.frontends.http.app import make_dispatch
+from tritonlite.frontends.sockets import bind
+from tritonlite.frontends.tls import grpc_tls, http_tls
+from tritonlite.frontends.wire.detect import Detect
+from tritonlite.frontends.wire.grpc_native import GrpcLimits, NativeGrpcServer, start_grpc_native
+from tritonlite.frontends.wire.http1 import HttpLimits, HttpService, start_http_native
+from tritonlite.options import ServerOptions
+
+log = logging.getLogger("tritonlite")
+
+
+class NativeFrontends:
+    """The native listeners of one server; ``http_port`` / ``grpc_port`` are None when that
+    protocol is off, and equal when they share a port."""
+
+    def __init__(self) -> None:
+        self.http_port: int | None = None
+        self.grpc_port: int | None = None
+        self._http: HttpService | None = None
+        self._grpc: NativeGrpcServer | None = None
+        self._listeners: list[asyncio.Server] = []
+
+    async def stop(self, grace: float = 1.0) -> None:
+        """Stop accepting; let open requests and calls finish for up to ``grace`` s; close."""
+        for listener in self._listeners:
+            listener.close()
+        waits = []
+        if self._http is not None:
+            waits.append(self._http.drain(grace))
+        if self._grpc is not None:
+            waits.append(self._grpc.stop(grace))
+        await asyncio.gather(*waits)
+        for listener in self._listeners:
+            await listener.wait_closed()
+
+
+def http_limits(opts: ServerOptions) -> HttpLimits:
+    return HttpLimits(max_body=opts.http_max_input_size)
+
+
+def grpc_limits(opts: ServerOptions) -> GrpcLimits:
+    return GrpcLimits()
+
+
+async def start_native(core: CoreAPI, opts: ServerOptions) -> NativeFrontends:
+    """Open the native listeners that ``opts`` asks for (after the startup models loaded)."""
+    out = NativeFrontends()
+    loop = asyncio.get_running_loop()
+    if opts.shared_port:
+        http = HttpService(make_dispatch(core), http_limits(opts))
+        grpc = NativeGrpcServer(methods(core, opts), grpc_limits(opts))
+        out._http, out._grpc = http, grpc
+        # the same certificate for both (checked in options); ALPN lets the client choose
+        ctx = http_tls(opts, ("h2", "http/1.1"))
+        sock = bind(opts.http_address, opts.http_port, opts.reuse_http_port)
+        listener = await loop.create_server(lambda: Detect(http.protocol, grpc.protocol),
+                                            sock=sock, ssl=ctx, backlog=1024)
+        out._listeners.append(listener)
+        out.http_port = out.grpc_port = int(sock.getsockname()[1])
+        return out
+    if opts.allow_grpc:
+        out._grpc = await start_grpc_native(
+            methods(core, opts), opts.grpc_address, opts.grpc_port,
+            ssl_context=grpc_tls(opts, ("h2",)), reuse_port=opts.reuse_grpc_port,
+            limits=grpc_limits(opts))
+        out.grpc_port = out._grpc.port
+    if opts.allow_http:
+        server = await start_http_native(
+            make_dispatch(core), opts.http_address, opts.http_port,
+            ssl_context=http_tls(opts, ("http/1.1",)), reuse_port=opts.reuse_http_port,
+            limits=http_limits(opts))
+        out._http = server.service
+        out._listeners.append(server._server)
+        out.http_port = server.port
+    return out
