@@ -111,3 +111,16 @@ clean:
 
 distclean: clean
 	rm -rf $(VENV) .tools
+
+# The local fleet (deploy/README.md): three replicas behind HAProxy, scraped by Prometheus; the
+# HPA metric at two loads, every dashboard query and rule, rolling restarts and a SIGKILL under
+# load; then the container image (podman, a base made with mmdebstrap). Not part of make test.
+# Installs its Debian packages when run as root; skips with a message when it cannot.
+# FLEET_IMAGE=0 leaves the image out; FLEET_FLAGS="--json out.json" keeps the figures.
+FLEET_IMAGE ?= 1
+FLEET_FLAGS ?=
+.PHONY: fleet-check
+fleet-check: install
+	if FLEET_IMAGE=$(FLEET_IMAGE) deploy/fleet/install-deps.sh; then \
+	  $(PY) deploy/fleet/fleet_check.py $(if $(filter 0,$(FLEET_IMAGE)),--no-image) $(FLEET_FLAGS); \
+	else echo "fleet-check: SKIP: haproxy and prometheus are needed (apt-get install haproxy prometheus)"; fi
