@@ -280,8 +280,10 @@ class TritonliteServer:
              "metrics": "Started Metrics Service at "}
 
     def __init__(self, repo: Path, log_path: Path, extra: tuple[str, ...] = (),
-                 ready_path: str = "/v2/health/ready") -> None:
-        self.repo, self.log_path, self.extra = repo, log_path, extra
+                 ready_path: str = "/v2/health/ready", root: Path = ROOT) -> None:
+        """``root``: the checkout whose ``tritonlite`` runs (another commit's worktree, for
+        side-by-side comparisons; it needs its extensions built in place)."""
+        self.repo, self.log_path, self.extra, self.root = repo, log_path, extra, root
         self.ready_path = ready_path
         self.ports: dict[str, int] = {}
         self.proc: subprocess.Popen[bytes] | None = None
@@ -292,12 +294,16 @@ class TritonliteServer:
         return self.proc.pid if self.proc else 0
 
     def start(self, timeout_s: float = 90.0) -> dict[str, int]:
+        ports = ["--http-port", "0", "--grpc-port", "0"]
+        if "--http-port" in self.extra:  # the caller picked them (one shared port)
+            ports = []
         cmd = [sys.executable, "-m", "tritonlite", "--model-repository", str(self.repo),
-               "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0",
+               *ports, "--metrics-port", "0",
                "--http-address", HOST, "--grpc-address", HOST, *self.extra]
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE)
+        env = {**os.environ, "PYTHONPATH": str(self.root)}
+        self.proc = subprocess.Popen(cmd, cwd=self.root, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, env=env)
         threading.Thread(target=self._drain, daemon=True).start()
         self._started.wait(timeout_s)
         if "http" not in self.ports or not wait_ready(
