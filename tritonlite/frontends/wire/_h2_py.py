@@ -351,6 +351,10 @@ class H2Connection:
     def open_streams(self) -> int:
         return len(self._streams)
 
+    def stalled(self) -> bool:
+        """Whether some stream's output waits for the peer's flow-control window (cheap)."""
+        return len(self._blocked) > 0
+
     def queued_bytes(self) -> int:
         """Outgoing DATA bytes waiting for the peer's flow-control windows."""
         n = 0

@@ -277,6 +277,7 @@ class GrpcProtocol(asyncio.Protocol):
         if self.server is not None:
             self.server._protocols.discard(self)
             self.server._check_idle()
+            self.server._check_gone()
 
     def pause_writing(self) -> None:
         self.paused = True
@@ -301,6 +302,8 @@ class GrpcProtocol(asyncio.Protocol):
         data = conn.data_to_send()
         if data:
             transport.write(data)
+        if self._stall is None and conn.stalled():
+            self._arm_stall()
         if conn.closed:
             self._close()
         elif conn.goaway_sent and not self.calls and conn.open_streams() == 0:
@@ -591,9 +594,14 @@ class NativeGrpcServer:
         self._protocols: set[GrpcProtocol] = set()
         self._stopping = False
         self._idle: asyncio.Future[None] | None = None
+        self._gone: asyncio.Future[None] | None = None
 
     def protocol(self) -> GrpcProtocol:
         return GrpcProtocol(self.methods, self.limits, self)
+
+    def _check_gone(self) -> None:
+        if self._gone is not None and not self._gone.done() and not self._protocols:
+            self._gone.set_result(None)
 
     def _check_idle(self) -> None:
         if self._idle is not None and not self._idle.done():
@@ -621,6 +629,14 @@ class NativeGrpcServer:
                 p._finish(call, UNAVAILABLE, "Server shutting down")
             if p.transport is not None:
                 p.transport.close()
+        self._gone = loop.create_future()
+        self._check_gone()
+        try:
+            await asyncio.wait_for(self._gone, 5.0)  # connection_lost of every connection
+        except asyncio.TimeoutError:
+            for p in list(self._protocols):
+                if p.transport is not None:
+                    p.transport.abort()
         if self._server is not None:
             await self._server.wait_closed()
 

@@ -1,0 +1,496 @@
+"""The native gRPC transport with real clients: ``grpc`` channels, ``tritonclient.grpc`` and raw
+HTTP/2 sockets, against a server built from a tiny methods registry on port 0."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import hpack
+import numpy as np
+import pytest
+import tritonclient.grpc as tc
+import uvloop
+from test_h2_peer import (
+    DATA,
+    END_HEADERS,
+    END_STREAM,
+    GOAWAY,
+    HEADERS,
+    PING,
+    PREFACE,
+    RST_STREAM,
+    frame,
+    grpc_message,
+    parse_frames,
+    settings,
+)
+from tritonclient.grpc import service_pb2
+
+from tritonlite.errors import ErrorCode, TritonliteError
+from tritonlite.frontends.call import GrpcCall, RpcError
+from tritonlite.frontends.wire.detect import Detect
+from tritonlite.frontends.wire.grpc_native import (
+    GrpcLimits,
+    GrpcProtocol,
+    NativeGrpcServer,
+    start_grpc_native,
+)
+
+UNLIMITED = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
+SERVICE = "/inference.GRPCInferenceService/"
+
+
+class Method:
+    def __init__(self, unary: Any = None, stream: Any = None) -> None:
+        self.unary = unary
+        self.stream = stream
+
+
+class Registry:
+    """The test methods, and what their handlers saw (set from the server's loop)."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.cancelled = threading.Event()
+
+    async def echo(self, request: bytes, call: GrpcCall) -> bytes:
+        return request
+
+    async def meta(self, request: bytes, call: GrpcCall) -> bytes:
+        md = [(k, v.hex() if isinstance(v, bytes) else v) for k, v in call.metadata()]
+        return json.dumps({"metadata": md, "local": call.peer_is_local(),
+                           "remaining": call.time_remaining()}).encode()
+
+    async def fail(self, request: bytes, call: GrpcCall) -> bytes:
+        if request == b"triton":
+            raise TritonliteError(ErrorCode.NOT_FOUND, "Request for unknown model: 'x' not found")
+        if request == b"crash":
+            raise ZeroDivisionError("boom")
+        raise RpcError(grpc.StatusCode.INVALID_ARGUMENT.value[0], request.decode())
+
+    async def slow(self, request: bytes, call: GrpcCall) -> bytes:
+        self.started.set()
+        try:
+            await asyncio.sleep(float(request))
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+        return b"done"
+
+    async def compress(self, request: bytes, call: GrpcCall) -> bytes:
+        algorithm, _, body = request.partition(b":")
+        call.set_compression(algorithm.decode() or None)
+        return body
+
+    async def stream(self, call: GrpcCall) -> None:
+        while True:
+            message = await call.read()
+            if message is None:
+                return
+            if message == b"fail":
+                raise RpcError(grpc.StatusCode.ABORTED.value[0], "stream failed")
+            await call.write(message)
+
+    async def server_live(self, request: bytes, call: GrpcCall) -> bytes:
+        return bytes(service_pb2.ServerLiveResponse(live=True).SerializeToString())
+
+    async def model_infer(self, request: bytes, call: GrpcCall) -> bytes:
+        req = service_pb2.ModelInferRequest.FromString(request)
+        resp = service_pb2.ModelInferResponse(model_name=req.model_name, id=req.id)
+        for inp in req.inputs:
+            out = resp.outputs.add()
+            out.name, out.datatype = inp.name, inp.datatype
+            out.shape.extend(inp.shape)
+        resp.raw_output_contents.extend(req.raw_input_contents)
+        return bytes(resp.SerializeToString())
+
+    def methods(self) -> dict[str, Any]:
+        return {
+            "/test.T/Echo": Method(self.echo),
+            "/test.T/Meta": Method(self.meta),
+            "/test.T/Fail": Method(self.fail),
+            "/test.T/Slow": Method(self.slow),
+            "/test.T/Compress": Method(self.compress),
+            "/test.T/Stream": Method(stream=self.stream),
+            SERVICE + "ServerLive": Method(self.server_live),
+            SERVICE + "ModelInfer": Method(self.model_infer),
+        }
+
+
+class LoopThread:
+    """A uvloop event loop in a thread: the server runs there, blocking clients here."""
+
+    def __init__(self) -> None:
+        self.loop = uvloop.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Any, timeout: float = 30.0) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+
+class Served:
+    def __init__(self, lt: LoopThread, registry: Registry, server: NativeGrpcServer) -> None:
+        self.lt = lt
+        self.registry = registry
+        self.server = server
+        self.port = server.port
+        self.target = f"127.0.0.1:{server.port}"
+
+    def channel(self, *options: tuple[str, Any], compression: Any = None) -> grpc.Channel:
+        return grpc.insecure_channel(self.target, options=UNLIMITED + list(options),
+                                     compression=compression)
+
+
+@pytest.fixture
+def served() -> Iterator[Served]:
+    with _serve() as s:
+        yield s
+
+
+@contextlib.contextmanager
+def _serve(limits: GrpcLimits | None = None) -> Iterator[Served]:
+    lt = LoopThread()
+    registry = Registry()
+    server = lt.run(start_grpc_native(registry.methods(), "127.0.0.1", 0, limits=limits))
+    try:
+        yield Served(lt, registry, server)
+    finally:
+        lt.run(server.stop(1.0))
+        lt.close()
+
+
+# ------------------------------------------------------------------ real clients
+
+
+def test_unary_echo_and_errors(served: Served) -> None:
+    with served.channel() as ch:
+        echo = ch.unary_unary("/test.T/Echo")
+        for body in (b"", b"x", bytes(range(256)) * 400):
+            assert echo(body, timeout=10) == body
+        with pytest.raises(grpc.RpcError) as e:
+            ch.unary_unary("/test.T/Fail")("bad thing ☃ 100% \n done".encode(), timeout=10)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert e.value.details() == "bad thing ☃ 100% \n done"
+        with pytest.raises(grpc.RpcError) as e:
+            ch.unary_unary("/test.T/Fail")(b"triton", timeout=10)
+        assert e.value.code() == grpc.StatusCode.NOT_FOUND
+        assert e.value.details() == "Request for unknown model: 'x' not found"
+        with pytest.raises(grpc.RpcError) as e:
+            ch.unary_unary("/test.T/Fail")(b"crash", timeout=10)
+        assert e.value.code() == grpc.StatusCode.INTERNAL and "boom" in e.value.details()
+        with pytest.raises(grpc.RpcError) as e:
+            ch.unary_unary("/test.T/Nope")(b"", timeout=10)
+        assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        assert echo(b"still fine", timeout=10) == b"still fine"
+
+
+def test_64_mib_round_trip(served: Served) -> None:
+    big = np.random.default_rng(1).integers(0, 255, 64 << 20, dtype=np.uint8).tobytes()
+    with served.channel() as ch:
+        assert ch.unary_unary("/test.T/Echo")(big, timeout=60) == big
+    client = tc.InferenceServerClient(served.target)
+    try:
+        assert client.is_server_live()
+        data = np.frombuffer(big, dtype=np.float32).reshape(1, -1)
+        inp = tc.InferInput("INPUT0", list(data.shape), "FP32")
+        inp.set_data_from_numpy(data)
+        result = client.infer("echo", [inp], request_id="r1", client_timeout=60)
+        assert result.get_response().id == "r1"
+        np.testing.assert_array_equal(result.as_numpy("INPUT0"), data)
+    finally:
+        client.close()
+
+
+def test_100_concurrent_calls(served: Served) -> None:
+    with served.channel() as ch:
+        echo = ch.unary_unary("/test.T/Echo")
+        futures = [echo.future(b"%d" % i * (1 + i * 100), timeout=30) for i in range(100)]
+        for i, f in enumerate(futures):
+            assert f.result() == b"%d" % i * (1 + i * 100)
+        streams = [ch.stream_stream("/test.T/Stream")(iter([b"a%d" % i, b"b%d" % i]), timeout=30)
+                   for i in range(20)]
+        for i, s in enumerate(streams):
+            assert list(s) == [b"a%d" % i, b"b%d" % i]
+
+
+def test_keepalive_pings_are_welcome(served: Served) -> None:
+    with served.channel(("grpc.keepalive_time_ms", 100), ("grpc.keepalive_timeout_ms", 5000),
+                        ("grpc.keepalive_permit_without_calls", 1),
+                        ("grpc.http2.max_pings_without_data", 0)) as ch:
+        slow = ch.unary_unary("/test.T/Slow")
+        assert slow(b"1.5", timeout=10) == b"done"  # ~15 keepalive pings meanwhile
+        assert ch.unary_unary("/test.T/Echo")(b"after", timeout=10) == b"after"
+
+
+@pytest.mark.parametrize("algorithm", [grpc.Compression.Gzip, grpc.Compression.Deflate])
+def test_request_and_response_compression(served: Served, algorithm: Any) -> None:
+    name = "gzip" if algorithm == grpc.Compression.Gzip else "deflate"
+    body = b"compressible " * 10000
+    with served.channel(compression=algorithm) as ch:
+        assert ch.unary_unary("/test.T/Echo")(body, timeout=10) == body
+        got = ch.unary_unary("/test.T/Compress")(name.encode() + b":" + body, timeout=10)
+        assert got == body
+        assert list(ch.stream_stream("/test.T/Stream")(iter([body, b"x"]), timeout=10)) == [
+            body, b"x"]
+
+
+def test_metadata_bin_and_deadline(served: Served) -> None:
+    with served.channel() as ch:
+        got = json.loads(ch.unary_unary("/test.T/Meta")(
+            b"", timeout=5, metadata=[("x-key", "Value 1"), ("x-data-bin", b"\x00\xff\x10")]))
+    md = dict(got["metadata"])
+    assert md["x-key"] == "Value 1" and md["x-data-bin"] == "00ff10"
+    assert got["local"] is True
+    assert 0 < got["remaining"] <= 5.5  # the client rounds its deadline up
+
+
+def test_deadline_cancels_the_handler(served: Served) -> None:
+    with served.channel() as ch:
+        assert ch.unary_unary("/test.T/Echo")(b"connected", timeout=10) == b"connected"
+        t0 = time.monotonic()
+        with pytest.raises(grpc.RpcError) as e:
+            ch.unary_unary("/test.T/Slow")(b"30", timeout=1.0)
+        assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert time.monotonic() - t0 < 10
+        assert served.registry.started.is_set() and served.registry.cancelled.wait(10)
+
+
+def test_grpc_timeout_header_is_enforced_by_the_server(served: Served) -> None:
+    raw = RawClient(served.port)
+    raw.request("/test.T/Slow", grpc_message(b"30"), extra=[(b"grpc-timeout", b"200m")])
+    frames = raw.until(lambda f: f[0] == HEADERS and f[1] & END_STREAM)
+    trailers = raw.headers(frames[-1])
+    assert (b"grpc-status", b"4") in trailers
+    assert served.registry.cancelled.wait(10)
+    raw.close()
+
+
+def test_client_cancel_cancels_the_handler(served: Served) -> None:
+    with served.channel() as ch:
+        future = ch.unary_unary("/test.T/Slow").future(b"30", timeout=30)
+        assert served.registry.started.wait(10)
+        future.cancel()
+        assert served.registry.cancelled.wait(10)
+        assert ch.unary_unary("/test.T/Echo")(b"ok", timeout=10) == b"ok"
+
+
+def test_bidirectional_stream(served: Served) -> None:
+    messages = [b"m%d" % i * (1 + 1000 * (i % 7)) for i in range(300)]
+    with served.channel() as ch:
+        call = ch.stream_stream("/test.T/Stream")
+        assert list(call(iter(messages), timeout=30)) == messages
+        with pytest.raises(grpc.RpcError) as e:
+            list(call(iter([b"a", b"fail", b"b"]), timeout=30))
+        assert e.value.code() == grpc.StatusCode.ABORTED and e.value.details() == "stream failed"
+
+
+def test_graceful_stop_finishes_open_calls(served: Served) -> None:
+    with served.channel() as ch:
+        future = ch.unary_unary("/test.T/Slow").future(b"0.5", timeout=30)
+        assert served.registry.started.wait(10)
+        served.lt.run(served.server.stop(10))
+        assert future.result() == b"done"
+        with pytest.raises(grpc.RpcError):
+            ch.unary_unary("/test.T/Echo")(b"late", timeout=5)
+
+
+def test_protocol_behind_the_one_port_detector() -> None:
+    """Created by the detector, which calls connection_made and then data_received with the
+    bytes it already read."""
+    lt = LoopThread()
+    registry = Registry()
+    lost: list[asyncio.Future[None]] = []
+
+    class Tracked(GrpcProtocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.gone = asyncio.get_running_loop().create_future()
+            lost.append(self.gone)
+            super().connection_made(transport)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            transport = self.transport
+            super().connection_lost(exc)
+            self.gone.set_result(None)
+            assert transport is not None
+
+    async def start() -> asyncio.base_events.Server:
+        return await asyncio.get_running_loop().create_server(
+            lambda: Detect(asyncio.Protocol, lambda: Tracked(registry.methods())),
+            "127.0.0.1", 0)
+
+    async def stop(server: asyncio.base_events.Server) -> None:
+        server.close()
+        await asyncio.wait_for(asyncio.gather(*lost), 10)
+        await server.wait_closed()
+
+    server = lt.run(start())
+    try:
+        port = server.sockets[0].getsockname()[1]
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            assert ch.unary_unary("/test.T/Echo")(b"via detect", timeout=10) == b"via detect"
+        assert len(lost) == 1
+    finally:
+        lt.run(stop(server))
+        lt.close()
+
+
+# ------------------------------------------------------------------ raw sockets: misbehaviour
+
+
+class RawClient:
+    def __init__(self, port: int, client_settings: bytes | None = None) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.enc = hpack.Encoder()
+        self.dec = hpack.Decoder()
+        self.buf = b""
+        self.frames: list[tuple[int, int, int, bytes]] = []
+        self.sid = 1
+        self.sock.sendall(PREFACE + (client_settings or settings()))
+
+    def send(self, data: bytes) -> bool:
+        try:
+            self.sock.sendall(data)
+            return True
+        except OSError:
+            return False
+
+    def request(self, path: str, body: bytes | None, end: bool = True,
+                extra: list[tuple[bytes, bytes]] | None = None) -> int:
+        sid = self.sid
+        self.sid += 2
+        headers = [(b":method", b"POST"), (b":scheme", b"http"), (b":path", path.encode()),
+                   (b":authority", b"x"), (b"content-type", b"application/grpc"),
+                   (b"te", b"trailers")] + (extra or [])
+        data = frame(HEADERS, END_HEADERS | (END_STREAM if body is None and end else 0), sid,
+                     self.enc.encode(headers))
+        if body is not None:
+            data += frame(DATA, END_STREAM if end else 0, sid, body)
+        self.send(data)
+        return sid
+
+    def until(self, stop: Any, timeout: float = 10.0) -> list[tuple[int, int, int, bytes]]:
+        """Read frames until ``stop(frame)`` or the server closes; all frames read so far."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for i, f in enumerate(self.frames):
+                if stop(f):
+                    return self.frames[: i + 1]
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no matching frame; got {[f[:3] for f in self.frames]}")
+            self.sock.settimeout(left)
+            try:
+                chunk = self.sock.recv(1 << 20)
+            except ConnectionResetError:
+                chunk = b""
+            if not chunk:
+                return self.frames
+            self.buf += chunk
+            end = 0
+            while len(self.buf) - end >= 9:
+                n = int.from_bytes(self.buf[end : end + 3], "big")
+                if len(self.buf) - end < 9 + n:
+                    break
+                self.frames.extend(parse_frames(self.buf[end : end + 9 + n]))
+                end += 9 + n
+            self.buf = self.buf[end:]
+
+    def headers(self, f: tuple[int, int, int, bytes]) -> list[tuple[bytes, bytes]]:
+        return list(self.dec.decode(f[3], raw=True))
+
+    def goaway_code(self) -> int | None:
+        for t, _, _, p in self.frames:
+            if t == GOAWAY:
+                return int(struct.unpack(">L", p[4:8])[0])
+        return None
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _still_serves(served: Served) -> None:
+    with served.channel() as ch:
+        assert ch.unary_unary("/test.T/Echo")(b"next", timeout=10) == b"next"
+
+
+def test_rapid_reset_gets_enhance_your_calm(served: Served) -> None:
+    raw = RawClient(served.port)
+    for _ in range(2000):
+        sid = raw.request("/test.T/Slow", None, end=False)
+        if not raw.send(frame(RST_STREAM, 0, sid, struct.pack(">L", 8))):
+            break
+    raw.until(lambda f: f[0] == GOAWAY)
+    assert raw.goaway_code() == 0xB
+    raw.close()
+    _still_serves(served)
+
+
+@pytest.mark.parametrize("kind", ["ping", "continuation", "settings"])
+def test_floods_get_enhance_your_calm(served: Served, kind: str) -> None:
+    raw = RawClient(served.port)
+    if kind == "continuation":
+        raw.send(frame(HEADERS, 0, 1, raw.enc.encode([(b":method", b"POST")])))
+        one = frame(9, 0, 1, b"\x40" * 4096)
+    else:
+        one = frame(PING, 0, 0, b"\0" * 8) if kind == "ping" else settings()
+    for _ in range(200):
+        if not raw.send(one * 20):
+            break
+    raw.until(lambda f: f[0] == GOAWAY)
+    assert raw.goaway_code() == 0xB
+    raw.close()
+    _still_serves(served)
+
+
+def test_unary_half_closed_mid_message_is_internal(served: Served) -> None:
+    raw = RawClient(served.port)
+    raw.request("/test.T/Echo", grpc_message(b"0123456789")[:-3])
+    frames = raw.until(lambda f: f[0] == HEADERS and f[1] & END_STREAM)
+    headers = raw.headers(frames[-1])
+    assert (b"grpc-status", b"13") in headers
+    raw.close()
+
+
+def test_response_compression_on_the_wire(served: Served) -> None:
+    raw = RawClient(served.port)
+    raw.request("/test.T/Compress", grpc_message(b"gzip:" + b"z" * 1000),
+                extra=[(b"grpc-accept-encoding", b"identity,gzip")])
+    frames = raw.until(lambda f: f[0] == HEADERS and f[1] & END_STREAM)
+    head = dict(raw.headers(next(f for f in frames if f[0] == HEADERS)))
+    assert head[b"grpc-encoding"] == b"gzip"
+    body = b"".join(f[3] for f in frames if f[0] == DATA)
+    assert body[0] == 1 and zlib.decompress(body[5:], 31) == b"z" * 1000
+    # a client that did not offer gzip gets it uncompressed
+    raw.request("/test.T/Compress", grpc_message(b"gzip:" + b"z" * 10),
+                extra=[(b"grpc-accept-encoding", b"identity")])
+    frames = raw.until(lambda f: f[0] == HEADERS and f[1] & END_STREAM and f[2] == 3)
+    assert [f[3] for f in frames if f[0] == DATA and f[2] == 3] == [grpc_message(b"z" * 10)]
+    raw.close()
+
+
+def test_a_client_that_never_reads_is_dropped() -> None:
+    """Zero stream window and a full socket: the server buffers a bounded amount, then closes
+    the connection after the stall timeout instead of holding the response forever."""
+    with _serve(GrpcLimits(stall_timeout_s=0.5)) as served:
+        raw = RawClient(served.port, settings((4, 0)))
+        raw.request("/test.T/Echo", grpc_message(b"x" * 100000))
+        frames = raw.until(lambda f: False, timeout=10)  # returns once the server closed
+        assert not [f for f in frames if f[0] == DATA]
+        raw.close()
+        _still_serves(served)
