@@ -25,6 +25,7 @@ from tritonlite.core.core import parse_version
 from tritonlite.errors import invalid_arg, unsupported
 from tritonlite.frontends.call import GrpcCall, GrpcMethods, StreamHandler, UnaryHandler
 from tritonlite.frontends.grpc import codec
+from tritonlite.frontends.grpc.codec import decode_infer, encode_infer, parse
 from tritonlite.frontends.grpc.stream import model_stream_infer
 from tritonlite.frontends.grpc.tracing import trace_unary
 from tritonlite.options import ServerOptions
@@ -115,12 +116,13 @@ class Servicer:
 
     # -- inference ------------------------------------------------------------------------------
     async def ModelInfer(self, request: bytes, call: GrpcCall) -> bytes:
-        # The hot path: bytes in and out (see codec); ``call`` is touched only when needed.
+        # The hot path: bytes in and out (see codec), the codec's functions bound at import;
+        # ``call`` is touched only when needed.
         core = self.core
         recv_start = time.monotonic_ns() if core.trace.enabled else 0
-        req = codec.decode_infer(codec.parse(request))
+        req = decode_infer(parse(request))
         recv_end = time.monotonic_ns() if recv_start else 0
-        msg = codec.encode_infer(await core.infer(req, _DECOUPLED))
+        msg = encode_infer(await core.infer(req, _DECOUPLED))
         if self.compression is not None:
             call.set_compression(self.compression)
         if req.trace is not None:
