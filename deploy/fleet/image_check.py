@@ -232,6 +232,21 @@ def run(work: Path, src: Path, say: Callable[[str], None],
     finally:
         code, logs = _container_exit(pod, name)
     check(code == 0, f"SIGTERM (podman stop): exit code {code}")
+    # 1b. One port: HTTP and gRPC both on 8080 (servingruntime-oneport.yaml).
+    one = runtime_command("deploy/kserve/servingruntime-oneport.yaml")
+    name = f"tritonlite-oneport-{os.getpid()}"
+    _sh(["podman", "rm", "-f", name])
+    _run_container(pod, name, {hp: 8080}, one, {}, f"{ROOT / 'model_repository'}:/mnt/models:ro")
+    say(f"  container {name}: {' '.join(one)}")
+    try:
+        ok = _wait_ready(f"http://127.0.0.1:{hp}/v2/health/ready", 120, alive)
+        check(ok, "one-port args: ready on 8080")
+        if ok:
+            calls = _infer_both(f"127.0.0.1:{hp}", f"127.0.0.1:{hp}")
+            check(all(calls.values()), f"tritonclient HTTP and gRPC on the one port: {calls}")
+    finally:
+        code, _ = _container_exit(pod, name)
+    check(code == 0, f"one port: SIGTERM exit code {code}")
     # 2. The image's own command line: ENTRYPOINT + CMD, the bundled examples.
     name = f"tritonlite-default-{os.getpid()}"
     _sh(["podman", "rm", "-f", name])
@@ -263,7 +278,10 @@ def _as_processes(src: Path, say: Callable[[str], None], check: Callable[[bool, 
                   report: dict[str, Any]) -> None:
     """The image's and the ServingRuntime's command lines as processes, on free ports."""
     repo = str(ROOT / "model_repository")
-    for label, cmd in (("image", image_command()), ("ServingRuntime", runtime_command())):
+    for label, cmd in (("image", image_command()), ("ServingRuntime", runtime_command()),
+                       ("one-port ServingRuntime",
+                        runtime_command("deploy/kserve/servingruntime-oneport.yaml"))):
+        one_port = "--grpc-port=8080" in cmd
         hp, gp, mp = _free_ports(3)
         args = []
         for a in cmd[1:]:
@@ -273,7 +291,7 @@ def _as_processes(src: Path, say: Callable[[str], None], check: Callable[[bool, 
             elif flag == "--http-port":
                 value = str(hp)
             elif flag == "--grpc-port":
-                value = str(gp)
+                value = str(hp if one_port else gp)
             args.append(f"{flag}{eq}{value}" if eq else a)
         if not any(a.startswith("--http-port") for a in args):
             args += [f"--http-port={hp}", f"--grpc-port={gp}"]
@@ -288,7 +306,7 @@ def _as_processes(src: Path, say: Callable[[str], None], check: Callable[[bool, 
                              lambda p=proc: p.poll() is None)
             check(ok, f"{label} command line: ready")
             if ok:
-                calls = _infer_both(f"127.0.0.1:{hp}", f"127.0.0.1:{gp}")
+                calls = _infer_both(f"127.0.0.1:{hp}", f"127.0.0.1:{hp if one_port else gp}")
                 check(all(calls.values()), f"{label} command line: tritonclient {calls}")
         finally:
             proc.terminate()

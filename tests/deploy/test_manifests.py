@@ -53,7 +53,8 @@ def _container(doc: dict[str, Any]) -> dict[str, Any]:
 def test_manifest_list_is_complete() -> None:
     names = {str(p.relative_to(DEPLOY)) for p in MANIFESTS}
     assert {"kserve/servingruntime.yaml", "kserve/servingruntime-gpu.yaml",
-            "kserve/servingruntime-modelmesh.yaml", "kserve/inferenceservice.yaml",
+            "kserve/servingruntime-modelmesh.yaml", "kserve/servingruntime-oneport.yaml",
+            "kserve/inferenceservice.yaml",
             "k8s/deployment.yaml", "k8s/service.yaml", "k8s/pdb.yaml", "k8s/hpa.yaml",
             "k8s/prometheus-adapter.yaml", "prometheus/prometheus.yml",
             "prometheus/rules.yml"} <= names
@@ -125,6 +126,16 @@ def test_servingruntime_args_parse(path: str) -> None:
     assert opts.model_repositories == (Path("/mnt/models"),)
     assert (opts.http_port, opts.grpc_port, opts.metrics_port) == (8080, 9000, 8002)
     assert opts.allow_http and opts.allow_grpc
+
+
+def test_oneport_args_parse() -> None:
+    rt = _one("kserve/servingruntime-oneport.yaml")
+    c = _container(rt)
+    assert rt["spec"]["protocolVersions"] == ["v2", "grpc-v2"]
+    assert c["command"] == ["tritonlite"]
+    opts = _parse(c["args"])
+    assert opts.http_port == opts.grpc_port == 8080 and opts.shared_port
+    assert opts.model_repositories == (Path("/mnt/models"),)
 
 
 def test_modelmesh_args_parse() -> None:
