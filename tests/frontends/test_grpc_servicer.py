@@ -335,3 +335,94 @@ def test_health_check_and_watch(onnx_repo: Path, monkeypatch: pytest.MonkeyPatch
         assert r.status == serving
 
     run(onnx_repo, body)
+
+
+# -- the grpc.aio adapter (server.py) over a registry of test handlers ----------------------------
+def test_aio_adapter(caplog: pytest.LogCaptureFixture) -> None:
+    """AioCall and the status mapping, through a real grpc.aio server and client."""
+    import grpc
+
+    from tritonlite.errors import not_found
+    from tritonlite.frontends.call import RpcError
+    from tritonlite.frontends.grpc.server import generic_handler
+
+    ended = asyncio.Event()
+
+    async def info(request: bytes, call: GrpcCall) -> bytes:
+        call.add_done_callback(ended.set)
+        md = {k: v if isinstance(v, str) else v.hex() for k, v in call.metadata()
+              if k.startswith("x-")}
+        return json.dumps({"request": request.decode(), "metadata": md,
+                           "local": call.peer_is_local(),
+                           "remaining": call.time_remaining()}).encode()
+
+    async def fail(request: bytes, call: GrpcCall) -> bytes:
+        if request == b"rpc":
+            raise RpcError(9, "precondition text")
+        if request == b"core":
+            raise not_found("Request for unknown model: 'm' is not found")
+        raise ValueError("boom")
+
+    async def echo(call: GrpcCall) -> None:
+        while (msg := await call.read()) is not None:
+            await call.write(msg.upper())
+        if ("x-end", "error") in call.metadata():
+            raise RpcError(10, "ended with an error")
+
+    registry: GrpcMethods = {"/t.S/Info": servicer.Method(unary=info),
+                             "/t.S/Fail": servicer.Method(unary=fail),
+                             "/t.S/Echo": servicer.Method(stream=echo)}
+
+    def ident(b: bytes) -> bytes:
+        return b
+
+    async def main() -> None:
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers((generic_handler(registry),))
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+                call_info = ch.unary_unary("/t.S/Info", request_serializer=ident,
+                                           response_deserializer=ident)
+                got = json.loads(await call_info(
+                    b"hi", metadata=(("x-a", "1"), ("x-b-bin", b"\x01\x02")), timeout=30))
+                assert got["request"] == "hi" and got["local"] is True
+                assert got["metadata"] == {"x-a": "1", "x-b-bin": "0102"}
+                assert 0 < got["remaining"] <= 30
+                await asyncio.wait_for(ended.wait(), 10)
+                assert json.loads(await call_info(b""))["remaining"] is None
+
+                fail_call = ch.unary_unary("/t.S/Fail", request_serializer=ident,
+                                           response_deserializer=ident)
+                for req, code, details in (
+                        (b"rpc", grpc.StatusCode.FAILED_PRECONDITION, "precondition text"),
+                        (b"core", grpc.StatusCode.NOT_FOUND,
+                         "Request for unknown model: 'm' is not found"),
+                        (b"other", grpc.StatusCode.INTERNAL, "internal error: ValueError: boom")):
+                    with pytest.raises(grpc.aio.AioRpcError) as err:
+                        await fail_call(req, timeout=10)
+                    assert (err.value.code(), err.value.details()) == (code, details)
+
+                echo_call = ch.stream_stream("/t.S/Echo", request_serializer=ident,
+                                             response_deserializer=ident)
+                assert [m async for m in echo_call(iter([b"a", b"b"]))] == [b"A", b"B"]
+                bad = echo_call(iter([b"c"]), metadata=(("x-end", "error"),))
+                assert await bad.read() == b"C"
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    await bad.read()
+                assert (err.value.code(), err.value.details()) == (
+                    grpc.StatusCode.ABORTED, "ended with an error")
+                unknown = ch.unary_unary("/t.S/Nope", request_serializer=ident,
+                                         response_deserializer=ident)
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    await unknown(b"", timeout=10)
+                assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        finally:
+            await server.stop(None)
+
+    with caplog.at_level("ERROR", logger="tritonlite"):
+        asyncio.run(main())
+    logged = [r for r in caplog.records if "unexpected error" in r.getMessage()]
+    assert len(logged) == 1 and "/t.S/Fail" in logged[0].getMessage()
+    assert logged[0].exc_info is not None  # with the traceback, once

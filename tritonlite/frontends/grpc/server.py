@@ -178,6 +178,11 @@ class _Registry(grpc.GenericRpcHandler):  # type: ignore[misc]
         return self._handlers.get(details.method)
 
 
+def generic_handler(registry: GrpcMethods) -> grpc.GenericRpcHandler:
+    """The grpc.aio handler serving ``registry`` (``server.add_generic_rpc_handlers``)."""
+    return _Registry(registry)
+
+
 def _address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
 
@@ -191,7 +196,7 @@ async def start_grpc(core: CoreAPI, opts: ServerOptions) -> tuple[grpc.aio.Serve
     """
     server = grpc.aio.server(options=server_options(opts))
     try:
-        server.add_generic_rpc_handlers((_Registry(methods(core, opts)),))
+        server.add_generic_rpc_handlers((generic_handler(methods(core, opts)),))
         address = _address(opts.grpc_address, opts.grpc_port)
         if opts.grpc_use_ssl:
             port = server.add_secure_port(address, _credentials(opts))
