@@ -286,7 +286,9 @@ class Http1Protocol:
         req.method = parser.get_method().decode("ascii")
         version = parser.get_http_version()
         if version != "1.1":
-            req.version = _V10 if version == "1.0" else (int(version[0]), int(version[2]))
+            if version != "1.0":
+                raise _Refuse(400, f"unsupported HTTP version {version}")
+            req.version = _V10
         req._keep_alive = parser.should_keep_alive()
         url = req._url
         q = url.find(b"?")
