@@ -7,7 +7,9 @@ import asyncio
 import contextlib
 import json
 import socket
+import ssl
 import struct
+import subprocess
 import threading
 import time
 import zlib
@@ -99,6 +101,11 @@ class Registry:
                 return
             if message == b"fail":
                 raise RpcError(grpc.StatusCode.ABORTED.value[0], "stream failed")
+            if message.startswith(b"many:"):  # many:COUNT:SIZE, more than any window holds
+                _, count, size = message.split(b":")
+                for i in range(int(count)):
+                    await call.write(bytes([i % 256]) * int(size))
+                continue
             await call.write(message)
 
     async def server_live(self, request: bytes, call: GrpcCall) -> bytes:
@@ -300,6 +307,29 @@ def test_bidirectional_stream(served: Served) -> None:
         assert e.value.code() == grpc.StatusCode.ABORTED and e.value.details() == "stream failed"
 
 
+def test_stream_writes_wait_for_a_slow_reader(served: Served) -> None:
+    """40 MiB of responses through 4 MiB windows and a 1 MiB write buffer: write() waits for
+    the client's WINDOW_UPDATEs, nothing is lost or reordered."""
+    with served.channel() as ch:
+        got = ch.stream_stream("/test.T/Stream")(iter([b"many:40:1048576", b"end"]), timeout=60)
+        for i, message in enumerate(got):
+            if i < 40:
+                assert len(message) == 1 << 20 and message[:1] == bytes([i])
+                if i % 10 == 0:
+                    time.sleep(0.05)  # a reader that falls behind (not synchronisation)
+            else:
+                assert message == b"end" and i == 40
+
+
+def test_connection_loss_cancels_the_handler(served: Served) -> None:
+    raw = RawClient(served.port)
+    raw.request("/test.T/Slow", grpc_message(b"30"))
+    assert served.registry.started.wait(10)
+    raw.close()
+    assert served.registry.cancelled.wait(10)
+    _still_serves(served)
+
+
 def test_graceful_stop_finishes_open_calls(served: Served) -> None:
     with served.channel() as ch:
         future = ch.unary_unary("/test.T/Slow").future(b"0.5", timeout=30)
@@ -494,3 +524,26 @@ def test_a_client_that_never_reads_is_dropped() -> None:
         assert not [f for f in frames if f[0] == DATA]
         raw.close()
         _still_serves(served)
+
+
+def test_tls_with_alpn_h2(tmp_path: Any) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    made = subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+         "-out", str(cert), "-days", "1", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+        capture_output=True, timeout=60)
+    if made.returncode != 0:
+        pytest.skip(f"openssl could not make a certificate: {made.stderr!r}")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    lt = LoopThread()
+    registry = Registry()
+    server = lt.run(start_grpc_native(registry.methods(), "127.0.0.1", 0, ssl_context=context))
+    try:
+        creds = grpc.ssl_channel_credentials(cert.read_bytes())
+        with grpc.secure_channel(f"localhost:{server.port}", creds) as ch:
+            assert ch.unary_unary("/test.T/Echo")(b"secret", timeout=10) == b"secret"
+    finally:
+        lt.run(server.stop(1.0))
+        lt.close()

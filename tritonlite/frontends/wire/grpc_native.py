@@ -230,6 +230,8 @@ class GrpcProtocol(asyncio.Protocol):
     def __init__(self, methods: GrpcMethods, limits: GrpcLimits | None = None,
                  server: NativeGrpcServer | None = None) -> None:
         self.methods = methods
+        # keyed by the :path bytes as they arrive, so a lookup decodes nothing
+        self._paths = {path.encode(): m for path, m in methods.items()}
         self.limits = limits if limits is not None else GrpcLimits()
         self.read_queue = self.limits.read_queue
         self.server = server
@@ -340,25 +342,13 @@ class GrpcProtocol(asyncio.Protocol):
     # ------------------------------------------------------------------ H2Connection events
 
     def on_request(self, sid: int, headers: list[tuple[bytes, bytes]]) -> None:
-        path = b""
-        method_name = b""
-        ctype = b""
-        timeout = b""
-        encoding = b""
-        accept = b""
-        for name, value in headers:
-            if name == b":path":
-                path = value
-            elif name == b":method":
-                method_name = value
-            elif name == b"content-type":
-                ctype = value
-            elif name == b"grpc-timeout":
-                timeout = value
-            elif name == b"grpc-encoding":
-                encoding = value
-            elif name == b"grpc-accept-encoding":
-                accept = value
+        fields = dict(headers)  # one C-level pass; a repeated name keeps its last value
+        path = fields.get(b":path", b"")
+        method_name = fields.get(b":method", b"")
+        ctype = fields.get(b"content-type", b"")
+        timeout = fields.get(b"grpc-timeout")
+        encoding = fields.get(b"grpc-encoding")
+        accept = fields.get(b"grpc-accept-encoding", b"")
         conn = self.conn
         if method_name != b"POST":
             conn.send_headers(sid, encode_headers([(b":status", b"405")]), True)
@@ -366,7 +356,7 @@ class GrpcProtocol(asyncio.Protocol):
         if not ctype.startswith(b"application/grpc"):
             conn.send_headers(sid, encode_headers([(b":status", b"415")]), True)
             return
-        method = self.methods.get(path.decode("latin-1"))
+        method = self._paths.get(path)
         if method is None:
             conn.send_headers(
                 sid,
