@@ -14,7 +14,7 @@ from typing import Any
 
 import tritonlite
 from tritonlite.core import config as model_config
-from tritonlite.core import ensemble, inprocess, latency, validate
+from tritonlite.core import ensemble, inprocess, latency, names, validate
 from tritonlite.core import stats as model_stats
 from tritonlite.core.cache import ResponseCache
 from tritonlite.core.model import Model
@@ -57,14 +57,26 @@ EXTENSIONS = (
 DECOUPLED_REFUSAL = "Inference doesn't support models with decoupled transaction policy"
 
 
+_MAX_VERSION_DIGITS = 19  # versions are int64
+_VERSIONS: dict[str, int] = {"": -1}  # parsed before: a client sends the same few again
+
+
 def parse_version(text: str) -> int:
-    """Wire version string -> int; "" means the server picks (-1)."""
-    if text == "":
-        return -1
-    if not text.isdigit():
-        raise invalid_arg(
-            f"failed to parse version '{text}': version should be an integral value > 0")
-    return int(text)
+    """Wire version string -> int; "" means the server picks (-1). Only ASCII digits that fit
+    an int64 (Triton reads it with ``std::stoll``); INVALID_ARG otherwise."""
+    version = _VERSIONS.get(text)
+    if version is not None:
+        return version
+    if text.isdigit() and text.isascii() and len(text) <= _MAX_VERSION_DIGITS:
+        version = int(text)
+        if version < 2**63:
+            if len(_VERSIONS) >= 1024:
+                _VERSIONS.clear()
+                _VERSIONS[""] = -1
+            _VERSIONS[text] = version
+            return version
+    raise invalid_arg(f"failed to parse version '{names.shown(text)}': version should be an "
+                      "integral value > 0")
 
 
 def _instances_ready(model: Any) -> bool:

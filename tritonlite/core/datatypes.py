@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from tritonlite import kernels
-from tritonlite.errors import invalid_arg
+from tritonlite.errors import TritonliteError, invalid_arg
 
 try:  # BF16 needs ml_dtypes; without it BF16 tensors are refused with a clear error.
     import ml_dtypes
@@ -139,6 +139,22 @@ def tensor_bytes(array: np.ndarray[Any, Any]) -> memoryview:
     return memoryview(flat.view(np.uint8))  # type: ignore[arg-type]
 
 
+def shape_error(shape: tuple[int, ...] | list[int], what: str) -> TritonliteError:
+    """INVALID_ARG for a shape no array can have (numpy's limits: at most 64 dimensions, at
+    most 2**63 - 1 elements counting only the non-zero dimensions)."""
+    dims = list(shape)
+    text = str(dims) if len(dims) <= 16 else str(dims[:16])[:-1] + ", ...]"
+    return invalid_arg(f"unsupported shape {text} for {what}: too many dimensions or elements")
+
+
+def empty(wire: str, shape: tuple[int, ...], what: str) -> np.ndarray[Any, Any]:
+    """An uninitialized tensor (a zero-element input sent without data)."""
+    try:
+        return np.empty(shape, dtype=numpy_dtype(wire))
+    except (ValueError, OverflowError, MemoryError):
+        raise shape_error(shape, what) from None
+
+
 def from_buffer(wire: str, shape: tuple[int, ...], buf: memoryview | bytes,
                 what: str) -> np.ndarray[Any, Any]:
     """A numpy view of ``buf`` as a tensor (no copy); BYTES are parsed.
@@ -146,12 +162,18 @@ def from_buffer(wire: str, shape: tuple[int, ...], buf: memoryview | bytes,
     ``what`` names the tensor in errors.
     """
     count = num_elements(shape)
-    if wire == "BYTES":
-        return deserialize_bytes(buf, None if count is None else count).reshape(shape)
-    dt = numpy_dtype(wire)
-    expected = count * dt.itemsize
-    if len(buf) != expected:
-        raise invalid_arg(
-            f"unexpected total byte size {len(buf)} for {what}, expecting {expected}"
-        )
-    return np.frombuffer(buf, dtype=dt, count=count).reshape(shape)
+    try:
+        if wire == "BYTES":
+            if count > len(buf) // 4:  # each element has a 4-byte length: do not allocate
+                raise invalid_arg(f"malformed BYTES tensor: expected {count} string elements "
+                                  "in the BYTES buffer")
+            return deserialize_bytes(buf, count).reshape(shape)
+        dt = numpy_dtype(wire)
+        expected = count * dt.itemsize
+        if len(buf) != expected:
+            raise invalid_arg(
+                f"unexpected total byte size {len(buf)} for {what}, expecting {expected}"
+            )
+        return np.frombuffer(buf, dtype=dt, count=count).reshape(shape)
+    except (ValueError, OverflowError, MemoryError):
+        raise shape_error(shape, what) from None

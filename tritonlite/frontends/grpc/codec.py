@@ -112,8 +112,17 @@ def parse(data: bytes) -> Any:
 _PARAMS: dict[bytes, tuple[str | None, str, Any]] = {}
 
 
+def _decode(cls: Any, b: bytes) -> Any:
+    """A nested message of the request (the wire view leaves them serialized): INVALID_ARG
+    when malformed, as ``parse``."""
+    try:
+        return cls.FromString(b)
+    except message.DecodeError as exc:
+        raise invalid_arg(f"failed to parse the ModelInferRequest message: {exc}") from None
+
+
 def _param_entry(b: bytes) -> tuple[str | None, str, Any]:
-    entry = _ParamEntry.FromString(b)
+    entry = _decode(_ParamEntry, b)
     key = entry.key
     kind, value = param_value(entry.value)
     out = (_param_target(key, kind, value), key, value)
@@ -219,7 +228,7 @@ _INPUTS: dict[bytes, _InputSpec] = {}
 
 
 def _input_spec(b: bytes) -> _InputSpec:
-    t = _InputTensor.FromString(b)
+    t = _decode(_InputTensor, b)
     name, dt = t.name, t.datatype
     shape = tuple(t.shape)
     if shape and min(shape) < 0:
@@ -279,7 +288,7 @@ _OUTPUTS: dict[bytes, tuple[str, int, tuple[str, int, int] | None, dict[str, Any
 
 
 def _output_spec(b: bytes) -> tuple[str, int, tuple[str, int, int] | None, dict[str, Any] | None]:
-    o = _OutputTensor.FromString(b)
+    o = _decode(_OutputTensor, b)
     classification, shm, params = 0, None, None
     if o.parameters:
         shm = _shm_ref(o.name, o.parameters)
@@ -323,34 +332,39 @@ def decode_infer(w: Any) -> InferRequest:
     n_raw = len(raw)
     pos = 0
     inputs = req.inputs
-    for b in w.inputs[:]:
-        spec = _INPUTS.get(b) or _input_spec(b)
-        if spec.shm is not None:
-            inp = InferInput(spec.name, spec.datatype, spec.shape, None, ShmRef(*spec.shm))
-        elif spec.tensor is not None:
-            if n_raw:
-                raise invalid_arg(f"contents field must not be specified when using "
-                                  f"raw_input_contents for '{spec.name}' for model '{model}'")
-            inp = InferInput(spec.name, spec.datatype, spec.shape,
-                             _from_contents(spec.tensor, spec.shape, model))
-        elif pos < n_raw:
-            buf = raw[pos]
-            pos += 1
-            if spec.dtype is not None and len(buf) == spec.nbytes:
-                data = np.ndarray(spec.shape, spec.dtype, buf)
-            else:  # BYTES, or the wrong size (from_buffer raises Triton's message)
-                data = datatypes.from_buffer(spec.datatype, spec.shape, buf,
-                                             f"input '{spec.name}'")
-            inp = InferInput(spec.name, spec.datatype, spec.shape, data)
-        elif spec.count == 0:
-            inp = InferInput(spec.name, spec.datatype, spec.shape,
-                             np.empty(spec.shape, dtype=spec.dtype or object))
-        else:
-            raise invalid_arg(f"unable to find data for input tensor '{spec.name}' for model "
-                              f"'{model}' in request.")
-        if spec.params is not None:
-            inp.parameters = dict(spec.params)
-        inputs.append(inp)
+    spec: _InputSpec | None = None
+    try:
+        for b in w.inputs[:]:
+            spec = _INPUTS.get(b) or _input_spec(b)
+            if spec.shm is not None:
+                inp = InferInput(spec.name, spec.datatype, spec.shape, None, ShmRef(*spec.shm))
+            elif spec.tensor is not None:
+                if n_raw:
+                    raise invalid_arg(f"contents field must not be specified when using "
+                                      f"raw_input_contents for '{spec.name}' for model '{model}'")
+                inp = InferInput(spec.name, spec.datatype, spec.shape,
+                                 _from_contents(spec.tensor, spec.shape, model))
+            elif pos < n_raw:
+                buf = raw[pos]
+                pos += 1
+                if spec.dtype is not None and len(buf) == spec.nbytes:
+                    data = np.ndarray(spec.shape, spec.dtype, buf)
+                else:  # BYTES, or the wrong size (from_buffer raises Triton's message)
+                    data = datatypes.from_buffer(spec.datatype, spec.shape, buf,
+                                                 f"input '{spec.name}'")
+                inp = InferInput(spec.name, spec.datatype, spec.shape, data)
+            elif spec.count == 0:
+                inp = InferInput(spec.name, spec.datatype, spec.shape,
+                                 np.empty(spec.shape, dtype=spec.dtype or object))
+            else:
+                raise invalid_arg(f"unable to find data for input tensor '{spec.name}' for "
+                                  f"model '{model}' in request.")
+            if spec.params is not None:
+                inp.parameters = dict(spec.params)
+            inputs.append(inp)
+    except (ValueError, OverflowError, MemoryError):  # numpy's limits on a tensor's shape
+        assert spec is not None
+        raise datatypes.shape_error(spec.shape, f"input '{spec.name}'") from None
     if pos != n_raw:
         raise invalid_arg(f"unexpected additional input data for model '{model}': "
                           f"{n_raw} raw_input_contents for {pos} inputs that use them")

@@ -70,29 +70,43 @@ def json_to_array(name: str, datatype: str, shape: tuple[int, ...],
             f"unable to parse 'data': shape does not match true shape of 'data' field for "
             f"input '{name}' ({len(flat)} elements for shape {list(shape)})"
         )
+    try:
+        return _flat_array(name, datatype, flat, count).reshape(shape)
+    except ValueError:  # numpy's limits on dimensions and element counts
+        raise datatypes.shape_error(shape, f"input '{name}'") from None
+
+
+def _flat_array(name: str, datatype: str, flat: list[Any], count: int) -> np.ndarray[Any, Any]:
     if datatype == "BYTES":
         if not all(isinstance(x, str) for x in flat):
             raise invalid_arg(f"unable to parse 'data' for input '{name}': expected strings")
         arr = np.empty(count, dtype=object)
-        arr[:] = [x.encode("utf-8") for x in flat]
-        return arr.reshape(shape)
+        arr[:] = [x.encode("utf-8", "surrogatepass") for x in flat]
+        return arr
     if datatype == "BOOL":
         if not all(isinstance(x, bool) for x in flat):
             raise invalid_arg(f"unable to parse 'data' for input '{name}': expected booleans")
-        return np.array(flat, dtype=np.bool_).reshape(shape)
+        return np.array(flat, dtype=np.bool_)
     dt = datatypes.numpy_dtype(datatype)
     if datatype in ("BF16",):
         raise invalid_arg(f"input '{name}': {datatype} tensors must use binary data")
-    if any(isinstance(x, (bool, str)) or x is None for x in flat):
-        raise invalid_arg(f"unable to parse 'data' for input '{name}': expected numbers")
     if dt.kind in "iu":
-        if not all(isinstance(x, int) for x in flat):
+        if not all(type(x) is int for x in flat):
             raise invalid_arg(f"unable to parse 'data' for input '{name}': expected integers")
         info = np.iinfo(dt)
         if flat and (min(flat) < info.min or max(flat) > info.max):
             raise invalid_arg(f"unable to parse 'data' for input '{name}': value out of range "
                               f"for {datatype}")
-    return np.array(flat, dtype=dt).reshape(shape)
+        return np.array(flat, dtype=dt)
+    for x in flat:
+        if type(x) is not float and type(x) is not int:  # bool, str, None, objects, arrays
+            raise invalid_arg(f"unable to parse 'data' for input '{name}': expected numbers")
+    try:
+        with np.errstate(over="ignore"):  # beyond FP16/FP32's range: inf, as a C cast
+            return np.array(flat, dtype=dt)
+    except OverflowError:  # an integer beyond any float
+        raise invalid_arg(f"unable to parse 'data' for input '{name}': value out of range "
+                          f"for {datatype}") from None
 
 
 def _shm_ref(name: str, params: dict[str, Any], what: str) -> ShmRef | None:
@@ -222,7 +236,7 @@ def decode_infer(
                                              f"input '{name}'")
             pos += bsize
         elif shm is None:
-            inp.data = np.empty(shape, dtype=datatypes.numpy_dtype(datatype))
+            inp.data = datatypes.empty(datatype, shape, f"input '{name}'")
         req.inputs.append(inp)
     if pos != len(tail):
         raise invalid_arg(f"unexpected additional input data for model '{model_name}'")
