@@ -34,7 +34,7 @@ from tritonlite.backends.base import BackendFatalError, InstanceSpec, ModelConte
 from tritonlite.backends.ort_providers import providers_for
 from tritonlite.core.stats import ExecTiming
 from tritonlite.core.types import InferRequest
-from tritonlite.errors import TritonliteError, internal, unavailable
+from tritonlite.errors import TritonliteError, internal, invalid_arg, unavailable
 from tritonlite.memory import StagingPool
 
 log = logging.getLogger("tritonlite")
@@ -78,15 +78,44 @@ def run_error(exc: Exception) -> TritonliteError:
     return internal(text)
 
 
-def _to_ort_input(arr: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    # ORT's Python binding stores repr() of bytes objects in string tensors: hand it str.
+def _to_ort_input(arr: np.ndarray[Any, Any], name: str = "") -> np.ndarray[Any, Any]:
+    """A BYTES tensor as ORT's Python binding takes a string tensor: ``str`` elements (it
+    stores repr() of ``bytes`` objects). ORT's Python API moves string tensors as text both
+    ways (outputs come back as ``str``), so bytes that are not UTF-8 cannot pass through
+    unchanged: they are refused (INVALID_ARG), never replaced."""
     if arr.dtype.kind == "O":
         out = np.empty(arr.shape, dtype=object)
         flat = out.reshape(-1)
         for i, item in enumerate(arr.reshape(-1).tolist()):
-            flat[i] = item.decode("utf-8", "replace") if isinstance(item, bytes) else str(item)
+            if isinstance(item, bytes):
+                try:
+                    flat[i] = item.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise _not_utf8(name, i, exc) from None
+            else:
+                flat[i] = str(item)
         return out
     return arr
+
+
+def _not_utf8(name: str, index: int, exc: UnicodeDecodeError) -> TritonliteError:
+    return invalid_arg(
+        f"input '{name}': element {index} of the BYTES tensor is not valid UTF-8 (byte "
+        f"{exc.start}); the ONNX Runtime backend passes string tensors as UTF-8 text only")
+
+
+def _utf8_problem(requests: list[InferRequest]) -> dict[int, TritonliteError]:
+    """The requests of a batch whose BYTES inputs ORT cannot take, by index, with why."""
+    bad: dict[int, TritonliteError] = {}
+    for k, r in enumerate(requests):
+        for inp in r.inputs:
+            if inp.data is not None and inp.data.dtype.kind == "O":
+                try:
+                    _to_ort_input(inp.data, inp.name)
+                except TritonliteError as exc:
+                    bad[k] = exc
+                    break
+    return bad
 
 
 def _release(feed: dict[str, Any], leases: list[Any]) -> None:
@@ -166,6 +195,12 @@ class OnnxRuntimeInstance:
                            and self._session.get_providers() == ["CPUExecutionProvider"])
 
     def execute(self, requests: list[InferRequest], timing: ExecTiming) -> list[Result]:
+        if not self._plain and len(requests) > 1:
+            bad = _utf8_problem(requests)
+            if bad:  # fail those requests alone, not the batch they share
+                good = [r for k, r in enumerate(requests) if k not in bad]
+                done = iter(self.execute(good, timing) if good else [])
+                return [bad[k] if k in bad else next(done) for k in range(len(requests))]
         feed: dict[str, Any] = {}
         leases: list[Any] = []
         try:
@@ -222,12 +257,14 @@ class OnnxRuntimeInstance:
         if len(requests) == 1:
             plain = self._plain
             for inp in requests[0].inputs:
-                feed[inp.name] = inp.data if plain else _to_ort_input(inp.data)  # type: ignore[arg-type]
+                feed[inp.name] = (inp.data if plain
+                                  else _to_ort_input(inp.data, inp.name))  # type: ignore[arg-type]
             return
         for i, first in enumerate(requests[0].inputs):
             parts = [r.inputs[i].data for r in requests]
             if first.data.dtype == object:  # type: ignore[union-attr]
-                feed[first.name] = _to_ort_input(np.concatenate(parts, axis=0))  # type: ignore[arg-type]
+                feed[first.name] = _to_ort_input(np.concatenate(parts, axis=0),  # type: ignore[arg-type]
+                                                 first.name)
                 continue
             feed[first.name] = batch_io.stage(parts, self._staging, leases)  # type: ignore[arg-type]
 
