@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -103,8 +104,10 @@ def wait_for(pred: Any, timeout: float, what: str, proc: subprocess.Popen[Any] |
 
 # -- the fleet ------------------------------------------------------------------------------------
 class Replica:
-    def __init__(self, name: str, ports: list[int], repo: Path, work: Path, src: Path) -> None:
+    def __init__(self, name: str, ports: list[int], repo: Path, work: Path, src: Path,
+                 extra: list[str]) -> None:
         self.name, self.repo, self.work, self.src = name, repo, work, src
+        self.extra = extra
         self.http, self.grpc, self.metrics = ports
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
@@ -120,7 +123,7 @@ class Replica:
                 "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1",
                 "--exit-timeout-secs=20", "--metrics-interval-ms=1000",
                 "--metrics-config=histogram_latencies=true",
-                "--cache-config=local,size=1048576", f"--id={self.name}"]
+                "--cache-config=local,size=1048576", f"--id={self.name}", *self.extra]
 
     def start(self) -> None:
         self.starts += 1
@@ -552,6 +555,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="tritonlite fleet check")
     p.add_argument("--src", default=str(ROOT), help="tritonlite source tree the replicas run")
     p.add_argument("--no-image", action="store_true", help="leave out the container image")
+    p.add_argument("--replica-args", default="",
+                   help="more tritonlite flags for the replicas, e.g. --frontend=native")
     p.add_argument("--level-seconds", type=float, default=20.0)
     p.add_argument("--throughput-seconds", type=float, default=10.0)
     p.add_argument("--json", default="", help="write the figures here too")
@@ -567,7 +572,8 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {"started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
     src = Path(args.src).resolve()
     repo = make_repository(work)
-    replicas = [Replica(f"r{i + 1}", free_ports(3), repo, work, src) for i in range(3)]
+    extra = shlex.split(args.replica_args)
+    replicas = [Replica(f"r{i + 1}", free_ports(3), repo, work, src, extra) for i in range(3)]
     lb = HAProxy(work, replicas)
     prom = Prometheus(work, replicas)
     t_start = time.monotonic()
@@ -587,6 +593,7 @@ def main(argv: list[str] | None = None) -> int:
         prom.start()
         wait_for(lambda: all(lb.all_up(r.name) for r in replicas), 20, "haproxy: all up")
         wait_for(lambda: prom.targets_up() == 3, 30, "prometheus: 3 targets up")
+        say(f"  replica flags: {' '.join(replicas[0].args()[3:])}")
         say(f"  replicas {[(r.name, r.http, r.grpc, r.metrics) for r in replicas]}, haproxy "
             f"http {lb.http_port} grpc {lb.grpc_port}, prometheus {prom.port}")
         hpa_phase(work, prom, lb, args.level_seconds, report)
