@@ -405,14 +405,12 @@ class ModelRepository:
     async def _load_locked(self, entry: ModelEntry, name: str, config_json: str | None,
                            files: dict[str, bytes] | None) -> None:
         # entry.lock is held.
+        override: OverrideDir | None = None
         try:
             if files:
-                override: OverrideDir | None = await asyncio.to_thread(
-                    write_override_files, name, files)
-                assert override is not None
+                override = await asyncio.to_thread(write_override_files, name, files)
                 model_dir = override.model_dir
             else:
-                override = None
                 found = self.scan().get(name, ...)
                 if found is ...:
                     raise invalid_arg(
