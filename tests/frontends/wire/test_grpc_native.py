@@ -108,6 +108,22 @@ class Registry:
                 continue
             await call.write(message)
 
+    async def concurrent(self, call: GrpcCall) -> None:
+        """Reads in its own task while this one writes, as the ModelStreamInfer servicer does."""
+        box: asyncio.Queue[bytes | None] = asyncio.Queue()
+
+        async def reader() -> None:
+            while (message := await call.read()) is not None:
+                box.put_nowait(message)
+            box.put_nowait(None)
+
+        task = asyncio.ensure_future(reader())
+        try:
+            while (message := await box.get()) is not None:
+                await call.write(message)
+        finally:
+            task.cancel()
+
     async def server_live(self, request: bytes, call: GrpcCall) -> bytes:
         return bytes(service_pb2.ServerLiveResponse(live=True).SerializeToString())
 
@@ -129,6 +145,7 @@ class Registry:
             "/test.T/Slow": Method(self.slow),
             "/test.T/Compress": Method(self.compress),
             "/test.T/Stream": Method(stream=self.stream),
+            "/test.T/Concurrent": Method(stream=self.concurrent),
             SERVICE + "ServerLive": Method(self.server_live),
             SERVICE + "ModelInfer": Method(self.model_infer),
         }
@@ -319,6 +336,16 @@ def test_stream_writes_wait_for_a_slow_reader(served: Served) -> None:
                     time.sleep(0.05)  # a reader that falls behind (not synchronisation)
             else:
                 assert message == b"end" and i == 40
+
+
+def test_stream_reading_and_writing_from_two_tasks(served: Served) -> None:
+    """A reader task waiting in read() while the handler waits in write(): each is woken by
+    its own event (request data / window updates)."""
+    sizes = [1 << 22, 4, 1_200_000, 64, 20, 1 << 20, 8] * 4
+    messages = [bytes([k]) * n for k, n in enumerate(sizes)]
+    with served.channel() as ch:
+        got = list(ch.stream_stream("/test.T/Concurrent")(iter(messages), timeout=60))
+    assert got == messages
 
 
 def test_connection_loss_cancels_the_handler(served: Served) -> None:

@@ -351,6 +351,12 @@ class H2Connection:
     def open_streams(self) -> int:
         return len(self._streams)
 
+    def writable(self, stream_id: int) -> bool:
+        """Whether the stream's queued output is under the limit (an ended stream: True,
+        there is nothing left to wait for)."""
+        st = self._streams.get(stream_id)
+        return st is None or st.out_len < self._write_limit
+
     def stalled(self) -> bool:
         """Whether some stream's output waits for the peer's flow-control window (cheap)."""
         return len(self._blocked) > 0

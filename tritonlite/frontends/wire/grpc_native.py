@@ -123,7 +123,7 @@ class _Call:
     __slots__ = (
         "_proto", "sid", "method", "headers", "request", "task", "deadline", "timer",
         "encoding", "accept", "compression", "head_sent", "ended", "done", "queue", "eof",
-        "waiter",
+        "reader", "writer",
     )
 
     def __init__(self, proto: GrpcProtocol, sid: int, method: GrpcMethod,
@@ -144,7 +144,9 @@ class _Call:
         self.done: list[Callable[[], None]] | None = None
         self.queue: deque[bytes] | None = None
         self.eof = False
-        self.waiter: asyncio.Future[None] | None = None
+        # a reader and a writer may wait at once (a stream handler reading in another task)
+        self.reader: asyncio.Future[None] | None = None
+        self.writer: asyncio.Future[None] | None = None
 
     # GrpcCall
     def metadata(self) -> Sequence[tuple[str, str | bytes]]:
@@ -186,11 +188,11 @@ class _Call:
         while not queue:
             if self.eof or self.ended:
                 return None
-            self.waiter = self._proto.loop.create_future()
+            self.reader = self._proto.loop.create_future()
             try:
-                await self.waiter
+                await self.reader
             finally:
-                self.waiter = None
+                self.reader = None
         message = queue.popleft()
         if len(queue) < self._proto.read_queue // 2 and self._proto.conn is not None:
             self._proto.conn.set_reading(self.sid, True)
@@ -211,15 +213,25 @@ class _Call:
             ok = conn.send_message(self.sid, message, False)
         proto.flush()
         while (not ok or proto.paused) and not self.ended:
-            self.waiter = proto.loop.create_future()
+            self.writer = proto.loop.create_future()
             try:
-                await self.waiter
+                await self.writer
             finally:
-                self.waiter = None
-            ok = True
+                self.writer = None
+            conn = proto.conn
+            ok = conn is None or conn.writable(self.sid)
 
     def _wake(self) -> None:
-        w = self.waiter
+        self._wake_reader()
+        self._wake_writer()
+
+    def _wake_reader(self) -> None:
+        w = self.reader
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def _wake_writer(self) -> None:
+        w = self.writer
         if w is not None and not w.done():
             w.set_result(None)
 
@@ -292,7 +304,7 @@ class GrpcProtocol(asyncio.Protocol):
         if self.transport is not None and not self.transport.is_closing():
             self.transport.resume_reading()
         for call in list(self.calls.values()):
-            call._wake()
+            call._wake_writer()
 
     # ------------------------------------------------------------------ output
 
@@ -412,7 +424,7 @@ class GrpcProtocol(asyncio.Protocol):
         queue.append(payload)
         if len(queue) >= self.read_queue:
             self.conn.set_reading(sid, False)
-        call._wake()
+        call._wake_reader()
 
     def on_half_close(self, sid: int) -> None:
         call = self.calls.get(sid)
@@ -420,7 +432,7 @@ class GrpcProtocol(asyncio.Protocol):
             return
         if call.queue is not None:
             call.eof = True
-            call._wake()
+            call._wake_reader()
         elif call.request is None:
             self._finish(call, INTERNAL, "Received no request message for a unary call")
         else:
@@ -440,7 +452,7 @@ class GrpcProtocol(asyncio.Protocol):
     def on_writable(self, sid: int) -> None:
         call = self.calls.get(sid)
         if call is not None:
-            call._wake()
+            call._wake_writer()
 
     def on_goaway(self, code: int, last_stream_id: int) -> None:
         if not self.calls and self.transport is not None:
