@@ -23,6 +23,7 @@ cdef class Request:
     cdef public str path
     cdef public str query
     cdef public object headers
+    cdef public dict _headers
     cdef public tuple version
     cdef public object peer
     cdef public bytes _url

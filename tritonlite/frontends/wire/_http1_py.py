@@ -26,6 +26,7 @@ import asyncio
 import logging
 import time
 from collections import deque
+from collections.abc import Iterator, Mapping
 from http import HTTPStatus
 from typing import Any
 
@@ -70,17 +71,28 @@ class _Refuse(Exception):
         self.message = message
 
 
-class Headers(dict):  # type: ignore[type-arg]
-    """Request headers under lower-case names; lookups ignore case (``call.HttpRequest``)."""
+class Headers(Mapping[str, str]):
+    """Request headers (``call.HttpRequest.headers``): lookups ignore case."""
 
-    def get(self, name: Any, default: Any = None) -> Any:
-        return dict.get(self, name.lower(), default)
+    __slots__ = ("_d",)
 
-    def __getitem__(self, name: Any) -> Any:
-        return dict.__getitem__(self, name.lower())
+    def __init__(self, d: dict[str, str]) -> None:
+        self._d = d  # lower-case names
 
-    def __contains__(self, name: Any) -> bool:
-        return isinstance(name, str) and dict.__contains__(self, name.lower())
+    def get(self, name: str, default: Any = None) -> Any:
+        return self._d.get(name.lower(), default)
+
+    def __getitem__(self, name: str) -> str:
+        return self._d[name.lower()]
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.lower() in self._d
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._d)
+
+    def __len__(self) -> int:
+        return len(self._d)
 
 
 class Request:
@@ -91,7 +103,8 @@ class Request:
         self.method = ""
         self.path = ""
         self.query = ""
-        self.headers = Headers()
+        self.headers: Any = None  # set once the headers are complete
+        self._headers: dict[str, str] = {}
         self.version = _V11
         self.peer = proto._peer
         self._url = b""
@@ -271,18 +284,19 @@ class Http1Protocol:
         req._header_bytes += len(name) + len(value) + 4
         if req._header_bytes > self._max_header_bytes:
             raise _Refuse(431, "Request Header Fields Too Large")
-        headers = req.headers
+        headers = req._headers
         if len(headers) >= self._max_headers:
             raise _Refuse(431, "Request Header Fields Too Large")
         key = name.decode("latin-1").lower()
         text = value.decode("latin-1")
-        old = dict.get(headers, key)
-        dict.__setitem__(headers, key, text if old is None else old + ", " + text)
+        old = headers.get(key)
+        headers[key] = text if old is None else old + ", " + text
 
     def on_headers_complete(self) -> None:
         req: Request = self._cur
         parser = self._parser
-        headers = req.headers
+        headers = req._headers
+        req.headers = Headers(headers)
         req.method = parser.get_method().decode("ascii")
         version = parser.get_http_version()
         if version != "1.1":
@@ -297,8 +311,8 @@ class Http1Protocol:
             req.query = url[q + 1:].decode("utf-8", "surrogateescape")
         else:
             req.path = url.decode("utf-8", "surrogateescape")
-        length = dict.get(headers, "content-length")
-        if dict.get(headers, "transfer-encoding") is not None:
+        length = headers.get("content-length")
+        if headers.get("transfer-encoding") is not None:
             if length is not None:
                 req._close = True  # RFC 9112 6.3: framing by Transfer-Encoding, then close
         elif length is not None:
@@ -313,10 +327,10 @@ class Http1Protocol:
             if not req.path.startswith(_HEALTH):
                 raise _Refuse(503, "too many open connections: the server's limit is "
                               f"{self._service.limits.max_connections}")
-        expect = dict.get(headers, "expect")
+        expect = headers.get("expect")
         if expect is not None and req.version >= _V11 and expect.lower() == "100-continue":
             req._expect = True
-        encoding = dict.get(headers, "content-encoding")
+        encoding = headers.get("content-encoding")
         if encoding is not None:
             req._encoding = encoding
         self._state = _BODY
