@@ -4,10 +4,11 @@ Each registry entry becomes a grpc.aio method handler taking and returning raw b
 call is wrapped in an ``AioCall`` (the ``GrpcCall`` interface over grpc.aio's context);
 ``RpcError`` / ``TritonliteError`` raised by a handler end the call with the mapped status,
 anything else with INTERNAL (logged once). It runs on the process's one event loop, beside
-the HTTP front end. Options follow Triton
-(PROTOCOL §2.2): message limits at INT32_MAX both ways (grpcio's 4 MiB default is the most
-reported break), Triton's keepalive settings, and SO_REUSEPORT off unless --reuse-grpc-port,
-so a port clash fails the start instead of silently sharing the port.
+the HTTP front end.
+
+Options follow Triton (PROTOCOL §2.2): message limits at INT32_MAX both ways (grpcio's 4 MiB
+default is the most reported break), Triton's keepalive settings, and SO_REUSEPORT off unless
+--reuse-grpc-port, so a port clash fails the start instead of silently sharing the port.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import grpc
 from tritonlite.core.api import CoreAPI
 from tritonlite.errors import TritonliteError
 from tritonlite.frontends.call import GrpcMethods, RpcError, StreamHandler, UnaryHandler
-from tritonlite.frontends.grpc.errors import STATUS, internal_message
+from tritonlite.frontends.grpc.errors import STATUS, UNKNOWN, internal_message
 from tritonlite.frontends.grpc.servicer import methods
 from tritonlite.options import ServerOptions
 
@@ -125,9 +126,9 @@ class AioCall:
 async def _abort(context: grpc.aio.ServicerContext, exc: Exception, path: str) -> NoReturn:
     """End the call with the status ``exc`` maps to (raises grpc.aio's AbortError)."""
     if isinstance(exc, RpcError):
-        await context.abort(_AIO_STATUS[exc.code], exc.message)
+        await context.abort(_AIO_STATUS.get(exc.code, grpc.StatusCode.UNKNOWN), exc.message)
     elif isinstance(exc, TritonliteError):
-        await context.abort(_AIO_STATUS[STATUS[exc.code]], exc.message)
+        await context.abort(_AIO_STATUS[STATUS.get(exc.code, UNKNOWN)], exc.message)
     else:
         log.error("unexpected error in %s", path, exc_info=exc)
         await context.abort(grpc.StatusCode.INTERNAL, internal_message(exc))
