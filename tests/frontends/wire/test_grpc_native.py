@@ -574,3 +574,40 @@ def test_tls_with_alpn_h2(tmp_path: Any) -> None:
     finally:
         lt.run(server.stop(1.0))
         lt.close()
+
+
+def _status(raw: RawClient, sid: int) -> tuple[bytes, bytes]:
+    frames = raw.until(lambda f: f[0] == HEADERS and f[1] & END_STREAM and f[2] == sid)
+    fields = dict(raw.headers(frames[-1]))
+    return fields[b"grpc-status"], fields.get(b"grpc-message", b"")
+
+
+def test_request_compression_errors() -> None:
+    with _serve(GrpcLimits(max_message_size=1000)) as served:
+        raw = RawClient(served.port)
+        sid = raw.request("/test.T/Echo", grpc_message(b"x"), extra=[(b"grpc-encoding", b"br")])
+        assert _status(raw, sid) == (b"12", b"Compression algorithm 'br' not supported")
+        sid = raw.request("/test.T/Echo", grpc_message(b"x", compressed=1))
+        assert _status(raw, sid)[0] == b"13"
+        sid = raw.request("/test.T/Echo", grpc_message(b"not gzip", compressed=1),
+                          extra=[(b"grpc-encoding", b"gzip")])
+        assert _status(raw, sid)[0] == b"13"
+        bomb = zlib.compress(b"\0" * 100_000)  # 100 KB inflated from ~100 bytes
+        sid = raw.request("/test.T/Echo", grpc_message(bomb, compressed=1),
+                          extra=[(b"grpc-encoding", b"deflate")])
+        assert _status(raw, sid)[0] == b"8"
+        sid = raw.request("/test.T/Echo", grpc_message(zlib.compress(b"fits"), compressed=1),
+                          extra=[(b"grpc-encoding", b"deflate")])
+        assert _status(raw, sid) == (b"0", b"")
+        raw.close()
+
+
+def test_message_over_the_limit_is_resource_exhausted() -> None:
+    with _serve(GrpcLimits(max_message_size=1 << 16)) as served, served.channel() as ch:
+        echo = ch.unary_unary("/test.T/Echo")
+        assert echo(b"x" * (1 << 16), timeout=10) == b"x" * (1 << 16)
+        with pytest.raises(grpc.RpcError) as e:
+            echo(b"x" * (1 << 20), timeout=10)
+        assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert e.value.details() == f"Received message larger than max ({1 << 20} vs. {1 << 16})"
+        assert echo(b"next", timeout=10) == b"next"
