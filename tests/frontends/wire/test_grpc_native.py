@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as tc
 import uvloop
+from test_h2_connection import COMPILED, NOT_BUILT
 from test_h2_peer import (
     DATA,
     END_HEADERS,
@@ -40,6 +41,7 @@ from tritonclient.grpc import service_pb2
 
 from tritonlite.errors import ErrorCode, TritonliteError
 from tritonlite.frontends.call import GrpcCall, RpcError
+from tritonlite.frontends.wire import _h2_py, grpc_native
 from tritonlite.frontends.wire.detect import Detect
 from tritonlite.frontends.wire.grpc_native import (
     GrpcLimits,
@@ -181,8 +183,15 @@ class Served:
                                      compression=compression)
 
 
-@pytest.fixture
-def served() -> Iterator[Served]:
+@pytest.fixture(params=["pure", "compiled"])
+def served(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Served]:
+    """A server on either H2Connection twin (the transport looks the class up per connection)."""
+    if request.param == "pure":
+        monkeypatch.setattr(grpc_native, "H2Connection", _h2_py.H2Connection)
+    elif COMPILED is None:
+        pytest.skip(NOT_BUILT)
+    else:
+        monkeypatch.setattr(grpc_native, "H2Connection", COMPILED.H2Connection)
     with _serve() as s:
         yield s
 

@@ -607,3 +607,24 @@ def test_memory_bounded_by_a_client_that_never_reads(H2C: Any) -> None:
         assert writes < 100
     assert conn.queued_bytes() < (1 << 16) + 4101
     assert not [f for f in peer.read() if f[0] == DATA]
+
+
+def test_buffered_partial_messages_hold_back_window_updates(H2C: Any) -> None:
+    """Past max_buffered bytes of incomplete messages, a stream's window is refilled only once
+    some message completes (a client cannot make the server hold more than that)."""
+    peer = Peer(H2C, H2Limits(stream_window=65536, connection_window=1 << 20,
+                              max_message_size=100_000, max_buffered=100_000))
+    peer.request(None, end=False)
+    peer.request(None, end=False)
+    first = grpc_message(b"a" * 100_000)
+    for k in range(0, 90_000, 10_000):
+        peer.send(frame(DATA, 0, 1, first[k : k + 10_000]))
+    peer.send(frame(DATA, 0, 3, grpc_message(b"b" * 100_000)[:40_000]))
+
+    def stream_wu(sid: int) -> int:
+        return sum(1 for f in peer.frames if f[0] == WINDOW_UPDATE and f[2] == sid)
+
+    assert stream_wu(3) == 0
+    peer.send(frame(DATA, 0, 1, first[90_000:]))
+    assert peer.handler.events[-1] == ("message", 1, 0, b"a" * 100_000)
+    assert stream_wu(3) == 1

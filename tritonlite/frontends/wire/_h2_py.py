@@ -266,7 +266,8 @@ class H2Connection:
         self._max_frame = lim.max_frame_size
         self._max_header_list = lim.max_header_list_size
         self._max_message = lim.max_message_size
-        self._max_buffered = lim.max_buffered
+        # one message must always fit, or its own stream's window would never be refilled
+        self._max_buffered = max(lim.max_buffered, lim.max_message_size)
         self._write_limit = lim.stream_write_buffer
         self._flood_window = lim.flood_window_s
         self._max_resets = lim.max_resets
