@@ -620,3 +620,86 @@ def test_message_over_the_limit_is_resource_exhausted() -> None:
         assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert e.value.details() == f"Received message larger than max ({1 << 20} vs. {1 << 16})"
         assert echo(b"next", timeout=10) == b"next"
+
+
+class _FakeTransport(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.out: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: Any) -> None:
+        self.out.append(bytes(data))
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 5) if name == "peername" else default
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.closed = True
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+def test_fuzz_the_transport() -> None:
+    """Mutated conversations with gRPC headers (paths, timeouts, encodings, -bin metadata,
+    compressed flags) through GrpcProtocol: nothing reaches the loop's exception handler."""
+    from test_h2_fuzz import _mutate
+
+    rng = __import__("random").Random(7)
+    registry = Registry()
+    paths = list(registry.methods()) + ["/nope", ""]
+    extras = [(b"grpc-timeout", b"1m"), (b"grpc-timeout", b"99999999999S"),
+              (b"grpc-timeout", b"x"), (b"grpc-encoding", b"gzip"), (b"grpc-encoding", b"zz"),
+              (b"grpc-accept-encoding", b"gzip"), (b"x-a-bin", b"!!notbase64"),
+              (b"x-b-bin", b"AAEC"), (b"content-type", b"text/plain"), (b":method", b"GET")]
+
+    def conversation() -> list[bytes]:
+        enc = hpack.Encoder()
+        frames = [PREFACE, settings()]
+        for sid in range(1, 2 * rng.randint(1, 4), 2):
+            headers = [(b":method", b"POST"), (b":scheme", b"http"),
+                       (b":path", rng.choice(paths).encode()), (b":authority", b"x"),
+                       (b"content-type", b"application/grpc")]
+            headers += rng.sample(extras, rng.randint(0, 3))
+            frames.append(frame(HEADERS, END_HEADERS, sid, enc.encode(headers)))
+            body = rng.choice([b"0", b"0.001", b"gzip:abc", b"crash", b"triton", b"x" * 300])
+            msg = grpc_message(zlib.compress(body), 1) if rng.random() < 0.2 else grpc_message(body)
+            frames.append(frame(DATA, END_STREAM if rng.random() < 0.8 else 0, sid, msg))
+        return frames
+
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        errors: list[Any] = []
+        loop.set_exception_handler(lambda _loop, ctx: errors.append(ctx))
+        cases = answered = 0
+        deadline = time.monotonic() + 30
+        while cases < 2000 and time.monotonic() < deadline:
+            proto = GrpcProtocol(registry.methods())
+            transport = _FakeTransport()
+            proto.connection_made(transport)
+            convo = conversation()
+            data = b"".join(convo) if rng.random() < 0.3 else _mutate(rng, convo, convo[1:])
+            step = rng.randint(1, 200)
+            for k in range(0, len(data), step):
+                proto.data_received(data[k : k + step])
+            for _ in range(3):
+                await asyncio.sleep(0)
+            proto.connection_lost(None)
+            await asyncio.sleep(0)
+            assert not errors, errors[0]
+            answered += b"grpc-status" in b"".join(transport.out)
+            cases += 1
+        assert answered > cases // 4, (answered, cases)
+        return cases
+
+    assert asyncio.run(main()) >= 500
