@@ -278,6 +278,26 @@ def test_head_gets_no_body_and_the_router_answers_405(serve: Serve) -> None:
         assert r.status == 200 and r.body == b""
 
 
+def test_an_upgrade_request_is_answered_as_http11_then_closed(serve: Serve) -> None:
+    with Conn(serve().port) as c:
+        c.send(_get("/up", b"Connection: Upgrade\r\nUpgrade: h2c\r\n") + b"PRI * HTTP/2.0\r\n")
+        r = c.response()
+        assert r.status == 200 and r.headers["connection"] == "close"
+        assert "upgrade" not in r.headers
+        assert c.closed()
+
+
+def test_a_handler_that_raises_is_500_and_the_connection_closes(serve: Serve) -> None:
+    async def broken(req: Any) -> HttpResponse:
+        raise RuntimeError("handler bug")
+
+    with Conn(serve(broken).port) as c:
+        c.send(_get("/x"))
+        r = c.response()
+        assert r.status == 500 and "handler bug" in _json(r)["error"]
+        assert r.headers["connection"] == "close" and c.closed()
+
+
 def test_router_404_405(serve: Serve) -> None:
     with Conn(serve().port) as c:
         c.send(_get("/v2/nothing/here"))

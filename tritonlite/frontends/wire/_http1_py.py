@@ -388,7 +388,12 @@ class Http1Protocol:
                 req: Request = queue[0]
                 resp = req._refusal
                 if resp is None:
-                    resp = await self._dispatch(req)
+                    try:
+                        resp = await self._dispatch(req)
+                    except Exception as exc:  # a dispatch should map its own errors
+                        log.exception("unexpected error handling %s %s", req.method, req.path)
+                        resp = error(500, f"internal error: {type(exc).__name__}: {exc}")
+                        req._close = True
                 queue.popleft()
                 if self._read_paused and len(queue) <= self._max_pipeline // 2 \
                         and not self._closing and self._transport is not None:
@@ -471,10 +476,12 @@ class Http1Protocol:
             t.write(head.encode("latin-1"))
         try:
             await resp.send(_ChunkWriter(self, chunked))
-        finally:
-            t = self._transport
-            if chunked and t is not None and not t.is_closing():
-                t.write(b"0\r\n\r\n")
+        except Exception:  # the head is out: all that is left is to end the connection
+            log.exception("unexpected error streaming %s %s", req.method, req.path)
+            return True
+        t = self._transport
+        if chunked and t is not None and not t.is_closing():
+            t.write(b"0\r\n\r\n")
         return close
 
     async def _wait_body(self, req: Request) -> None:
