@@ -546,6 +546,29 @@ class FakeTransport:
         self.paused = False
 
 
+def test_behind_the_one_port_detector(loop_thread: LoopThread, twin: Any) -> None:
+    from tritonlite.frontends.wire.detect import Detect
+
+    service = http1.HttpService(handler, HttpLimits(), protocol_class=twin)
+
+    async def listen() -> asyncio.Server:
+        loop = asyncio.get_running_loop()
+        return await loop.create_server(
+            lambda: Detect(service.protocol, asyncio.Protocol), "127.0.0.1", 0)
+
+    server = loop_thread.run(listen())
+    try:
+        with Conn(server.sockets[0].getsockname()[1]) as c:
+            c.send(b"G")  # the detector decides on its first byte; the rest comes later
+            c.send(b"ET /one HTTP/1.1\r\nHost: t\r\n\r\n" + _post("/two", b"2"))
+            assert _json(c.response())["path"] == "/one"
+            assert _json(c.response())["body"] == "2"
+    finally:
+        server.close()
+        loop_thread.run(service.drain(1.0))
+        loop_thread.run(server.wait_closed())
+
+
 def test_a_detector_can_hand_over_a_connection_with_its_first_bytes(twin: Any) -> None:
     async def run() -> bytes:
         service = http1.HttpService(handler, HttpLimits(), protocol_class=twin)
