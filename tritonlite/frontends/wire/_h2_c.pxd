@@ -18,7 +18,7 @@ cdef int GRPC_INTERNAL, GRPC_RESOURCE_EXHAUSTED
 cdef long long _MAX_WINDOW, _DEFAULT_WINDOW
 cdef Py_ssize_t _RECENT_RESETS
 cdef object _HDR, _PREFIX, _U32, _U32X2, _SETTING
-cdef frozenset _CONNECTION_SPECIFIC, _REQUEST_PSEUDO
+cdef frozenset _CONNECTION_SPECIFIC
 
 @cython.locals(c=cython.uchar)
 cdef bint _name_ok(bytes name)

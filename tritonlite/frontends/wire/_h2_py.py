@@ -21,8 +21,18 @@ the connection calls the handler once per event:
 * ``on_writable(stream_id)``: the stream's queued output went back under the limit;
 * ``on_goaway(code, last_stream_id)``: the client sent GOAWAY.
 
+Output: ``send_headers`` (a block from ``encode_headers``; with ``end_stream`` it is the
+trailers, sent after the queued DATA), ``send_message`` (one gRPC message; False once the
+stream's queued output passed ``stream_write_buffer``: wait for ``on_writable``),
+``send_response`` (headers + message + trailers in one call, the unary hot path),
+``end_stream``, ``reset`` and ``goaway``. DATA beyond the peer's windows waits in its stream
+and goes out as WINDOW_UPDATEs arrive; ``writable``, ``stalled`` and ``queued_bytes`` tell the
+transport how much waits. ``set_reading(stream_id, False)`` stops refilling a stream's receive
+window (a slow reader of a streaming call).
+
 Connection errors send GOAWAY with the RFC 9113 code and set ``closed``; nothing is parsed
-after that, and the transport closes the socket once it wrote ``data_to_send()``.
+after that, and the transport closes the socket once it wrote ``data_to_send()``. Stream
+errors send RST_STREAM and report ``on_reset``; the connection keeps serving.
 Ownership: header lists and payloads handed up belong to the handler; ``send_*`` arguments
 belong to the connection once passed. A stream is forgotten once both sides ended it.
 Header blocks are decoded by ``wire.hpack``; responses are encoded statelessly (literals
@@ -108,16 +118,26 @@ _RECENT_RESETS = 256
 _CONNECTION_SPECIFIC = frozenset(
     (b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade")
 )
-_REQUEST_PSEUDO = frozenset((b":method", b":scheme", b":path", b":authority"))
 # names of HPACK's static table this encoder refers to by index (RFC 7541 appendix A)
 _STATIC_NAMES = {b":status": 8, b"content-length": 28, b"content-type": 31}
 
 
 class H2Limits:
-    """Per-connection limits; every count is per ``flood_window_s`` seconds.
+    """Per-connection limits; the ``max_*`` counts of frames are per ``flood_window_s``.
 
-    The defaults let gRPC clients (keepalive and BDP pings, many WINDOW_UPDATEs while reading
-    large responses, cancellations) through and stop floods early.
+    ``stream_window`` / ``connection_window``: what the client may send ahead (refilled as data
+    arrives); ``max_frame_size``, ``max_header_list_size`` and ``header_table_size`` are
+    advertised in SETTINGS and enforced (a header block is capped before it is decoded);
+    ``max_message_size``: one gRPC message; ``max_buffered``: bytes of incomplete messages
+    before stream windows stop being refilled (at least one message); ``stream_write_buffer``:
+    queued output per stream before ``send_message`` says stop. Past a frame count the
+    connection ends with ENHANCE_YOUR_CALM: ``max_resets`` (RST_STREAM from the client and
+    streams refused or reset for its errors: rapid reset), ``max_pings``, ``max_settings``,
+    ``max_empty_frames`` (empty DATA / HEADERS / CONTINUATION, PRIORITY and unknown types),
+    ``max_window_updates`` (those not explained by the streams opened or the DATA frames
+    sent); ``max_continuations`` caps the frames of one header block. The defaults let gRPC
+    clients (keepalive and BDP pings, WINDOW_UPDATEs while reading large responses,
+    cancellations) through.
     """
 
     def __init__(
