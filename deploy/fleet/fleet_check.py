@@ -52,6 +52,7 @@ import image_check  # noqa: E402
 
 NAMESPACE = "fleet"
 FAILED: list[str] = []
+LOADS: list[subprocess.Popen[bytes]] = []  # every load client, stopped at the end whatever failed
 
 
 def say(msg: str) -> None:
@@ -295,6 +296,7 @@ class Load:
         self.err = work / f"load-{tag}.err"
         with open(self.err, "wb") as err:
             self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err)
+        LOADS.append(self.proc)
 
     def result(self, timeout: float = 400.0) -> dict[str, Any]:
         rc = self.proc.wait(timeout)
@@ -605,6 +607,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a broken fleet is a failed check, reported with its cause
         check(False, f"fleet: {type(exc).__name__}: {exc}")
     finally:
+        for proc in LOADS:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
         for r in replicas:
             r.stop()
         lb.stop()
