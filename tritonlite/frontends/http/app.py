@@ -313,12 +313,24 @@ _ROUTES: list[tuple[re.Pattern[str], dict[str, Handler]]] = [
 ]
 
 
-def _match(path: str) -> tuple[re.Match[str], dict[str, Handler]] | None:
+_Found = tuple["re.Match[str]", dict[str, Handler]] | None
+_MATCHED: dict[str, _Found] = {}  # clients repeat their paths; a match object is immutable
+_MATCHED_MAX = 4096
+
+
+def _match(path: str) -> _Found:
+    found = _MATCHED.get(path)
+    if found is not None or path in _MATCHED:
+        return found
     for pattern, methods in _ROUTES:
         m = pattern.fullmatch(path)
         if m is not None:
-            return m, methods
-    return None
+            found = (m, methods)
+            break
+    if len(_MATCHED) >= _MATCHED_MAX:
+        _MATCHED.clear()
+    _MATCHED[path] = found
+    return found
 
 
 def make_dispatch(core: CoreAPI) -> Dispatch:
