@@ -513,6 +513,31 @@ def test_new_request_during_drain_gets_503(loop_thread: LoopThread, serve: Serve
         stopping.result(10)
 
 
+def test_over_tls(loop_thread: LoopThread, twin: Any, tmp_path: Any) -> None:
+    import ssl
+
+    from support.certs import make_certs
+
+    from tritonlite.frontends.tls import server_context
+
+    certs = make_certs(tmp_path)
+    ctx = server_context(certs["server.pem"], certs["server.key"])
+    server = loop_thread.run(start_http_native(handler, "127.0.0.1", 0, ssl_context=ctx,
+                                               protocol_class=twin))
+    try:
+        client = ssl.create_default_context(cafile=certs["ca.pem"])
+        raw = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        with client.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+            c = Conn.__new__(Conn)
+            c.sock, c.buf = tls, b""
+            for i in range(2):
+                c.send(_post(f"/tls{i}", b"secret"))
+                doc = _json(c.response())
+                assert doc["path"] == f"/tls{i}" and doc["body"] == "secret"
+    finally:
+        loop_thread.run(server.stop(1.0))
+
+
 # -- the protocol without a listener ---------------------------------------------------------
 class FakeTransport:
     def __init__(self) -> None:
