@@ -254,6 +254,7 @@ class GrpcProtocol(asyncio.Protocol):
         self.local = False
         self.paused = False
         self._stall: asyncio.TimerHandle | None = None
+        self._flush_pending = False
         self._stall_mark = 0
 
     # ------------------------------------------------------------------ asyncio.Protocol
@@ -486,11 +487,19 @@ class GrpcProtocol(asyncio.Protocol):
             conn.send_response(
                 call.sid, _HEAD[algorithm], _compress(algorithm, response), True, _TRAILERS_OK
             )
-        self.flush()
         if call.done is not None:
+            self.flush()
             self._run_done(call)
+        elif not self._flush_pending:
+            # responses finished in one loop turn leave in one write (one send syscall)
+            self._flush_pending = True
+            self.loop.call_soon(self._flush_soon)
         if not self.calls:
             self._after_call()
+
+    def _flush_soon(self) -> None:
+        self._flush_pending = False
+        self.flush()
 
     async def _run_stream(self, call: _Call) -> None:
         stream = call.method.stream
