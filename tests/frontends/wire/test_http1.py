@@ -11,6 +11,7 @@ import asyncio
 import gzip
 import os
 import socket
+import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator
@@ -73,8 +74,20 @@ async def _events(out: StreamWriter) -> None:
         await out.write(b"data: %d\n\n" % i)
 
 
+async def _until_gone(req: Any) -> HttpResponse:
+    while not req.disconnected():
+        await asyncio.sleep(0.01)
+    GONE.set()
+    return HttpResponse(200, [b"gone"], "text/plain")
+
+
+GONE = threading.Event()
+
+
 async def handler(req: Any) -> HttpResponse | HttpStream:
     path = req.path
+    if path == "/until-gone":
+        return await _until_gone(req)
     if path.startswith("/v2/"):
         return await ROUTER(req)
     if path == "/noread":
@@ -296,6 +309,23 @@ def test_a_handler_that_raises_is_500_and_the_connection_closes(serve: Serve) ->
         r = c.response()
         assert r.status == 500 and "handler bug" in _json(r)["error"]
         assert r.headers["connection"] == "close" and c.closed()
+
+
+def test_a_half_closed_client_is_answered(serve: Serve) -> None:
+    with Conn(serve().port) as c:
+        c.send(_post("/half", b"abc"))
+        c.sock.shutdown(socket.SHUT_WR)
+        r = c.response()
+        assert r.status == 200 and _json(r)["body"] == "abc"
+        assert c.closed()
+
+
+def test_a_handler_sees_the_client_leave(serve: Serve) -> None:
+    GONE.clear()
+    with Conn(serve().port) as c:
+        c.send(_get("/until-gone"))
+        time.sleep(0.05)
+    assert GONE.wait(5)
 
 
 def test_router_404_405(serve: Serve) -> None:

@@ -73,3 +73,4 @@ cdef class Http1Protocol:
     cdef public object _drain_waiter
     cdef public bint _overcap
     cdef public bint _registered
+    cdef public bint _eof

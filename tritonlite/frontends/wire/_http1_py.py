@@ -131,8 +131,11 @@ class Request:
         return self._body
 
     def disconnected(self) -> bool:
-        t = self._proto._transport
-        return t is None or t.is_closing()
+        # a client's EOF counts: it is answered (half-closed clients wait for that), but a
+        # stream waiting for its model's next response stops, as on aiohttp
+        proto = self._proto
+        t = proto._transport
+        return t is None or proto._eof or t.is_closing()
 
 
 class _ChunkWriter:
@@ -193,6 +196,7 @@ class Http1Protocol:
         self._drain_waiter: Any = None
         self._overcap = False
         self._registered = False
+        self._eof = False  # the client closed its side
 
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: Any) -> None:
@@ -234,6 +238,7 @@ class Http1Protocol:
 
     def eof_received(self) -> bool:
         # the client half-closed: answer what it sent, then close
+        self._eof = True
         if self._cur is not None and self._state != _DONE:
             self._refuse(400, "the client closed its side before the request ended")
         else:
