@@ -345,6 +345,9 @@ def test_stream_writes_wait_for_a_slow_reader(served: Served) -> None:
                     time.sleep(0.05)  # a reader that falls behind (not synchronisation)
             else:
                 assert message == b"end" and i == 40
+        # small messages from a handler that never pauses between writes
+        got = ch.stream_stream("/test.T/Stream")(iter([b"many:20000:100"]), timeout=60)
+        assert sum(1 for m in got if len(m) == 100) == 20000
 
 
 def test_stream_reading_and_writing_from_two_tasks(served: Served) -> None:

@@ -51,6 +51,8 @@ _HEAD = {
         _BASE + [(b"grpc-encoding", b"deflate"), (b"grpc-accept-encoding", _ACCEPT)]
     ),
 }
+# streamed bytes that may wait for the end of a loop turn before they are written
+_FLUSH_AT = 1 << 18
 _TRAILERS_OK = encode_headers([(b"grpc-status", b"0")])
 _TIMEOUT_UNITS = {
     ord("H"): 3600.0, ord("M"): 60.0, ord("S"): 1.0, ord("m"): 1e-3, ord("u"): 1e-6, ord("n"): 1e-9
@@ -211,7 +213,11 @@ class _Call:
             ok = conn.send_message(self.sid, _compress(self.compression, message), True)
         else:
             ok = conn.send_message(self.sid, message, False)
-        proto.flush()
+        proto.unflushed += len(message)
+        if proto.unflushed > _FLUSH_AT:
+            proto.flush()  # a handler writing without a pause would queue without a bound
+        else:
+            proto.flush_soon()
         while (not ok or proto.paused) and not self.ended:
             self.writer = proto.loop.create_future()
             try:
@@ -255,6 +261,7 @@ class GrpcProtocol(asyncio.Protocol):
         self.paused = False
         self._stall: asyncio.TimerHandle | None = None
         self._flush_pending = False
+        self.unflushed = 0
         self._stall_mark = 0
 
     # ------------------------------------------------------------------ asyncio.Protocol
@@ -314,6 +321,7 @@ class GrpcProtocol(asyncio.Protocol):
         transport = self.transport
         if conn is None or transport is None:
             return
+        self.unflushed = 0
         data = conn.data_to_send()
         if data:
             transport.write(data)
@@ -490,12 +498,17 @@ class GrpcProtocol(asyncio.Protocol):
         if call.done is not None:
             self.flush()
             self._run_done(call)
-        elif not self._flush_pending:
-            # responses finished in one loop turn leave in one write (one send syscall)
-            self._flush_pending = True
-            self.loop.call_soon(self._flush_soon)
+        else:
+            self.flush_soon()
         if not self.calls:
             self._after_call()
+
+    def flush_soon(self) -> None:
+        """Flush at the end of this loop turn: the responses and messages that handlers
+        finish in one turn leave in one write (one send syscall)."""
+        if not self._flush_pending:
+            self._flush_pending = True
+            self.loop.call_soon(self._flush_soon)
 
     def _flush_soon(self) -> None:
         self._flush_pending = False
