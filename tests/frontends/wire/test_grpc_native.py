@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import shutil
 import socket
 import ssl
 import struct
@@ -706,3 +707,21 @@ def test_fuzz_the_transport() -> None:
         return cases
 
     assert asyncio.run(main()) >= 500
+
+
+def test_nghttp2_h2load_client(served: Served, tmp_path: Any) -> None:
+    """nghttp2's h2load (a strict independent HTTP/2 client, when installed): 4 connections
+    with 32 concurrent streams each, every response 200 with a complete gRPC message."""
+    h2load = shutil.which("h2load")
+    if h2load is None:
+        pytest.skip("h2load (nghttp2-client) is not installed")
+    body = tmp_path / "body"
+    body.write_bytes(grpc_message(b"y" * 3000))
+    done = subprocess.run(
+        [h2load, "-n", "4000", "-c", "4", "-m", "32", "-d", str(body),
+         "-H", "content-type: application/grpc", "-H", "te: trailers",
+         f"http://{served.target}/test.T/Echo"],
+        capture_output=True, text=True, timeout=120)
+    assert "4000 succeeded, 0 failed, 0 errored" in done.stdout, done.stdout + done.stderr
+    assert "status codes: 4000 2xx" in done.stdout, done.stdout
+    _still_serves(served)
