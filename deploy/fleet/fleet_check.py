@@ -508,8 +508,9 @@ def rolling_phase(work: Path, replicas: list[Replica], lb: HAProxy, predrain: bo
               f"{res['grpc']['lost']} of {res['grpc']['sent']}")
     else:
         say(f"  [NOTE] gRPC lost {res['grpc']['lost']} of {res['grpc']['sent']} with bare "
-            "SIGTERM: UNAVAILABLE arrives in trailers, which HAProxy cannot retry "
-            "(the Kubernetes order above is the zero-loss one)")
+            "SIGTERM: gRPC errors (UNAVAILABLE while draining, CANCELLED from grpc.aio's stop) "
+            "arrive in trailers or stream resets, which HAProxy cannot retry (the Kubernetes "
+            "order above is the zero-loss one)")
     report[f"rolling_{tag}"] = {p: {k: x[k] for k in ("sent", "ok", "failed", "wrong", "lost",
                                                        "failure_kinds")} for p, x in res.items()}
     report[f"rolling_{tag}"]["seconds"] = took
