@@ -67,6 +67,7 @@ class Registry:
     def __init__(self) -> None:
         self.started = threading.Event()
         self.cancelled = threading.Event()
+        self.gate = threading.Event()
 
     async def echo(self, request: bytes, call: GrpcCall) -> bytes:
         return request
@@ -127,6 +128,15 @@ class Registry:
         finally:
             task.cancel()
 
+    async def lazy(self, call: GrpcCall) -> None:
+        """Reads nothing until the test opens ``gate``, then echoes the count of messages."""
+        self.started.set()
+        await asyncio.get_running_loop().run_in_executor(None, self.gate.wait, 30)
+        count = 0
+        while await call.read() is not None:
+            count += 1
+        await call.write(b"%d" % count)
+
     async def server_live(self, request: bytes, call: GrpcCall) -> bytes:
         return bytes(service_pb2.ServerLiveResponse(live=True).SerializeToString())
 
@@ -149,6 +159,7 @@ class Registry:
             "/test.T/Compress": Method(self.compress),
             "/test.T/Stream": Method(stream=self.stream),
             "/test.T/Concurrent": Method(stream=self.concurrent),
+            "/test.T/Lazy": Method(stream=self.lazy),
             SERVICE + "ServerLive": Method(self.server_live),
             SERVICE + "ModelInfer": Method(self.model_infer),
         }
@@ -725,3 +736,27 @@ def test_nghttp2_h2load_client(served: Served, tmp_path: Any) -> None:
     assert "4000 succeeded, 0 failed, 0 errored" in done.stdout, done.stdout + done.stderr
     assert "status codes: 4000 2xx" in done.stdout, done.stdout
     _still_serves(served)
+
+
+def test_a_handler_that_does_not_read_stops_the_stream_window() -> None:
+    """read_queue unread requests hold back the stream's WINDOW_UPDATEs: the client can send
+    at most one more window; reading them refills it."""
+    with _serve(GrpcLimits(read_queue=4, stream_window=65536)) as served:
+        raw = RawClient(served.port)
+        sid = raw.request("/test.T/Lazy", None, end=False)
+        assert served.registry.started.wait(10)
+        for _ in range(7):  # 57 KiB: inside the 64 KiB window
+            raw.send(frame(DATA, 0, sid, grpc_message(b"m" * 8192)))
+        raw.send(frame(PING, 0, 0, b"12345678"))
+        raw.until(lambda f: f[0] == PING and f[1] & 1)  # the server has read it all
+
+        def refills() -> int:
+            return sum(1 for f in raw.frames if f[0] == 8 and f[2] == sid)
+
+        assert refills() == 0
+        served.registry.gate.set()
+        raw.until(lambda f: f[0] == 8 and f[2] == sid)
+        raw.send(frame(DATA, END_STREAM, sid, b""))
+        frames = raw.until(lambda f: f[0] == HEADERS and f[1] & END_STREAM)
+        assert grpc_message(b"7") in b"".join(f[3] for f in frames if f[0] == DATA)
+        raw.close()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
 import logging
 import socket
 import ssl
@@ -125,7 +126,7 @@ class _Call:
     __slots__ = (
         "_proto", "sid", "method", "headers", "request", "task", "deadline", "timer",
         "encoding", "accept", "compression", "head_sent", "ended", "done", "queue", "eof",
-        "reader", "writer",
+        "held", "reader", "writer",
     )
 
     def __init__(self, proto: GrpcProtocol, sid: int, method: GrpcMethod,
@@ -146,6 +147,7 @@ class _Call:
         self.done: list[Callable[[], None]] | None = None
         self.queue: deque[bytes] | None = None
         self.eof = False
+        self.held = False  # the client's stream window is not refilled while requests wait
         # a reader and a writer may wait at once (a stream handler reading in another task)
         self.reader: asyncio.Future[None] | None = None
         self.writer: asyncio.Future[None] | None = None
@@ -158,7 +160,10 @@ class _Call:
                 continue
             key = name.decode("latin-1")
             if key.endswith("-bin"):
-                out.append((key, base64.b64decode(value + b"=" * (-len(value) % 4))))
+                try:
+                    out.append((key, base64.b64decode(value + b"=" * (-len(value) % 4))))
+                except binascii.Error:
+                    out.append((key, value))  # not base64 after all: the bytes as sent
             else:
                 out.append((key, value.decode("latin-1")))
         return out
@@ -196,9 +201,11 @@ class _Call:
             finally:
                 self.reader = None
         message = queue.popleft()
-        if len(queue) < self._proto.read_queue // 2 and self._proto.conn is not None:
-            self._proto.conn.set_reading(self.sid, True)
-            self._proto.flush()
+        if self.held and len(queue) < self._proto.read_queue // 2:
+            self.held = False
+            if self._proto.conn is not None:
+                self._proto.conn.set_reading(self.sid, True)
+                self._proto.flush_soon()
         return message
 
     async def write(self, message: bytes) -> None:
@@ -431,7 +438,8 @@ class GrpcProtocol(asyncio.Protocol):
             call.request = payload
             return
         queue.append(payload)
-        if len(queue) >= self.read_queue:
+        if len(queue) >= self.read_queue and not call.held:
+            call.held = True
             self.conn.set_reading(sid, False)
         call._wake_reader()
 
