@@ -454,10 +454,7 @@ class Http1Protocol:
                 if not body or req.method == "HEAD":
                     t.write(data)
                 elif n <= _SMALL:
-                    if len(body) == 1:
-                        t.write(data + body[0])
-                    else:
-                        t.write(data + b"".join(body))
+                    t.write(data + body[0] if len(body) == 1 else b"".join([data, *body]))
                 else:
                     t.writelines([data, *body])
         finally:
