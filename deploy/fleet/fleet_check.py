@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shlex
 import shutil
@@ -401,6 +402,11 @@ def dashboard_exprs() -> list[tuple[str, str, bool]]:
     return out
 
 
+def has_data(result: list[dict[str, Any]]) -> bool:
+    """At least one series with a number (a 0/0 or an empty histogram gives NaN)."""
+    return any(not math.isnan(float(s["value"][1])) for s in result)
+
+
 def queries_phase(work: Path, prom: Prometheus, lb: HAProxy, report: dict[str, Any]) -> None:
     say("== every dashboard query and recording rule on the live Prometheus (under load)")
     load = Load(work, "queries", f"127.0.0.1:{lb.http_port}", "http", "add_sub", 4, 12,
@@ -415,16 +421,15 @@ def queries_phase(work: Path, prom: Prometheus, lb: HAProxy, report: dict[str, A
             skipped += 1
             continue
         n += 1
-        res = prom.query(expr)
-        if not res:
+        if not has_data(prom.query(expr)):
             empty.append(f"{title}: {expr}")
-    check(not empty, f"{n} dashboard queries return data ({skipped} GPU queries skipped: no "
+    check(not empty, f"{n} dashboard queries return numbers ({skipped} GPU queries skipped: no "
           f"nv_gpu_* series on this machine)" + "".join(f"\n      empty: {e}" for e in empty))
     rules = yaml.safe_load((ROOT / "deploy/prometheus/rules.yml").read_text())
     records = [r["record"] for g in rules["groups"] for r in g["rules"] if "record" in r]
     alerts = [r["alert"] for g in rules["groups"] for r in g["rules"] if "alert" in r]
-    empty = [r for r in records if not prom.query(r)]
-    check(not empty, f"{len(records)} recording rules return data"
+    empty = [r for r in records if not has_data(prom.query(r))]
+    check(not empty, f"{len(records)} recording rules return numbers"
           + "".join(f"\n      empty: {e}" for e in empty))
     health = prom.api("rules")
     bad = [r["name"] for g in health["groups"] for r in g["rules"]
