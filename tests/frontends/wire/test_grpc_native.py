@@ -25,6 +25,7 @@ import tritonclient.grpc as tc
 import uvloop
 from test_h2_connection import COMPILED, NOT_BUILT
 from test_h2_peer import (
+    CONTINUATION,
     DATA,
     END_HEADERS,
     END_STREAM,
@@ -298,9 +299,11 @@ def test_request_and_response_compression(served: Served, algorithm: Any) -> Non
 def test_metadata_bin_and_deadline(served: Served) -> None:
     with served.channel() as ch:
         got = json.loads(ch.unary_unary("/test.T/Meta")(
-            b"", timeout=5, metadata=[("x-key", "Value 1"), ("x-data-bin", b"\x00\xff\x10")]))
+            b"", timeout=5, metadata=[("x-key", "Value 1"), ("x-data-bin", b"\x00\xff\x10"),
+                                      ("x-big", "v" * 40000)]))  # HEADERS + CONTINUATIONs
     md = dict(got["metadata"])
     assert md["x-key"] == "Value 1" and md["x-data-bin"] == "00ff10"
+    assert md["x-big"] == "v" * 40000
     assert got["local"] is True
     assert 0 < got["remaining"] <= 5.5  # the client rounds its deadline up
 
@@ -760,3 +763,27 @@ def test_a_handler_that_does_not_read_stops_the_stream_window() -> None:
         frames = raw.until(lambda f: f[0] == HEADERS and f[1] & END_STREAM)
         assert grpc_message(b"7") in b"".join(f[3] for f in frames if f[0] == DATA)
         raw.close()
+
+
+def test_header_block_in_continuations_from_grpc() -> None:
+    """With 16 KiB frames a 40 KB metadata value reaches the server as HEADERS plus
+    CONTINUATION frames from grpc's own HTTP/2 stack."""
+    received = bytearray()
+    original = grpc_native.H2Connection
+
+    class Recording(_h2_py.H2Connection):
+        def receive(self, data: bytes) -> None:
+            received.extend(data)
+            super().receive(data)
+
+    with _serve(GrpcLimits(max_frame_size=16384)) as served:
+        grpc_native.H2Connection = Recording
+        try:
+            with served.channel() as ch:
+                got = json.loads(ch.unary_unary("/test.T/Meta")(
+                    b"", timeout=5, metadata=[("x-big", "v" * 40000)]))
+        finally:
+            grpc_native.H2Connection = original
+    assert dict(got["metadata"])["x-big"] == "v" * 40000
+    frames = parse_frames(bytes(received[len(PREFACE):]))
+    assert CONTINUATION in [f[0] for f in frames]
