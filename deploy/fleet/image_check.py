@@ -125,8 +125,8 @@ def _container_runtime() -> list[str] | None:
 
 
 def _run_container(podman: list[str], name: str, ports: dict[int, int], entry: list[str],
-                   env: dict[str, str], volume: str | None) -> None:
-    args = [*podman, "run", "-d", "--name", name, *ULIMITS]
+                   env: dict[str, str], volume: str | None, extra: tuple[str, ...] = ()) -> None:
+    args = [*podman, "run", "-d", "--name", name, *ULIMITS, *extra]
     for host, cont in ports.items():
         args += ["-p", f"127.0.0.1:{host}:{cont}"]
     for k, v in env.items():
@@ -247,6 +247,28 @@ def run(work: Path, src: Path, say: Callable[[str], None],
     finally:
         code, _ = _container_exit(pod, name)
     check(code == 0, f"one port: SIGTERM exit code {code}")
+    # 1c. k8s/deployment.yaml's command and args, under its securityContext: read-only root
+    # file system with /tmp an emptyDir, no capabilities, the repository read-only at /models.
+    dep = yaml.safe_load((ROOT / "deploy/k8s/deployment.yaml").read_text())
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    cmd = [*c["command"], *c["args"]]
+    name = f"tritonlite-deployment-{os.getpid()}"
+    _sh(["podman", "rm", "-f", name])
+    _run_container(pod, name, {hp: 8000, gp: 8001, mp: 8002}, cmd, {},
+                   f"{ROOT / 'model_repository'}:/models:ro",
+                   ("--read-only", "--tmpfs", "/tmp", "--cap-drop", "ALL", "--user", "1000:1000",
+                    "--security-opt", "no-new-privileges"))
+    say(f"  container {name}: {' '.join(cmd)} (read-only root, /tmp tmpfs, no capabilities)")
+    try:
+        ok = _wait_ready(f"http://127.0.0.1:{hp}/v2/health/ready", 120, alive)
+        check(ok, "Deployment args under its securityContext: ready")
+        if ok:
+            calls = _infer_both(f"127.0.0.1:{hp}", f"127.0.0.1:{gp}")
+            check(all(calls.values()), f"Deployment container answers: {calls}")
+            check(_status(f"http://127.0.0.1:{hp}/v2/health/live") == 200, "liveness probe path")
+    finally:
+        code, _ = _container_exit(pod, name)
+    check(code == 0, f"Deployment container: SIGTERM exit code {code}")
     # 2. The image's own command line: ENTRYPOINT + CMD, the bundled examples.
     name = f"tritonlite-default-{os.getpid()}"
     _sh(["podman", "rm", "-f", name])
