@@ -69,6 +69,7 @@ cdef class H2Connection:
     cdef public bint closed
     cdef public int error_code
     cdef public bint goaway_sent, peer_goaway
+    cdef public long long data_sent
     cdef long long _last_sid
     cdef bint _preface, _got_settings
     cdef list _pending

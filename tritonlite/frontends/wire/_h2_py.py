@@ -329,6 +329,8 @@ class H2Connection:
         self._peer_initial_window = _DEFAULT_WINDOW
         self._peer_max_frame = 16384
         self._wu_credit = 0
+        # DATA payload bytes sent so far: the transport's measure of progress
+        self.data_sent = 0
         # flood counters over the current window
         self._t0 = time.monotonic()
         self._resets = 0
@@ -752,7 +754,10 @@ class H2Connection:
                 self._fail(STREAM_CLOSED, b"HEADERS on a closed stream")
             return
         self._last_sid = sid
-        if self.goaway_sent or len(self._streams) >= self._max_streams:
+        if self.goaway_sent:
+            self._send_rst(sid, REFUSED_STREAM)  # sent before our GOAWAY reached the client
+            return
+        if len(self._streams) >= self._max_streams:
             self._send_rst(sid, REFUSED_STREAM)
             self._count_reset()
             return
@@ -1008,6 +1013,7 @@ class H2Connection:
             st.send_window -= n
             self._send_conn_window -= n
             self._wu_credit += 2
+            self.data_sent += n
             self._out.append(_HDR.pack(n >> 16, n & 0xFFFF, DATA, 0, stream_id) + prefix)
             self._out.append(payload)
             return True
@@ -1049,6 +1055,7 @@ class H2Connection:
                 self._out.append(
                     _HDR.pack(0, t, HEADERS, END_HEADERS | END_STREAM, stream_id) + trailers
                 )
+                self.data_sent += n
                 self._local_end(st)
                 return
             st.send_window += n
@@ -1086,6 +1093,7 @@ class H2Connection:
             st.send_window -= k
             self._send_conn_window -= k
             self._wu_credit += 2
+            self.data_sent += k
             st.out_len -= k
             last = st.out_len == 0 and st.out_end and st.out_trailers is None
             out.append(_HDR.pack(k >> 16, k & 0xFFFF, DATA, END_STREAM if last else 0, st.sid))

@@ -270,6 +270,7 @@ class GrpcProtocol(asyncio.Protocol):
         self._flush_pending = False
         self.unflushed = 0
         self._stall_mark = 0
+        self._resumes = 0
 
     # ------------------------------------------------------------------ asyncio.Protocol
 
@@ -316,6 +317,7 @@ class GrpcProtocol(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.paused = False
+        self._resumes += 1
         if self.transport is not None and not self.transport.is_closing():
             self.transport.resume_reading()
         for call in list(self.calls.values()):
@@ -346,19 +348,27 @@ class GrpcProtocol(asyncio.Protocol):
 
     def _arm_stall(self) -> None:
         if self._stall is None and self.transport is not None:
-            self._stall_mark = self.conn.queued_bytes() if self.conn is not None else 0
+            self._stall_mark = self._progress()
             self._stall = self.loop.call_later(self.limits.stall_timeout_s, self._stalled)
 
+    def _progress(self) -> int:
+        """Grows while the client takes output: DATA sent under its windows, socket resumes."""
+        return self._resumes + (self.conn.data_sent if self.conn is not None else 0)
+
     def _stalled(self) -> None:
+        """Output has waited a whole stall timeout: close the connection unless the client
+        took some of it meanwhile (a slow reader is not a stalled one)."""
         self._stall = None
         conn = self.conn
         if conn is None or self.transport is None:
             return
-        queued = conn.queued_bytes()
-        if self.paused or (queued and queued >= self._stall_mark):
-            log.warning("gRPC client stopped reading for %ss: closing", self.limits.stall_timeout_s)
+        if not (self.paused or conn.queued_bytes()):
+            return
+        if self._progress() == self._stall_mark:
+            log.warning("gRPC client took no output for %ss: closing the connection",
+                        self.limits.stall_timeout_s)
             self.transport.abort()
-        elif queued:
+        else:
             self._arm_stall()
 
     def goaway(self) -> None:
