@@ -131,7 +131,7 @@ def test_batching_model_gets_a_batch_of_one(server: Any) -> None:
     ("/v2/models/plain/generate", {"TEXT": ["a", "b"]}, 400,
      "The schema can not convert input 'TEXT' to tensor with proper shape"),
     ("/v2/models/plain/generate", {"TEXT": 5}, 400, "expected strings"),
-    ("/v2/models/plain/generate", {"TEXT": "a", "N": "x"}, 400, "expected numbers"),
+    ("/v2/models/plain/generate", {"TEXT": "a", "N": "x"}, 400, "expected integers"),
     ("/v2/models/plain/generate", {"TEXT": "a", "N": 1.5}, 400, "expected integers"),
     ("/v2/models/plain/generate", {"TEXT": "a", "N": 2 ** 40}, 400, "out of range"),
     ("/v2/models/repeat/generate_stream", {"IN": [1], "DELAY": [-1], "WAIT": 0}, 400,

@@ -561,15 +561,16 @@ def test_wrong_method(server: Any) -> None:
     assert r[0] == 405
 
 
-def test_non_utf8_bytes_stay_valid_json(client: httpclient.InferenceServerClient) -> None:
-    # ONNX string tensors hold UTF-8 text: invalid bytes reach the model as U+FFFD, and the
-    # JSON response stays valid (the codec refuses to emit bytes that are not UTF-8).
+def test_non_utf8_bytes_are_refused(client: httpclient.InferenceServerClient) -> None:
+    # ONNX string tensors hold UTF-8 text: bytes that are not UTF-8 are refused, never
+    # changed (they used to reach the model as U+FFFD)
     data = np.array([[b"\xff\xfe", b"a", b"b", b"c"]], dtype=object)
     inp = httpclient.InferInput("INPUT0", [1, 4], "BYTES")
     inp.set_data_from_numpy(data)
     out = httpclient.InferRequestedOutput("OUTPUT0", binary_data=False)
-    got = client.infer("identity_string", [inp], outputs=[out]).get_response()["outputs"][0]["data"]
-    assert got == ["\ufffd\ufffd", "a", "b", "c"]
+    with pytest.raises(InferenceServerException, match="not valid UTF-8") as e:
+        client.infer("identity_string", [inp], outputs=[out])
+    assert e.value.status() == "400"
 
 
 def test_bytes_binary_malformed(server: Any) -> None:
