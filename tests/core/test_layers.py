@@ -1,0 +1,88 @@
+"""tools/check_layers.py: passes on layered trees, fails on an inverted import or a cycle."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CHECKER = ROOT / "tools" / "check_layers.py"
+
+# A small package laid out like tritonlite: every import points down.
+LAYERED = {
+    "__init__.py": '__version__ = "0"\n',
+    "errors.py": "",
+    "contracts/__init__.py": "",
+    "contracts/types.py": "from tritonlite import errors\n",
+    "kernels/__init__.py": "",
+    "memory/__init__.py": "from tritonlite.kernels import x\n",
+    "kernels/x.py": "",
+    "backends/__init__.py": "",
+    "backends/base.py": "from tritonlite.contracts.types import *\nfrom ..memory import x\n",
+    "scheduling/__init__.py": "",
+    "scheduling/base.py": "import tritonlite.backends.base\n",
+    "core/__init__.py": "",
+    "core/core.py": "from tritonlite.scheduling import base\n",
+    "options.py": "",
+    "server.py": "from tritonlite.core.core import *\nfrom tritonlite.options import *\n",
+}
+
+
+def run_checker(package_dir: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(CHECKER), str(package_dir)],
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def write_tree(tmp_path: Path, files: dict[str, str]) -> Path:
+    package_dir = tmp_path / "tritonlite"
+    for rel, text in files.items():
+        path = package_dir / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return package_dir
+
+
+def test_layered_tree_passes(tmp_path: Path) -> None:
+    result = run_checker(write_tree(tmp_path, LAYERED))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "layers ok" in result.stdout
+
+
+@pytest.mark.parametrize("rel, text, expected", [
+    # top-level: a backend imports the core
+    ("backends/bad.py", "from tritonlite.core.core import InferenceCore\n",
+     "tritonlite.backends.bad (backends) imports tritonlite.core.core from a higher layer (core)"),
+    # function-local, relative
+    ("scheduling/bad.py", "def f():\n    from ..core import core\n",
+     "tritonlite.scheduling.bad (scheduling) imports tritonlite.core.core"),
+    # TYPE_CHECKING only
+    ("contracts/bad.py",
+     "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import tritonlite.backends.base\n",
+     "tritonlite.contracts.bad (contracts) imports tritonlite.backends.base"),
+    # the core reads the entry layer's options
+    ("core/bad.py", "from tritonlite import options\n",
+     "tritonlite.core.bad (core) imports tritonlite.options from a higher layer (options)"),
+])
+def test_inverted_import_fails(tmp_path: Path, rel: str, text: str, expected: str) -> None:
+    result = run_checker(write_tree(tmp_path, {**LAYERED, rel: text}))
+    assert result.returncode == 1
+    assert expected in result.stdout
+    assert f"{rel}:" in result.stdout  # the line names the file
+
+
+def test_cycle_inside_a_layer_fails(tmp_path: Path) -> None:
+    # memory -> kernels is allowed alone; kernels -> memory closes a cycle in one layer.
+    tree = write_tree(tmp_path, {**LAYERED, "kernels/y.py": "import tritonlite.memory\n"})
+    result = run_checker(tree)
+    assert result.returncode == 1
+    assert "cycle between packages tritonlite.kernels, tritonlite.memory" in result.stdout
+
+
+def test_module_in_no_layer_fails(tmp_path: Path) -> None:
+    tree = write_tree(tmp_path, {**LAYERED, "stray.py": "from tritonlite import errors\n"})
+    result = run_checker(tree)
+    assert result.returncode == 1
+    assert "tritonlite.stray is in no layer" in result.stdout
