@@ -129,7 +129,7 @@ def _frontend_main(port_q: Any) -> None:
     the front end's own cost: the gap to ``echo`` is the codec, the gap to ``tritonlite`` is
     the core (validation, scheduling, the instance thread and ONNX Runtime).
     """
-    from tritonlite.core.types import InferOutput, InferRequest, InferResponse
+    from tritonlite.contracts.types import InferOutput, InferRequest, InferResponse
     from tritonlite.frontends.grpc.server import start_grpc
     from tritonlite.options import ServerOptions
 

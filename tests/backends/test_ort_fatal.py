@@ -8,7 +8,7 @@ from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
 from tritonlite.backends.base import BackendFatalError
 from tritonlite.backends.onnxruntime import run_error
-from tritonlite.errors import ErrorCode
+from tritonlite.contracts.errors import ErrorCode
 
 
 @pytest.mark.parametrize("exc", [

@@ -7,7 +7,7 @@ from google.protobuf import text_format
 
 from tritonlite._proto import pb
 from tritonlite.backends.ort_providers import CPU, CUDA, TENSORRT, providers_for
-from tritonlite.errors import ErrorCode, TritonliteError
+from tritonlite.contracts.errors import ErrorCode, TritonliteError
 
 ALL = [TENSORRT, CUDA, CPU]
 

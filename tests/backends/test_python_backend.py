@@ -22,13 +22,13 @@ from tritonlite.backends.base import InstanceSpec, ModelContext, ModelOutputs
 from tritonlite.backends.python import PythonBackend, PythonInstance
 from tritonlite.backends.python_autocomplete import ModelConfig, auto_complete
 from tritonlite.backends.python_loader import describe
-from tritonlite.core import config as model_config
+from tritonlite.contracts import config as model_config
 from tritonlite.core.outputs import build_response
 from tritonlite.core.shm import SharedMemoryManager
 from tritonlite.core.signature import Signature
-from tritonlite.core.stats import ExecTiming
-from tritonlite.core.types import InferInput, InferRequest, RequestedOutput
-from tritonlite.errors import ErrorCode, TritonliteError
+from tritonlite.contracts.timing import ExecTiming
+from tritonlite.contracts.types import InferInput, InferRequest, RequestedOutput
+from tritonlite.contracts.errors import ErrorCode, TritonliteError
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tritonlite.backends import pytorch_io as io
-from tritonlite.errors import ErrorCode, TritonliteError
+from tritonlite.contracts.errors import ErrorCode, TritonliteError
 
 T = "Tensor"
 

@@ -744,7 +744,7 @@ def test_self_call_blocks_only_the_caller(tmp_path: Path) -> None:
 
 def test_response_tensors_view_the_response_arrays() -> None:
     from tritonlite.backends import bls
-    from tritonlite.core.types import InferOutput, InferResponse
+    from tritonlite.contracts.types import InferOutput, InferResponse
 
     writable = np.arange(4, dtype=np.float32)
     frozen = np.arange(3, dtype=np.int64)

@@ -11,8 +11,8 @@ from conftest import start_server
 from repos import write_add_sub
 from tritonclient.utils import InferenceServerException
 
+from tritonlite.contracts.errors import ErrorCode, TritonliteError
 from tritonlite.core.core import InferenceCore
-from tritonlite.errors import ErrorCode, TritonliteError
 from tritonlite.options import ServerOptions
 
 pytestmark = pytest.mark.timeout(60)

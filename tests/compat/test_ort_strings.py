@@ -19,10 +19,10 @@ from tritonclient.utils import InferenceServerException
 
 from tritonlite.backends.base import InstanceSpec, ModelContext
 from tritonlite.backends.onnxruntime import OnnxRuntimeBackend
-from tritonlite.core import config as model_config
-from tritonlite.core.stats import ExecTiming
-from tritonlite.core.types import InferInput, InferRequest
-from tritonlite.errors import ErrorCode, TritonliteError
+from tritonlite.contracts import config as model_config
+from tritonlite.contracts.errors import ErrorCode, TritonliteError
+from tritonlite.contracts.timing import ExecTiming
+from tritonlite.contracts.types import InferInput, InferRequest
 
 pytestmark = pytest.mark.timeout(90)
 

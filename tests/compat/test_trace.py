@@ -24,8 +24,8 @@ from repos import add_sub_inputs, write_add_sub
 from tritonclient.utils import InferenceServerException
 
 from tritonlite.cli import options_from_args
+from tritonlite.contracts.errors import TritonliteError
 from tritonlite.core.settings import TraceSettings
-from tritonlite.errors import TritonliteError
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -19,7 +19,7 @@ import pytest
 from tritonlite.core.cache import ENTRY_OVERHEAD, ResponseCache, request_key
 from tritonlite.core.shm import SharedMemoryManager
 from tritonlite.core.stats import ModelStats
-from tritonlite.core.types import (
+from tritonlite.contracts.types import (
     InferInput,
     InferOutput,
     InferRequest,
@@ -27,7 +27,7 @@ from tritonlite.core.types import (
     RequestedOutput,
     ShmRef,
 )
-from tritonlite.errors import ErrorCode, TritonliteError
+from tritonlite.contracts.errors import ErrorCode, TritonliteError
 
 pytestmark = pytest.mark.timeout(30)
 

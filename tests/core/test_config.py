@@ -18,8 +18,8 @@ from onnx import TensorProto, helper
 
 from tritonlite._proto import pb
 from tritonlite.backends.onnx_io import ModelIO, TensorSpec, ort_type_to_config, read_onnx_io
-from tritonlite.core import config as C
-from tritonlite.errors import ErrorCode, TritonliteError
+from tritonlite.contracts import config as C
+from tritonlite.contracts.errors import ErrorCode, TritonliteError
 
 Shape = list[Any]
 

@@ -17,8 +17,8 @@ import pytest
 
 from tritonlite.core.core import InferenceCore
 from tritonlite.core.shm import SharedMemoryManager
-from tritonlite.core.types import InferInput, InferRequest, RequestedOutput, ShmRef
-from tritonlite.errors import ErrorCode, TritonliteError
+from tritonlite.contracts.types import InferInput, InferRequest, RequestedOutput, ShmRef
+from tritonlite.contracts.errors import ErrorCode, TritonliteError
 from tritonlite.gpu import cudart
 from tritonlite.options import ServerOptions
 

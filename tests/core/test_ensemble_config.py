@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from tritonlite.core import config as C
+from tritonlite.contracts import config as C
 from tritonlite.core.ensemble import EnsembleGraph, reshape_dims
 from tritonlite.core.ensemble_config import validate_composing
-from tritonlite.errors import ErrorCode, TritonliteError
+from tritonlite.contracts.errors import ErrorCode, TritonliteError
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -24,7 +24,7 @@ from tritonlite.core.repository import (
     remove_override_dir,
     write_override_files,
 )
-from tritonlite.errors import ErrorCode, TritonliteError
+from tritonlite.contracts.errors import ErrorCode, TritonliteError
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -25,7 +25,7 @@ from tritonlite.core.pressure import (
     under_pressure,
 )
 from tritonlite.core.shm import SharedMemoryManager
-from tritonlite.core.types import InferOutput, InferResponse
+from tritonlite.contracts.types import InferOutput, InferResponse
 from tritonlite.options import ServerOptions
 
 pytestmark = pytest.mark.timeout(30)

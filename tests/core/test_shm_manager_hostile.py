@@ -18,7 +18,7 @@ import pytest
 
 from tritonlite.core.core import InferenceCore
 from tritonlite.core.shm import SharedMemoryManager
-from tritonlite.errors import ErrorCode, TritonliteError
+from tritonlite.contracts.errors import ErrorCode, TritonliteError
 from tritonlite.options import ServerOptions
 
 pytestmark = pytest.mark.timeout(30)

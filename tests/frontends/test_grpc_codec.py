@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from tritonlite._proto import pb
-from tritonlite.core.types import InferOutput, InferResponse, ShmRef
-from tritonlite.errors import TritonliteError
+from tritonlite.contracts.errors import TritonliteError
+from tritonlite.contracts.types import InferOutput, InferResponse, ShmRef
 from tritonlite.frontends.grpc import codec
 
 

@@ -20,8 +20,8 @@ import pytest
 from grpc_health.v1 import health_pb2
 
 from tritonlite._proto import SERVICE_NAME, pb, service
+from tritonlite.contracts.errors import ErrorCode, TritonliteError
 from tritonlite.core.core import InferenceCore
-from tritonlite.errors import ErrorCode, TritonliteError
 from tritonlite.frontends.call import GrpcCall, GrpcMethods
 from tritonlite.frontends.grpc import servicer
 from tritonlite.frontends.grpc.errors import STATUS
@@ -342,7 +342,7 @@ def test_aio_adapter(caplog: pytest.LogCaptureFixture) -> None:
     """AioCall and the status mapping, through a real grpc.aio server and client."""
     import grpc
 
-    from tritonlite.errors import not_found
+    from tritonlite.contracts.errors import not_found
     from tritonlite.frontends.call import RpcError
     from tritonlite.frontends.grpc.server import generic_handler
 

@@ -20,8 +20,8 @@ import orjson
 import pytest
 
 from tritonlite.core.stream import StreamResponse
-from tritonlite.core.types import InferOutput, InferRequest, InferResponse
-from tritonlite.errors import ErrorCode, TritonliteError
+from tritonlite.contracts.types import InferOutput, InferRequest, InferResponse
+from tritonlite.contracts.errors import ErrorCode, TritonliteError
 from tritonlite.frontends.http.app import make_dispatch
 from tritonlite.frontends.http.call import (
     HttpError,

@@ -18,8 +18,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from tritonlite.core.core import InferenceCore
-from tritonlite.core.types import InferInput, InferRequest
-from tritonlite.errors import ErrorCode, TritonliteError
+from tritonlite.contracts.types import InferInput, InferRequest
+from tritonlite.contracts.errors import ErrorCode, TritonliteError
 from tritonlite.options import ServerOptions
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compat"))

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from tritonlite.core.core import InferenceCore
-from tritonlite.core.types import InferInput, InferRequest
-from tritonlite.errors import TritonliteError
+from tritonlite.contracts.types import InferInput, InferRequest
+from tritonlite.contracts.errors import TritonliteError
 from tritonlite.options import ServerOptions
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -153,7 +153,7 @@ def test_a_failing_async_batch_fails_exactly_its_requests(tmp_path: Path) -> Non
 
 def test_close_waits_for_a_run_that_is_still_going(tmp_path: Path) -> None:
     async def body(core: InferenceCore) -> None:
-        from tritonlite.core.stats import ExecTiming
+        from tritonlite.contracts.timing import ExecTiming
 
         impl = core.repository.get("mlp").instances[0].impl
         x = np.ones((8, 256), dtype=np.float32)

@@ -22,8 +22,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from tritonlite.core.core import InferenceCore
-from tritonlite.core.types import InferInput, InferRequest, InferResponse
-from tritonlite.errors import ErrorCode, TritonliteError
+from tritonlite.contracts.types import InferInput, InferRequest, InferResponse
+from tritonlite.contracts.errors import ErrorCode, TritonliteError
 from tritonlite.options import ServerOptions
 
 pytestmark = pytest.mark.timeout(60)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tritonlite.backends.base import Backend, ModelContext
-from tritonlite.errors import unavailable
+from tritonlite.contracts.errors import unavailable
 
 
 def create_backend(ctx: ModelContext) -> Backend:

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from tritonlite import kernels
-from tritonlite.core import datatypes
-from tritonlite.core.types import InferRequest
+from tritonlite.contracts import datatypes
+from tritonlite.contracts.types import InferRequest
 from tritonlite.memory import StagingPool
 
 Array = np.ndarray[Any, Any]

@@ -42,9 +42,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tritonlite.backends import pb_utils
-from tritonlite.core import datatypes, inprocess
-from tritonlite.core.types import InferInput, InferRequest, InferResponse, RequestedOutput
-from tritonlite.errors import ErrorCode, TritonliteError
+from tritonlite.contracts import datatypes
+from tritonlite.core import inprocess
+from tritonlite.contracts.types import InferInput, InferRequest, InferResponse, RequestedOutput
+from tritonlite.contracts.errors import ErrorCode, TritonliteError
 
 if TYPE_CHECKING:
     from tritonlite.core.core import InferenceCore

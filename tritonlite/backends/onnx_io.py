@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tritonlite._proto import pb
-from tritonlite.errors import TritonliteError, invalid_arg
+from tritonlite.contracts.errors import TritonliteError, invalid_arg
 
 # ONNX Runtime's Python type strings -> model config data type names.
 _ORT_TYPES: dict[str, str] = {

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tritonlite.errors import invalid_arg, unavailable
+from tritonlite.contracts.errors import invalid_arg, unavailable
 
 CPU, CUDA, TENSORRT = "CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"
 Provider = tuple[str, dict[str, str]]

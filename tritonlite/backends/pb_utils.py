@@ -37,7 +37,7 @@ import numpy as np
 from tritonlite.backends.python_autocomplete import ModelConfig
 
 if TYPE_CHECKING:
-    from tritonlite.core.types import InferRequest as CoreRequest
+    from tritonlite.contracts.types import InferRequest as CoreRequest
 
 __all__ = [
     "InferenceRequest", "InferenceResponse", "InferenceResponseSender", "InferenceTrace",
@@ -701,7 +701,7 @@ def _instance_name() -> str:
 
 def _manage(what: str, factory: Callable[[Any], Any]) -> Any:
     from tritonlite.core import inprocess
-    from tritonlite.errors import TritonliteError
+    from tritonlite.contracts.errors import TritonliteError
 
     if inprocess.is_loop_thread():
         raise TritonModelException(f"{what}: not allowed on the server's event loop thread")

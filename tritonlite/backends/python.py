@@ -62,9 +62,9 @@ from tritonlite.backends.base import (
     Result,
 )
 from tritonlite.backends.python_loader import ModelScope, describe
-from tritonlite.core.stats import ExecTiming
-from tritonlite.core.types import InferRequest
-from tritonlite.errors import (
+from tritonlite.contracts.timing import ExecTiming
+from tritonlite.contracts.types import InferRequest
+from tritonlite.contracts.errors import (
     ErrorCode,
     ErrorResponse,
     TritonliteError,

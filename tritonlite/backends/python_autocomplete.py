@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tritonlite.errors import invalid_arg
+from tritonlite.contracts.errors import invalid_arg
 
 
 class ModelConfig:
@@ -122,7 +122,7 @@ class ModelConfig:
 
 def _apply(cfg: Any, before: dict[str, Any], after: dict[str, Any]) -> None:
     """Write the top-level fields that differ between ``before`` and ``after`` into ``cfg``."""
-    from tritonlite.core.config import parse_json
+    from tritonlite.contracts.config import parse_json
 
     keys = [k for k in after if before.get(k, _MISSING) != after[k]]
     keys += [k for k in before if k not in after]
@@ -187,7 +187,7 @@ def auto_complete(cfg: Any, model_dir: Path) -> None:
     """
     from tritonlite.backends import pb_utils
     from tritonlite.backends.python_loader import ModelScope, describe
-    from tritonlite.core.config import normalize, render_json, select_versions, version_dirs
+    from tritonlite.contracts.config import normalize, render_json, select_versions, version_dirs
 
     available = version_dirs(model_dir)
     if not available:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from tritonlite.errors import TritonliteError, internal, invalid_arg
+from tritonlite.contracts.errors import TritonliteError, internal, invalid_arg
 
 log = logging.getLogger("tritonlite")
 

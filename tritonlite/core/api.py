@@ -13,7 +13,7 @@ from collections.abc import AsyncGenerator
 from typing import Any, Protocol
 
 from tritonlite.core.stream import StreamResponse
-from tritonlite.core.types import InferRequest, InferResponse
+from tritonlite.contracts.types import InferRequest, InferResponse
 
 
 class CoreAPI(Protocol):

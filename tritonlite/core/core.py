@@ -13,7 +13,7 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 import tritonlite
-from tritonlite.core import config as model_config
+from tritonlite.contracts import config as model_config
 from tritonlite.core import ensemble, inprocess, latency, names, validate
 from tritonlite.core import stats as model_stats
 from tritonlite.core.cache import ResponseCache
@@ -23,8 +23,8 @@ from tritonlite.core.repository import ModelRepository, control_error, decode_ov
 from tritonlite.core.settings import LogSettings, TraceSettings
 from tritonlite.core.shm import SharedMemoryManager
 from tritonlite.core.stream import ResponseStream, StreamResponse, is_decoupled
-from tritonlite.core.types import InferRequest, InferResponse
-from tritonlite.errors import (
+from tritonlite.contracts.types import InferRequest, InferResponse
+from tritonlite.contracts.errors import (
     ErrorCode,
     Rejected,
     TritonliteError,

@@ -38,9 +38,9 @@ from tritonlite.backends.base import ModelOutputs
 from tritonlite.core import validate
 from tritonlite.core.model import Model
 from tritonlite.core.outputs import build_response
-from tritonlite.core.stats import ExecTiming
-from tritonlite.core.types import InferInput, InferRequest, InferResponse, RequestedOutput
-from tritonlite.errors import TritonliteError, internal, invalid_arg, rejected, unavailable
+from tritonlite.contracts.timing import ExecTiming
+from tritonlite.contracts.types import InferInput, InferRequest, InferResponse, RequestedOutput
+from tritonlite.contracts.errors import TritonliteError, internal, invalid_arg, rejected, unavailable
 
 if TYPE_CHECKING:
     from tritonlite.core.cache import ResponseCache

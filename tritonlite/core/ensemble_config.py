@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tritonlite._proto import pb
-from tritonlite.errors import invalid_arg
+from tritonlite.contracts.errors import invalid_arg
 
 
 @dataclass(frozen=True, slots=True)

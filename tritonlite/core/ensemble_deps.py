@@ -23,9 +23,9 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tritonlite.core.config import CONFIG_FILENAME, ENSEMBLE
+from tritonlite.contracts.config import CONFIG_FILENAME, ENSEMBLE
 from tritonlite.core.ensemble_config import validate_composing
-from tritonlite.errors import TritonliteError, invalid_arg, unsupported
+from tritonlite.contracts.errors import TritonliteError, invalid_arg, unsupported
 
 if TYPE_CHECKING:
     from tritonlite.core.repository import ModelRepository

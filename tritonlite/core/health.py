@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tritonlite.core.warmup import WarmupSample, run_samples
-from tritonlite.errors import TritonliteError, unavailable
+from tritonlite.contracts.errors import TritonliteError, unavailable
 
 if TYPE_CHECKING:
     from tritonlite.core.model import Model, ModelInstance

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from tritonlite.errors import internal, unavailable
+from tritonlite.contracts.errors import internal, unavailable
 
 if TYPE_CHECKING:
     from tritonlite.core.core import InferenceCore

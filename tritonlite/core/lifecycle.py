@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tritonlite.errors import ErrorCode
+from tritonlite.contracts.errors import ErrorCode
 
 if TYPE_CHECKING:
     from tritonlite.core.model import Model

@@ -30,9 +30,9 @@ from tritonlite.core.outputs import build_response
 from tritonlite.core.shm import SharedMemoryManager
 from tritonlite.core.signature import Signature
 from tritonlite.core.stats import ExecTiming, ModelStats
-from tritonlite.core.types import InferRequest, InferResponse
+from tritonlite.contracts.types import InferRequest, InferResponse
 from tritonlite.core.warmup import WarmupSample
-from tritonlite.errors import ErrorCode, ErrorResponse, TritonliteError, internal, unavailable
+from tritonlite.contracts.errors import ErrorCode, ErrorResponse, TritonliteError, internal, unavailable
 
 log = logging.getLogger("tritonlite")
 

@@ -14,7 +14,7 @@ the string, never at the disk, and their messages quote only what the client sen
 
 from __future__ import annotations
 
-from tritonlite.errors import invalid_arg
+from tritonlite.contracts.errors import invalid_arg
 
 NAME_MAX = 255  # bytes in one path component (Linux NAME_MAX)
 _SHOWN = 64  # characters of a refused name quoted in the error

@@ -24,7 +24,7 @@ from tritonlite._proto import pb
 from tritonlite.backends import create_backend
 from tritonlite.backends.base import InstanceSpec, ModelContext
 from tritonlite.backends.python_autocomplete import auto_complete as python_auto_complete
-from tritonlite.core import config as model_config
+from tritonlite.contracts import config as model_config
 from tritonlite.core import ensemble_deps, names
 from tritonlite.core import lifecycle as lc
 from tritonlite.core.ensemble import EnsembleBackend, EnsembleGraph, EnsembleModel
@@ -33,9 +33,9 @@ from tritonlite.core.lifecycle import VersionState
 from tritonlite.core.model import Model, ModelInstance
 from tritonlite.core.shm import SharedMemoryManager
 from tritonlite.core.signature import Signature
-from tritonlite.core.stats import ExecTiming
+from tritonlite.contracts.timing import ExecTiming
 from tritonlite.core.warmup import WarmupSample, build_samples, record_runs, run_samples
-from tritonlite.errors import ErrorCode, TritonliteError, invalid_arg, not_found, unavailable
+from tritonlite.contracts.errors import ErrorCode, TritonliteError, invalid_arg, not_found, unavailable
 from tritonlite.gpu.devices import usable_gpus
 from tritonlite.options import ServerOptions
 

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from tritonlite import logs
 from tritonlite.core.trace import Trace, TraceFile, TraceSetting, TraceWriter
-from tritonlite.errors import invalid_arg, unsupported
+from tritonlite.contracts.errors import invalid_arg, unsupported
 
 _TRACE_LEVELS = ("OFF", "TIMESTAMPS", "TENSORS")
 _TRACE_KEYS = ("trace_level", "trace_rate", "trace_count", "log_frequency")

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from tritonlite.errors import ErrorCode, TritonliteError, invalid_arg, not_found, unsupported
+from tritonlite.contracts.errors import ErrorCode, TritonliteError, invalid_arg, not_found, unsupported
 from tritonlite.gpu import cudart
 
 

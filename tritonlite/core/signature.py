@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tritonlite._proto import pb
-from tritonlite.core.datatypes import config_to_wire
+from tritonlite.contracts.datatypes import config_to_wire
 
 
 @dataclass(frozen=True, slots=True)

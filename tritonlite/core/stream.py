@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tritonlite.core.outputs import build_response
-from tritonlite.core.types import InferRequest, InferResponse
-from tritonlite.errors import ErrorCode, TritonliteError, internal
+from tritonlite.contracts.types import InferRequest, InferResponse
+from tritonlite.contracts.errors import ErrorCode, TritonliteError, internal
 
 if TYPE_CHECKING:
     from tritonlite.core.model import Model

@@ -17,7 +17,9 @@ never disagree (ns in stats, µs here, ``ns // 1000``). What is exposed follows 
   (counters), labelled by instance, model and version (core/health.py);
 * tritonlite's memory pressure (core/pressure.py): ``tritonlite_memory_pressure`` (gauge, 1
   while under pressure) and ``tritonlite_shed_total{feature="cache_insert"|"histogram"}``
-  (counter: cache inserts and histogram observations skipped under pressure), always present.
+  (counter: cache inserts and histogram observations skipped under pressure), always present;
+* tritonlite's ``tritonlite_rejected_requests_total{protocol, reason}`` (counter: requests
+  refused for what the client sent, frontends/rejects.py), always present.
 
 Values are plain decimals (perf_analyzer's regexes reject exponents).
 """
@@ -41,6 +43,7 @@ from tritonlite.core.core import InferenceCore
 from tritonlite.core.pressure import NO_PRESSURE, MemoryPressure
 from tritonlite.core.sysinfo import CpuSampler, GpuSampler, load_nvml
 from tritonlite.frontends.http.errors import error_response
+from tritonlite.frontends.rejects import REJECTS
 
 log = logging.getLogger("tritonlite")
 
@@ -276,6 +279,7 @@ class _Collector:
             yield from self._histograms(models)
         yield from self._instance_health()
         yield from self._memory_pressure()
+        yield from REJECTS.collect()
         yield from self._system()
 
     @staticmethod

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
-from tritonlite.core.types import InferRequest, InferResponse
+from tritonlite.contracts.types import InferRequest, InferResponse
 
 
 class Scheduler(Protocol):

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tritonlite._proto import pb
-from tritonlite.core import datatypes
-from tritonlite.core.stats import ExecTiming
-from tritonlite.core.types import InferInput, InferRequest
-from tritonlite.errors import TritonliteError, internal, invalid_arg
+from tritonlite.contracts import datatypes
+from tritonlite.contracts.timing import ExecTiming
+from tritonlite.contracts.types import InferInput, InferRequest
+from tritonlite.contracts.errors import TritonliteError, internal, invalid_arg
 
 if TYPE_CHECKING:
     from tritonlite.backends.base import BackendInstance, Result

@@ -21,7 +21,7 @@ import orjson
 import pytest
 from test_http1_support import Conn, LoopThread
 
-from tritonlite.errors import TritonliteError
+from tritonlite.contracts.errors import TritonliteError
 from tritonlite.frontends.http.app import make_dispatch
 from tritonlite.frontends.http.call import HttpError, HttpResponse, HttpStream, StreamWriter
 from tritonlite.frontends.http.errors import STATUS, error

@@ -22,7 +22,7 @@ import orjson
 import pytest
 from test_http1 import FakeTransport, twin_class
 
-from tritonlite.errors import TritonliteError
+from tritonlite.contracts.errors import TritonliteError
 from tritonlite.frontends.http.call import HttpError, HttpResponse
 from tritonlite.frontends.http.errors import STATUS, error
 from tritonlite.frontends.wire.http1 import HttpLimits, HttpService

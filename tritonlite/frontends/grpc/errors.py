@@ -7,7 +7,7 @@ turns them back into ``grpc.StatusCode`` members.
 
 from __future__ import annotations
 
-from tritonlite.errors import ErrorCode
+from tritonlite.contracts.errors import ErrorCode
 
 # gRPC status codes (https://grpc.github.io/grpc/core/md_doc_statuscodes.html)
 OK = 0
@@ -43,3 +43,14 @@ STATUS: dict[ErrorCode, int] = {
 def internal_message(exc: BaseException) -> str:
     """The status message of an unexpected exception (INTERNAL), the same on every transport."""
     return f"internal error: {type(exc).__name__}: {exc}"
+
+
+def rejected(status: int, message: str, reason: str | None = None) -> None:
+    """Count and log (rate-limited) a call ended with ``status`` when it is a client's mistake.
+
+    Each gRPC transport calls this once per call it ends with an error status (``reason``
+    overrides the status's own, e.g. "protocol_error" for an INTERNAL the client caused).
+    """
+    from tritonlite.frontends.rejects import REJECTS  # rejects imports this module
+
+    REJECTS.grpc(status, message, reason)

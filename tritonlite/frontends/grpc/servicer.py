@@ -22,7 +22,7 @@ from grpc_health.v1 import health_pb2
 from tritonlite._proto import SERVICE_NAME, pb, service
 from tritonlite.core.api import CoreAPI
 from tritonlite.core.core import parse_version
-from tritonlite.errors import invalid_arg, unsupported
+from tritonlite.contracts.errors import invalid_arg, unsupported
 from tritonlite.frontends.call import GrpcCall, GrpcMethods, StreamHandler, UnaryHandler
 from tritonlite.frontends.grpc import codec
 from tritonlite.frontends.grpc.codec import decode_infer, encode_infer, parse

@@ -28,7 +28,7 @@ from typing import Any
 
 from tritonlite.core.api import CoreAPI
 from tritonlite.core.stream import StreamResponse
-from tritonlite.core.trace import Trace
+from tritonlite.contracts.types import RequestTrace as Trace
 from tritonlite.core.types import InferRequest, InferResponse
 from tritonlite.errors import TritonliteError, internal
 from tritonlite.frontends.call import GrpcCall

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 
-from tritonlite.core.trace import Trace
+from tritonlite.contracts.types import RequestTrace as Trace
 from tritonlite.frontends.call import GrpcCall
 
 

@@ -22,7 +22,7 @@ import orjson
 
 from tritonlite.core.api import CoreAPI
 from tritonlite.core.core import parse_version
-from tritonlite.errors import TritonliteError, invalid_arg, unsupported
+from tritonlite.contracts.errors import TritonliteError, invalid_arg, unsupported
 from tritonlite.frontends.http import codec
 from tritonlite.frontends.http import generate as gen
 from tritonlite.frontends.http.call import (

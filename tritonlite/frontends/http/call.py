@@ -30,7 +30,7 @@ import zlib
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
-from tritonlite.errors import invalid_arg
+from tritonlite.contracts.errors import invalid_arg
 
 BodyPart = bytes | memoryview
 

@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import orjson
 
-from tritonlite.core import datatypes
-from tritonlite.core.types import InferInput, InferRequest, InferResponse, RequestedOutput, ShmRef
-from tritonlite.errors import invalid_arg
+from tritonlite.contracts import datatypes
+from tritonlite.contracts.types import InferInput, InferRequest, InferResponse, RequestedOutput, ShmRef
+from tritonlite.contracts.errors import invalid_arg
 
 _RESERVED = frozenset(
     ("sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output")

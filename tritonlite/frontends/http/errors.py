@@ -6,8 +6,9 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from tritonlite.errors import ErrorCode
+from tritonlite.contracts.errors import ErrorCode
 from tritonlite.frontends.http.call import HttpResponse
+from tritonlite.frontends.rejects import REJECTS
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -28,8 +29,14 @@ def error_body(message: str) -> bytes:
     return orjson.dumps({"error": message})
 
 
-def error(status: int, message: str, headers: dict[str, str] | None = None) -> HttpResponse:
-    """Triton's error response: ``{"error": message}`` as JSON with ``status``."""
+def error(status: int, message: str, headers: dict[str, str] | None = None,
+          reason: str | None = None) -> HttpResponse:
+    """Triton's error response: ``{"error": message}`` as JSON with ``status``.
+
+    A client error is counted and logged (rate-limited) as a rejected request under ``reason``
+    (by default the one ``rejects.http_reason`` gives ``status``); a server error is not.
+    """
+    REJECTS.http(status, message, reason)
     return HttpResponse(status, [error_body(message)], "application/json", headers)
 
 

@@ -29,8 +29,8 @@ import orjson
 
 from tritonlite.core.api import CoreAPI
 from tritonlite.core.stream import StreamResponse
-from tritonlite.core.types import InferInput, InferRequest, InferResponse
-from tritonlite.errors import TritonliteError, invalid_arg
+from tritonlite.contracts.types import InferInput, InferRequest, InferResponse
+from tritonlite.contracts.errors import TritonliteError, invalid_arg
 from tritonlite.frontends.http import codec
 from tritonlite.frontends.http.call import HttpRequest, HttpResponse, HttpStream, StreamWriter
 from tritonlite.frontends.http.errors import STATUS, error

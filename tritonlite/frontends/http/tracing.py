@@ -6,7 +6,7 @@ already taken HTTP_RECV_START (handler entry, headers parsed) and HTTP_RECV_END 
 
 from __future__ import annotations
 
-from tritonlite.core.trace import Trace
+from tritonlite.contracts.types import RequestTrace as Trace
 from tritonlite.frontends.http.call import HttpResponse
 
 

@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
-from tritonlite.errors import TritonliteError
+from tritonlite.contracts.errors import TritonliteError
 from tritonlite.frontends.call import GrpcMethod, GrpcMethods, RpcError
 from tritonlite.frontends.grpc.errors import (
     DEADLINE_EXCEEDED,

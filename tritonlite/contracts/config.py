@@ -27,8 +27,8 @@ from google.protobuf import text_format
 
 from tritonlite._proto import pb
 from tritonlite.backends.onnx_io import auto_complete_onnx, read_onnx_io
-from tritonlite.core.config_json import parse_json, render_json, render_json_bytes
-from tritonlite.errors import TritonliteError, invalid_arg
+from tritonlite.contracts.config_json import parse_json, render_json, render_json_bytes
+from tritonlite.contracts.errors import TritonliteError, invalid_arg
 
 __all__ = [
     "auto_complete_onnx",

@@ -19,7 +19,7 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from tritonlite._proto import pb
-from tritonlite.errors import invalid_arg
+from tritonlite.contracts.errors import invalid_arg
 
 _INT64_TYPES = frozenset(
     {

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from tritonlite import kernels
-from tritonlite.errors import TritonliteError, invalid_arg
+from tritonlite.contracts.errors import TritonliteError, invalid_arg
 
 try:  # BF16 needs ml_dtypes; without it BF16 tensors are refused with a clear error.
     import ml_dtypes
