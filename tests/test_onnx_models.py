@@ -237,8 +237,9 @@ def test_shared_repository_models_load_and_match_their_configs(tmp_path: Path) -
 
 def test_shared_repository_configs_pass_tritonlites_config_pipeline(tmp_path: Path) -> None:
     """Where the server package is importable, its own loader accepts every generated config."""
-    config = pytest.importorskip("tritonlite.core.config")
+    config = pytest.importorskip("tritonlite.contracts.config")
+    backends = pytest.importorskip("tritonlite.backends")
     repo = build_onnx_repo(tmp_path)
     for name in ONNX_REPO_MODELS:
-        cfg = config.load_model_config(repo / name)
+        cfg = config.load_model_config(repo / name, auto_completers=backends.AUTO_COMPLETERS)
         assert cfg.name == name

@@ -21,20 +21,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 # Top first. A module belongs to the layer of the longest prefix that names it; each prefix is
-# also one "unit" for the cycle check. The package's own ``__init__`` (version strings) and the
-# generated protobuf classes sit at the bottom with the shared contracts.
+# also one "unit" for the cycle check. The package's own ``__init__`` (version strings), the
+# generated protobuf classes and the log setup sit with the shared contracts. The leaf
+# libraries (Numba kernels, staging memory, CUDA runtime) import nothing else of tritonlite;
+# they sit under the contracts because ``contracts.datatypes`` (de)serializes BYTES with the
+# kernels.
 LAYERS: list[tuple[str, list[str]]] = [
-    ("entry", ["cli", "server", "__main__"]),
+    ("entry", ["cli", "server", "__main__", "tune"]),
+    ("frontends", ["frontends"]),
     # Option dataclasses: built by the entry layer, read by the front ends; the core and below
     # are handed plain values instead.
     ("options", ["options"]),
-    ("frontends", ["frontends"]),
     ("in-process", ["inprocess"]),
     ("core", ["core"]),
     ("scheduling", ["scheduling"]),
     ("backends", ["backends"]),
+    ("contracts", ["contracts", "logs", "_proto", ""]),
     ("kernels/memory/gpu", ["kernels", "memory", "gpu"]),
-    ("contracts", ["contracts", "errors", "logs", "_proto", ""]),
 ]
 
 

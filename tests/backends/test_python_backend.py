@@ -23,12 +23,19 @@ from tritonlite.backends.python import PythonBackend, PythonInstance
 from tritonlite.backends.python_autocomplete import ModelConfig, auto_complete
 from tritonlite.backends.python_loader import describe
 from tritonlite.contracts import config as model_config
+from tritonlite.contracts.errors import ErrorCode, TritonliteError
+from tritonlite.contracts.timing import ExecTiming
+from tritonlite.contracts.types import InferInput, InferRequest, RequestedOutput
 from tritonlite.core.outputs import build_response
 from tritonlite.core.shm import SharedMemoryManager
 from tritonlite.core.signature import Signature
-from tritonlite.contracts.timing import ExecTiming
-from tritonlite.contracts.types import InferInput, InferRequest, RequestedOutput
-from tritonlite.contracts.errors import ErrorCode, TritonliteError
+
+
+def _python_completer(cfg: Any, model_dir: Path, default_max_batch_size: int) -> None:
+    auto_complete(cfg, model_dir)  # without the registry's INTERNAL re-coding
+
+
+COMPLETERS = {"python": _python_completer}
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -83,7 +90,7 @@ def write_model(repo: Path, name: str, code: str, config: str | None = ADD_SUB_C
 
 
 def context(model_dir: Path, version: int = 1, auto: bool = True) -> ModelContext:
-    cfg = model_config.load_model_config(model_dir, auto_completer=auto_complete if auto else None)
+    cfg = model_config.load_model_config(model_dir, auto_completers=COMPLETERS if auto else None)
     return ModelContext(model_dir.name, version, model_dir, model_dir / str(version), cfg,
                         model_config.render_json_bytes(cfg).decode())
 
@@ -606,7 +613,7 @@ def test_auto_complete_import_error_is_a_load_error(tmp_path: Path) -> None:
     model_dir = write_model(tmp_path, "m", "import no_such_module_here\n", UTILS_CONFIG)
     with pytest.raises(TritonliteError, match="ModuleNotFoundError: No module named "
                        "'no_such_module_here'"):
-        model_config.load_model_config(model_dir, auto_completer=auto_complete)
+        model_config.load_model_config(model_dir, auto_completers=COMPLETERS)
 
 
 # -- execute ---------------------------------------------------------------------------------
@@ -887,7 +894,7 @@ class TritonPythonModel:
 
 def test_auto_complete_without_config(tmp_path: Path) -> None:
     model_dir = write_model(tmp_path, "auto", AUTO_MODEL, config=None)
-    cfg = model_config.load_model_config(model_dir, auto_completer=auto_complete)
+    cfg = model_config.load_model_config(model_dir, auto_completers=COMPLETERS)
     doc = model_config.render_json(cfg)
     assert doc["backend"] == "python" and doc["max_batch_size"] == 4
     assert [(i["name"], i["data_type"], i["dims"]) for i in doc["input"]] == [
@@ -911,7 +918,7 @@ def test_auto_complete_conflict_is_a_load_error(tmp_path: Path) -> None:
     config = 'backend: "python"\ninput { name: "A" data_type: TYPE_INT32 dims: [ 3 ] }\n'
     model_dir = write_model(tmp_path, "auto", AUTO_MODEL, config=config)
     with pytest.raises(TritonliteError) as info:
-        model_config.load_model_config(model_dir, auto_completer=auto_complete)
+        model_config.load_model_config(model_dir, auto_completers=COMPLETERS)
     assert info.value.code == ErrorCode.INVALID_ARG
     assert info.value.message.startswith(
         "ValueError: unable to load model 'auto', configuration expects datatype TYPE_INT32 for "
@@ -928,14 +935,14 @@ def test_auto_complete_must_return_model_config(tmp_path: Path) -> None:
     """
     model_dir = write_model(tmp_path, "auto", code, config=None)
     with pytest.raises(TritonliteError, match="must return a valid pb.ModelConfig object"):
-        model_config.load_model_config(model_dir, auto_completer=auto_complete)
+        model_config.load_model_config(model_dir, auto_completers=COMPLETERS)
 
 
 def test_auto_complete_skipped_when_disabled_or_absent(tmp_path: Path) -> None:
     model_dir = write_model(tmp_path, "auto", AUTO_MODEL, config='backend: "python"\n')
     cfg = model_config.load_model_config(model_dir, auto_complete=False,
-                                         auto_completer=auto_complete)
+                                         auto_completers=COMPLETERS)
     assert cfg.max_batch_size == 0 and not cfg.input
     plain = write_model(tmp_path, "plain", "class TritonPythonModel:\n    pass\n", UTILS_CONFIG)
-    cfg = model_config.load_model_config(plain, auto_completer=auto_complete)
+    cfg = model_config.load_model_config(plain, auto_completers=COMPLETERS)
     assert [i.name for i in cfg.input] == ["IN"]

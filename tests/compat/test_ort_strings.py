@@ -17,6 +17,7 @@ import tritonclient.http as httpclient
 from conftest import Server
 from tritonclient.utils import InferenceServerException
 
+from tritonlite.backends import AUTO_COMPLETERS
 from tritonlite.backends.base import InstanceSpec, ModelContext
 from tritonlite.backends.onnxruntime import OnnxRuntimeBackend
 from tritonlite.contracts import config as model_config
@@ -63,7 +64,8 @@ def test_bytes_that_are_not_utf8_are_refused(server: Server, protocol: str) -> N
 
 def test_only_the_request_with_bad_bytes_fails_in_a_batch(onnx_repo: Path) -> None:
     model_dir = onnx_repo / "identity_string"
-    cfg = model_config.load_model_config(model_dir, model_name="identity_string")
+    cfg = model_config.load_model_config(model_dir, model_name="identity_string",
+                                         auto_completers=AUTO_COMPLETERS)
     ctx = ModelContext("identity_string", 1, model_dir, model_dir / "1", cfg, "{}")
     backend = OnnxRuntimeBackend(ctx)
     instance = backend.new_instance(InstanceSpec("identity_string_0", "CPU", 0))

@@ -16,9 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tritonlite.core.cache import ENTRY_OVERHEAD, ResponseCache, request_key
-from tritonlite.core.shm import SharedMemoryManager
-from tritonlite.core.stats import ModelStats
+from tritonlite.contracts.errors import ErrorCode, TritonliteError
 from tritonlite.contracts.types import (
     InferInput,
     InferOutput,
@@ -27,7 +25,9 @@ from tritonlite.contracts.types import (
     RequestedOutput,
     ShmRef,
 )
-from tritonlite.contracts.errors import ErrorCode, TritonliteError
+from tritonlite.core.cache import ENTRY_OVERHEAD, ResponseCache, request_key
+from tritonlite.core.shm import SharedMemoryManager
+from tritonlite.core.stats import ModelStats
 
 pytestmark = pytest.mark.timeout(30)
 

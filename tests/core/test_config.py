@@ -17,7 +17,14 @@ import pytest
 from onnx import TensorProto, helper
 
 from tritonlite._proto import pb
-from tritonlite.backends.onnx_io import ModelIO, TensorSpec, ort_type_to_config, read_onnx_io
+from tritonlite.backends import AUTO_COMPLETERS
+from tritonlite.backends.onnx_io import (
+    ModelIO,
+    TensorSpec,
+    auto_complete_onnx,
+    ort_type_to_config,
+    read_onnx_io,
+)
 from tritonlite.contracts import config as C
 from tritonlite.contracts.errors import ErrorCode, TritonliteError
 
@@ -80,6 +87,7 @@ def cfg_of(text: str) -> Any:
 
 
 def load(d: Path, **kw: Any) -> Any:
+    kw.setdefault("auto_completers", AUTO_COMPLETERS)
     return C.load_model_config(d, **kw)
 
 
@@ -590,7 +598,7 @@ def test_auto_complete_onnx_directly() -> None:
     cfg = cfg_of('name: "m" platform: "onnxruntime_onnx"')
     io = ModelIO(inputs=(TensorSpec("A", "TYPE_STRING", (-1, -1)),),
                  outputs=(TensorSpec("B", "TYPE_BOOL", (-1,)),))
-    C.auto_complete_onnx(cfg, io, default_max_batch_size=32)
+    auto_complete_onnx(cfg, io, default_max_batch_size=32)
     assert cfg.max_batch_size == 32
     assert list(cfg.input[0].dims) == [-1]
     assert cfg.input[0].data_type == pb.DataType.values_by_name["TYPE_STRING"].number
@@ -604,17 +612,18 @@ def test_python_auto_completer_hook(tmp_path: Path) -> None:
     (d / "1" / "model.py").write_text("class TritonPythonModel: pass\n")
     calls: list[tuple[str, Path]] = []
 
-    def completer(cfg: Any, model_dir: Path) -> None:
+    def completer(cfg: Any, model_dir: Path, default_max_batch_size: int) -> None:
         calls.append((cfg.backend, model_dir))
         cfg.max_batch_size = 2
         inp = cfg.input.add(name="IN", data_type=pb.DataType.values_by_name["TYPE_FP32"].number)
         inp.dims.append(3)
 
-    cfg = load(d, auto_completer=completer)
+    cfg = load(d, auto_completers={"python": completer})
     assert calls == [("python", d)]
     assert cfg.max_batch_size == 2 and cfg.input[0].name == "IN"
     assert cfg.instance_group[0].count == 1  # python is not an opt-in 2-instance backend
-    load(d, auto_completer=completer, auto_complete=False, override_json='{"backend":"python"}')
+    load(d, auto_completers={"python": completer}, auto_complete=False,
+         override_json='{"backend":"python"}')
     assert len(calls) == 1
 
 

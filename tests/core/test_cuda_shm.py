@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tritonlite.contracts.errors import ErrorCode, TritonliteError
+from tritonlite.contracts.types import InferInput, InferRequest, RequestedOutput, ShmRef
 from tritonlite.core.core import InferenceCore
 from tritonlite.core.shm import SharedMemoryManager
-from tritonlite.contracts.types import InferInput, InferRequest, RequestedOutput, ShmRef
-from tritonlite.contracts.errors import ErrorCode, TritonliteError
 from tritonlite.gpu import cudart
 from tritonlite.options import ServerOptions
 

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from tritonlite.contracts import config as C
+from tritonlite.contracts.errors import ErrorCode, TritonliteError
 from tritonlite.core.ensemble import EnsembleGraph, reshape_dims
 from tritonlite.core.ensemble_config import validate_composing
-from tritonlite.contracts.errors import ErrorCode, TritonliteError
 
 pytestmark = pytest.mark.timeout(30)
 

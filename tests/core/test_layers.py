@@ -14,9 +14,9 @@ CHECKER = ROOT / "tools" / "check_layers.py"
 # A small package laid out like tritonlite: every import points down.
 LAYERED = {
     "__init__.py": '__version__ = "0"\n',
-    "errors.py": "",
     "contracts/__init__.py": "",
-    "contracts/types.py": "from tritonlite import errors\n",
+    "contracts/errors.py": "",
+    "contracts/types.py": "from tritonlite.contracts import errors\nimport tritonlite.kernels\n",
     "kernels/__init__.py": "",
     "memory/__init__.py": "from tritonlite.kernels import x\n",
     "kernels/x.py": "",
@@ -62,6 +62,9 @@ def test_layered_tree_passes(tmp_path: Path) -> None:
     ("contracts/bad.py",
      "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import tritonlite.backends.base\n",
      "tritonlite.contracts.bad (contracts) imports tritonlite.backends.base"),
+    # a leaf library reaches up to the contracts
+    ("memory/bad.py", "from tritonlite.contracts.errors import TritonliteError\n",
+     "tritonlite.memory.bad (kernels/memory/gpu) imports tritonlite.contracts.errors"),
     # the core reads the entry layer's options
     ("core/bad.py", "from tritonlite import options\n",
      "tritonlite.core.bad (core) imports tritonlite.options from a higher layer (options)"),
@@ -82,7 +85,7 @@ def test_cycle_inside_a_layer_fails(tmp_path: Path) -> None:
 
 
 def test_module_in_no_layer_fails(tmp_path: Path) -> None:
-    tree = write_tree(tmp_path, {**LAYERED, "stray.py": "from tritonlite import errors\n"})
+    tree = write_tree(tmp_path, {**LAYERED, "stray.py": "from tritonlite import options\n"})
     result = run_checker(tree)
     assert result.returncode == 1
     assert "tritonlite.stray is in no layer" in result.stdout

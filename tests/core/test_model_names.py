@@ -16,6 +16,7 @@ from urllib.parse import unquote
 
 import pytest
 
+from tritonlite.contracts.errors import ErrorCode, TritonliteError
 from tritonlite.core import names
 from tritonlite.core.repository import (
     OverrideDir,
@@ -24,7 +25,6 @@ from tritonlite.core.repository import (
     remove_override_dir,
     write_override_files,
 )
-from tritonlite.contracts.errors import ErrorCode, TritonliteError
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tritonlite.cli import options_from_args
+from tritonlite.contracts.types import InferOutput, InferResponse
 from tritonlite.core.cache import ResponseCache
 from tritonlite.core.latency import LatencyRecorder
 from tritonlite.core.pressure import (
@@ -25,7 +26,6 @@ from tritonlite.core.pressure import (
     under_pressure,
 )
 from tritonlite.core.shm import SharedMemoryManager
-from tritonlite.contracts.types import InferOutput, InferResponse
 from tritonlite.options import ServerOptions
 
 pytestmark = pytest.mark.timeout(30)

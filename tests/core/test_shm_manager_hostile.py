@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from tritonlite.contracts.errors import ErrorCode, TritonliteError
 from tritonlite.core.core import InferenceCore
 from tritonlite.core.shm import SharedMemoryManager
-from tritonlite.contracts.errors import ErrorCode, TritonliteError
 from tritonlite.options import ServerOptions
 
 pytestmark = pytest.mark.timeout(30)

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from tritonlite.contracts.types import InferOutput, InferResponse
 from tritonlite.contracts.errors import TritonliteError
+from tritonlite.contracts.types import InferOutput, InferResponse
 from tritonlite.frontends.http import codec
 
 

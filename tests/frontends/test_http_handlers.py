@@ -19,9 +19,9 @@ import numpy as np
 import orjson
 import pytest
 
-from tritonlite.core.stream import StreamResponse
-from tritonlite.contracts.types import InferOutput, InferRequest, InferResponse
 from tritonlite.contracts.errors import ErrorCode, TritonliteError
+from tritonlite.contracts.types import InferOutput, InferRequest, InferResponse
+from tritonlite.core.stream import StreamResponse
 from tritonlite.frontends.http.app import make_dispatch
 from tritonlite.frontends.http.call import (
     HttpError,

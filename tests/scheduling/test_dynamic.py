@@ -17,9 +17,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from tritonlite.core.core import InferenceCore
-from tritonlite.contracts.types import InferInput, InferRequest
 from tritonlite.contracts.errors import ErrorCode, TritonliteError
+from tritonlite.contracts.types import InferInput, InferRequest
+from tritonlite.core.core import InferenceCore
 from tritonlite.options import ServerOptions
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compat"))

@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tritonlite.core.core import InferenceCore
-from tritonlite.contracts.types import InferInput, InferRequest
 from tritonlite.contracts.errors import TritonliteError
+from tritonlite.contracts.types import InferInput, InferRequest
+from tritonlite.core.core import InferenceCore
 from tritonlite.options import ServerOptions
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

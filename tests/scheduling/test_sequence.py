@@ -21,9 +21,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from tritonlite.core.core import InferenceCore
-from tritonlite.contracts.types import InferInput, InferRequest, InferResponse
 from tritonlite.contracts.errors import ErrorCode, TritonliteError
+from tritonlite.contracts.types import InferInput, InferRequest, InferResponse
+from tritonlite.core.core import InferenceCore
 from tritonlite.options import ServerOptions
 
 pytestmark = pytest.mark.timeout(60)

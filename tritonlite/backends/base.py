@@ -27,9 +27,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from tritonlite.contracts.errors import ErrorCode, TritonliteError
 from tritonlite.contracts.timing import ExecTiming
 from tritonlite.contracts.types import InferRequest
-from tritonlite.contracts.errors import ErrorCode, TritonliteError
 
 # One request's result: output name -> array, or the error that request alone failed with.
 Outputs = dict[str, np.ndarray[Any, Any]]

@@ -43,9 +43,9 @@ import numpy as np
 
 from tritonlite.backends import pb_utils
 from tritonlite.contracts import datatypes
-from tritonlite.core import inprocess
-from tritonlite.contracts.types import InferInput, InferRequest, InferResponse, RequestedOutput
 from tritonlite.contracts.errors import ErrorCode, TritonliteError
+from tritonlite.contracts.types import InferInput, InferRequest, InferResponse, RequestedOutput
+from tritonlite.core import inprocess
 
 if TYPE_CHECKING:
     from tritonlite.core.core import InferenceCore

@@ -5,8 +5,9 @@ reading stays cheap) and reports each tensor's config data type (``TYPE_FP32``..
 -1 for every symbolic or unknown dimension. ``check_config`` is the check Triton's ONNX Runtime
 backend makes when an instance loads (``ValidateInputs`` / ``ValidateOutputs``): tensor names,
 data types, ranks and fixed dims of the config against the model, with Triton's messages.
-``auto_complete_onnx`` is that backend's config auto-complete (``AutoCompleteConfig``); the
-core's ``load_model_config`` (``tritonlite.core.config``, which re-exports it) calls it.
+``auto_complete_onnx`` is that backend's config auto-complete (``AutoCompleteConfig``);
+``auto_complete``, its entry in ``backends.AUTO_COMPLETERS``, is what ``load_model_config``
+calls.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tritonlite._proto import pb
+from tritonlite.contracts.config import version_dirs
 from tritonlite.contracts.errors import TritonliteError, invalid_arg
 
 # ONNX Runtime's Python type strings -> model config data type names.
@@ -306,3 +308,17 @@ def auto_complete_onnx(
         if entry.name in outputs:
             _fill_tensor(entry, outputs[entry.name], cfg.max_batch_size)
     check_config(cfg, io)
+
+
+def auto_complete(cfg: Any, model_dir: Path, default_max_batch_size: int) -> None:
+    """The ONNX Runtime backend's entry in the auto-complete registry.
+
+    Reads ``<highest version>/<default_model_filename>`` (a file, or a directory holding
+    model.onnx); without any version directory nothing happens and the repository reports
+    the missing versions.
+    """
+    versions = version_dirs(model_dir)
+    if not versions:
+        return
+    model_file = Path(model_dir, str(versions[-1]), cfg.default_model_filename or "model.onnx")
+    auto_complete_onnx(cfg, read_onnx_io(model_file), default_max_batch_size)

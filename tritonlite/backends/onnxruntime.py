@@ -32,9 +32,9 @@ from tritonlite._proto import pb
 from tritonlite.backends import batch_io
 from tritonlite.backends.base import BackendFatalError, InstanceSpec, ModelContext, Result
 from tritonlite.backends.ort_providers import providers_for
+from tritonlite.contracts.errors import TritonliteError, internal, invalid_arg, unavailable
 from tritonlite.contracts.timing import ExecTiming
 from tritonlite.contracts.types import InferRequest
-from tritonlite.contracts.errors import TritonliteError, internal, invalid_arg, unavailable
 from tritonlite.memory import StagingPool
 
 log = logging.getLogger("tritonlite")

@@ -700,8 +700,8 @@ def _instance_name() -> str:
 
 
 def _manage(what: str, factory: Callable[[Any], Any]) -> Any:
-    from tritonlite.core import inprocess
     from tritonlite.contracts.errors import TritonliteError
+    from tritonlite.core import inprocess
 
     if inprocess.is_loop_thread():
         raise TritonModelException(f"{what}: not allowed on the server's event loop thread")

@@ -30,9 +30,10 @@ next batch at once, as in Triton. When a decoupled execute fails, every request 
 finished gets the error as its final response and its sender is closed; an async one that
 fails does the same (Triton only logs it, leaving such requests open).
 
-UNSUPPORTED: request rescheduling (its request fails), ``EXECUTION_ENV_PATH`` environments
-(load fails with a clear message). BLS requests a model makes run through the server's
-core (``backends/bls.py``).
+UNSUPPORTED: request rescheduling (its request fails). BLS requests a model makes run through
+the server's core (``backends/bls.py``). A model whose config sets ``EXECUTION_ENV_PATH`` is
+not imported here: its instances run in worker processes of that environment
+(``backends/python_env.py``).
 
 Fatal errors (the instance is taken out of rotation and rebuilt: a fresh ``TritonPythonModel``
 with ``initialize`` called again, see backends/base.py): ``execute`` raising ``SystemExit`` or
@@ -61,9 +62,8 @@ from tritonlite.backends.base import (
     ModelOutputs,
     Result,
 )
+from tritonlite.backends.python_env import PythonEnvBackend, PythonEnvInstance, uses_environment
 from tritonlite.backends.python_loader import ModelScope, describe
-from tritonlite.contracts.timing import ExecTiming
-from tritonlite.contracts.types import InferRequest
 from tritonlite.contracts.errors import (
     ErrorCode,
     ErrorResponse,
@@ -72,6 +72,8 @@ from tritonlite.contracts.errors import (
     unavailable,
     unsupported,
 )
+from tritonlite.contracts.timing import ExecTiming
+from tritonlite.contracts.types import InferRequest
 
 log = logging.getLogger("tritonlite")
 
@@ -117,11 +119,10 @@ class PythonBackend:
         cfg = ctx.config
         name = ctx.name
         self.decoupled = bool(cfg.model_transaction_policy.decoupled)
-        if "EXECUTION_ENV_PATH" in cfg.parameters:
-            raise unsupported(
-                f"python model '{name}' sets EXECUTION_ENV_PATH: custom execution environments "
-                "are not supported; install the model's packages into the server's environment "
-                "and remove the parameter")
+        # A model with its own environment runs in worker processes (backends/python_env.py).
+        self.env_backend = PythonEnvBackend(ctx) if uses_environment(cfg) else None
+        if self.env_backend is not None:
+            return
         path = ctx.version_dir / (cfg.default_model_filename or "model.py")
         if not path.is_file():
             raise unavailable(f"Python model file not found in '{path}'")
@@ -143,11 +144,14 @@ class PythonBackend:
         self.inline = _may_run_inline(cfg, cls, ctx.version_dir)
         kernels.warmup()  # BYTES outputs go through the kernels; compile now, not on a request
 
-    def new_instance(self, spec: InstanceSpec) -> PythonInstance:
+    def new_instance(self, spec: InstanceSpec) -> PythonInstance | PythonEnvInstance:
+        if self.env_backend is not None:
+            return self.env_backend.new_instance(spec)
         return PythonInstance(self, spec)
 
     def close(self) -> None:
-        self.scope.close()
+        if self.env_backend is None:
+            self.scope.close()
 
 
 class PythonInstance:

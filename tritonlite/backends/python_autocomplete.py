@@ -1,12 +1,13 @@
 """Python-backend auto-complete: ``auto_complete_config`` and ``pb_utils.ModelConfig``.
 
-``auto_complete`` is the ``auto_completer`` hook of ``core.config.load_model_config`` for backend
-``python``. Like Triton's stub it imports the model's ``model.py`` (highest version the version
-policy selects), hands ``auto_complete_config`` a ``ModelConfig`` over the config as ``/config``
-would render it now, and takes the dict back. Only the top-level fields the model changed are
-written into the config; the rest stays as it was, so normalization afterwards still sees what
-config.pbtxt said. ``ModelConfig``'s methods refuse changes that conflict with config.pbtxt
-(Triton's ``ValueError`` messages); those become load errors.
+``auto_complete`` backs backend ``python``'s entry in ``backends.AUTO_COMPLETERS``, which
+``contracts.config.load_model_config`` calls. Like Triton's stub it imports the model's
+``model.py`` (highest version the version policy selects), hands ``auto_complete_config`` a
+``ModelConfig`` over the config as ``/config`` would render it now, and takes the dict back.
+Only the top-level fields the model changed are written into the config; the rest stays as it
+was, so normalization afterwards still sees what config.pbtxt said. ``ModelConfig``'s methods
+refuse changes that conflict with config.pbtxt (Triton's ``ValueError`` messages); those
+become load errors.
 """
 
 from __future__ import annotations
@@ -16,6 +17,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tritonlite.contracts.config import (
+    normalize,
+    parse_json,
+    render_json,
+    select_versions,
+    version_dirs,
+)
 from tritonlite.contracts.errors import invalid_arg
 
 
@@ -122,7 +130,6 @@ class ModelConfig:
 
 def _apply(cfg: Any, before: dict[str, Any], after: dict[str, Any]) -> None:
     """Write the top-level fields that differ between ``before`` and ``after`` into ``cfg``."""
-    from tritonlite.contracts.config import parse_json
 
     keys = [k for k in after if before.get(k, _MISSING) != after[k]]
     keys += [k for k in before if k not in after]
@@ -187,8 +194,9 @@ def auto_complete(cfg: Any, model_dir: Path) -> None:
     """
     from tritonlite.backends import pb_utils
     from tritonlite.backends.python_loader import ModelScope, describe
-    from tritonlite.contracts.config import normalize, render_json, select_versions, version_dirs
 
+    if "EXECUTION_ENV_PATH" in cfg.parameters:
+        return  # model.py runs in its own environment (backends/python_env.py), not here
     available = version_dirs(model_dir)
     if not available:
         return

@@ -21,9 +21,9 @@ from tritonlite import kernels
 from tritonlite._proto import pb
 from tritonlite.backends import batch_io, trt_profiles
 from tritonlite.backends.base import InstanceSpec, ModelContext, Result
+from tritonlite.contracts.errors import internal, invalid_arg, unavailable
 from tritonlite.contracts.timing import ExecTiming
 from tritonlite.contracts.types import InferRequest
-from tritonlite.contracts.errors import internal, invalid_arg, unavailable
 from tritonlite.memory import StagingPool
 
 _TYPE_NAMES = {v.number: v.name for v in pb.DataType.values}

@@ -5,8 +5,9 @@
 1. parse ``config.pbtxt`` (protobuf text format, strict) or the load request's JSON override;
 2. ``resolve_platform``: Triton core's auto-fill of name, platform, backend and default model
    file name, which runs even with auto-complete disabled (PROTOCOL.md §3.2);
-3. backend auto-complete when enabled: ``auto_complete_onnx`` for ONNX Runtime (Triton's
-   onnxruntime_backend ``AutoCompleteConfig``), or the python backend's hook;
+3. backend auto-complete when enabled: the completer the caller's registry holds for the
+   resolved backend (``tritonlite.backends.AUTO_COMPLETERS``: ONNX Runtime's
+   ``AutoCompleteConfig``, the python backend's ``auto_complete_config`` hook);
 4. ``normalize``: Triton's ``NormalizeModelConfig`` + ``NormalizeInstanceGroup`` defaults;
 5. ``validate``: Triton's ``ValidateModelConfig`` / ``ValidateModelIOConfig`` /
    ``ValidateInstanceGroup`` checks, with Triton's messages.
@@ -19,19 +20,19 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeAlias
 
 from google.protobuf import text_format
 
 from tritonlite._proto import pb
-from tritonlite.backends.onnx_io import auto_complete_onnx, read_onnx_io
 from tritonlite.contracts.config_json import parse_json, render_json, render_json_bytes
 from tritonlite.contracts.errors import TritonliteError, invalid_arg
 
 __all__ = [
-    "auto_complete_onnx",
+    "AutoCompleteError",
+    "AutoCompleter",
     "instance_names",
     "load_model_config",
     "normalize",
@@ -48,7 +49,14 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 ModelConfig: TypeAlias = Any  # a pb.ModelConfig; its class is built at runtime (tritonlite._proto)
-AutoCompleter: TypeAlias = Callable[[Any, Path], None]
+# A backend's auto-complete: (config after platform resolution, model directory, the server's
+# --backend-config default-max-batch-size). Changes the config in place; raises TritonliteError.
+AutoCompleter: TypeAlias = Callable[[Any, Path, int], None]
+
+
+class AutoCompleteError(TritonliteError):
+    """A backend's auto-complete failed in its model code (in Triton, each version's load
+    fails with it, as INTERNAL)."""
 
 KIND_AUTO, KIND_GPU, KIND_CPU, KIND_MODEL = 0, 1, 2, 3
 CONFIG_FILENAME = "config.pbtxt"
@@ -294,13 +302,6 @@ def instance_names(cfg: ModelConfig) -> list[tuple[str, str, int, int]]:
     return out
 
 
-def _onnx_model_file(model_dir: Path, cfg: ModelConfig) -> Path | None:
-    versions = version_dirs(model_dir)
-    if not versions:
-        return None
-    return Path(model_dir, str(versions[-1]), cfg.default_model_filename or "model.onnx")
-
-
 def load_model_config(
     model_dir: Path,
     *,
@@ -308,7 +309,7 @@ def load_model_config(
     default_max_batch_size: int = 4,
     override_json: str | None = None,
     gpu_count: int | Callable[[str], int] = 0,
-    auto_completer: AutoCompleter | None = None,
+    auto_completers: Mapping[str, AutoCompleter] | None = None,
     model_name: str | None = None,
 ) -> ModelConfig:
     """Read, complete, normalize and validate one model's config.
@@ -321,17 +322,19 @@ def load_model_config(
         Triton's auto-complete (off with ``--disable-auto-complete-config``). Platform
         resolution and normalization run either way.
     default_max_batch_size
-        ONNX Runtime auto-complete's ``max_batch_size`` for models that can batch.
+        Passed to the backend's auto-complete (ONNX Runtime's ``max_batch_size`` for models
+        that can batch).
     override_json
         The load request's ``config`` JSON; used instead of config.pbtxt.
     gpu_count
         GPUs usable by the model's backend (see ``normalize``), or a function of the backend
         name giving it (called once the backend is known).
-    auto_completer
-        The python backend's auto-complete (``TritonPythonModel.auto_complete_config``):
-        called as ``auto_completer(cfg, model_dir)`` after platform resolution when
-        ``auto_complete`` is true and the backend is python; it changes ``cfg`` in place and
-        raises ``TritonliteError`` on a conflict.
+    auto_completers
+        Backend name -> auto-complete (the backends' registry, ``AUTO_COMPLETERS``): the
+        resolved backend's entry is called as ``completer(cfg, model_dir,
+        default_max_batch_size)`` when ``auto_complete`` is true; it changes ``cfg`` in place
+        and raises ``TritonliteError`` on a conflict. None or a missing entry: no backend
+        auto-complete.
     model_name
         The model's name when it is not ``model_dir.name``.
 
@@ -346,11 +349,6 @@ def load_model_config(
         INVALID_ARG for unparsable, incomplete or invalid configs, or a missing config.pbtxt
         with auto-complete disabled.
 
-    Notes
-    -----
-    ONNX auto-complete reads ``<highest version>/<default_model_filename>`` (a file, or a
-    directory holding model.onnx); without any version directory it is skipped and the
-    repository reports the missing versions.
     """
     model_dir = Path(model_dir)
     name = model_name if model_name is not None else model_dir.name
@@ -374,13 +372,10 @@ def load_model_config(
         else:
             cfg = pb.ModelConfig()
     resolve_platform(cfg, model_dir, model_name=name)
-    if auto_complete:
-        if cfg.backend == "onnxruntime":
-            model_file = _onnx_model_file(model_dir, cfg)
-            if model_file is not None:
-                auto_complete_onnx(cfg, read_onnx_io(model_file), default_max_batch_size)
-        elif cfg.backend == "python" and auto_completer is not None:
-            auto_completer(cfg, model_dir)
+    if auto_complete and auto_completers:
+        completer = auto_completers.get(cfg.backend)
+        if completer is not None:
+            completer(cfg, model_dir, default_max_batch_size)
     gpus = gpu_count(cfg.backend) if callable(gpu_count) else gpu_count
     normalize(cfg, gpu_count=gpus)
     validate(cfg, gpu_count=gpus)

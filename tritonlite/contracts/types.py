@@ -6,16 +6,35 @@ bytes (no copies). BYTES tensors are object arrays of ``bytes``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from tritonlite.core.stream import ResponseStream
-    from tritonlite.core.trace import Trace
-
 Params = dict[str, Any]  # values: bool | int | float | str
+
+
+class RequestTrace(Protocol):
+    """A sampled request's trace (the core's ``core/trace.py`` ``Trace``): stamps, then one
+    ``release`` by whoever finished the response hands it to the trace writer."""
+
+    recv: tuple[int, int]  # the front end's receive span (monotonic ns), set before sending
+    def stamp(self, name: str, ns: int) -> None: ...
+    def completed(self, enqueue_ns: int, timing: Any, now_ns: int) -> None: ...
+    def end(self, ns: int) -> None: ...
+    def frontend(self, protocol: str, recv: tuple[int, int], send: tuple[int, int]) -> None: ...
+    def release(self) -> None: ...
+
+
+class Responder(Protocol):
+    """Where the responses of a decoupled model's request go (the core's ``ResponseStream``):
+    a backend sends from any thread; the core consumes on the loop."""
+
+    def begin(self, start_ns: int) -> None: ...
+    def send(self, result: Any, final: bool) -> bool: ...
+    def is_cancelled(self) -> bool: ...
+    def when_final(self, callback: Callable[[int], None]) -> bool: ...
 
 
 @dataclass(slots=True)
@@ -68,9 +87,9 @@ class InferRequest:
     batch_size: int = 1
     # Ensemble steps: called with the ExecTiming of the batch that ran this request.
     on_timing: Any = None
-    trace: Trace | None = None  # set by the core when this request is traced (core/trace.py)
+    trace: RequestTrace | None = None  # set by the core when this request is traced
     # Set by the core for a request of a decoupled model: where its responses go (core/stream.py)
-    responder: ResponseStream | None = None
+    responder: Responder | None = None
 
     def input(self, name: str) -> InferInput | None:
         for inp in self.inputs:

@@ -47,10 +47,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tritonlite.contracts import datatypes
+from tritonlite.contracts.errors import TritonliteError, invalid_arg
+from tritonlite.contracts.types import InferOutput, InferRequest, InferResponse, RequestedOutput
 from tritonlite.core.pressure import NO_PRESSURE, MemoryPressure
 from tritonlite.core.shm import SharedMemoryManager
-from tritonlite.contracts.types import InferOutput, InferRequest, InferResponse, RequestedOutput
-from tritonlite.contracts.errors import TritonliteError, invalid_arg
 
 if TYPE_CHECKING:
     from tritonlite.core.model import Model

@@ -14,6 +14,15 @@ from typing import Any
 
 import tritonlite
 from tritonlite.contracts import config as model_config
+from tritonlite.contracts.errors import (
+    ErrorCode,
+    Rejected,
+    TritonliteError,
+    invalid_arg,
+    unavailable,
+    unsupported,
+)
+from tritonlite.contracts.types import InferRequest, InferResponse
 from tritonlite.core import ensemble, inprocess, latency, names, validate
 from tritonlite.core import stats as model_stats
 from tritonlite.core.cache import ResponseCache
@@ -23,15 +32,6 @@ from tritonlite.core.repository import ModelRepository, control_error, decode_ov
 from tritonlite.core.settings import LogSettings, TraceSettings
 from tritonlite.core.shm import SharedMemoryManager
 from tritonlite.core.stream import ResponseStream, StreamResponse, is_decoupled
-from tritonlite.contracts.types import InferRequest, InferResponse
-from tritonlite.contracts.errors import (
-    ErrorCode,
-    Rejected,
-    TritonliteError,
-    invalid_arg,
-    unavailable,
-    unsupported,
-)
 from tritonlite.options import ServerOptions
 
 log = logging.getLogger("tritonlite")

@@ -35,12 +35,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tritonlite.backends.base import ModelOutputs
+from tritonlite.contracts.errors import (
+    TritonliteError,
+    internal,
+    invalid_arg,
+    rejected,
+    unavailable,
+)
+from tritonlite.contracts.timing import ExecTiming
+from tritonlite.contracts.types import InferInput, InferRequest, InferResponse, RequestedOutput
 from tritonlite.core import validate
 from tritonlite.core.model import Model
 from tritonlite.core.outputs import build_response
-from tritonlite.contracts.timing import ExecTiming
-from tritonlite.contracts.types import InferInput, InferRequest, InferResponse, RequestedOutput
-from tritonlite.contracts.errors import TritonliteError, internal, invalid_arg, rejected, unavailable
 
 if TYPE_CHECKING:
     from tritonlite.core.cache import ResponseCache

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tritonlite.contracts.config import CONFIG_FILENAME, ENSEMBLE
-from tritonlite.core.ensemble_config import validate_composing
 from tritonlite.contracts.errors import TritonliteError, invalid_arg, unsupported
+from tritonlite.core.ensemble_config import validate_composing
 
 if TYPE_CHECKING:
     from tritonlite.core.repository import ModelRepository

@@ -32,8 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tritonlite.core.warmup import WarmupSample, run_samples
 from tritonlite.contracts.errors import TritonliteError, unavailable
+from tritonlite.core.warmup import WarmupSample, run_samples
 
 if TYPE_CHECKING:
     from tritonlite.core.model import Model, ModelInstance

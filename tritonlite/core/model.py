@@ -25,14 +25,21 @@ from tritonlite.backends.base import (
     InstanceSpec,
     ModelContext,
 )
+from tritonlite.contracts.errors import (
+    ErrorCode,
+    ErrorResponse,
+    TritonliteError,
+    internal,
+    unavailable,
+)
+from tritonlite.contracts.timing import ExecTiming
+from tritonlite.contracts.types import InferRequest, InferResponse
 from tritonlite.core.health import HealthSettings, InstanceHealth
 from tritonlite.core.outputs import build_response
 from tritonlite.core.shm import SharedMemoryManager
 from tritonlite.core.signature import Signature
-from tritonlite.core.stats import ExecTiming, ModelStats
-from tritonlite.contracts.types import InferRequest, InferResponse
+from tritonlite.core.stats import ModelStats
 from tritonlite.core.warmup import WarmupSample
-from tritonlite.contracts.errors import ErrorCode, ErrorResponse, TritonliteError, internal, unavailable
 
 log = logging.getLogger("tritonlite")
 

@@ -21,10 +21,17 @@ from pathlib import Path
 from typing import Any
 
 from tritonlite._proto import pb
-from tritonlite.backends import create_backend
+from tritonlite.backends import AUTO_COMPLETERS, create_backend
 from tritonlite.backends.base import InstanceSpec, ModelContext
-from tritonlite.backends.python_autocomplete import auto_complete as python_auto_complete
 from tritonlite.contracts import config as model_config
+from tritonlite.contracts.errors import (
+    ErrorCode,
+    TritonliteError,
+    invalid_arg,
+    not_found,
+    unavailable,
+)
+from tritonlite.contracts.timing import ExecTiming
 from tritonlite.core import ensemble_deps, names
 from tritonlite.core import lifecycle as lc
 from tritonlite.core.ensemble import EnsembleBackend, EnsembleGraph, EnsembleModel
@@ -33,9 +40,7 @@ from tritonlite.core.lifecycle import VersionState
 from tritonlite.core.model import Model, ModelInstance
 from tritonlite.core.shm import SharedMemoryManager
 from tritonlite.core.signature import Signature
-from tritonlite.contracts.timing import ExecTiming
 from tritonlite.core.warmup import WarmupSample, build_samples, record_runs, run_samples
-from tritonlite.contracts.errors import ErrorCode, TritonliteError, invalid_arg, not_found, unavailable
 from tritonlite.gpu.devices import usable_gpus
 from tritonlite.options import ServerOptions
 
@@ -131,23 +136,12 @@ def _build_version(ctx: ModelContext, health: HealthSettings) -> _Built:
     return _Built(ctx, signature, backend, instances, samples, runs)
 
 
-class _AutoCompleteError(TritonliteError):
-    """A backend's auto-complete failed (in Triton, a failure of each version's load)."""
-
-
 # read_onnx_io's failures, which load_model_config raises from ONNX Runtime auto-complete.
 _ONNX_AUTO_COMPLETE_ERRORS = ("unable to read ONNX model ", "unable to find ONNX model file ")
 
 
-def _python_auto_complete(cfg: Any, model_dir: Path) -> None:
-    try:
-        python_auto_complete(cfg, model_dir)
-    except TritonliteError as exc:
-        raise _AutoCompleteError(ErrorCode.INTERNAL, exc.message) from None
-
-
 def _is_auto_complete_failure(exc: TritonliteError) -> bool:
-    return isinstance(exc, _AutoCompleteError) or exc.message.startswith(
+    return isinstance(exc, model_config.AutoCompleteError) or exc.message.startswith(
         _ONNX_AUTO_COMPLETE_ERRORS)
 
 
@@ -449,7 +443,7 @@ class ModelRepository:
                     auto_complete=opts.auto_complete_config,
                     default_max_batch_size=opts.default_max_batch_size,
                     override_json=config_json,
-                    auto_completer=_python_auto_complete,
+                    auto_completers=AUTO_COMPLETERS,
                     model_name=name,
                     gpu_count=usable_gpus,
                 )

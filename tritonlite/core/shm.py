@@ -28,7 +28,13 @@ from typing import Any
 
 import numpy as np
 
-from tritonlite.contracts.errors import ErrorCode, TritonliteError, invalid_arg, not_found, unsupported
+from tritonlite.contracts.errors import (
+    ErrorCode,
+    TritonliteError,
+    invalid_arg,
+    not_found,
+    unsupported,
+)
 from tritonlite.gpu import cudart
 
 

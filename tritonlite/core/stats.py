@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from tritonlite.contracts.timing import ExecTiming
+
 
 @dataclass(slots=True)
 class Duration:
@@ -49,22 +51,6 @@ class ResponseStats:
 
 _RESPONSE_NAMES = ("compute_infer", "compute_output", "success", "fail", "empty_response",
                    "cancel")
-
-
-@dataclass(slots=True)
-class ExecTiming:
-    """Timestamps (monotonic ns) a backend marks while executing one batch."""
-
-    start_ns: int = 0
-    input_end_ns: int = 0
-    infer_end_ns: int = 0
-    end_ns: int = 0
-
-    def spans(self) -> tuple[int, int, int]:
-        """(compute_input, compute_infer, compute_output) durations in ns."""
-        inp = self.input_end_ns or self.start_ns
-        inf = self.infer_end_ns or self.end_ns
-        return max(0, inp - self.start_ns), max(0, inf - inp), max(0, self.end_ns - inf)
 
 
 class LatencyObserver(Protocol):

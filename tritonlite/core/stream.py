@@ -37,9 +37,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tritonlite.core.outputs import build_response
-from tritonlite.contracts.types import InferRequest, InferResponse
 from tritonlite.contracts.errors import ErrorCode, TritonliteError, internal
+from tritonlite.contracts.types import InferRequest, InferResponse
+from tritonlite.core.outputs import build_response
 
 if TYPE_CHECKING:
     from tritonlite.core.model import Model

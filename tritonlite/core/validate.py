@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 
 from tritonlite.contracts import datatypes
+from tritonlite.contracts.errors import invalid_arg
+from tritonlite.contracts.types import InferInput, InferRequest
 from tritonlite.core.shm import SharedMemoryManager
 from tritonlite.core.signature import Signature, TensorSpec
-from tritonlite.contracts.types import InferInput, InferRequest
-from tritonlite.contracts.errors import invalid_arg
 
 
 def _fmt(shape: Any) -> str:

@@ -11,8 +11,8 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING
 
-from tritonlite.contracts.types import InferRequest, InferResponse
 from tritonlite.contracts.errors import unavailable
+from tritonlite.contracts.types import InferRequest, InferResponse
 
 if TYPE_CHECKING:
     from tritonlite.core.model import Model, Pending

@@ -12,8 +12,8 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from tritonlite.contracts.types import InferRequest, InferResponse
 from tritonlite.contracts.errors import rejected, unavailable
+from tritonlite.contracts.types import InferRequest, InferResponse
 from tritonlite.scheduling.batcher import REJECT_QUEUE_FULL, BatchQueue, QueuePolicy
 from tritonlite.scheduling.wakeup import Wakeup
 

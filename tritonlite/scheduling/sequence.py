@@ -30,8 +30,14 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from tritonlite.contracts.errors import (
+    ErrorCode,
+    TritonliteError,
+    invalid_arg,
+    rejected,
+    unavailable,
+)
 from tritonlite.contracts.types import InferInput, InferRequest, InferResponse
-from tritonlite.contracts.errors import ErrorCode, TritonliteError, invalid_arg, rejected, unavailable
 from tritonlite.scheduling.sequence_state import (
     Controls,
     Interposer,

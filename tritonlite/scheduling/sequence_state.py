@@ -21,9 +21,9 @@ import numpy as np
 
 from tritonlite._proto import pb
 from tritonlite.contracts import datatypes
+from tritonlite.contracts.errors import TritonliteError, internal, invalid_arg
 from tritonlite.contracts.timing import ExecTiming
 from tritonlite.contracts.types import InferInput, InferRequest
-from tritonlite.contracts.errors import TritonliteError, internal, invalid_arg
 
 if TYPE_CHECKING:
     from tritonlite.backends.base import BackendInstance, Result

@@ -28,9 +28,15 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message, message_fa
 
 from tritonlite._proto import pb
 from tritonlite.contracts import datatypes
-from tritonlite.core.core import parse_version
-from tritonlite.contracts.types import InferInput, InferRequest, InferResponse, RequestedOutput, ShmRef
 from tritonlite.contracts.errors import invalid_arg
+from tritonlite.contracts.types import (
+    InferInput,
+    InferRequest,
+    InferResponse,
+    RequestedOutput,
+    ShmRef,
+)
+from tritonlite.core.core import parse_version
 
 # The only triton_-prefixed request parameter a client may send (Triton's
 # TRITON_RESERVED_REQUEST_PARAMS); the C++ client and perf_analyzer send it on every request.

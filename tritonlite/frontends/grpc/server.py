@@ -22,8 +22,8 @@ from urllib.parse import unquote
 
 import grpc
 
-from tritonlite.core.api import CoreAPI
 from tritonlite.contracts.errors import TritonliteError
+from tritonlite.core.api import CoreAPI
 from tritonlite.frontends.call import GrpcMethods, RpcError, StreamHandler, UnaryHandler
 from tritonlite.frontends.grpc.errors import STATUS, UNKNOWN, internal_message
 from tritonlite.frontends.grpc.servicer import methods

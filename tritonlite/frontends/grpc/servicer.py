@@ -20,9 +20,9 @@ from google.protobuf import json_format, message
 from grpc_health.v1 import health_pb2
 
 from tritonlite._proto import SERVICE_NAME, pb, service
+from tritonlite.contracts.errors import invalid_arg, unsupported
 from tritonlite.core.api import CoreAPI
 from tritonlite.core.core import parse_version
-from tritonlite.contracts.errors import invalid_arg, unsupported
 from tritonlite.frontends.call import GrpcCall, GrpcMethods, StreamHandler, UnaryHandler
 from tritonlite.frontends.grpc import codec
 from tritonlite.frontends.grpc.codec import decode_infer, encode_infer, parse

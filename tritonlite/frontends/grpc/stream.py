@@ -26,9 +26,9 @@ import logging
 import time
 from typing import Any
 
+from tritonlite.contracts.types import RequestTrace as Trace
 from tritonlite.core.api import CoreAPI
 from tritonlite.core.stream import StreamResponse
-from tritonlite.contracts.types import RequestTrace as Trace
 from tritonlite.core.types import InferRequest, InferResponse
 from tritonlite.errors import TritonliteError, internal
 from tritonlite.frontends.call import GrpcCall

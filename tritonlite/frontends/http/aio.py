@@ -14,8 +14,8 @@ from typing import Any
 
 from aiohttp import web
 
-from tritonlite.core.api import CoreAPI
 from tritonlite.contracts.errors import invalid_arg
+from tritonlite.core.api import CoreAPI
 from tritonlite.frontends.http.app import make_dispatch
 from tritonlite.frontends.http.call import HttpError, HttpResponse, HttpStream, too_large
 

@@ -20,9 +20,9 @@ from urllib.parse import unquote
 
 import orjson
 
+from tritonlite.contracts.errors import TritonliteError, invalid_arg, unsupported
 from tritonlite.core.api import CoreAPI
 from tritonlite.core.core import parse_version
-from tritonlite.contracts.errors import TritonliteError, invalid_arg, unsupported
 from tritonlite.frontends.http import codec
 from tritonlite.frontends.http import generate as gen
 from tritonlite.frontends.http.call import (

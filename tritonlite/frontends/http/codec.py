@@ -14,8 +14,14 @@ import numpy as np
 import orjson
 
 from tritonlite.contracts import datatypes
-from tritonlite.contracts.types import InferInput, InferRequest, InferResponse, RequestedOutput, ShmRef
 from tritonlite.contracts.errors import invalid_arg
+from tritonlite.contracts.types import (
+    InferInput,
+    InferRequest,
+    InferResponse,
+    RequestedOutput,
+    ShmRef,
+)
 
 _RESERVED = frozenset(
     ("sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output")
