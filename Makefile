@@ -124,3 +124,11 @@ fleet-check: install
 	if FLEET_IMAGE=$(FLEET_IMAGE) deploy/fleet/install-deps.sh; then \
 	  $(PY) deploy/fleet/fleet_check.py $(if $(filter 0,$(FLEET_IMAGE)),--no-image) $(FLEET_FLAGS); \
 	else echo "fleet-check: SKIP: haproxy and prometheus are needed (apt-get install haproxy prometheus)"; fi
+
+# Hostile input (issue 18): the seeded fuzz suite against real servers on both front ends at
+# FUZZ_CASES cases in all (make test runs it small); FUZZ_SEED picks the seed, FUZZ_SECONDS
+# bounds each suite's time. Not part of make test.
+FUZZ_CASES ?= 100000
+.PHONY: fuzz
+fuzz: install
+	FUZZ_CASES=$(FUZZ_CASES) $(PY) -m pytest -q -s tests/fuzz

@@ -133,7 +133,8 @@ def _still_serves(server: Server) -> None:
         check_add_sub(*client.request("POST", "/v2/models/add_sub/infer", infer_body(A, B)),
                       A, B)
     with grpc.insecure_channel(server.grpc_url) as channel:
-        code, message, reply = grpc_unary(channel, "ModelInfer", _grpc_add_sub().SerializeToString())
+        payload = _grpc_add_sub().SerializeToString()
+        code, message, reply = grpc_unary(channel, "ModelInfer", payload)
     assert code == grpc.StatusCode.OK, message
     out = service_pb2.ModelInferResponse.FromString(reply)
     got = np.frombuffer(out.raw_output_contents[0], np.float32)
