@@ -253,4 +253,6 @@ def describe(exc: BaseException) -> str:
     if frames:
         text += "\n\nAt:\n" + "".join(f"  {f.filename}({f.lineno}): {f.name}\n"
                                        for f in reversed(frames))
-    return text
+    from tritonlite.backends.python_env import numpy2_hint
+
+    return text + numpy2_hint(exc)

@@ -1,0 +1,357 @@
+"""Python models with ``EXECUTION_ENV_PATH``, run in their own environment, seen by tritonclient.
+
+The environment is real: a venv with numpy<2 (the server runs numpy 2), built once per machine
+by the ``np1_env`` fixture with pip (skipped, saying why, where pip cannot reach an index) and
+cached under the temp directory. The models use numpy 1 API that numpy 2 removed (``np.NINF``,
+``np.float_``), at import time and in ``execute``, so they can only run in that environment:
+once as a directory, once as a tarball (``$$TRITON_MODEL_DIRECTORY/env.tar.gz``, unpacked by
+the server into a cache keyed by its hash). The same model without the parameter fails to load
+with a message that names the numpy API and suggests ``EXECUTION_ENV_PATH``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import fcntl
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from conftest import Server, start_server, wait_until
+from repos import client_for, write_python_model
+from tritonclient.utils import InferenceServerException
+
+pytestmark = pytest.mark.timeout(300)  # the first run builds the numpy<2 environment
+
+PROTOCOLS = ["http", "grpc"]
+
+NUMPY1_MODEL = '''
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+FLOOR = np.NINF  # numpy 1 API: removed in numpy 2
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.config = json.loads(args["model_config"])
+        out = pb_utils.get_output_config_by_name(self.config, "OUT")
+        self.out_dtype = pb_utils.triton_string_to_numpy(out["data_type"])
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            if (x < 0).any():
+                responses.append(pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError("negative input", pb_utils.TritonError.INVALID_ARG)))
+                continue
+            if (x == 13).any():
+                raise pb_utils.TritonModelException("thirteen is unlucky")
+            y = np.maximum(x.astype(np.float_) * 2, FLOOR)
+            version = np.array([[np.__version__.encode()]] * x.shape[0], dtype=np.object_)
+            tag = np.array([[request.request_id() + "|" + request.parameters()]] * x.shape[0],
+                           dtype=np.object_)
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("OUT", y.astype(self.out_dtype)),
+                pb_utils.Tensor("NUMPY", version),
+                pb_utils.Tensor("TAG", tag)]))
+        return responses
+
+    def finalize(self):
+        print("finalized under numpy", np.__version__)
+'''
+
+CONFIG = '''
+backend: "python"
+max_batch_size: 8
+input [{{ name: "IN" data_type: TYPE_FP32 dims: [4] }}]
+output [{{ name: "OUT" data_type: TYPE_FP32 dims: [4] }},
+        {{ name: "NUMPY" data_type: TYPE_STRING dims: [1] }},
+        {{ name: "TAG" data_type: TYPE_STRING dims: [1] }}]
+instance_group [{{ count: 1 kind: KIND_CPU }}]
+dynamic_batching {{ max_queue_delay_microseconds: {delay} }}
+{env}
+'''
+
+CRASHY_MODEL = '''
+import os
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        here = pb_utils.get_model_dir()
+        with open(os.path.join(here, "pid"), "w") as f:
+            f.write(str(os.getpid()))
+        out = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            if x[0, 0] == 1:
+                open(os.path.join(here, "busy"), "w").close()
+                time.sleep(120)
+            if x[0, 0] == 2:
+                raise SystemExit(7)
+            pid = np.full((x.shape[0], 1), os.getpid(), dtype=np.int64)
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("PID", pid)]))
+        return out
+'''
+
+CRASHY_CONFIG = '''
+backend: "python"
+max_batch_size: 8
+input [{ name: "IN" data_type: TYPE_FP32 dims: [4] }]
+output [{ name: "PID" data_type: TYPE_INT64 dims: [1] }]
+instance_group [{ count: 1 kind: KIND_CPU }]
+parameters { key: "EXECUTION_ENV_PATH" value: { string_value: "$$TRITON_MODEL_DIRECTORY/env" } }
+'''
+
+BAD_INIT_MODEL = '''
+import numpy as np
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        raise RuntimeError("initialize refused under numpy " + np.__version__)
+
+    def execute(self, requests):
+        return []
+'''
+
+
+def _env_param(value: str) -> str:
+    return (f'parameters {{ key: "EXECUTION_ENV_PATH" value: {{ string_value: "{value}" }} }}')
+
+
+def _build_np1_env(dest: Path) -> None:
+    """A venv with numpy<2 at ``dest`` (built beside it, then renamed into place)."""
+    tmp = Path(tempfile.mkdtemp(prefix=dest.name + ".", dir=dest.parent))
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(tmp)], check=True, timeout=180,
+                       capture_output=True)
+        pip = subprocess.run([str(tmp / "bin" / "python"), "-m", "pip", "install", "-q",
+                              "--disable-pip-version-check", "numpy<2"],
+                             capture_output=True, text=True, timeout=600)
+        if pip.returncode != 0:
+            pytest.skip("cannot build an environment with numpy<2 (pip cannot reach an index "
+                        f"or has no numpy<2 wheel): {(pip.stderr or pip.stdout).strip()[-400:]}")
+        tmp.rename(dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def np1_env() -> Path:
+    """A venv with numpy<2, cached per machine and Python version under the temp dir."""
+    version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    cache = Path(tempfile.gettempdir()) / f"tritonlite-test-numpy1-py{version}-{os.getuid()}"
+    cache.mkdir(exist_ok=True)
+    dest = cache / "venv"
+    with (cache / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # parallel test processes build it once
+        if not (dest / "bin" / "python").exists():
+            _build_np1_env(dest)
+    probe = subprocess.run([str(dest / "bin" / "python"), "-c",
+                            "import numpy; print(numpy.__version__)"],
+                           capture_output=True, text=True, timeout=120)
+    assert probe.returncode == 0 and probe.stdout.startswith("1."), probe
+    return dest
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory, np1_env: Path) -> Path:
+    r = tmp_path_factory.mktemp("python_env")
+    write_python_model(r, "np1_dir", NUMPY1_MODEL,
+                       CONFIG.format(delay=0, env=_env_param(str(np1_env))))
+    write_python_model(r, "np1_tar", NUMPY1_MODEL, CONFIG.format(
+        delay=200000, env=_env_param("$$TRITON_MODEL_DIRECTORY/env.tar.gz")))
+    # A tarred venv, as a user would ship one next to config.pbtxt (bin/python stays a link).
+    with tarfile.open(r / "np1_tar" / "env.tar.gz", "w:gz", compresslevel=1) as tar:
+        tar.add(np1_env, arcname=".")
+    write_python_model(r, "np1_in_process", NUMPY1_MODEL, CONFIG.format(delay=0, env=""))
+    write_python_model(r, "crashy", CRASHY_MODEL, CRASHY_CONFIG)
+    (r / "crashy" / "env").symlink_to(np1_env, target_is_directory=True)
+    write_python_model(r, "bad_init", BAD_INIT_MODEL, CONFIG.format(
+        delay=0, env=_env_param(str(np1_env))))
+    write_python_model(r, "missing_env", NUMPY1_MODEL, CONFIG.format(
+        delay=0, env=_env_param("$$TRITON_MODEL_DIRECTORY/missing.tar.gz")))
+    write_python_model(r, "not_an_env", NUMPY1_MODEL, CONFIG.format(
+        delay=0, env=_env_param("$$TRITON_MODEL_DIRECTORY/config.pbtxt")))
+    return r
+
+
+@pytest.fixture(scope="module")
+def server(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    cache = tmp_path_factory.mktemp("env_cache")
+    s = start_server(repo, "--allow-metrics=false", "--model-control-mode=explicit",
+                     "--load-model=np1_dir", "--load-model=np1_tar", "--load-model=crashy",
+                     env={"TRITONLITE_PYTHON_ENV_CACHE": str(cache)})
+    yield s
+    s.stop()
+
+
+def _infer(server: Server, protocol: str, model: str, x: np.ndarray,
+           request_id: str = "", parameters: dict[str, str] | None = None) -> dict[str, Any]:
+    client, mod = client_for(server, protocol)
+    inp = mod.InferInput("IN", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x)
+    kwargs: dict[str, Any] = {"request_id": request_id}
+    if parameters:
+        kwargs["parameters"] = parameters
+    result = client.infer(model, [inp], **kwargs)
+    return {name: result.as_numpy(name) for name in ("OUT", "NUMPY", "TAG")}
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize("model", ["np1_dir", "np1_tar"])
+def test_numpy1_model_runs_in_its_environment(server: Server, protocol: str,
+                                              model: str) -> None:
+    x = np.array([[1.0, -0.0, 2.5, 1e30]], dtype=np.float32)
+    out = _infer(server, protocol, model, x, request_id="r-7", parameters={"k": "v"})
+    np.testing.assert_array_equal(out["OUT"], x * 2)
+    assert out["OUT"].dtype == np.float32
+    assert out["NUMPY"].shape == (1, 1) and out["NUMPY"][0, 0].startswith(b"1."), out["NUMPY"]
+    assert out["TAG"][0, 0] == b'r-7|{"k":"v"}'
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_model_errors_reach_the_client(server: Server, protocol: str) -> None:
+    with pytest.raises(InferenceServerException) as e:
+        _infer(server, protocol, "np1_dir", np.full((1, 4), -1, dtype=np.float32))
+    assert "negative input" in e.value.message()
+    with pytest.raises(InferenceServerException) as e:
+        _infer(server, protocol, "np1_dir", np.full((1, 4), 13, dtype=np.float32))
+    assert e.value.message().startswith(
+        "Failed to process the request(s) for model 'np1_dir_0_0', message: "
+        "TritonModelException: thirteen is unlucky"), e.value.message()
+    assert "model.py(" in e.value.message()  # the model's frames, as Triton's stub reports
+    out = _infer(server, protocol, "np1_dir", np.ones((1, 4), dtype=np.float32))
+    np.testing.assert_array_equal(out["OUT"], np.full((1, 4), 2, dtype=np.float32))
+
+
+def test_requests_are_batched_and_counted(server: Server) -> None:
+    """np1_tar waits 200 ms for a fuller batch: 8 concurrent requests run in fewer executions,
+    each request's outputs its own rows, and the statistics count them."""
+    client = httpclient.InferenceServerClient(server.http_url, concurrency=8)
+    before = client.get_inference_statistics("np1_tar")["model_stats"][0]
+    xs = [np.full((1, 4), i, dtype=np.float32) for i in range(8)]
+    pending = []
+    for x in xs:
+        inp = httpclient.InferInput("IN", [1, 4], "FP32")
+        inp.set_data_from_numpy(x)
+        pending.append(client.async_infer("np1_tar", [inp]))
+    for x, p in zip(xs, pending):
+        np.testing.assert_array_equal(p.get_result(timeout=60).as_numpy("OUT"), x * 2)
+    after = client.get_inference_statistics("np1_tar")["model_stats"][0]
+    assert after["inference_count"] - before["inference_count"] == 8
+    executions = after["execution_count"] - before["execution_count"]
+    assert 1 <= executions < 8, after
+    success = after["inference_stats"]["success"]
+    assert success["count"] - before["inference_stats"]["success"]["count"] == 8
+    client.close()
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_without_the_parameter_the_load_error_names_the_numpy_api(
+        server: Server, protocol: str) -> None:
+    client, _ = client_for(server, protocol)
+    with pytest.raises(InferenceServerException) as e:
+        client.load_model("np1_in_process")
+    message = e.value.message()
+    assert "`np.NINF` was removed in the NumPy 2.0 release" in message, message
+    assert "The model uses `np.NINF`, NumPy API that NumPy 2 removed" in message, message
+    assert "EXECUTION_ENV_PATH" in message, message
+    assert not client.is_model_ready("np1_in_process")
+
+
+@pytest.mark.parametrize(("model", "expected"), [
+    ("bad_init", "RuntimeError: initialize refused under numpy 1."),
+    ("missing_env", "EXECUTION_ENV_PATH of model 'missing_env': '{repo}/missing_env/"
+                    "missing.tar.gz' does not exist"),
+    ("not_an_env", "EXECUTION_ENV_PATH of model 'not_an_env': '{repo}/not_an_env/config.pbtxt'"
+                   " is neither a directory nor a tar archive"),
+])
+def test_load_failures(server: Server, repo: Path, model: str, expected: str) -> None:
+    client, _ = client_for(server, "http")
+    with pytest.raises(InferenceServerException) as e:
+        client.load_model(model)
+    assert expected.format(repo=repo) in e.value.message(), e.value.message()
+    if model == "bad_init":
+        assert f"{repo}/bad_init/1/model.py(7): initialize" in e.value.message()
+    assert not client.is_model_ready(model)
+
+
+def _pid(server: Server) -> int:
+    client, mod = client_for(server, "http")
+    inp = mod.InferInput("IN", [1, 4], "FP32")
+    inp.set_data_from_numpy(np.zeros((1, 4), dtype=np.float32))
+    return int(client.infer("crashy", [inp]).as_numpy("PID")[0, 0])
+
+
+def _wait_ready(server: Server) -> None:
+    client, _ = client_for(server, "http")
+    wait_until(lambda: client.is_model_ready("crashy"), timeout=120)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_worker_killed_mid_request_fails_it_and_restarts(server: Server, repo: Path,
+                                                         protocol: str) -> None:
+    _wait_ready(server)
+    first = _pid(server)
+    busy = repo / "crashy" / "1" / "busy"
+    busy.unlink(missing_ok=True)
+    client, mod = client_for(server, protocol)
+    inp = mod.InferInput("IN", [1, 4], "FP32")
+    inp.set_data_from_numpy(np.ones((1, 4), dtype=np.float32))
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        call = pool.submit(client.infer, "crashy", [inp])
+        wait_until(busy.exists, timeout=60)
+        os.kill(first, signal.SIGKILL)
+        started = time.monotonic()
+        with pytest.raises(InferenceServerException) as e:
+            call.result(timeout=60)
+    assert time.monotonic() - started < 30
+    message = e.value.message()
+    assert "model instance 'crashy_0_0' failed and was taken out of rotation" in message, message
+    assert f"(pid {first}," in message and "was killed by SIGKILL during execute" in message
+    _wait_ready(server)  # the core rebuilt the instance: a new worker
+    second = _pid(server)
+    assert second != first
+
+
+def test_sys_exit_in_execute_restarts_the_worker(server: Server) -> None:
+    _wait_ready(server)
+    first = _pid(server)
+    client, mod = client_for(server, "http")
+    inp = mod.InferInput("IN", [1, 4], "FP32")
+    inp.set_data_from_numpy(np.full((1, 4), 2, dtype=np.float32))
+    with pytest.raises(InferenceServerException) as e:
+        client.infer("crashy", [inp])
+    assert "SystemExit: 7" in e.value.message(), e.value.message()
+    _wait_ready(server)
+    assert _pid(server) != first
+
+
+def test_unload_finalizes_in_the_environment(server: Server) -> None:
+    client, _ = client_for(server, "http")
+    client.unload_model("np1_dir")
+    wait_until(lambda: "finalized under numpy 1." in server.output(), timeout=60)
+    client.load_model("np1_dir")
+    out = _infer(server, "http", "np1_dir", np.ones((1, 4), dtype=np.float32))
+    assert out["NUMPY"][0, 0].startswith(b"1.")

@@ -1,0 +1,452 @@
+"""Python models with ``EXECUTION_ENV_PATH``: each instance runs in a process of that environment.
+
+A python model whose config sets Triton's parameter::
+
+    parameters { key: "EXECUTION_ENV_PATH"
+                 value: { string_value: "$$TRITON_MODEL_DIRECTORY/env.tar.gz" } }
+
+is not imported into the server. ``$$TRITON_MODEL_DIRECTORY`` stands for the model's directory
+(``<repo>/<model>``); a relative path is taken from there too. The path names a packed
+environment (a tarball, e.g. from conda-pack or a tarred venv: unpacked once into
+``$TRITONLITE_PYTHON_ENV_CACHE`` or ``<tmp>/tritonlite-python-envs-<uid>``, in a directory named
+by the tarball's SHA-256, and reused by every model and load that names the same bytes) or an
+environment directory, used as it is. Its ``bin/python3`` (or ``bin/python``) runs
+``python_env_worker.py``, which imports model.py with a ``triton_python_backend_utils``
+stand-in (``python_env_pb_utils.py``); the environment needs numpy, nothing of tritonlite.
+The worker's environment variables are the server's, without ``PYTHONHOME`` / ``PYTHONPATH``
+(so nothing of the server's site-packages leaks in), with the environment's ``bin`` first on
+``PATH`` and ``VIRTUAL_ENV`` or ``CONDA_PREFIX`` set, as its ``activate`` script would.
+
+Like Triton's stub, there is one worker process per model instance, started by
+``new_instance`` and told to ``finalize`` and exit by ``close``. Batches go to it over a Unix
+socket pair, tensors as raw bytes (``python_env_worker.py`` has the protocol); the server's
+dynamic batcher, statistics, execution timeout and error paths are the ones every backend
+goes through, and the execute results follow the in-process backend's rules and messages
+(``backends/python.py``). The model's output (``print``, ``pb_utils.Logger``) goes to the server
+log, one line at a time, prefixed with the instance's name.
+
+A worker that dies (killed, crashed, ``sys.exit`` in ``execute``) fails the batch it was running,
+or the next one it is sent, with a message that says how it ended; that is a
+``BackendFatalError``, so the core takes the instance out of rotation and rebuilds it, which
+starts a new worker: the model is not ready while none of its instances is (one instance: until
+the new worker's ``initialize`` returns), then serves again.
+
+UNSUPPORTED with an environment (refused at load, or failing the call with UNSUPPORTED): decoupled
+models, BLS and model management from model.py, ``auto_complete_config`` (the config must
+be complete), BF16 tensors.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tarfile
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tritonlite import kernels
+from tritonlite.backends.base import (
+    BackendFatalError,
+    InstanceSpec,
+    ModelContext,
+    ModelOutputs,
+    Result,
+)
+from tritonlite.backends.python_env_worker import (
+    ChannelClosed,
+    Packer,
+    recv_message,
+    send_message,
+    unpack,
+)
+from tritonlite.contracts.errors import (
+    ErrorCode,
+    ErrorResponse,
+    TritonliteError,
+    internal,
+    invalid_arg,
+    unavailable,
+    unsupported,
+)
+from tritonlite.contracts.timing import ExecTiming
+from tritonlite.contracts.types import InferRequest
+
+log = logging.getLogger("tritonlite")
+
+ENV_PARAMETER = "EXECUTION_ENV_PATH"
+MODEL_DIRECTORY = "$$TRITON_MODEL_DIRECTORY"
+CACHE_VARIABLE = "TRITONLITE_PYTHON_ENV_CACHE"
+_WORKER = Path(__file__).with_name("python_env_worker.py")
+_START_TIMEOUT_S = 120.0  # the worker's interpreter and numpy import, on a loaded machine
+_FINALIZE_TIMEOUT_S = 30.0
+_unpack_lock = threading.Lock()
+
+
+def uses_environment(cfg: Any) -> bool:
+    """True when a python model's config sets ``EXECUTION_ENV_PATH``."""
+    return ENV_PARAMETER in cfg.parameters
+
+
+# -- the numpy 2 hint for in-process models ----------------------------------------------------
+
+_REMOVED_IN_2 = re.compile(r"`np\.(\w+)` was removed in the NumPy 2\.0 release")
+_NO_ATTRIBUTE = re.compile(r"module 'numpy' has no attribute '(\w+)'")
+# Removed by NumPy 2.x releases with a plain "has no attribute" message (deprecated in 2.0).
+_REMOVED_LATER = frozenset({"product", "cumproduct", "in1d", "trapz", "msort", "row_stack",
+                            "alltrue", "sometrue", "round_", "asfarray"})
+
+
+def numpy2_hint(exc: BaseException) -> str:
+    """A sentence to add to a load error caused by NumPy API that numpy 2 removed, else "".
+
+    Looks at ``exc`` and the exceptions it was raised from or during.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, AttributeError):
+            text = str(current)
+            m = _REMOVED_IN_2.search(text)
+            name = m.group(1) if m else None
+            if name is None:
+                m = _NO_ATTRIBUTE.search(text)
+                name = m.group(1) if m and m.group(1) in _REMOVED_LATER else None
+            if name is not None:
+                return _hint(f"`np.{name}`, NumPy API that NumPy 2 removed")
+        if isinstance(current, ImportError) and "compiled using NumPy 1.x" in str(current):
+            return _hint("a module compiled for NumPy 1.x")
+        current = current.__cause__ or current.__context__
+    return ""
+
+
+def _hint(what: str) -> str:
+    try:
+        import numpy
+
+        version = numpy.__version__
+    except ImportError:  # pragma: no cover - numpy is a dependency
+        version = "2"
+    return (f"\n\nThe model uses {what}; this server runs NumPy {version}. Update the model, or "
+            "run it in an environment with numpy<2: set the model's EXECUTION_ENV_PATH "
+            "parameter to a packed environment or an environment directory, e.g. parameters "
+            '{ key: "EXECUTION_ENV_PATH" value: { string_value: '
+            '"$$TRITON_MODEL_DIRECTORY/env.tar.gz" } }')
+
+
+# -- environments ------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Environment:
+    """Where a model's environment is: its root directory and its interpreter."""
+
+    root: Path
+    python: Path
+    source: Path  # what EXECUTION_ENV_PATH named (the tarball or the directory)
+
+
+def resolve(value: str, model_dir: Path, model_name: str) -> Environment:
+    """The environment ``EXECUTION_ENV_PATH`` = ``value`` names (unpacking a tarball once).
+
+    Raises
+    ------
+    TritonliteError
+        INVALID_ARG when the path does not exist, is neither a directory nor a tar archive,
+        the archive cannot be unpacked, or the environment has no ``bin/python3``.
+    """
+    text = value.strip().replace(MODEL_DIRECTORY, str(model_dir))
+    where = f"EXECUTION_ENV_PATH of model '{model_name}'"
+    if not text:
+        raise invalid_arg(f"{where} is empty")
+    path = Path(text)
+    if not path.is_absolute():
+        path = model_dir / path
+    if path.is_dir():
+        root = path
+    elif path.is_file():
+        if not tarfile.is_tarfile(path):
+            raise invalid_arg(f"{where}: '{path}' is neither a directory nor a tar archive "
+                              "(e.g. a conda-pack .tar.gz)")
+        root = _unpacked(path, where)
+    else:
+        raise invalid_arg(f"{where}: '{path}' does not exist")
+    for name in ("python3", "python"):
+        python = root / "bin" / name
+        if python.is_file() and os.access(python, os.X_OK):
+            return Environment(root, python, path)
+    raise invalid_arg(f"{where}: the environment '{path}' has no bin/python3")
+
+
+def cache_dir() -> Path:
+    configured = os.environ.get(CACHE_VARIABLE)
+    if configured:
+        return Path(configured)
+    return Path(tempfile.gettempdir()) / f"tritonlite-python-envs-{os.getuid()}"
+
+
+def _unpacked(tarball: Path, where: str) -> Path:
+    """The directory ``tarball`` is unpacked in, unpacking it if no load did yet."""
+    digest = hashlib.sha256()
+    with tarball.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    cache = cache_dir()
+    dest = cache / digest.hexdigest()[:32]
+    done = dest / ".tritonlite-unpacked"
+    with _unpack_lock:
+        if done.is_file():
+            return dest
+        cache.mkdir(parents=True, exist_ok=True, mode=0o700)
+        import fcntl
+
+        with (cache / f"{dest.name}.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # another server may be unpacking the same bytes
+            if done.is_file():
+                return dest
+            started = time.monotonic()
+            tmp = Path(tempfile.mkdtemp(prefix=f"{dest.name}.", dir=cache))
+            try:
+                with tarfile.open(tarball) as archive:
+                    # "tar" refuses members outside the directory but keeps absolute symlinks,
+                    # which a tarred venv's bin/python is.
+                    archive.extractall(tmp, filter="tar")
+            except (tarfile.TarError, OSError, ValueError) as exc:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise invalid_arg(f"{where}: cannot unpack '{tarball}': {exc}") from None
+            (tmp / done.name).write_text(str(tarball))
+            if dest.exists():
+                shutil.rmtree(dest, ignore_errors=True)
+            tmp.rename(dest)
+            log.info("unpacked %s into %s in %.1f s", tarball, dest, time.monotonic() - started)
+    return dest
+
+
+def _worker_env(env: Environment) -> dict[str, str]:
+    out = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "PYTHONPATH")}
+    out["PATH"] = os.pathsep.join([str(env.root / "bin"), out.get("PATH", os.defpath)])
+    if (env.root / "pyvenv.cfg").is_file():
+        out["VIRTUAL_ENV"] = str(env.root)
+    else:
+        out["CONDA_PREFIX"] = str(env.root)
+    out["PYTHONUNBUFFERED"] = "1"  # the model's prints reach the log as they happen
+    return out
+
+
+# -- the backend ---------------------------------------------------------------------------------
+
+class PythonEnvBackend:
+    """A python model (one version) whose instances run in ``EXECUTION_ENV_PATH``."""
+
+    def __init__(self, ctx: ModelContext) -> None:
+        cfg = ctx.config
+        if cfg.model_transaction_policy.decoupled:
+            raise unsupported(f"python model '{ctx.name}': decoupled models are not supported "
+                              "with EXECUTION_ENV_PATH yet")
+        path = ctx.version_dir / (cfg.default_model_filename or "model.py")
+        if not path.is_file():
+            raise unavailable(f"Python model file not found in '{path}'")
+        self.ctx = ctx
+        self.path = path
+        self.env = resolve(cfg.parameters[ENV_PARAMETER].string_value, ctx.model_dir, ctx.name)
+        self.outputs = [o.name for o in cfg.output]
+        self.decoupled = False
+        kernels.warmup()  # BYTES outputs go through the kernels; compile now, not on a request
+        self.inline = False
+
+    def new_instance(self, spec: InstanceSpec) -> PythonEnvInstance:
+        return PythonEnvInstance(self, spec)
+
+    def close(self) -> None:
+        pass
+
+
+class PythonEnvInstance:
+    """One worker process and the socket to it; used from the instance's thread only
+    (``is_ready`` excepted)."""
+
+    thread_agnostic = False
+
+    def __init__(self, backend: PythonEnvBackend, spec: InstanceSpec) -> None:
+        self._backend = backend
+        self._name = spec.name
+        self._broken = False
+        self._tail: collections.deque[str] = collections.deque(maxlen=20)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        env = backend.env
+        try:
+            self._proc = subprocess.Popen(
+                [str(env.python), str(_WORKER), str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=_worker_env(env))
+        except OSError as exc:
+            ours.close()
+            raise internal(f"cannot start {env.python} for model instance '{spec.name}': "
+                           f"{exc}") from None
+        finally:
+            theirs.close()
+        self._sock = ours
+        self._drain = threading.Thread(target=self._relay, name=f"{spec.name}-output",
+                                       daemon=True)
+        self._drain.start()
+        try:
+            self._start(spec)
+        except BaseException:
+            self._stop(finalize=False)
+            raise
+
+    def _start(self, spec: InstanceSpec) -> None:
+        backend, ctx = self._backend, self._backend.ctx
+        self._sock.settimeout(_START_TIMEOUT_S)
+        try:
+            hello, _ = recv_message(self._sock)
+        except ChannelClosed:
+            raise internal(self._ended("starting")) from None
+        self._sock.settimeout(None)
+        log.info("model instance '%s' runs in %s (python %s, numpy %s, pid %s)", spec.name,
+                 backend.env.source, hello.get("python"), hello.get("numpy"), hello.get("pid"))
+        args = {
+            "model_config": ctx.config_json,
+            "model_instance_kind": spec.kind,
+            "model_instance_name": spec.name,
+            "model_instance_device_id": str(spec.device_id),
+            "model_repository": str(ctx.model_dir),
+            "model_version": str(ctx.version),
+            "model_name": ctx.name,
+        }
+        reply = self._call({"op": "init", "model_path": str(backend.path),
+                            "version_dir": str(ctx.version_dir), "model_dir": str(ctx.model_dir),
+                            "args": args}, [], "initialize", fatal=False)[0]
+        if "error" in reply:
+            raise internal(str(reply["error"]))
+
+    def _relay(self) -> None:
+        """The worker's stdout and stderr, line by line, into the server log."""
+        assert self._proc.stdout is not None
+        for raw in self._proc.stdout:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            self._tail.append(line)
+            log.info("[%s] %s", self._name, line)
+
+    def _call(self, meta: dict[str, Any], blobs: list[Any], during: str,
+              fatal: bool = True) -> tuple[dict[str, Any], bytearray]:
+        """Send one message and wait for the answer; a dead worker raises (fatal or not)."""
+        try:
+            if self._broken:
+                raise ChannelClosed("broken")
+            send_message(self._sock, meta, blobs)
+            return recv_message(self._sock)
+        except (ChannelClosed, OSError):
+            self._broken = True
+            message = self._ended(during)
+            if fatal:
+                raise BackendFatalError(message) from None
+            raise internal(message) from None
+
+    def _ended(self, during: str) -> str:
+        """What became of the worker (it is gone, or made to go), for an error message."""
+        try:
+            code = self._proc.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            code = self._proc.wait()
+            how = "stopped answering and was killed"
+        else:
+            if code < 0:
+                try:
+                    how = f"was killed by {signal.Signals(-code).name}"
+                except ValueError:
+                    how = f"was killed by signal {-code}"
+            else:
+                how = f"exited with code {code}"
+        self._drain.join(timeout=2.0)
+        text = (f"the python process of model instance '{self._name}' (pid {self._proc.pid}, "
+                f"{self._backend.env.python}) {how} during {during}")
+        tail = [line for line in self._tail if line.strip()][-8:]
+        if tail and code >= 0:
+            text += ". Its last output:\n" + "\n".join(tail)
+        return text
+
+    def execute(self, requests: list[InferRequest], timing: ExecTiming) -> list[Result]:
+        ctx = self._backend.ctx
+        packer = Packer()
+        metas = []
+        try:
+            for r in requests:
+                names = (self._backend.outputs if r.outputs is None
+                         else [o.name for o in r.outputs])
+                metas.append({
+                    "id": r.id, "correlation_id": r.sequence_id,
+                    "flags": (1 if r.sequence_start else 0) | (2 if r.sequence_end else 0),
+                    "timeout": r.timeout_us, "model_name": ctx.name,
+                    "model_version": ctx.version, "requested": names,
+                    "parameters": (json.dumps(r.parameters, separators=(",", ":"), default=str)
+                                   if r.parameters else "{}"),
+                    "inputs": [packer.add(i.name, i.data) for i in r.inputs
+                               if i.data is not None]})
+        except TypeError as exc:
+            return [unsupported(f"model '{ctx.name}': {exc}")] * len(requests)
+        timing.input_end_ns = time.monotonic_ns()
+        reply, buf = self._call({"op": "execute", "requests": metas}, packer.blobs, "execute")
+        timing.infer_end_ns = time.monotonic_ns()
+        if "error" in reply:
+            code = ErrorCode.UNSUPPORTED if reply.get("code") == "UNSUPPORTED" \
+                else ErrorCode.INTERNAL
+            message = (f"Failed to process the request(s) for model '{self._name}', message: "
+                       f"{reply['error']}")
+            log.error("%s", message)
+            if reply.get("fatal"):
+                self._broken = self._proc.poll() is not None
+                raise BackendFatalError(message, code)
+            return [TritonliteError(code, message)] * len(requests)
+        results: list[Result] = []
+        for out in reply["responses"]:
+            error = out.get("error")
+            if error is not None:
+                kind = ErrorCode[error[0]] if error[0] in ErrorCode.__members__ \
+                    else ErrorCode.INTERNAL
+                results.append(ErrorResponse(kind, str(error[1])))
+                continue
+            outputs = ModelOutputs(parameters=out.get("parameters") or {}, partial=True)
+            for desc in out["outputs"]:
+                outputs[desc["name"]] = unpack(desc, buf)
+            results.append(outputs)
+        return results
+
+    def is_ready(self) -> bool:
+        """The worker is alive (the model's own ``is_ready`` is asked after a failed execute)."""
+        return not self._broken and self._proc.poll() is None
+
+    def close(self) -> None:
+        self._stop(finalize=True)
+
+    def _stop(self, finalize: bool) -> None:
+        if finalize and not self._broken and self._proc.poll() is None:
+            try:
+                self._sock.settimeout(_FINALIZE_TIMEOUT_S)
+                send_message(self._sock, {"op": "finalize"}, [])
+                recv_message(self._sock)
+            except (ChannelClosed, OSError) as exc:
+                log.warning("finalize of model instance '%s' did not finish: %s", self._name,
+                            exc)
+        self._sock.close()
+        try:
+            self._proc.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        self._drain.join(timeout=2.0)
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()
+

@@ -1,0 +1,527 @@
+"""``triton_python_backend_utils`` inside an ``EXECUTION_ENV_PATH`` worker (stdlib + numpy only).
+
+``python_env_worker.py`` loads this file under Triton's module name before it imports the model,
+so ``import triton_python_backend_utils as pb_utils`` works there as in Triton. It covers what a
+model needs for ``initialize`` / ``execute`` / ``finalize``: ``Tensor``, ``InferenceRequest``,
+``InferenceResponse``, the non-decoupled ``InferenceResponseSender``, ``TritonError``,
+``TritonModelException``, ``Logger`` (lines go to the server's log), the config and tensor
+lookups, the dtype tables and BYTES helpers, ``get_model_dir``. Names, signatures and messages
+follow Triton's python_backend (and tritonlite's in-process ``backends/pb_utils.py``).
+
+Not available in a worker (each raises ``TritonModelException`` with code UNSUPPORTED, or says
+so): BLS (``InferenceRequest.exec`` / ``async_exec``), ``load_model`` / ``unload_model`` /
+``is_model_ready``, decoupled sending (the server refuses decoupled models with an environment).
+``MetricFamily`` metrics are kept in memory only.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import struct
+import sys
+from typing import Any
+
+import numpy as np
+
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
+TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+TRITONSERVER_REQUEST_RELEASE_ALL = 1
+TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
+TRITONSERVER_MEMORY_GPU = 0
+TRITONSERVER_MEMORY_CPU = 1
+
+TRITON_STRING_TO_NUMPY = {
+    "TYPE_BOOL": bool, "TYPE_UINT8": np.uint8, "TYPE_UINT16": np.uint16,
+    "TYPE_UINT32": np.uint32, "TYPE_UINT64": np.uint64, "TYPE_INT8": np.int8,
+    "TYPE_INT16": np.int16, "TYPE_INT32": np.int32, "TYPE_INT64": np.int64,
+    "TYPE_FP16": np.float16, "TYPE_FP32": np.float32, "TYPE_FP64": np.float64,
+    "TYPE_STRING": np.object_,
+}
+_NUMPY_BY_CODE = (
+    None, np.bool_, np.uint8, np.uint16, np.uint32, np.uint64, np.int8, np.int16, np.int32,
+    np.int64, np.float16, np.float32, np.float64, np.object_,
+)
+_BYTES_CODE = 13
+_model_dir: str | None = None  # set by the worker before the model is imported
+
+
+class _ErrorCode(enum.IntEnum):
+    UNKNOWN = 0
+    INTERNAL = 1
+    NOT_FOUND = 2
+    INVALID_ARG = 3
+    UNAVAILABLE = 4
+    UNSUPPORTED = 5
+    ALREADY_EXISTS = 6
+    CANCELLED = 7
+
+
+class TritonError:
+    """An error a model puts in a response: ``TritonError(message, code=TritonError.INTERNAL)``."""
+
+    UNKNOWN = _ErrorCode.UNKNOWN
+    INTERNAL = _ErrorCode.INTERNAL
+    NOT_FOUND = _ErrorCode.NOT_FOUND
+    INVALID_ARG = _ErrorCode.INVALID_ARG
+    UNAVAILABLE = _ErrorCode.UNAVAILABLE
+    UNSUPPORTED = _ErrorCode.UNSUPPORTED
+    ALREADY_EXISTS = _ErrorCode.ALREADY_EXISTS
+    CANCELLED = _ErrorCode.CANCELLED
+
+    def __init__(self, message: str, code: _ErrorCode = _ErrorCode.INTERNAL) -> None:
+        if not isinstance(message, str):
+            raise TypeError(f"TritonError(): 'message' must be a str, got {type(message)}")
+        self._message = message
+        self._code = _ErrorCode(code)
+
+    def message(self) -> str:
+        return self._message
+
+    def code(self) -> _ErrorCode:
+        return self._code
+
+    def __str__(self) -> str:
+        return self._message
+
+
+class TritonModelException(Exception):
+    def __init__(self, message: str = "", code: _ErrorCode = _ErrorCode.INTERNAL) -> None:
+        super().__init__(message)
+        self._message = message
+        self.code = _ErrorCode(code)
+
+    def message(self) -> str:
+        return self._message
+
+
+def _unsupported(what: str) -> TritonModelException:
+    return TritonModelException(
+        f"{what} is not supported for a model that runs in its own EXECUTION_ENV_PATH "
+        "environment", _ErrorCode.UNSUPPORTED)
+
+
+# -- dtypes, BYTES, lookups ----------------------------------------------------------------
+
+def triton_to_numpy_type(data_type: int) -> Any:
+    if isinstance(data_type, (int, np.integer)) and 0 < int(data_type) < len(_NUMPY_BY_CODE):
+        return _NUMPY_BY_CODE[int(data_type)]
+    return None
+
+
+def numpy_to_triton_type(data_type: Any) -> int | None:
+    if data_type == np.object_ or data_type == np.bytes_:
+        return _BYTES_CODE
+    for code in range(1, _BYTES_CODE):
+        if data_type == _NUMPY_BY_CODE[code]:
+            return code
+    return None
+
+
+def triton_string_to_numpy(triton_type_string: str) -> Any:
+    return TRITON_STRING_TO_NUMPY[triton_type_string]
+
+
+def _dtype_code(dtype: Any) -> int | None:
+    if dtype.kind in ("O", "S", "U"):
+        return _BYTES_CODE
+    return numpy_to_triton_type(dtype)
+
+
+def serialize_byte_tensor(input_tensor: Any) -> Any:
+    if input_tensor.size == 0:
+        return ()
+    if input_tensor.dtype != np.object_ and input_tensor.dtype.type != np.bytes_:
+        return None
+    chunks = []
+    for item in input_tensor.reshape(-1, order="C").tolist():
+        raw = item if type(item) is bytes else str(item).encode("utf-8")
+        chunks.append(struct.pack("<I", len(raw)))
+        chunks.append(raw)
+    return b"".join(chunks)
+
+
+def deserialize_bytes_tensor(encoded_tensor: Any) -> Any:
+    buf = memoryview(encoded_tensor).cast("B")
+    items = []
+    offset = 0
+    while offset < len(buf):
+        (length,) = struct.unpack_from("<I", buf, offset)
+        offset += 4
+        items.append(bytes(buf[offset:offset + length]))
+        offset += length
+    out = np.empty(len(items), dtype=np.object_)
+    out[:] = items
+    return out
+
+
+def get_input_tensor_by_name(inference_request: Any, name: str) -> Tensor | None:
+    for tensor in inference_request.inputs():
+        if tensor.name() == name:
+            return tensor  # type: ignore[no-any-return]
+    return None
+
+
+def get_output_tensor_by_name(inference_response: Any, name: str) -> Tensor | None:
+    for tensor in inference_response.output_tensors():
+        if tensor.name() == name:
+            return tensor  # type: ignore[no-any-return]
+    return None
+
+
+def get_input_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
+    for entry in model_config.get("input", ()):
+        if entry["name"] == name:
+            return entry  # type: ignore[no-any-return]
+    return None
+
+
+def get_output_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
+    for entry in model_config.get("output", ()):
+        if entry["name"] == name:
+            return entry  # type: ignore[no-any-return]
+    return None
+
+
+def using_decoupled_model_transaction_policy(model_config: dict[str, Any]) -> bool:
+    if "model_transaction_policy" in model_config:
+        return bool(model_config["model_transaction_policy"].get("decoupled", False))
+    return False
+
+
+def get_model_dir() -> str:
+    if _model_dir is None:
+        raise TritonModelException("get_model_dir() must be called from a Python model")
+    return _model_dir
+
+
+# -- tensors, requests, responses ------------------------------------------------------------
+
+class Tensor:
+    """A named numpy array: ``Tensor(name, numpy_array)``."""
+
+    def __init__(self, name: str, data: Any) -> None:
+        if not isinstance(name, str):
+            raise TypeError(f"Tensor(): 'name' must be a str, got {type(name)}")
+        if name == "":
+            raise TritonModelException("Tensor name cannot be an empty string.")
+        if not isinstance(data, np.ndarray):
+            raise TypeError(f"Tensor(): expected a numpy.ndarray, got {type(data)}")
+        code = _dtype_code(data.dtype)
+        if code is None:
+            raise TritonModelException("NumPy dtype is not supported.")
+        self._name = name
+        self._array = np.ascontiguousarray(data)
+        self._dtype = code
+
+    @classmethod
+    def _of_input(cls, name: str, data: Any) -> Tensor:
+        t = cls.__new__(cls)
+        t._name, t._array, t._dtype = name, data, _dtype_code(data.dtype) or 0
+        return t
+
+    def name(self) -> str:
+        return self._name
+
+    def as_numpy(self) -> Any:
+        return self._array
+
+    def shape(self) -> list[int]:
+        return [int(d) for d in self._array.shape]
+
+    def triton_dtype(self) -> int:
+        return self._dtype
+
+    def is_cpu(self) -> bool:
+        return True
+
+    def to_dlpack(self) -> Any:
+        if self._dtype == _BYTES_CODE:
+            raise TritonModelException("DLPack does not have support for string tensors.")
+        return self._array.__dlpack__()
+
+    def __dlpack__(self, stream: Any = None) -> Any:
+        return self.to_dlpack()
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)
+
+    @staticmethod
+    def from_dlpack(name: str, tensor: Any) -> Tensor:
+        if name == "":
+            raise TritonModelException("Tensor name cannot be an empty string.")
+        if not hasattr(tensor, "__dlpack__"):
+            raise TritonModelException(
+                "Provided tensor is not supported. Tensor must be a DLPack capsule or have a "
+                "`__dlpack__` attribute")
+        return Tensor(name, np.from_dlpack(tensor))
+
+    def __repr__(self) -> str:
+        return f"Tensor({self._name!r}, shape={self.shape()}, dtype={self._array.dtype})"
+
+
+def _parameters_json(parameters: Any) -> str:
+    if parameters is None:
+        return "{}"
+    if not isinstance(parameters, dict):
+        raise TritonModelException(f"Expect dict, got {type(parameters)}")
+    for key, value in parameters.items():
+        if not isinstance(key, str):
+            raise TritonModelException(
+                f"Expect parameters keys to have type str, found type {type(key)}")
+        if not isinstance(value, (bool, int, float, str)):
+            raise TritonModelException(
+                "Expect parameters values to have type bool/int/float/str, found type "
+                f"{type(value)}")
+    return json.dumps(parameters)
+
+
+class InferenceResponse:
+    """``InferenceResponse(output_tensors=[], error=None, parameters=None)``."""
+
+    def __init__(self, output_tensors: Any = None, error: TritonError | None = None,
+                 parameters: dict[str, Any] | None = None) -> None:
+        tensors = list(output_tensors) if output_tensors is not None else []
+        for t in tensors:
+            if not isinstance(t, Tensor):
+                raise TypeError(
+                    f"InferenceResponse(): output_tensors must hold pb_utils.Tensor, got {type(t)}")
+        if error is not None and not isinstance(error, TritonError):
+            raise TypeError(f"InferenceResponse(): error must be a pb_utils.TritonError, got "
+                            f"{type(error)}")
+        self._parameters_json = _parameters_json(parameters)
+        self._tensors = tensors
+        self._error = error
+        self._parameters = dict(parameters) if parameters else {}
+
+    def output_tensors(self) -> list[Tensor]:
+        return self._tensors
+
+    def has_error(self) -> bool:
+        return self._error is not None
+
+    def error(self) -> TritonError | None:
+        return self._error
+
+    def parameters(self) -> str:
+        return self._parameters_json
+
+
+class InferenceResponseSender:
+    """A non-decoupled model's ``send(response, flags)``: one response (then, optionally, a
+    flags-only FINAL) instead of returning it from ``execute``."""
+
+    def __init__(self) -> None:
+        self._closed = False
+        self._sent = 0
+        self.response: InferenceResponse | None = None
+
+    def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
+        if flags != TRITONSERVER_RESPONSE_COMPLETE_FINAL and flags != 0:
+            raise TritonModelException("Unable to send response. Unsupported flag provided.")
+        if flags == 0 and response is None:
+            raise TritonModelException("Inference Response object must be provided when the "
+                                       "response flags is set to zero.")
+        if response is not None and not isinstance(response, InferenceResponse):
+            raise TypeError(f"send(): expected a pb_utils.InferenceResponse, got {type(response)}")
+        if response is not None and self._sent > 0:
+            raise TritonModelException("Unable to send response. Non-decoupled model cannot "
+                                       "send more than one response.")
+        if response is None and self._sent == 0:
+            raise TritonModelException("Unable to send response. Non-decoupled model cannot "
+                                       "send complete final before sending a response.")
+        if self._closed:
+            raise TritonModelException("Unable to send response. Response sender has been "
+                                       "closed.")
+        self._closed = flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        self._sent += 1
+        if response is not None:
+            self.response = response
+
+    def is_cancelled(self) -> bool:
+        return False
+
+
+class InferenceTrace:
+    def __init__(self, context: str | None = None) -> None:
+        self._context = context
+
+    def get_context(self) -> str | None:
+        return self._context or None
+
+
+class PreferredMemory:
+    def __init__(self, preferred_memory_type: int, preferred_device_id: int = 0) -> None:
+        self.preferred_memory_type = preferred_memory_type
+        self.preferred_device_id = preferred_device_id
+
+
+class InferenceRequest:
+    """A request the model executes; constructing one for BLS works, ``exec`` does not here."""
+
+    def __init__(self, request_id: str = "", correlation_id: Any = 0, inputs: Any = None,
+                 requested_output_names: Any = None, model_name: str | None = None,
+                 model_version: int = -1, flags: int = 0, timeout: int = 0,
+                 preferred_memory: Any = None, trace: Any = None,
+                 parameters: Any = None) -> None:
+        self._id = request_id
+        self._correlation_id = correlation_id
+        self._inputs = list(inputs or [])
+        self._requested = set(requested_output_names or [])
+        self._model_name = model_name
+        self._model_version = model_version
+        self._flags = flags
+        self._timeout = timeout
+        self._trace = trace or InferenceTrace()
+        self._parameters = (parameters if isinstance(parameters, str)
+                            else _parameters_json(parameters))
+        self._sender = InferenceResponseSender()
+
+    @classmethod
+    def _of_server(cls, r: dict[str, Any], inputs: list[Tensor]) -> InferenceRequest:
+        req = cls.__new__(cls)
+        req._id = r["id"]
+        req._correlation_id = r["correlation_id"]
+        req._inputs = inputs
+        req._requested = set(r["requested"])
+        req._model_name = r["model_name"]
+        req._model_version = r["model_version"]
+        req._flags = r["flags"]
+        req._timeout = r["timeout"]
+        req._trace = InferenceTrace()
+        req._parameters = r["parameters"]
+        req._sender = InferenceResponseSender()
+        return req
+
+    def inputs(self) -> list[Tensor]:
+        return self._inputs
+
+    def request_id(self) -> str:
+        return self._id
+
+    def correlation_id(self) -> Any:
+        return self._correlation_id
+
+    def flags(self) -> int:
+        return self._flags
+
+    def set_flags(self, flags: int) -> None:
+        self._flags = flags
+
+    def timeout(self) -> int:
+        return self._timeout
+
+    def parameters(self) -> str:
+        return self._parameters
+
+    def trace(self) -> InferenceTrace:
+        return self._trace
+
+    def requested_output_names(self) -> set[str]:
+        return self._requested
+
+    def model_name(self) -> str | None:
+        return self._model_name
+
+    def get_response_sender(self) -> InferenceResponseSender:
+        return self._sender
+
+    def is_cancelled(self) -> bool:
+        return False
+
+    def set_release_flags(self, flags: int) -> None:
+        if flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+            raise _unsupported("Request rescheduling")
+
+    def exec(self, decoupled: bool = False) -> Any:
+        raise _unsupported("BLS (InferenceRequest.exec)")
+
+    def async_exec(self, decoupled: bool = False) -> Any:
+        raise _unsupported("BLS (InferenceRequest.async_exec)")
+
+
+def load_model(model_name: str, config: str = "", files: Any = None) -> None:
+    raise _unsupported("load_model")
+
+
+def unload_model(model_name: str, unload_dependents: bool = False) -> None:
+    raise _unsupported("unload_model")
+
+
+def is_model_ready(model_name: str, model_version: str = "") -> bool:
+    raise _unsupported("is_model_ready")
+
+
+# -- logging and metrics ---------------------------------------------------------------------
+
+class _LogLevel(enum.IntEnum):
+    INFO = 0
+    WARNING = 1
+    ERROR = 2
+    VERBOSE = 3
+
+
+class Logger:
+    """Triton's model logger; lines go to the worker's stderr, which the server logs."""
+
+    LogLevel = _LogLevel
+    INFO = _LogLevel.INFO
+    WARNING = _LogLevel.WARNING
+    ERROR = _LogLevel.ERROR
+    VERBOSE = _LogLevel.VERBOSE
+
+    @staticmethod
+    def log(message: str, level: _LogLevel = _LogLevel.INFO) -> None:
+        sys.stderr.write(f"{_LogLevel(level).name}: {message}\n")
+        sys.stderr.flush()
+
+    @staticmethod
+    def log_info(message: str) -> None:
+        Logger.log(message, _LogLevel.INFO)
+
+    @staticmethod
+    def log_warn(message: str) -> None:
+        Logger.log(message, _LogLevel.WARNING)
+
+    @staticmethod
+    def log_error(message: str) -> None:
+        Logger.log(message, _LogLevel.ERROR)
+
+    @staticmethod
+    def log_verbose(message: str) -> None:
+        Logger.log(message, _LogLevel.VERBOSE)
+
+
+class _Metric:
+    def __init__(self) -> None:
+        self._value = 0.0
+
+    def increment(self, value: float) -> None:
+        self._value += value
+
+    def set(self, value: float) -> None:
+        self._value = float(value)
+
+    def observe(self, value: float) -> None:
+        self._value += value
+
+    def value(self) -> float:
+        return self._value
+
+
+class MetricFamily:
+    COUNTER = 0
+    GAUGE = 1
+    HISTOGRAM = 2
+
+    def __init__(self, name: str, description: str, kind: int) -> None:
+        self.name = name
+        self.description = description
+        self.kind = kind
+        self._metrics: dict[Any, _Metric] = {}
+
+    def Metric(self, labels: dict[str, str] | None = None,  # noqa: N802 (Triton's name)
+               buckets: list[float] | None = None) -> _Metric:
+        key = tuple(sorted((labels or {}).items()))
+        return self._metrics.setdefault(key, _Metric())

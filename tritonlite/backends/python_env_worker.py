@@ -1,0 +1,405 @@
+"""The worker that runs one instance of an ``EXECUTION_ENV_PATH`` python model, in that environment.
+
+``backends/python_env.py`` starts it as ``<env>/bin/python3 python_env_worker.py <fd>``, where
+``<fd>`` is this end of a Unix socket pair. The environment's interpreter runs it, so it needs
+only the standard library and numpy (any version from 1.20 on) and must run on Python 3.8+;
+it never imports tritonlite. The server imports this file too, for the message framing below,
+so both ends share one definition of the protocol.
+
+Messages, each way: ``<u32 JSON length><u64 binary length><JSON><binary>``. The JSON says what
+the message is; tensors travel in the binary part as raw C-order bytes (BYTES tensors as
+Triton's length-prefixed elements), each described by ``{"name", "dtype", "shape", "offset",
+"nbytes"}`` (``dtype`` is numpy's ``dtype.str``, ``"BYTES"`` for BYTES). The conversation:
+
+- worker: ``{"op": "hello", "pid", "python", "numpy"}`` once it started;
+- server: ``{"op": "init", "model_path", "version_dir", "model_dir", "args"}`` -> ``{"ok"}`` or
+  ``{"error"}`` (the text of the model's exception, Triton's ``Type: message`` + frames);
+- server: ``{"op": "execute", "requests": [...]}`` + input tensors -> ``{"responses": [...]}``
+  + output tensors, or ``{"error", "code", "fatal"}`` when the whole batch failed;
+- server: ``{"op": "finalize"}`` -> ``{"ok"}``, then the worker exits. A closed socket (the
+  server went away) ends the worker too, after ``finalize``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import sys
+from typing import Any
+
+import numpy as np
+
+_HEAD = struct.Struct("<IQ")
+_ALIGN = 64  # tensors start on 64-byte boundaries of the binary part
+_PB_UTILS_FILE = "python_env_pb_utils.py"
+
+
+class ChannelClosed(Exception):
+    """The other end closed the socket (or it broke) before a whole message arrived."""
+
+
+# -- framing (shared with the server) ----------------------------------------------------------
+
+def send_message(sock: socket.socket, meta: dict[str, Any], blobs: list[Any]) -> None:
+    """Send one message: ``meta`` as JSON, then ``blobs`` (bytes-like, laid out by ``pack``)."""
+    body = json.dumps(meta, separators=(",", ":")).encode("utf-8")
+    size = sum(memoryview(b).nbytes for b in blobs)
+    head = _HEAD.pack(len(body), size) + body
+    if size < 65536:
+        sock.sendall(b"".join([head, *[bytes(b) for b in blobs]]))
+        return
+    sock.sendall(head)
+    for blob in blobs:
+        sock.sendall(blob)
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytearray:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        try:
+            k = sock.recv_into(view[got:], n - got)
+        except (ConnectionError, OSError) as exc:
+            raise ChannelClosed(str(exc)) from None
+        if k == 0:
+            raise ChannelClosed("end of stream")
+        got += k
+    return buf
+
+
+def recv_message(sock: socket.socket) -> tuple[dict[str, Any], bytearray]:
+    """One message: its JSON part and its (writable) binary part."""
+    n_json, n_bin = _HEAD.unpack(bytes(_recv_exact(sock, _HEAD.size)))
+    meta = json.loads(bytes(_recv_exact(sock, n_json)).decode("utf-8"))
+    return meta, _recv_exact(sock, n_bin) if n_bin else bytearray()
+
+
+class Packer:
+    """Lays tensors out in a message's binary part (no copies of numeric arrays)."""
+
+    def __init__(self) -> None:
+        self.blobs: list[Any] = []
+        self.size = 0
+
+    def add(self, name: str, array: Any) -> dict[str, Any]:
+        """Describe ``array`` as tensor ``name`` and queue its bytes; returns the description."""
+        arr = np.asarray(array)
+        shape = [int(d) for d in arr.shape]
+        if arr.dtype.kind in ("O", "S", "U"):
+            raw: Any = serialize_bytes(arr)
+            dtype = "BYTES"
+        elif arr.dtype.kind in "biufc":
+            if not arr.dtype.isnative:
+                arr = arr.astype(arr.dtype.newbyteorder("="))
+            arr = np.ascontiguousarray(arr)
+            raw = arr.reshape(-1).view(np.uint8).data
+            dtype = arr.dtype.str
+        else:
+            raise TypeError(f"tensor '{name}' has numpy dtype {arr.dtype}, which cannot cross "
+                            "to or from an EXECUTION_ENV_PATH environment")
+        nbytes = memoryview(raw).nbytes
+        desc = {"name": name, "dtype": dtype, "shape": shape, "offset": self.size,
+                "nbytes": nbytes}
+        self.blobs.append(raw)
+        self.size += nbytes
+        pad = -self.size % _ALIGN
+        if pad:
+            self.blobs.append(bytes(pad))
+            self.size += pad
+        return desc
+
+
+def unpack(desc: dict[str, Any], buf: bytearray) -> Any:
+    """The array ``desc`` describes, viewing ``buf`` (BYTES: an object array of ``bytes``)."""
+    shape = tuple(int(d) for d in desc["shape"])
+    start, nbytes = int(desc["offset"]), int(desc["nbytes"])
+    if start < 0 or nbytes < 0 or start + nbytes > len(buf):
+        raise ValueError(f"tensor '{desc['name']}' lies outside its message")
+    if desc["dtype"] == "BYTES":
+        items = deserialize_bytes(memoryview(buf)[start:start + nbytes])
+        if len(items) != _count(shape):
+            raise ValueError(f"tensor '{desc['name']}': {len(items)} BYTES elements for shape "
+                             f"{list(shape)}")
+        return items.reshape(shape)
+    dtype = np.dtype(desc["dtype"])
+    count = _count(shape)
+    if count * dtype.itemsize != nbytes:
+        raise ValueError(f"tensor '{desc['name']}': {nbytes} bytes for shape {list(shape)} of "
+                         f"{dtype}")
+    return np.frombuffer(buf, dtype=dtype, count=count, offset=start).reshape(shape)
+
+
+def _count(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def serialize_bytes(arr: Any) -> bytes:
+    """Triton's BYTES layout: each element (C order) as ``<u32 length><bytes>``."""
+    chunks = []
+    for item in np.asarray(arr).reshape(-1).tolist():
+        raw = item if isinstance(item, bytes) else str(item).encode("utf-8")
+        chunks.append(struct.pack("<I", len(raw)))
+        chunks.append(raw)
+    return b"".join(chunks)
+
+
+def deserialize_bytes(buf: Any) -> Any:
+    """The inverse of ``serialize_bytes``: a 1-D object array of ``bytes``."""
+    view = memoryview(buf).cast("B")
+    items = []
+    offset = 0
+    while offset < len(view):
+        if offset + 4 > len(view):
+            raise ValueError("truncated BYTES element length")
+        (length,) = struct.unpack_from("<I", view, offset)
+        offset += 4
+        if offset + length > len(view):
+            raise ValueError("truncated BYTES element")
+        items.append(bytes(view[offset:offset + length]))
+        offset += length
+    out = np.empty(len(items), dtype=np.object_)
+    out[:] = items
+    return out
+
+
+# -- the worker --------------------------------------------------------------------------------
+
+def describe(exc: BaseException) -> str:
+    """``Type: message`` plus the model's frames, innermost first (Triton's stub format)."""
+    import traceback
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    text = f"{type(exc).__name__}: {exc}"
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not f.filename.startswith(here) and not f.filename.startswith("<frozen")]
+    if frames:
+        text += "\n\nAt:\n" + "".join(f"  {f.filename}({f.lineno}): {f.name}\n"
+                                       for f in reversed(frames))
+    return text
+
+
+class _BatchError(Exception):
+    """A malformed execute result: fails every request of the batch with this message."""
+
+
+class Worker:
+    """One model instance: the model object and the pb_utils stand-in it imported."""
+
+    def __init__(self, sock: socket.socket, pb: Any) -> None:
+        self.sock = sock
+        self.pb = pb
+        self.model: Any = None
+        self.loop: Any = None
+        self.name = ""
+
+    def serve(self) -> int:
+        send_message(self.sock, {"op": "hello", "pid": os.getpid(),
+                                 "python": sys.version.split()[0],
+                                 "numpy": np.__version__}, [])
+        while True:
+            try:
+                meta, buf = recv_message(self.sock)
+            except ChannelClosed:
+                self.finalize()
+                return 0
+            op = meta.get("op")
+            if op == "init":
+                send_message(self.sock, self.initialize(meta), [])
+            elif op == "execute":
+                reply, blobs, fatal = self.execute(meta, buf)
+                send_message(self.sock, reply, blobs)
+                if fatal:
+                    return 3
+            elif op == "finalize":
+                self.finalize()
+                send_message(self.sock, {"ok": True}, [])
+                return 0
+            else:
+                send_message(self.sock, {"error": f"unknown operation {op!r}"}, [])
+
+    def initialize(self, meta: dict[str, Any]) -> dict[str, Any]:
+        import importlib.util
+        import types
+
+        args = meta["args"]
+        self.name = args["model_instance_name"]
+        version_dir, model_dir = meta["version_dir"], meta["model_dir"]
+        self.pb._model_dir = version_dir
+        for d in (version_dir, model_dir):  # Triton's stub appends both, in this order
+            if d not in sys.path:
+                sys.path.append(d)
+        path = meta["model_path"]
+        stem = os.path.basename(path).rsplit(".", 1)[0]
+        package = types.ModuleType("_tritonlite_model")
+        package.__path__ = [version_dir]
+        sys.modules["_tritonlite_model"] = package
+        name = f"_tritonlite_model.{stem}"
+        try:
+            spec = importlib.util.spec_from_file_location(name, path)
+            if spec is None or spec.loader is None:
+                raise ImportError(f"cannot import '{path}'")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+            cls = getattr(module, "TritonPythonModel", None)
+            if cls is None:
+                return {"error": f"AttributeError: module '{name}' has no attribute "
+                                 "'TritonPythonModel'"}
+            self.model = cls()
+            init = getattr(self.model, "initialize", None)
+            if init is not None:
+                self._await(init(args))
+        except Exception as exc:
+            return {"error": describe(exc)}
+        return {"ok": True}
+
+    def _await(self, ret: Any) -> Any:
+        import inspect
+
+        if not inspect.iscoroutine(ret):
+            return ret
+        if self.loop is None:
+            import asyncio
+
+            self.loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(self.loop)
+        return self.loop.run_until_complete(ret)
+
+    def execute(self, meta: dict[str, Any],
+                buf: bytearray) -> tuple[dict[str, Any], list[Any], bool]:
+        pb = self.pb
+        batch = []
+        for r in meta["requests"]:
+            inputs = [pb.Tensor._of_input(d["name"], unpack(d, buf)) for d in r["inputs"]]
+            batch.append(pb.InferenceRequest._of_server(r, inputs))
+        try:
+            fn = getattr(self.model, "execute", None)
+            if fn is None:
+                raise _BatchError(f"Python model {self.name} does not implement `execute` "
+                                  "method.")
+            ret = self._await(fn(batch))
+            return self._responses(batch, ret)
+        except (SystemExit, MemoryError) as exc:
+            return {"error": describe(exc), "code": "INTERNAL", "fatal": True}, [], True
+        except Exception as exc:
+            text = str(exc) if isinstance(exc, _BatchError) else describe(exc)
+            unsupported = (isinstance(exc, pb.TritonModelException)
+                           and exc.code == pb.TritonError.UNSUPPORTED)
+            fatal = False
+            ready = getattr(self.model, "is_ready", None)
+            if ready is not None:
+                try:
+                    fatal = self._await(ready()) is not True
+                except Exception:
+                    fatal = True
+            return {"error": text, "code": "UNSUPPORTED" if unsupported else "INTERNAL",
+                    "fatal": fatal}, [], False
+
+    def _responses(self, batch: list[Any],
+                   ret: Any) -> tuple[dict[str, Any], list[Any], bool]:
+        pb = self.pb
+        n = len(batch)
+        if ret is None:
+            ret = [None] * n
+        elif not isinstance(ret, (list, tuple)):
+            raise _BatchError(f"Expected a list in the execute return, found type '{type(ret)}'.")
+        elif len(ret) != n:
+            raise _BatchError(
+                "Number of InferenceResponse objects do not match the number of InferenceRequest "
+                f"objects. InferenceRequest(s) size is:{n}, and InferenceResponse(s) size "
+                f"is:{len(ret)}\n")
+        packer = Packer()
+        out: list[dict[str, Any]] = []
+        for req, resp in zip(batch, ret):
+            sent = req.get_response_sender().response
+            if resp is not None:
+                if not isinstance(resp, pb.InferenceResponse):
+                    raise _BatchError(
+                        "Expected an 'InferenceResponse' object in the execute function return "
+                        f"list, found type '{type(resp)}'.")
+                if sent is not None:
+                    raise _BatchError("Unable to send response. Non-decoupled model cannot send "
+                                      "more than one response.")
+            else:
+                resp = sent
+            if resp is None:
+                out.append({"error": ["INTERNAL", (
+                    f"Failed to process the request(s) for model '{self.name}', message: "
+                    "execute returned no response for a request and none was sent with its "
+                    "response sender")]})
+                continue
+            err = resp.error()
+            if err is not None:
+                out.append({"error": [err.code().name, err.message()]})
+                continue
+            wanted = req.requested_output_names()
+            tensors = [packer.add(t.name(), t._array) for t in resp.output_tensors()
+                       if t.name() in wanted]
+            out.append({"outputs": tensors, "parameters": resp._parameters})
+        return {"responses": out}, packer.blobs, False
+
+    def finalize(self) -> None:
+        model, self.model = self.model, None
+        fn = getattr(model, "finalize", None)
+        if fn is None:
+            return
+        try:
+            self._await(fn())
+        except Exception as exc:
+            sys.stderr.write(f"finalize of model instance '{self.name}' failed: "
+                             f"{describe(exc)}\n")
+
+
+def _load_pb_utils() -> Any:
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), _PB_UTILS_FILE)
+    spec = importlib.util.spec_from_file_location("triton_python_backend_utils", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["triton_python_backend_utils"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _watch_parent() -> None:
+    """Exit when the server is gone, even while the model is busy (its socket may not tell)."""
+    import threading
+    import time
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(4)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def main(argv: list[str]) -> int:
+    import signal
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    # Running this file put tritonlite's backends directory first on sys.path; a model's
+    # ``import base`` must not find tritonlite's modules.
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when this worker ends
+    _watch_parent()
+    sock = socket.socket(fileno=int(argv[1]))
+    worker = Worker(sock, _load_pb_utils())
+    try:
+        return worker.serve()
+    finally:
+        sock.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
