@@ -370,9 +370,13 @@ def options_from_args(argv: list[str]) -> ServerOptions:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["tune"]:  # ``tritonlite tune ...``: the config tuner, not a server
+        from tritonlite.tune.cli import main as tune_main
+
+        return tune_main(args[1:])
     from tritonlite import logs, server
 
-    args = sys.argv[1:] if argv is None else argv
     if "--version" in args:
         print(f"tritonlite {tritonlite.__version__} (Triton {tritonlite.TRITON_VERSION} API); "
               f"compiled paths: {server.compiled_paths()}")

@@ -1,0 +1,3 @@
+from tritonlite.tune.cli import main
+
+raise SystemExit(main())
