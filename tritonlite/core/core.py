@@ -26,13 +26,13 @@ from tritonlite.contracts.types import InferRequest, InferResponse
 from tritonlite.core import ensemble, inprocess, latency, names, validate
 from tritonlite.core import stats as model_stats
 from tritonlite.core.cache import ResponseCache
+from tritonlite.core.core_options import CoreOptions
 from tritonlite.core.model import Model
 from tritonlite.core.pressure import MemoryPressure
 from tritonlite.core.repository import ModelRepository, control_error, decode_override_file
 from tritonlite.core.settings import LogSettings, TraceSettings
 from tritonlite.core.shm import SharedMemoryManager
 from tritonlite.core.stream import ResponseStream, StreamResponse, is_decoupled
-from tritonlite.options import ServerOptions
 
 log = logging.getLogger("tritonlite")
 
@@ -89,7 +89,7 @@ def _instances_ready(model: Any) -> bool:
 
 
 class InferenceCore:
-    def __init__(self, options: ServerOptions) -> None:
+    def __init__(self, options: CoreOptions) -> None:
         self.options = options
         self.shm = SharedMemoryManager()
         self.repository = ModelRepository(options, self.shm)

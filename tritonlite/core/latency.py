@@ -29,8 +29,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from tritonlite.core.core_options import CoreOptions
 from tritonlite.core.pressure import NO_PRESSURE, MemoryPressure
-from tritonlite.options import ServerOptions
 
 SUMMARY_MAX_AGE_S = 60.0
 SUMMARY_WINDOW = 8192
@@ -153,7 +153,7 @@ class LatencyRecorder:
             self.summaries[CACHE_MISS].observe(ns // 1000, time.monotonic())
 
 
-def recorder_factory(options: ServerOptions, pressure: MemoryPressure = NO_PRESSURE,
+def recorder_factory(options: CoreOptions, pressure: MemoryPressure = NO_PRESSURE,
                      ) -> Callable[[], LatencyRecorder] | None:
     """What ``stats.set_latency_factory`` gets for ``options``: None unless a summary or
     histogram is asked for (and metrics are served); ``pressure`` sheds histograms."""

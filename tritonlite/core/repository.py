@@ -34,6 +34,7 @@ from tritonlite.contracts.errors import (
 from tritonlite.contracts.timing import ExecTiming
 from tritonlite.core import ensemble_deps, names
 from tritonlite.core import lifecycle as lc
+from tritonlite.core.core_options import CoreOptions
 from tritonlite.core.ensemble import EnsembleBackend, EnsembleGraph, EnsembleModel
 from tritonlite.core.health import HealthSettings
 from tritonlite.core.lifecycle import VersionState
@@ -42,7 +43,6 @@ from tritonlite.core.shm import SharedMemoryManager
 from tritonlite.core.signature import Signature
 from tritonlite.core.warmup import WarmupSample, build_samples, record_runs, run_samples
 from tritonlite.gpu.devices import usable_gpus
-from tritonlite.options import ServerOptions
 
 log = logging.getLogger("tritonlite")
 
@@ -250,7 +250,7 @@ def decode_override_file(key: str, value: Any) -> tuple[str, bytes]:
 
 
 class ModelRepository:
-    def __init__(self, options: ServerOptions, shm: SharedMemoryManager) -> None:
+    def __init__(self, options: CoreOptions, shm: SharedMemoryManager) -> None:
         self.options = options
         self.shm = shm
         self.models: dict[str, ModelEntry] = {}
