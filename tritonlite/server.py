@@ -23,6 +23,7 @@ from tritonlite.core.core import InferenceCore
 from tritonlite.frontends.http.aio import make_server
 from tritonlite.frontends.sockets import bind
 from tritonlite.frontends.tls import http_tls
+from tritonlite.inprocess import InProcessServer
 from tritonlite.options import ServerOptions
 
 log = logging.getLogger("tritonlite")
@@ -59,7 +60,8 @@ def model_table(rows: list[tuple[str, str, str]]) -> str:
 class Server:
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
-        self.core = InferenceCore(options)
+        # Model code reaches the core through the in-process layer (BLS), handed in here.
+        self.core = InferenceCore(options, in_process=InProcessServer)
         self._runners: list[web.BaseRunner] = []
         self._grpc: Any = None
         self._native: Any = None

@@ -743,8 +743,8 @@ def test_self_call_blocks_only_the_caller(tmp_path: Path) -> None:
 # -- in-process contracts -------------------------------------------------------------------------
 
 def test_response_tensors_view_the_response_arrays() -> None:
-    from tritonlite.backends import bls
     from tritonlite.contracts.types import InferOutput, InferResponse
+    from tritonlite.inprocess import bls
 
     writable = np.arange(4, dtype=np.float32)
     frozen = np.arange(3, dtype=np.int64)
@@ -760,23 +760,27 @@ def test_response_tensors_view_the_response_arrays() -> None:
 
 
 def test_blocking_calls_are_refused_on_the_server_loop(tmp_path: Path) -> None:
-    from tritonlite.backends import bls, pb_utils
+    from tritonlite.backends import pb_utils
     from tritonlite.core.core import InferenceCore
+    from tritonlite.inprocess import InProcessServer
     from tritonlite.options import ServerOptions
 
     async def main() -> Any:
-        core = InferenceCore(ServerOptions(model_repositories=(tmp_path,)))
+        core = InferenceCore(ServerOptions(model_repositories=(tmp_path,)),
+                             in_process=InProcessServer)
         await core.start()
+        # a python model's backend attaches this when it loads; the repository is empty
+        pb_utils.attach_server(core.repository.server)
         try:
             req = pb_utils.InferenceRequest(model_name="m", inputs=[],
                                             requested_output_names=[])
             with pytest.raises(pb_utils.TritonModelException, match="event loop thread"):
-                bls.execute(req, False)
+                req.exec()
             with pytest.raises(pb_utils.TritonModelException, match="event loop thread"):
                 pb_utils.is_model_ready("m")
             # from another thread the same calls reach the core
             return await asyncio.to_thread(
-                lambda: (bls.execute(req, False), pb_utils.is_model_ready("m")))
+                lambda: (req.exec(), pb_utils.is_model_ready("m")))
         finally:
             await core.stop()
 

@@ -21,6 +21,7 @@ thread; the model stays ready while any other instance is healthy. The broken in
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -83,6 +84,32 @@ class ModelContext:
     version_dir: Path  # <repo>/<model>/<version>
     config: Any  # the normalized pb.ModelConfig
     config_json: str  # the config as /config renders it (what model.py sees)
+    # The running server as model code reaches it (BLS, model management); None: no server
+    # (a backend made outside one, in a test).
+    server: ServerAccess | None = None
+
+
+class ServerAccess(Protocol):
+    """The running server as model code on its own thread reaches it; the in-process layer
+    implements it (``inprocess.InProcessServer``) and the core hands it down in ``ModelContext``.
+
+    Every method refuses to block the server's event loop thread (``is_loop_thread`` tells).
+    """
+
+    def execute(self, request: Any, decoupled: bool) -> Any:
+        """``pb_utils.InferenceRequest.exec``: a response (errors inside) or an iterator."""
+        ...
+
+    def execute_async(self, request: Any, decoupled: bool) -> Any:
+        """``async_exec``: a future on the caller's running loop."""
+        ...
+
+    def call(self, factory: Callable[[Any], Awaitable[Any]]) -> Any:
+        """Run ``factory(core)`` on the server's loop and wait for its result."""
+        ...
+
+    def is_loop_thread(self) -> bool:
+        ...
 
 
 class BackendInstance(Protocol):

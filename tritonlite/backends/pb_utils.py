@@ -14,7 +14,8 @@ because Triton hands models writable arrays), and an output array is encoded aft
 returns, so a model must not change it afterwards. Only CPU tensors exist here.
 
 BLS (``InferenceRequest.exec`` / ``async_exec``) runs in this process through the server's core
-(``backends/bls.py``); ``load_model``, ``unload_model`` and ``is_model_ready`` call the core's
+(``inprocess/bls.py``, reached through the ``ServerAccess`` the python backend attaches from
+its ``ModelContext``); ``load_model``, ``unload_model`` and ``is_model_ready`` call the core's
 model management, under the server's model-control mode. Unlike Triton, BLS also works from
 ``initialize``, and BLS requests take ``parameters`` as a JSON object string too, with float
 values.
@@ -34,7 +35,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tritonlite.backends.base import ServerAccess
 from tritonlite.backends.python_autocomplete import ModelConfig
+from tritonlite.contracts.errors import TritonliteError, unavailable
 
 if TYPE_CHECKING:
     from tritonlite.contracts.types import InferRequest as CoreRequest
@@ -650,15 +653,11 @@ class InferenceRequest:
     def exec(self, decoupled: bool = False) -> Any:
         """Run this request on ``model_name`` and wait: an ``InferenceResponse`` (errors in it,
         never raised) or, with ``decoupled``, an iterator of them."""
-        from tritonlite.backends import bls
-
-        return bls.execute(self, bool(decoupled))
+        return _access().execute(self, bool(decoupled))
 
     def async_exec(self, decoupled: bool = False) -> Any:
         """``exec`` without blocking: an awaitable, from a running (``async def execute``) loop."""
-        from tritonlite.backends import bls
-
-        return bls.execute_async(self, bool(decoupled))
+        return _access().execute_async(self, bool(decoupled))
 
 
 def _bls_arguments(inputs: Any, requested: Any,
@@ -700,13 +699,11 @@ def _instance_name() -> str:
 
 
 def _manage(what: str, factory: Callable[[Any], Any]) -> Any:
-    from tritonlite.contracts.errors import TritonliteError
-    from tritonlite.core import inprocess
-
-    if inprocess.is_loop_thread():
+    server = _access()
+    if server.is_loop_thread():
         raise TritonModelException(f"{what}: not allowed on the server's event loop thread")
     try:
-        return inprocess.call(factory)
+        return server.call(factory)
     except TritonliteError as exc:
         raise TritonModelException(
             f"{what}: Failed to process the request for model '{_instance_name()}', message: "
@@ -876,6 +873,45 @@ class MetricFamily:
         if metric is None:
             metric = self._metrics[key] = _Metric(self.kind, buckets)
         return metric
+
+
+class _NoServer:
+    """``ServerAccess`` outside a running server (a backend made by a test): every call is
+    refused as UNAVAILABLE, BLS requests with an error response."""
+
+    def execute(self, request: Any, decoupled: bool) -> Any:
+        error = TritonError(_NOT_RUNNING)  # BLS errors are INTERNAL, whatever the cause
+        response = InferenceResponse(error=error)
+        return iter([response]) if decoupled else response
+
+    def execute_async(self, request: Any, decoupled: bool) -> Any:
+        import asyncio
+
+        out: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        out.set_result(self.execute(request, decoupled))
+        return out
+
+    def call(self, factory: Callable[[Any], Any]) -> Any:
+        raise unavailable(_NOT_RUNNING)
+
+    def is_loop_thread(self) -> bool:
+        return False
+
+
+_NOT_RUNNING = "the inference server is not running in this process"
+_server: ServerAccess = _NoServer()
+
+
+def attach_server(server: ServerAccess | None) -> None:
+    """Where ``exec``, ``async_exec`` and model management go from now on (the python backend
+    attaches its ``ModelContext.server`` when it loads a model; one server per process)."""
+    global _server
+    if server is not None:
+        _server = server
+
+
+def _access() -> ServerAccess:
+    return _server
 
 
 def _install() -> None:

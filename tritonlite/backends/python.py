@@ -116,6 +116,7 @@ def _may_run_inline(cfg: Any, cls: type, version_dir: Path) -> bool:
 
 class PythonBackend:
     def __init__(self, ctx: ModelContext) -> None:
+        pb_utils.attach_server(ctx.server)
         cfg = ctx.config
         name = ctx.name
         self.decoupled = bool(cfg.model_transaction_policy.decoupled)

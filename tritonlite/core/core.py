@@ -9,10 +9,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 import tritonlite
+from tritonlite.backends.base import ServerAccess
 from tritonlite.contracts import config as model_config
 from tritonlite.contracts.errors import (
     ErrorCode,
@@ -23,7 +24,7 @@ from tritonlite.contracts.errors import (
     unsupported,
 )
 from tritonlite.contracts.types import InferRequest, InferResponse
-from tritonlite.core import ensemble, inprocess, latency, names, validate
+from tritonlite.core import ensemble, latency, names, validate
 from tritonlite.core import stats as model_stats
 from tritonlite.core.cache import ResponseCache
 from tritonlite.core.core_options import CoreOptions
@@ -89,8 +90,13 @@ def _instances_ready(model: Any) -> bool:
 
 
 class InferenceCore:
-    def __init__(self, options: CoreOptions) -> None:
+    def __init__(self, options: CoreOptions, *,
+                 in_process: Callable[[InferenceCore], ServerAccess] | None = None) -> None:
+        """``in_process``: the in-process layer's server access (``inprocess.InProcessServer``),
+        made from the core on the loop at ``start``; without it model code cannot reach the
+        server (BLS requests fail as UNAVAILABLE)."""
         self.options = options
+        self._in_process = in_process
         self.shm = SharedMemoryManager()
         self.repository = ModelRepository(options, self.shm)
         self.trace = TraceSettings(options.trace_level, options.trace_rate, options.trace_count,
@@ -117,7 +123,8 @@ class InferenceCore:
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> list[str]:
         """Load the startup models; returns the names that failed to load."""
-        inprocess.bind(self)  # before loading: a model's initialize may reach the core
+        if self._in_process is not None:  # before loading: a model's initialize may use it
+            self.repository.server = self._in_process(self)
         self.pressure.start()
         failed = await self.repository.startup()
         self.started = True

@@ -22,7 +22,7 @@ from typing import Any
 
 from tritonlite._proto import pb
 from tritonlite.backends import AUTO_COMPLETERS, create_backend
-from tritonlite.backends.base import InstanceSpec, ModelContext
+from tritonlite.backends.base import InstanceSpec, ModelContext, ServerAccess
 from tritonlite.contracts import config as model_config
 from tritonlite.contracts.errors import (
     ErrorCode,
@@ -259,6 +259,8 @@ class ModelRepository:
         self.health = HealthSettings(options.backend_execution_timeout_s,
                                      options.health_probe_interval_s)
         self._poll_task: asyncio.Task[None] | None = None
+        # What loaded models reach the server through (BLS): set by InferenceCore.start.
+        self.server: ServerAccess | None = None
 
     # -- disk ------------------------------------------------------------------------------
     def scan(self) -> dict[str, Path | None]:
@@ -481,7 +483,8 @@ class ModelRepository:
         errors: dict[int, str] = {}
 
         async def build(v: int) -> None:
-            ctx = ModelContext(name, v, model_dir, model_dir / str(v), cfg, config_text)
+            ctx = ModelContext(name, v, model_dir, model_dir / str(v), cfg, config_text,
+                               self.server)
             try:
                 if ensemble_deps.is_ensemble(cfg):
                     built[v] = _Built(ctx, Signature.from_config(cfg, model_dir),

@@ -3,9 +3,10 @@
 ``execute`` (``InferenceRequest.exec``) blocks the model's thread until the response is back;
 ``execute_async`` (``async_exec``) returns an ``asyncio.Future`` on the caller's running loop
 (an ``async def execute`` runs on its instance's own loop, never on the server's). Both hand the
-request to the server's event loop through ``core.inprocess``, where it takes the path a client
-request takes: model lookup, validation, the response cache, the model's scheduler and its
-statistics. With ``decoupled=True`` the result is a ``ResponseIterator`` of every response.
+request to the server's event loop through the in-process bridge (``inprocess/bridge.py``),
+where it takes the path a client request takes: model lookup, validation, the response cache,
+the model's scheduler and its statistics. With ``decoupled=True`` the result is a
+``ResponseIterator`` of every response.
 
 What the model gets back follows Triton's python_backend (checked against Triton 2.51):
 
@@ -45,7 +46,7 @@ from tritonlite.backends import pb_utils
 from tritonlite.contracts import datatypes
 from tritonlite.contracts.errors import ErrorCode, TritonliteError
 from tritonlite.contracts.types import InferInput, InferRequest, InferResponse, RequestedOutput
-from tritonlite.core import inprocess
+from tritonlite.inprocess.bridge import LoopBridge
 
 if TYPE_CHECKING:
     from tritonlite.core.core import InferenceCore
@@ -228,15 +229,15 @@ class ResponseIterator:
 
 # -- the model's side ---------------------------------------------------------------------------
 
-def _refuse_on_loop() -> None:
-    if inprocess.is_loop_thread():
+def _refuse_on_loop(bridge: LoopBridge) -> None:
+    if bridge.is_loop_thread():
         raise pb_utils.TritonModelException(
             "BLS requests cannot be made from the server's event loop thread")
 
 
-def execute(request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
+def execute(bridge: LoopBridge, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
     """``InferenceRequest.exec``: the response, or with ``decoupled`` a ResponseIterator."""
-    _refuse_on_loop()
+    _refuse_on_loop(bridge)
     name = request._model_name
     try:
         core_req = core_request(request)
@@ -246,12 +247,12 @@ def execute(request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
     if decoupled:
         sink: queue.SimpleQueue[Any] = queue.SimpleQueue()
         try:
-            pending = inprocess.submit(lambda core: _pump(core, core_req, sink))
+            pending = bridge.submit(lambda core: _pump(core, core_req, sink))
         except TritonliteError as exc:
             return _single(name, _failed(name, exc))
         return ResponseIterator(name, sink, pending)
     try:
-        return pb_response(inprocess.call(lambda core: _infer(core, core_req)))
+        return pb_response(bridge.call(lambda core: _infer(core, core_req)))
     except Exception as exc:
         return _failed(name, exc)
 
@@ -263,18 +264,19 @@ def _single(name: str, response: pb_utils.InferenceResponse) -> ResponseIterator
     return ResponseIterator(name, sink, None)
 
 
-def execute_async(request: pb_utils.InferenceRequest, decoupled: bool) -> asyncio.Future[Any]:
+def execute_async(bridge: LoopBridge, request: pb_utils.InferenceRequest,
+                  decoupled: bool) -> asyncio.Future[Any]:
     """``InferenceRequest.async_exec``: a future on the running loop, as Triton returns one."""
     loop = asyncio.get_running_loop()  # RuntimeError outside a coroutine, as in Triton
-    _refuse_on_loop()
+    _refuse_on_loop(bridge)
     name = request._model_name
     out: asyncio.Future[Any] = loop.create_future()
     if decoupled:  # the iterator starts at once; iterating it waits, as Triton's does
-        out.set_result(execute(request, True))
+        out.set_result(execute(bridge, request, True))
         return out
     try:
         core_req = core_request(request)
-        pending = inprocess.submit(lambda core: _infer(core, core_req))
+        pending = bridge.submit(lambda core: _infer(core, core_req))
     except TritonliteError as exc:
         refused = _Refused(exc.message) if exc.code == ErrorCode.INVALID_ARG else exc
         out.set_result(_failed(name, refused))
