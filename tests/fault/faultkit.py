@@ -63,6 +63,18 @@ def write_python(repo: Path, name: str, body: str, extra: str = "") -> None:
     (repo / name / "config.pbtxt").write_text(PY_CONFIG.format(extra=extra))
 
 
+GATED_BODY = """import os, sys
+        print(f"gated: execute started {{len(requests)}}", file=sys.stderr, flush=True)
+        while not os.path.exists({gate!r}):
+            time.sleep(0.01)"""
+
+
+def write_gated(repo: Path, name: str, gate: Path, extra: str = "dynamic_batching { }") -> None:
+    """A python model that logs ``gated: execute started N`` (N requests in the batch) and then
+    waits until the file ``gate`` exists before it answers OUT = 2 * IN."""
+    write_python(repo, name, GATED_BODY.format(gate=str(gate)), extra)
+
+
 def write_repo(repo: Path, python: bool = True) -> Path:
     """The suites' repository (see the module docstring)."""
     write_add_sub(repo, "add_sub", 8, dims=4, extra_config="dynamic_batching { }")
