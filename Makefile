@@ -132,3 +132,12 @@ FUZZ_CASES ?= 100000
 .PHONY: fuzz
 fuzz: install
 	FUZZ_CASES=$(FUZZ_CASES) $(PY) -m pytest -q -s tests/fuzz
+
+# Soak (issue 18): SOAK_REQUESTS mixed inferences (HTTP, gRPC, gRPC streaming, system shared
+# memory; 1% client mistakes) through the real clients, every answer checked, the server's RSS
+# sampled; SOAK_FLAGS="--frontend aio --json out.json" adds flags. Minutes; not part of make test.
+SOAK_REQUESTS ?= 1000000
+SOAK_FLAGS ?=
+.PHONY: soak
+soak: install
+	$(PY) bench/soak.py --requests $(SOAK_REQUESTS) $(SOAK_FLAGS)
