@@ -113,6 +113,9 @@ def test_instances_up_to_one_and_a_half_times_cores_or_devices() -> None:
 def test_ort_stages_only_for_ort_on_cpu() -> None:
     assert [c.intra_op_threads for c in space.intra_op_stage(space.Candidate(),
                                                              ctx(cores=8))] == [1, 2, 4, 8]
+    # On 2 cores the backend's default is 2 threads, measured already by the start candidate.
+    assert [c.intra_op_threads for c in space.intra_op_stage(space.Candidate(),
+                                                             ctx(cores=2))] == [1]
     assert space.intra_op_stage(space.Candidate(), ctx(ort=False)) == []
     assert space.intra_op_stage(space.Candidate(), ctx(devices=1)) == []
     assert space.spinning_stage(space.Candidate(), ctx())[0].spinning is True

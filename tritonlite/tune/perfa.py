@@ -74,7 +74,9 @@ class PerfAnalyzer:
         cmd = [self.binary, "-m", self.model, "-u", self.url, "-i", self.protocol,
                "--concurrency-range", f"{concurrency}:{concurrency}",
                "--measurement-interval", str(max(100, int(window_s * 1000))),
-               "--stability-percentage", "50", "--max-trials", "4",
+               # tune compares candidates by their own repeated probes; a noisy machine must
+               # not make perf_analyzer give up on a point ("Failed to obtain stable ...").
+               "--stability-percentage", "100", "--max-trials", "4",
                "--input-data", str(self.data_path), "-f", str(csv_path)]
         self.last_command = " ".join(cmd)
         before = stats()

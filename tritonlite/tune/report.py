@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import difflib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +157,22 @@ def plots(out: Path, result: Result, settings: Settings) -> tuple[list[str], str
     return [PLOT_FRONTIER, PLOT_CANDIDATES], ""
 
 
+def summary(model: str, result: Result, settings: Settings) -> dict[str, Any]:
+    """The outcome as plain data (``summary.json``): the choice and both final sweeps."""
+
+    def points(t: Trial) -> list[dict[str, float]]:
+        return [{"concurrency": s.concurrency, "throughput": round(s.throughput, 1),
+                 "p50_us": round(s.p50_us, 1), "p99_us": round(s.p99_us, 1),
+                 "avg_batch": round(s.avg_batch, 2)} for s in t.samples if s.ok]
+
+    base = next((t for t in result.trials if t.kind == "sweep"), result.baseline)
+    return {"model": model, "chosen": result.chosen.candidate.label(), "reason": result.reason,
+            "elapsed_s": round(result.elapsed_s, 1), "stopped_early": result.stopped_early,
+            "trials": len(result.trials),
+            "latency_budget_us": settings.latency_budget_us,
+            "original": points(base), "tuned": points(result.chosen)}
+
+
 def write_all(out: Path, model: str, result: Result, settings: Settings, base: Any,
               load: str, command: str) -> tuple[Path, Path, str]:
     """Write everything into ``out``; returns (config path, report path, plot note)."""
@@ -165,6 +182,7 @@ def write_all(out: Path, model: str, result: Result, settings: Settings, base: A
     cfg_path.write_text(pbtxt(chosen_cfg))
     (out / "config.original.pbtxt").write_text(pbtxt(base))
     write_csv(out / "measurements.csv", result.trials)
+    (out / "summary.json").write_text(json.dumps(summary(model, result, settings), indent=1))
     names, note = plots(out, result, settings)
     report = out / "report.md"
     report.write_text(markdown(model, result, settings, base, chosen_cfg, load, command, names,

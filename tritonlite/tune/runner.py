@@ -88,7 +88,8 @@ class Tuner:
         self.trials: list[Trial] = []
         self.start = time.monotonic()
         self.deadline = self.start + settings.max_minutes * 60
-        self.best: Trial | None = None
+        self.best: Trial | None = None  # the best when the current stage started
+        self.leader: Trial | None = None  # the best so far (for the progress line)
         self._load_s = 1.0
         self._base_low: Sample | None = None  # the original at the lowest concurrency
 
@@ -102,7 +103,7 @@ class Tuner:
         s = trial.samples[-1] if trial.samples else None
         what = (f"{s.throughput:,.0f} infer/s p99 {s.p99_us / 1000:.2f} ms"
                 if s is not None and s.ok else trial.status)
-        best = self.best
+        best = self.leader
         best_text = (f"{best.candidate.label()} ({best.score:,.0f})" if best else "-")
         print(f"[{bar}] {self.elapsed():5.0f}s #{trial.index} {trial.stage}: "
               f"{trial.candidate.label()} -> {what} | best: {best_text}",
@@ -132,6 +133,8 @@ class Tuner:
 
     def _sample(self, trial: Trial, concurrency: int, window_s: float) -> Sample:
         s = self.measure(concurrency, window_s)
+        if not s.ok and not s.errors:  # no request failed, the window was not usable: again
+            s = self.measure(concurrency, window_s)
         trial.samples.append(s)
         if not s.ok:
             trial.status = f"failed: {s.error or 'no request completed'}"
@@ -191,7 +194,7 @@ class Tuner:
         self._confirm(baseline)
         if lo < hi:
             self._base_low = self._sample(baseline, lo, self.settings.probe_s)
-        self.best = baseline
+        self.best = self.leader = baseline
         stopped = False
         for name, stage in space.STAGES:
             if stopped:
@@ -209,7 +212,7 @@ class Tuner:
                     if (trial.ok and space.better(trial.score, stage_best.score,
                                                   self.settings.margin)
                             and self._light_load_ok(trial)):
-                        stage_best = trial
+                        stage_best = self.leader = trial
                 if ladder.add(trial.score):
                     break
             self.best = stage_best
@@ -250,6 +253,10 @@ class Tuner:
                 stopped = True
                 break
             sweeps.append(self.sweep("final", cand, points))
+        note = ""
+        if not base_sweep.ok:  # compare with the original's probes instead
+            note = f" (the original's final sweep {base_sweep.status}; its probes stand in)"
+            base_sweep = baseline
         for t in sweeps[1:]:
             self._check_points(t, base_sweep)
         top = max((t for t in sweeps if t.ok), key=lambda t: t.score, default=base_sweep)
@@ -265,10 +272,12 @@ class Tuner:
             reason += "; the original configuration is kept"
         else:
             chosen = top
-            gain = top.score / base_sweep.score if base_sweep.score else float("inf")
+            gain = (f"{top.score / base_sweep.score:.2f}x" if base_sweep.score
+                    else "where the original scored 0; vs")
             reason = (f"highest throughput {top.score:,.0f} infer/s"
                       f"{' with p99 within the budget' if budget else ''}, "
-                      f"{gain:.2f}x the original's {base_sweep.score:,.0f} infer/s")
+                      f"{gain} the original's {base_sweep.score:,.0f} infer/s")
+        reason += note
         if base_sweep.score == 0 and budget is not None:
             reason += " (the original has no point within the latency budget)"
         # Leave the server serving what was chosen (and check once more that it loads).

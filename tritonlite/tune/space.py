@@ -235,7 +235,14 @@ def intra_op_stage(best: Candidate, ctx: Context) -> list[Candidate]:
     if not ctx.ort or ctx.devices > 0:
         return []
     counts = sorted({1, 2, max(1, ctx.cores // 2), ctx.cores})
+    if best.intra_op_threads is None:  # the backend's default: already measured
+        counts = [n for n in counts if n != ort_default_intra(ctx.cores)]
     return _dedup((replace(best, intra_op_threads=n) for n in counts if n <= ctx.cores), best)
+
+
+def ort_default_intra(cores: int) -> int:
+    """tritonlite's ORT backend's intra-op threads when the parameter is unset."""
+    return max(2, cores - 1)
 
 
 def spinning_stage(best: Candidate, ctx: Context) -> list[Candidate]:
