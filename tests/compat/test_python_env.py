@@ -122,6 +122,35 @@ instance_group [{ count: 1 kind: KIND_CPU }]
 parameters { key: "EXECUTION_ENV_PATH" value: { string_value: "$$TRITON_MODEL_DIRECTORY/env" } }
 '''
 
+ECHO_MODEL = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for request in requests:
+            text = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy()
+            big = pb_utils.get_input_tensor_by_name(request, "BIG").as_numpy()
+            big += 1  # inputs are writable, as in Triton
+            out.append(pb_utils.InferenceResponse(
+                [pb_utils.Tensor("TEXT_OUT", text[::-1].copy()), pb_utils.Tensor("BIG_OUT", big)],
+                parameters={"sum": float(big.sum(dtype=np.float64)), "n": int(text.size)}))
+        return out
+'''
+
+ECHO_CONFIG = '''
+backend: "python"
+max_batch_size: 0
+input [{ name: "TEXT" data_type: TYPE_STRING dims: [-1] },
+       { name: "BIG" data_type: TYPE_FP32 dims: [-1] }]
+output [{ name: "TEXT_OUT" data_type: TYPE_STRING dims: [-1] },
+        { name: "BIG_OUT" data_type: TYPE_FP32 dims: [-1] }]
+instance_group [{ count: 2 kind: KIND_CPU }]
+parameters { key: "EXECUTION_ENV_PATH" value: { string_value: "@ENV@" } }
+'''
+
 BAD_INIT_MODEL = '''
 import numpy as np
 
@@ -187,6 +216,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory, np1_env: Path) -> Path:
     write_python_model(r, "np1_in_process", NUMPY1_MODEL, CONFIG.format(delay=0, env=""))
     write_python_model(r, "crashy", CRASHY_MODEL, CRASHY_CONFIG)
     (r / "crashy" / "env").symlink_to(np1_env, target_is_directory=True)
+    write_python_model(r, "echo", ECHO_MODEL, ECHO_CONFIG.replace("@ENV@", str(np1_env)))
     write_python_model(r, "bad_init", BAD_INIT_MODEL, CONFIG.format(
         delay=0, env=_env_param(str(np1_env))))
     write_python_model(r, "missing_env", NUMPY1_MODEL, CONFIG.format(
@@ -201,6 +231,7 @@ def server(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ser
     cache = tmp_path_factory.mktemp("env_cache")
     s = start_server(repo, "--allow-metrics=false", "--model-control-mode=explicit",
                      "--load-model=np1_dir", "--load-model=np1_tar", "--load-model=crashy",
+                     "--load-model=echo",
                      env={"TRITONLITE_PYTHON_ENV_CACHE": str(cache)})
     yield s
     s.stop()
@@ -243,6 +274,24 @@ def test_model_errors_reach_the_client(server: Server, protocol: str) -> None:
     assert "model.py(" in e.value.message()  # the model's frames, as Triton's stub reports
     out = _infer(server, protocol, "np1_dir", np.ones((1, 4), dtype=np.float32))
     np.testing.assert_array_equal(out["OUT"], np.full((1, 4), 2, dtype=np.float32))
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_bytes_and_large_tensors_cross_intact(server: Server, protocol: str) -> None:
+    client, mod = client_for(server, protocol)
+    text = np.array([b"", b"\xff\x00 not utf-8", "ünï".encode(), b"x" * 70000], dtype=np.object_)
+    big = np.arange(3 << 18, dtype=np.float32)  # 3 MB: many socket buffers' worth
+    inputs = [mod.InferInput("TEXT", [4], "BYTES"), mod.InferInput("BIG", [big.size], "FP32")]
+    inputs[0].set_data_from_numpy(text)
+    inputs[1].set_data_from_numpy(big)
+    result = client.infer("echo", inputs)
+    assert result.as_numpy("TEXT_OUT").tolist() == text[::-1].tolist()
+    np.testing.assert_array_equal(result.as_numpy("BIG_OUT"), big + 1)
+    if protocol == "http":
+        params = result.get_response()["parameters"]
+        assert params["n"] == 4 and params["sum"] == float((big + 1).sum(dtype=np.float64))
+    for instance in ("echo_0_0", "echo_0_1"):  # one worker per instance
+        assert f"model instance '{instance}' runs in " in server.output()
 
 
 def test_requests_are_batched_and_counted(server: Server) -> None:

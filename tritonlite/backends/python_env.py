@@ -76,7 +76,6 @@ from tritonlite.contracts.errors import (
     ErrorResponse,
     TritonliteError,
     internal,
-    invalid_arg,
     unavailable,
     unsupported,
 )
@@ -163,13 +162,14 @@ def resolve(value: str, model_dir: Path, model_name: str) -> Environment:
     Raises
     ------
     TritonliteError
-        INVALID_ARG when the path does not exist, is neither a directory nor a tar archive,
-        the archive cannot be unpacked, or the environment has no ``bin/python3``.
+        INTERNAL (Triton's code for these) when the path does not exist, is neither a directory
+        nor a tar archive, the archive cannot be unpacked, or the environment has no
+        ``bin/python3``.
     """
     text = value.strip().replace(MODEL_DIRECTORY, str(model_dir))
     where = f"EXECUTION_ENV_PATH of model '{model_name}'"
     if not text:
-        raise invalid_arg(f"{where} is empty")
+        raise internal(f"{where} is empty")
     path = Path(text)
     if not path.is_absolute():
         path = model_dir / path
@@ -177,16 +177,16 @@ def resolve(value: str, model_dir: Path, model_name: str) -> Environment:
         root = path
     elif path.is_file():
         if not tarfile.is_tarfile(path):
-            raise invalid_arg(f"{where}: '{path}' is neither a directory nor a tar archive "
+            raise internal(f"{where}: '{path}' is neither a directory nor a tar archive "
                               "(e.g. a conda-pack .tar.gz)")
         root = _unpacked(path, where)
     else:
-        raise invalid_arg(f"{where}: '{path}' does not exist")
+        raise internal(f"{where}: '{path}' does not exist")
     for name in ("python3", "python"):
         python = root / "bin" / name
         if python.is_file() and os.access(python, os.X_OK):
             return Environment(root, python, path)
-    raise invalid_arg(f"{where}: the environment '{path}' has no bin/python3")
+    raise internal(f"{where}: the environment '{path}' has no bin/python3")
 
 
 def cache_dir() -> Path:
@@ -224,7 +224,7 @@ def _unpacked(tarball: Path, where: str) -> Path:
                     archive.extractall(tmp, filter="tar")
             except (tarfile.TarError, OSError, ValueError) as exc:
                 shutil.rmtree(tmp, ignore_errors=True)
-                raise invalid_arg(f"{where}: cannot unpack '{tarball}': {exc}") from None
+                raise internal(f"{where}: cannot unpack '{tarball}': {exc}") from None
             (tmp / done.name).write_text(str(tarball))
             if dest.exists():
                 shutil.rmtree(dest, ignore_errors=True)
