@@ -131,6 +131,8 @@ def _unary(t: Tally, mode: str, url: str, n: int, bad_every: int, rng: np.random
 
     try:
         for i in range(n):
+            if i % 1000 == 999:
+                progress.put(("tick", mode, 1000))
             if bad_every and i % bad_every == bad_every - 1:
                 _bad(t, call, mod, rng)
                 continue
@@ -149,8 +151,6 @@ def _unary(t: Tally, mode: str, url: str, n: int, bad_every: int, rng: np.random
                 r = client.infer("add_sub", ins)
                 o0, o1 = r.as_numpy("OUTPUT0"), r.as_numpy("OUTPUT1")
             _check(t, o0, o1, a, b)
-            if i % 1000 == 999:
-                progress.put(("tick", mode, 1000))
     finally:
         if shm_handle is not None:
             client.unregister_system_shared_memory("soak")
@@ -179,6 +179,8 @@ def _stream(t: Tally, url: dict[str, str], n: int, bad_every: int, rng: np.rando
 
     try:
         for i in range(n):
+            if i % 1000 == 999:
+                progress.put(("tick", "stream", 1000))
             if bad_every and i % bad_every == bad_every - 1:
                 _bad(t, client.infer, mod, rng)
                 continue
@@ -187,8 +189,6 @@ def _stream(t: Tally, url: dict[str, str], n: int, bad_every: int, rng: np.rando
             client.async_stream_infer("add_sub", ins, request_id=str(i))
             while len(expected) >= WINDOW:
                 take_one()
-            if i % 1000 == 999:
-                progress.put(("tick", "stream", 1000))
         while expected:
             take_one()
     finally:
