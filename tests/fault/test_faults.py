@@ -334,10 +334,11 @@ def test_a_model_unloaded_mid_batch_answers_the_batch(
 
         unloading = pool.submit(unload)
         with Http(server.http_url) as c:
-            wait_until(lambda: json.loads(c.request("POST", "/v2/repository/index", b"{}")[1])
-                       and any(m.get("state") != "READY" for m in json.loads(
-                           c.request("POST", "/v2/repository/index", b"{}")[1])
-                           if m["name"] == "gated"), 30)
+            def unloading_started() -> bool:
+                index = json.loads(c.request("POST", "/v2/repository/index", b"{}")[1])
+                return any(m["name"] == "gated" and m.get("state") != "READY" for m in index)
+
+            wait_until(unloading_started, 30)
         gate.touch()
         for i, f in enumerate(futures):
             _check_py(*f.result(60), [float(i)] * 4)
