@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import tritonlite
+from tritonlite.frontends import restrict
+from tritonlite.frontends.forward import grpc_forward, http_forward
 from tritonlite.options import MetricsConfig, ServerOptions
 
 # tritonserver flags that tritonlite does not implement (yet): refused by name.
@@ -21,8 +23,7 @@ _NOT_IMPLEMENTED = (
     "--cuda-virtual-address-size", "--min-supported-compute-capability",
     "--buffer-manager-thread-count", "--host-policy", "--model-load-gpu-limit",
     "--backend-directory", "--repoagent-directory", "--cache-directory",
-    "--http-header-forward-pattern", "--grpc-header-forward-pattern", "--http-restricted-api",
-    "--grpc-restricted-protocol", "--model-namespacing", "--model-load-thread-count",
+    "--model-namespacing", "--model-load-thread-count",
     "--model-load-retry-count", "--enable-peer-access", "--http-thread-count",
     "--grpc-infer-allocation-pool-size", "--grpc-max-response-pool-size",
     "--grpc-infer-thread-count", "--allow-sagemaker", "--allow-vertex-ai",
@@ -261,10 +262,18 @@ def _http_flags(a: Any) -> None:
     a("--http-server-cert", default=None, metavar="PEM")
     a("--http-server-key", default=None, metavar="PEM")
     a("--http-root-cert", default=None, metavar="PEM")
+    a("--http-restricted-api", action="append", default=[], metavar="<apis>:<key>=<value>",
+      help="only requests with header <key>: <value> may use these API groups (repeatable; "
+           f"groups: {', '.join(restrict.GROUPS)})")
+    a("--http-header-forward-pattern", default="", metavar="REGEX",
+      help="request headers whose name matches become string parameters of /infer requests "
+           "(case-insensitive unless the pattern starts with (?-i))")
 
 
 def _http_options(ns: argparse.Namespace) -> dict[str, Any]:
     return dict(
+        http_restricted_api=tuple(ns.http_restricted_api),
+        http_header_forward_pattern=ns.http_header_forward_pattern,
         frontend=ns.frontend,
         http_use_ssl=ns.http_use_ssl or ns.http_use_ssl_mutual,
         http_use_ssl_mutual=ns.http_use_ssl_mutual,
@@ -306,6 +315,12 @@ def _grpc_flags(a: Any) -> None:
     a("--grpc-http2-max-ping-strikes", type=int, default=2)
     a("--grpc-max-connection-age", type=int, default=None, metavar="MS")
     a("--grpc-max-connection-age-grace", type=int, default=None, metavar="MS")
+    a("--grpc-restricted-protocol", action="append", default=[],
+      metavar="<protocols>:<key>=<value>",
+      help="only calls with metadata triton-grpc-protocol-<key>: <value> may use these groups "
+           "(repeatable; the groups of --http-restricted-api)")
+    a("--grpc-header-forward-pattern", default="", metavar="REGEX",
+      help="metadata whose key matches becomes string parameters of inference requests")
 
 
 def _grpc_options(ns: argparse.Namespace) -> dict[str, Any]:
@@ -324,7 +339,30 @@ def _grpc_options(ns: argparse.Namespace) -> dict[str, Any]:
         grpc_http2_max_ping_strikes=ns.grpc_http2_max_ping_strikes,
         grpc_max_connection_age_ms=ns.grpc_max_connection_age,
         grpc_max_connection_age_grace_ms=ns.grpc_max_connection_age_grace,
+        grpc_restricted_protocol=tuple(ns.grpc_restricted_protocol),
+        grpc_header_forward_pattern=ns.grpc_header_forward_pattern,
     )
+
+
+def _check_frontend_rules(options: ServerOptions) -> None:
+    """Refuse malformed restriction specs and patterns now, with tritonserver's messages;
+    warn about a gRPC key that can never match."""
+    for spec, parse in (("--http-restricted-api", restrict.http_restrictions),
+                        ("--grpc-restricted-protocol", restrict.grpc_restrictions)):
+        try:
+            rules = parse(options)
+        except ValueError as exc:
+            raise SystemExit(f'tritonlite: error: Bad option: "{spec}". {exc}') from None
+        for group, rule in rules.items():
+            if spec.startswith("--grpc") and rule.key != rule.key.lower():
+                print(f"Warning: --grpc-restricted-protocol: the key '{rule.key}' of group "
+                      f"'{group}' has upper-case letters; gRPC metadata keys are lower-case, "
+                      "so no call can unlock this group (as in Triton)", file=sys.stderr)
+    try:
+        http_forward(options)
+        grpc_forward(options)
+    except ValueError as exc:
+        raise SystemExit(f"tritonlite: error: {exc}") from None
 
 
 def options_from_args(argv: list[str]) -> ServerOptions:
@@ -343,7 +381,7 @@ def options_from_args(argv: list[str]) -> ServerOptions:
         backend_config.get("default", {}).get("default-max-batch-size", "4"))
     try:
         metrics_config = MetricsConfig.parse(ns.metrics_config)
-        return ServerOptions(
+        options = ServerOptions(
             model_repositories=tuple(Path(p).resolve() for p in ns.model_repository),
             server_id=ns.server_id, http_port=ns.http_port, grpc_port=ns.grpc_port,
             metrics_port=ns.metrics_port, http_address=ns.http_address,
@@ -367,6 +405,8 @@ def options_from_args(argv: list[str]) -> ServerOptions:
         )
     except ValueError as exc:
         raise SystemExit(f"tritonlite: error: {exc}") from None
+    _check_frontend_rules(options)
+    return options
 
 
 def main(argv: list[str] | None = None) -> int:

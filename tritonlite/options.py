@@ -156,6 +156,12 @@ class ServerOptions:
     trace_log_frequency: int = 0
     trace_file: str = ""
     log_file: str = ""
+    # endpoint restriction and header forwarding (frontends/restrict.py, frontends/forward.py):
+    # the flags' values as given; parsed (and refused when malformed) by those modules
+    http_restricted_api: tuple[str, ...] = ()
+    grpc_restricted_protocol: tuple[str, ...] = ()
+    http_header_forward_pattern: str = ""
+    grpc_header_forward_pattern: str = ""
 
     def __post_init__(self) -> None:
         if not self.model_repositories:

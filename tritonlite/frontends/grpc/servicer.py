@@ -23,7 +23,9 @@ from tritonlite._proto import SERVICE_NAME, pb, service
 from tritonlite.contracts.errors import invalid_arg, unsupported
 from tritonlite.core.api import CoreAPI
 from tritonlite.core.core import parse_version
+from tritonlite.frontends import restrict
 from tritonlite.frontends.call import GrpcCall, GrpcMethods, StreamHandler, UnaryHandler
+from tritonlite.frontends.forward import grpc_forward
 from tritonlite.frontends.grpc import codec
 from tritonlite.frontends.grpc.codec import decode_infer, encode_infer, parse
 from tritonlite.frontends.grpc.stream import model_stream_infer
@@ -70,6 +72,7 @@ class Servicer:
     def __init__(self, core: CoreAPI, options: ServerOptions) -> None:
         self.core = core
         self.compression = _COMPRESSION[options.grpc_infer_response_compression_level]
+        self.forward = grpc_forward(options)
 
     # -- health and metadata --------------------------------------------------------------------
     async def ServerLive(self, request: bytes, call: GrpcCall) -> bytes:
@@ -122,6 +125,8 @@ class Servicer:
         recv_start = time.monotonic_ns() if core.trace.enabled else 0
         req = decode_infer(parse(request))
         recv_end = time.monotonic_ns() if recv_start else 0
+        if self.forward is not None:
+            self.forward.grpc(call.metadata(), req.parameters)
         msg = encode_infer(await core.infer(req, _DECOUPLED))
         if self.compression is not None:
             call.set_compression(self.compression)
@@ -130,7 +135,10 @@ class Servicer:
         return msg
 
     async def ModelStreamInfer(self, call: GrpcCall) -> None:
-        await model_stream_infer(self.core, call, self.compression)
+        forwarded: dict[str, Any] = {}
+        if self.forward is not None:
+            self.forward.grpc(call.metadata(), forwarded)
+        await model_stream_infer(self.core, call, self.compression, forwarded)
 
     # -- model repository ----------------------------------------------------------------------
     async def RepositoryIndex(self, request: bytes, call: GrpcCall) -> bytes:
@@ -288,12 +296,31 @@ class Health:
             await asyncio.sleep(WATCH_POLL_S)
 
 
+def _restricted(registry: dict[str, Method], options: ServerOptions) -> GrpcMethods:
+    """``registry`` with ``--grpc-restricted-protocol`` applied: each RPC of a restricted
+    group checks its caller's metadata first (RuntimeError for an RPC without a group)."""
+    restrictions = restrict.grpc_restrictions(options)
+    out: GrpcMethods = {}
+    for path, m in registry.items():
+        group = restrict.group_of(restrict.GRPC_METHOD_GROUPS, path, "gRPC method")
+        restriction = restrictions.get(group)
+        if restriction is None:
+            out[path] = m
+        elif m.unary is not None:
+            out[path] = Method(unary=restrict.guard_unary(m.unary, restriction))
+        else:
+            assert m.stream is not None
+            out[path] = Method(stream=restrict.guard_stream(m.stream, restriction))
+    return out
+
+
 def methods(core: CoreAPI, options: ServerOptions) -> GrpcMethods:
     """The registry every transport serves: each RPC of the inference service descriptor and
-    the health service, keyed ``/package.Service/Method``."""
+    the health service, keyed ``/package.Service/Method``, behind the restrictions that
+    ``options`` ask for (``frontends/restrict.py``)."""
     servicer = Servicer(core, options)
     health = Health(core)
-    out: GrpcMethods = {}
+    out: dict[str, Method] = {}
     for m in service.methods:
         fn = getattr(servicer, m.name)  # AttributeError: the proto has an RPC we do not serve
         if m.client_streaming or m.server_streaming:
@@ -302,4 +329,4 @@ def methods(core: CoreAPI, options: ServerOptions) -> GrpcMethods:
             out[f"/{SERVICE_NAME}/{m.name}"] = Method(unary=fn)
     out[f"/{HEALTH_SERVICE}/Check"] = Method(unary=health.Check)
     out[f"/{HEALTH_SERVICE}/Watch"] = Method(stream=health.Watch)
-    return out
+    return _restricted(out, options)

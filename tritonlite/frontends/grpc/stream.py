@@ -26,11 +26,11 @@ import logging
 import time
 from typing import Any
 
+from tritonlite.contracts.errors import TritonliteError, internal
+from tritonlite.contracts.types import InferRequest, InferResponse
 from tritonlite.contracts.types import RequestTrace as Trace
 from tritonlite.core.api import CoreAPI
 from tritonlite.core.stream import StreamResponse
-from tritonlite.core.types import InferRequest, InferResponse
-from tritonlite.errors import TritonliteError, internal
 from tritonlite.frontends.call import GrpcCall
 from tritonlite.frontends.grpc import codec
 from tritonlite.frontends.grpc.errors import internal_message
@@ -84,7 +84,7 @@ def _message(item: StreamResponse, req: InferRequest, w: Any) -> bytes | None:
 
 async def _serve_one(core: CoreAPI, data: bytes, grpc_error: bool,
                      outbox: asyncio.Queue[Outgoing], prev: asyncio.Future[None] | None,
-                     mine: asyncio.Future[None]) -> None:
+                     mine: asyncio.Future[None], forwarded: dict[str, Any]) -> None:
     """One streamed request: its messages go to ``outbox``; ``mine`` resolves once it has
     answered (or started streaming) and every earlier request has too."""
     w = None
@@ -93,6 +93,8 @@ async def _serve_one(core: CoreAPI, data: bytes, grpc_error: bool,
             recv_start = time.monotonic_ns() if core.trace.enabled else 0
             w = codec.parse(data)
             req = codec.decode_infer(w)
+            if forwarded:
+                req.parameters.update(forwarded)
             recv_end = time.monotonic_ns() if recv_start else 0
         except TritonliteError as exc:
             if prev is not None:
@@ -129,9 +131,12 @@ async def _serve_one(core: CoreAPI, data: bytes, grpc_error: bool,
         _after(prev, mine)
 
 
-async def model_stream_infer(core: CoreAPI, call: GrpcCall, compression: str | None) -> None:
+async def model_stream_infer(core: CoreAPI, call: GrpcCall, compression: str | None,
+                             forwarded: dict[str, Any] | None = None) -> None:
     """Serve one ModelStreamInfer call; an error ending the stream is raised (the transport
-    turns it into the call's status)."""
+    turns it into the call's status). ``forwarded``: the call's metadata that
+    ``--grpc-header-forward-pattern`` picked, added to each request's parameters."""
+    forwarded = forwarded or {}
     grpc_error = _wants_grpc_error(call)
     outbox: asyncio.Queue[Outgoing] = asyncio.Queue()
     loop = asyncio.get_running_loop()
@@ -143,7 +148,7 @@ async def model_stream_infer(core: CoreAPI, call: GrpcCall, compression: str | N
             while (msg := await call.read()) is not None:
                 mine: asyncio.Future[None] = loop.create_future()
                 task = asyncio.ensure_future(
-                    _serve_one(core, msg, grpc_error, outbox, prev, mine))
+                    _serve_one(core, msg, grpc_error, outbox, prev, mine, forwarded))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
                 prev = mine

@@ -23,6 +23,8 @@ import orjson
 from tritonlite.contracts.errors import TritonliteError, invalid_arg, unsupported
 from tritonlite.core.api import CoreAPI
 from tritonlite.core.core import parse_version
+from tritonlite.frontends import restrict
+from tritonlite.frontends.forward import HeaderForward, http_forward
 from tritonlite.frontends.http import codec
 from tritonlite.frontends.http import generate as gen
 from tritonlite.frontends.http.call import (
@@ -34,6 +36,7 @@ from tritonlite.frontends.http.call import (
 )
 from tritonlite.frontends.http.errors import STATUS, error
 from tritonlite.frontends.http.tracing import traced
+from tritonlite.options import ServerOptions
 
 log = logging.getLogger("tritonlite")
 
@@ -130,7 +133,8 @@ async def all_stats(request: Request, core: CoreAPI, m: re.Match[str]) -> HttpRe
     return _json(core.statistics())
 
 
-async def infer(request: Request, core: CoreAPI, m: re.Match[str]) -> HttpResponse:
+async def infer(request: Request, core: CoreAPI, m: re.Match[str],
+                forward: HeaderForward | None = None) -> HttpResponse:
     recv_start = time.monotonic_ns() if core.trace.enabled else 0
     encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
     if encoding not in ("identity", "gzip", "deflate", ""):
@@ -151,6 +155,8 @@ async def infer(request: Request, core: CoreAPI, m: re.Match[str]) -> HttpRespon
         req = codec.raw_binary_request(name, version, body)
     else:
         req = codec.decode_infer(body, header_len, name, version)
+    if forward is not None:
+        forward.http(request.headers, req.parameters)
     resp = await core.infer(req, _DECOUPLED)
     parts, head_len, has_binary = codec.encode_infer(resp)
     headers: dict[str, str] | None = None
@@ -333,8 +339,33 @@ def _match(path: str) -> _Found:
     return found
 
 
-def make_dispatch(core: CoreAPI) -> Dispatch:
-    """The one entry point every HTTP transport calls with each request."""
+def _guards(restrictions: restrict.Restrictions) -> dict[int, restrict.Restriction]:
+    """id(route's methods) -> the restriction of its group, for the restricted routes.
+
+    Raises RuntimeError for a handler without a group (``restrict.HTTP_HANDLER_GROUPS``)."""
+    out: dict[int, restrict.Restriction] = {}
+    for _, methods in _ROUTES:
+        groups = {restrict.group_of(restrict.HTTP_HANDLER_GROUPS, h.__name__, "HTTP handler")
+                  for h in methods.values()}
+        if len(groups) != 1:
+            raise RuntimeError(f"one HTTP route serves several restriction groups: {groups}")
+        restriction = restrictions.get(groups.pop())
+        if restriction is not None:
+            out[id(methods)] = restriction
+    return out
+
+
+def make_dispatch(core: CoreAPI, options: ServerOptions | None = None) -> Dispatch:
+    """The one entry point every HTTP transport calls with each request.
+
+    ``options`` (default: the server options the core was built with) bring
+    ``--http-restricted-api`` and ``--http-header-forward-pattern``; ValueError if malformed.
+    """
+    if options is None:
+        found_options = getattr(core, "options", None)
+        options = found_options if isinstance(found_options, ServerOptions) else None
+    guards = _guards(restrict.http_restrictions(options) if options is not None else {})
+    forward = http_forward(options) if options is not None else None
 
     async def dispatch(request: HttpRequest) -> HttpResponse | HttpStream:
         expect = request.headers.get("Expect")
@@ -344,10 +375,18 @@ def make_dispatch(core: CoreAPI) -> Dispatch:
         if found is None:
             return error(404, "Not Found")
         m, methods = found
+        if guards:
+            restriction = guards.get(id(methods))
+            if restriction is not None:
+                denied = restrict.http_denied(restriction, request.headers)
+                if denied is not None:
+                    return error(403, denied)
         handler = methods.get(request.method)
         if handler is None:
             return error(405, "Method Not Allowed")
         try:
+            if forward is not None and handler is infer:
+                return await infer(request, core, m, forward)
             return await handler(request, core, m)
         except TritonliteError as exc:
             return error(STATUS[exc.code], exc.message)
