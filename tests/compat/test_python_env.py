@@ -21,7 +21,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -168,11 +168,11 @@ def _env_param(value: str) -> str:
     return (f'parameters {{ key: "EXECUTION_ENV_PATH" value: {{ string_value: "{value}" }} }}')
 
 
-def _build_np1_env(dest: Path) -> None:
-    """A venv with numpy<2 at ``dest`` (built beside it, then renamed into place)."""
+def _build_np1_env(python: str, dest: Path) -> None:
+    """A venv of ``python`` with numpy<2 at ``dest`` (built beside it, then renamed there)."""
     tmp = Path(tempfile.mkdtemp(prefix=dest.name + ".", dir=dest.parent))
     try:
-        subprocess.run([sys.executable, "-m", "venv", str(tmp)], check=True, timeout=180,
+        subprocess.run([python, "-m", "venv", str(tmp)], check=True, timeout=180,
                        capture_output=True)
         pip = subprocess.run([str(tmp / "bin" / "python"), "-m", "pip", "install", "-q",
                               "--disable-pip-version-check", "numpy<2"],
@@ -185,22 +185,47 @@ def _build_np1_env(dest: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
-def np1_env() -> Path:
-    """A venv with numpy<2, cached per machine and Python version under the temp dir."""
-    version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+def _cached_np1_env(python: str, version: str) -> Path:
+    """A venv of ``python`` (Python ``version``) with numpy<2, cached per machine under the
+    temp dir; built once, also by parallel test processes."""
     cache = Path(tempfile.gettempdir()) / f"tritonlite-test-numpy1-py{version}-{os.getuid()}"
     cache.mkdir(exist_ok=True)
     dest = cache / "venv"
     with (cache / "lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # parallel test processes build it once
+        fcntl.flock(lock, fcntl.LOCK_EX)
         if not (dest / "bin" / "python").exists():
-            _build_np1_env(dest)
+            _build_np1_env(python, dest)
     probe = subprocess.run([str(dest / "bin" / "python"), "-c",
-                            "import numpy; print(numpy.__version__)"],
+                            "import numpy, sys; print(numpy.__version__, sys.version)"],
                            capture_output=True, text=True, timeout=120)
     assert probe.returncode == 0 and probe.stdout.startswith("1."), probe
+    assert probe.stdout.split()[1].startswith(version + "."), probe
     return dest
+
+
+@pytest.fixture(scope="session")
+def np1_env() -> Path:
+    """A venv of this Python with numpy<2."""
+    return _cached_np1_env(sys.executable, f"{sys.version_info[0]}.{sys.version_info[1]}")
+
+
+@pytest.fixture(scope="session")
+def py38_env() -> Path:
+    """A venv of Python 3.8 with numpy<2 (the oldest Python the worker supports), or skip."""
+    candidates = []
+    pyenv_root = Path(os.path.expanduser("~/.pyenv/versions"))
+    if pyenv_root.is_dir():
+        candidates += [str(p / "bin" / "python3.8") for p in sorted(pyenv_root.glob("3.8.*"))]
+    candidates.append(shutil.which("python3.8"))  # (a pyenv shim may not run: probed below)
+
+    def runs(python: str | None) -> bool:
+        return bool(python) and subprocess.run(
+            [str(python), "-c", "import venv"], capture_output=True, timeout=60).returncode == 0
+
+    found = next((c for c in candidates if runs(c)), None)
+    if found is None:
+        pytest.skip("no python3.8 on this machine (PATH or pyenv)")
+    return _cached_np1_env(found, "3.8")
 
 
 @pytest.fixture(scope="module")
@@ -404,3 +429,16 @@ def test_unload_finalizes_in_the_environment(server: Server) -> None:
     client.load_model("np1_dir")
     out = _infer(server, "http", "np1_dir", np.ones((1, 4), dtype=np.float32))
     assert out["NUMPY"][0, 0].startswith(b"1.")
+
+
+def test_an_older_python_runs_the_worker(tmp_path: Path, py38_env: Path,
+                                         server_factory: Callable[..., Server]) -> None:
+    """The environment's interpreter need not be the server's: Python 3.8 with numpy 1.x."""
+    write_python_model(tmp_path, "old", NUMPY1_MODEL,
+                       CONFIG.format(delay=0, env=_env_param(str(py38_env))))
+    server = server_factory(tmp_path, "--allow-metrics=false", "--allow-grpc=false")
+    out = _infer(server, "http", "old", np.ones((2, 4), dtype=np.float32))
+    np.testing.assert_array_equal(out["OUT"], np.full((2, 4), 2, dtype=np.float32))
+    assert out["NUMPY"][0, 0].startswith(b"1.") and out["TAG"].shape == (2, 1)
+    assert "model instance 'old_0_0' runs in " in server.output()
+    assert "(python 3.8." in server.output()

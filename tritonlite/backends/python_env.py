@@ -276,8 +276,6 @@ class PythonEnvInstance:
     """One worker process and the socket to it; used from the instance's thread only
     (``is_ready`` excepted)."""
 
-    thread_agnostic = False
-
     def __init__(self, backend: PythonEnvBackend, spec: InstanceSpec) -> None:
         self._backend = backend
         self._name = spec.name
