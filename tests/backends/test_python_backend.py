@@ -28,7 +28,7 @@ from tritonlite.contracts.timing import ExecTiming
 from tritonlite.contracts.types import InferInput, InferRequest, RequestedOutput
 from tritonlite.core.outputs import build_response
 from tritonlite.core.shm import SharedMemoryManager
-from tritonlite.core.signature import Signature
+from tritonlite.contracts.signature import Signature
 
 
 def _python_completer(cfg: Any, model_dir: Path, default_max_batch_size: int) -> None:

@@ -97,12 +97,11 @@ class Held:
 
     def __init__(self, core: InferenceCore, name: str) -> None:
         self.model = core.repository.get(name)
-        self.instances = list(self.model.idle)
-        self.model.idle.clear()
+        self.instances = [i for i in self.model.instances if self.model.take_idle(i)]
 
     def release(self, count: int | None = None) -> None:
         for inst in self.instances[:count]:
-            self.model.idle.append(inst)
+            self.model.return_idle(inst)
         self.instances = self.instances[len(self.instances) if count is None else count:]
         self.model.scheduler.instance_free()
 

@@ -198,11 +198,11 @@ class Held:
 
     def __init__(self, core: InferenceCore, name: str) -> None:
         self.model = core.repository.get(name)
-        self.instances = list(self.model.idle)
-        self.model.idle.clear()
+        self.instances = [i for i in self.model.instances if self.model.take_idle(i)]
 
     def release(self) -> None:
-        self.model.idle.extend(self.instances)
+        for inst in self.instances:
+            self.model.return_idle(inst)
         self.instances = []
         self.model.scheduler.instance_free()
 

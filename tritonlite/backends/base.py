@@ -3,12 +3,13 @@
 A ``Backend`` is made once per loaded (model, version) and makes one ``BackendInstance`` per
 instance of the model's instance groups. Each instance lives on a thread of its own: its
 ``new_instance`` call, every ``execute`` and its ``close`` run on that one thread, unless the
-instance sets ``thread_agnostic = True`` (its execute may run on any thread, one call at a
-time); the core then runs its short batches on the event loop itself. The core owns requests;
-an instance borrows a batch for the duration of ``execute`` only and keeps no reference to it
-afterwards (outputs it returns may view its own buffers until the responses are encoded). An
-instance may also define ``is_ready() -> bool``, its own readiness probe, which the model-ready
-endpoints consult.
+instance declares ``RunsOnLoop`` (its execute may run on any thread, one call at a time); the
+core then runs its short batches on the event loop itself. The core owns requests; an instance
+borrows a batch for the duration of ``execute`` only and keeps no reference to it afterwards
+(outputs it returns may view its own buffers until the responses are encoded). The optional
+capabilities are protocols the core checks once per instance: ``RunsOnLoop``, ``StartsAsync``
+(a batch starts from the loop without blocking: ONNX Runtime's ``run_async``) and
+``Readiness`` (its own probe, which the model-ready endpoints consult).
 
 Request errors and fatal errors: anything ``execute`` raises or returns fails requests and
 nothing more, except ``BackendFatalError``, which says the *instance* can no longer serve (its
@@ -24,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -125,6 +126,37 @@ class BackendInstance(Protocol):
     def close(self) -> None:
         """Release the instance's resources; called once, after its last execute."""
         ...
+
+
+@runtime_checkable
+class RunsOnLoop(Protocol):
+    """An instance whose ``execute`` may run on any thread (one call at a time), so the core
+    may run its short batches on the event loop; read again when the instance is rebuilt."""
+
+    @property
+    def thread_agnostic(self) -> bool: ...
+
+
+@runtime_checkable
+class StartsAsync(Protocol):
+    """An instance that starts a batch without blocking the caller when ``runs_async``."""
+
+    @property
+    def runs_async(self) -> bool: ...
+
+    def start(self, requests: list[InferRequest], timing: ExecTiming,
+              done: Callable[[Callable[[], list[Result]]], None]) -> None:
+        """Start ``execute``'s work; ``done(collect)`` is called once, on any thread, when it
+        ends, and ``collect()`` (on the loop) returns what ``execute`` would have returned or
+        raises what it would have raised. Raises at once if the batch cannot start."""
+        ...
+
+
+@runtime_checkable
+class Readiness(Protocol):
+    """An instance with its own readiness probe (Triton's python ``is_ready``)."""
+
+    def is_ready(self) -> bool: ...
 
 
 class Backend(Protocol):

@@ -13,7 +13,7 @@ from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 import tritonlite
-from tritonlite.backends.base import ServerAccess
+from tritonlite.backends.base import Readiness, ServerAccess
 from tritonlite.contracts import config as model_config
 from tritonlite.contracts.errors import (
     ErrorCode,
@@ -83,8 +83,8 @@ def parse_version(text: str) -> int:
 def _instances_ready(model: Any) -> bool:
     """Backend instances' own readiness probes (a python model's ``is_ready()``), if any."""
     for inst in model.instances:
-        probe = getattr(inst.impl, "is_ready", None)
-        if inst.healthy and probe is not None and not probe():
+        impl = inst.impl
+        if inst.healthy and isinstance(impl, Readiness) and not impl.is_ready():
             return False
     return True
 

@@ -4,8 +4,8 @@ One ``InstanceHealth`` per loaded model version, used on the event loop. An inst
 rotation when its backend raises ``BackendFatalError``, when a batch runs past
 ``--backend-execution-timeout`` or when a health probe fails. Then:
 
-* it is handed no more batches (it leaves ``Model.idle`` and is not put back); the batch it
-  was running fails with a message naming it; queued work goes to the other instances;
+* it is handed no more batches (it leaves the model's idle instances and is not put back);
+  the batch it was running fails with a message naming it; queued work goes to the other instances;
 * its thread is told to stop: it closes its backend instance after the call it is in. A hung
   thread cannot be killed (Python has no way to): it is abandoned, and whatever it returns
   later is dropped;
@@ -26,7 +26,6 @@ the warm-up of a rebuild count in statistics (the warm-up at load does, as in Tr
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -87,8 +86,7 @@ class InstanceHealth:
         inst.abandon()
         inst.fault = reason
         inst.failovers += 1
-        with contextlib.suppress(ValueError):
-            model.idle.remove(inst)
+        model.take_idle(inst)
         left = sum(i.healthy for i in model.instances)
         log.error("model '%s' version %s: instance %s taken out of rotation (%d of %d left): %s",
                   model.name, model.version_str, inst.spec.name, left, len(model.instances),
@@ -132,7 +130,7 @@ class InstanceHealth:
                 inst.healthy = True
                 inst.fault = ""
                 inst.rebuilds += 1
-                self.model.idle.append(inst)
+                self.model.return_idle(inst)
                 log.info("instance %s rebuilt and back in rotation", name)
                 self.model.scheduler.instance_free()
                 return
@@ -165,9 +163,8 @@ class InstanceHealth:
         for inst in list(model.instances):
             if self._stopped:
                 return
-            if not inst.healthy or inst not in model.idle or model.scheduler.inflight() > 0:
+            if not inst.healthy or model.scheduler.inflight() > 0 or not model.take_idle(inst):
                 continue
-            model.idle.remove(inst)
             try:
                 await self._run_samples(inst)
             except Exception as exc:
@@ -175,7 +172,7 @@ class InstanceHealth:
                 continue
             log.debug("health probe of instance %s passed", inst.spec.name)
             if inst.healthy and not self._stopped:
-                model.idle.append(inst)
+                model.return_idle(inst)
                 model.scheduler.instance_free()
 
     # -- shutdown --------------------------------------------------------------------------

@@ -1,7 +1,13 @@
 """A loaded model version: its instances (one thread each), scheduler and statistics.
 
-``Model.run_batch`` is the single place a batch crosses from the event loop to an instance
-thread and back; schedulers decide only which requests form a batch and when.
+``Model`` is the scheduler's ``InstancePool`` (``scheduling/base.py``): schedulers decide only
+which requests form a batch and when, and hand it to ``Model.dispatch``; only this module
+touches the idle instances. A batch runs in one of three modes (on the loop, on the instance's
+thread, or started from the loop by a ``StartsAsync`` backend); each ends in
+``ModelInstance.finished`` and then ``Model._complete``, the one completion step.
+
+Over 500 lines: ``Model``, ``ModelInstance`` and its worker thread are one state machine (a
+batch's dispatch, its three execution modes and its completion) and read best together.
 """
 
 from __future__ import annotations
@@ -15,7 +21,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from tritonlite.backends.base import (
@@ -24,6 +29,8 @@ from tritonlite.backends.base import (
     BackendInstance,
     InstanceSpec,
     ModelContext,
+    RunsOnLoop,
+    StartsAsync,
 )
 from tritonlite.contracts.errors import (
     ErrorCode,
@@ -32,24 +39,18 @@ from tritonlite.contracts.errors import (
     internal,
     unavailable,
 )
+from tritonlite.contracts.signature import Signature
 from tritonlite.contracts.timing import ExecTiming
 from tritonlite.contracts.types import InferRequest, InferResponse
 from tritonlite.core.health import HealthSettings, InstanceHealth
 from tritonlite.core.outputs import build_response
 from tritonlite.core.shm import SharedMemoryManager
-from tritonlite.core.signature import Signature
 from tritonlite.core.stats import ModelStats
 from tritonlite.core.warmup import WarmupSample
+from tritonlite.scheduling.base import BatchRunner, Pending
+from tritonlite.scheduling.factory import make_scheduler
 
 log = logging.getLogger("tritonlite")
-
-
-@dataclass(slots=True)
-class Pending:
-    request: InferRequest
-    future: asyncio.Future[InferResponse]
-    enqueue_ns: int
-    dispatch_ns: int = 0
 
 
 _STOP = object()
@@ -128,8 +129,10 @@ class ModelInstance:
     Health (core/health.py decides; this class carries it out): ``healthy`` is False while the
     instance is out of rotation. ``generation`` counts the threads this instance has had: a
     result delivered by an older one (an abandoned, hung thread) is dropped. ``restart`` makes
-    a new backend instance on a new thread; ``impl`` keeps pointing at what the scheduler sees
-    (a wrapper such as the sequence batcher's, whose ``inner`` is replaced, or the instance).
+    a new backend instance on a new thread and points ``impl`` at it.
+
+    ``runner`` and ``on_done`` belong to the batch executing now (one at a time): what
+    ``Model.dispatch`` was handed for it.
     """
 
     def __init__(self, spec: InstanceSpec, factory: Callable[[], BackendInstance]) -> None:
@@ -146,16 +149,20 @@ class ModelInstance:
         self._watch: asyncio.TimerHandle | None = None
         self._worker = _Worker(spec.name, factory)
         self.impl: BackendInstance = self._worker.impl
-        self.inline_ok = bool(getattr(self.impl, "thread_agnostic", False))
+        self.runner: BatchRunner | None = None
+        self.on_done: Callable[[], None] | None = None
+        self._capabilities()
         self.recent_ns = 0  # moving average of one batch's execution time
         self._probe_every = PROBE_FIRST
         self._since_probe = 0  # thread batches since the last inline probe
         self._probing = False
 
-    @property
-    def async_ok(self) -> bool:
-        """Whether batches off the loop start with the backend's ``start`` (see ``submit``)."""
-        return bool(getattr(self.impl, "runs_async", False))
+    def _capabilities(self) -> None:
+        """What ``impl`` declares (backends/base.py): read once per backend instance."""
+        impl = self.impl
+        self.inline_ok = isinstance(impl, RunsOnLoop) and bool(impl.thread_agnostic)
+        # Batches off the loop start with the backend's ``start`` (see ``submit``).
+        self.async_ok = isinstance(impl, StartsAsync) and bool(impl.runs_async)
 
     def runs_inline(self) -> bool:
         """Whether the next batch runs on the loop (see INLINE_MAX_NS and PROBE_FIRST)."""
@@ -199,7 +206,7 @@ class ModelInstance:
         timeout = model.health.settings.execution_timeout_s
         if timeout > 0:
             self._watch = loop.call_later(timeout, self._timed_out, model, gen, batch)
-        if self.async_ok:  # asked of ``impl`` each time: a scheduler may wrap it (sequence_state)
+        if self.async_ok and self.runner is None:  # a runner wraps ``execute`` only
             self._start(model, batch, loop, gen)
             return
 
@@ -229,8 +236,10 @@ class ModelInstance:
             except RuntimeError:  # the loop is closed: the server is gone
                 return
 
+        impl = self.impl
+        assert isinstance(impl, StartsAsync)  # async_ok
         try:
-            self.impl.start(requests, timing, done)  # type: ignore[attr-defined]
+            impl.start(requests, timing, done)
         except Exception as exc:
             failed = exc  # a batch that could not start completes one loop turn later
 
@@ -313,32 +322,24 @@ class ModelInstance:
             if self._closed:
                 worker.stop()
                 raise unavailable(f"instance {self.spec.name} was closed while rebuilding")
-            old, self._worker = self._worker.impl, worker
-            self._replace_impl(old, worker.impl)
-        self.inline_ok = bool(getattr(worker.impl, "thread_agnostic", False))
+            self._worker = worker
+            self.impl = worker.impl
+        self._capabilities()
         self.recent_ns = 0
         self._probe_every, self._since_probe, self._probing = PROBE_FIRST, 0, False
-
-    def _replace_impl(self, old: BackendInstance, new: BackendInstance) -> None:
-        if self.impl is old:
-            self.impl = new
-            return
-        wrapper: Any = self.impl
-        while (inner := getattr(wrapper, "inner", None)) is not None:
-            if inner is old:
-                wrapper.inner = new
-                return
-            wrapper = inner
-        log.warning("instance %s: its old backend instance was not found; replacing impl",
-                    self.spec.name)
-        self.impl = new
 
     def run(
         self, model: Model, requests: list[InferRequest]
     ) -> tuple[list[InferResponse | TritonliteError], ExecTiming, bool]:
         """Execute on this instance's thread; returns (per-request result, timing, executed)."""
         timing = ExecTiming(start_ns=time.monotonic_ns())
-        results = self._responses(model, requests, timing, self.impl.execute, requests, timing)
+        runner = self.runner
+        if runner is None:
+            results = self._responses(model, requests, timing, self.impl.execute, requests,
+                                      timing)
+        else:
+            results = self._responses(model, requests, timing, runner.execute, self.impl,
+                                      requests, timing)
         return results, timing, True
 
     def _responses(
@@ -402,8 +403,6 @@ class Model:
         health: HealthSettings | None = None,
         warmup: Sequence[WarmupSample] = (),
     ) -> None:
-        from tritonlite.scheduling.factory import make_scheduler
-
         self.ctx = ctx
         self.name = ctx.name
         self.version = ctx.version
@@ -432,8 +431,46 @@ class Model:
                 return True
         return False
 
+    # -- InstancePool (scheduling/base.py): the only code that touches ``idle`` ---------------
+    def has_idle(self, instance: object | None = None) -> bool:
+        if instance is None:
+            return bool(self.idle)
+        return instance in self.idle
+
+    def dispatch(self, batch: list[Pending], instance: object | None = None,
+                 runner: BatchRunner | None = None,
+                 done: Callable[[], None] | None = None) -> None:
+        if instance is None:
+            chosen = self.idle.popleft()
+        else:
+            assert isinstance(instance, ModelInstance)
+            self.idle.remove(instance)
+            chosen = instance
+        chosen.runner = runner
+        chosen.on_done = done
+        self.run_batch(chosen, batch)
+
+    def reject(self, request: InferRequest, future: asyncio.Future[InferResponse],
+               err: TritonliteError) -> None:
+        self.record_rejection(request, err)
+        future.set_exception(err)
+
+    def take_idle(self, instance: ModelInstance) -> bool:
+        """Take ``instance`` out of ``idle`` (health's probes and failover); False if it was
+        not idle."""
+        try:
+            self.idle.remove(instance)
+        except ValueError:
+            return False
+        return True
+
+    def return_idle(self, instance: ModelInstance) -> None:
+        """Put ``instance`` back in ``idle`` (after a probe or a rebuild); the scheduler is
+        told by the caller."""
+        self.idle.append(instance)
+
     def run_batch(self, instance: ModelInstance, batch: list[Pending]) -> None:
-        """Send ``batch`` to ``instance`` (which the caller took from ``idle``).
+        """Send ``batch`` to ``instance`` (which ``dispatch`` took from ``idle``).
 
         Short batches of thread-agnostic backends run right here on the loop (see
         INLINE_MAX_NS): their futures resolve before this returns, so a handler that awaits
@@ -500,6 +537,10 @@ class Model:
                 p.future.set_result(res)
         if streaming is not None:
             streaming.executed()
+        done = instance.on_done
+        if done is not None:
+            instance.on_done = None
+            done()
         if release_later:
             self._loop.call_soon(self._release, instance)
         else:

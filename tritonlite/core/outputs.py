@@ -13,10 +13,10 @@ import numpy as np
 from tritonlite.backends.base import ModelOutputs
 from tritonlite.contracts import datatypes
 from tritonlite.contracts.errors import internal, invalid_arg
+from tritonlite.contracts.signature import Signature, TensorSpec
 from tritonlite.contracts.types import InferOutput, InferRequest, InferResponse, RequestedOutput
 from tritonlite.core.classification import classify
 from tritonlite.core.shm import SharedMemoryManager
-from tritonlite.core.signature import Signature, TensorSpec
 
 
 def _unreshape(arr: np.ndarray[Any, Any], spec: TensorSpec, batched: bool) -> np.ndarray[Any, Any]:

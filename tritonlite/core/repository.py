@@ -31,6 +31,7 @@ from tritonlite.contracts.errors import (
     not_found,
     unavailable,
 )
+from tritonlite.contracts.signature import Signature
 from tritonlite.contracts.timing import ExecTiming
 from tritonlite.core import ensemble_deps, names
 from tritonlite.core import lifecycle as lc
@@ -40,7 +41,6 @@ from tritonlite.core.health import HealthSettings
 from tritonlite.core.lifecycle import VersionState
 from tritonlite.core.model import Model, ModelInstance
 from tritonlite.core.shm import SharedMemoryManager
-from tritonlite.core.signature import Signature
 from tritonlite.core.warmup import WarmupSample, build_samples, record_runs, run_samples
 from tritonlite.gpu.devices import usable_gpus
 

@@ -13,9 +13,9 @@ import numpy as np
 
 from tritonlite.contracts import datatypes
 from tritonlite.contracts.errors import invalid_arg
+from tritonlite.contracts.signature import Signature, TensorSpec
 from tritonlite.contracts.types import InferInput, InferRequest
 from tritonlite.core.shm import SharedMemoryManager
-from tritonlite.core.signature import Signature, TensorSpec
 
 
 def _fmt(shape: Any) -> str:

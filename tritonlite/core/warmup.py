@@ -35,11 +35,11 @@ from tritonlite._proto import pb
 from tritonlite.backends.base import BackendInstance
 from tritonlite.contracts import datatypes
 from tritonlite.contracts.errors import TritonliteError, invalid_arg
+from tritonlite.contracts.signature import Signature
 from tritonlite.contracts.timing import ExecTiming
 from tritonlite.contracts.types import InferInput, InferRequest
 from tritonlite.core import validate
 from tritonlite.core.shm import SharedMemoryManager
-from tritonlite.core.signature import Signature
 from tritonlite.core.stats import ModelStats
 
 WARMUP_DIR = "warmup"  # Triton's folder for input_data_file, under the model directory

@@ -1,16 +1,38 @@
-"""The scheduler contract between a Model and the code that decides what runs when.
+"""The two contracts of scheduling: ``Scheduler`` (what a model asks of its scheduler) and
+``InstancePool`` (what a scheduler may ask of the model's instances), with ``Pending``, the
+queued request they pass between them.
 
-Ownership: ``enqueue`` takes a validated request; from then until the returned future resolves
-the scheduler (and, while executing, the instance) owns it. The future resolves on the event
-loop with the InferResponse or a TritonliteError.
+Ownership: ``Scheduler.enqueue`` takes a validated request; from then until the returned future
+resolves the scheduler owns it, until it hands it to ``InstancePool.dispatch`` in a batch; from
+then the pool (the instance executing it) owns it and resolves its future on the event loop with
+the InferResponse or a TritonliteError. A pool tells its scheduler that an instance is free
+again with ``Scheduler.instance_free``; a scheduler never touches the pool's idle instances
+itself (Triton's schedulers likewise hand payloads to the rate limiter through two calls, never
+a shared list). Every method runs on the event loop thread.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
+from tritonlite.backends.base import BackendInstance, ModelContext, Result
+from tritonlite.contracts.errors import TritonliteError
+from tritonlite.contracts.signature import Signature
+from tritonlite.contracts.timing import ExecTiming
 from tritonlite.contracts.types import InferRequest, InferResponse
+
+
+@dataclass(slots=True)
+class Pending:
+    """A request queued by a scheduler: its future, and when it was queued and dispatched."""
+
+    request: InferRequest
+    future: asyncio.Future[InferResponse]
+    enqueue_ns: int
+    dispatch_ns: int = 0
 
 
 class Scheduler(Protocol):
@@ -28,4 +50,46 @@ class Scheduler(Protocol):
 
     def stop(self) -> None:
         """Fail every queued (not yet executing) request with UNAVAILABLE."""
+        ...
+
+
+class BatchRunner(Protocol):
+    """Runs one dispatched batch in place of the backend instance's ``execute`` (the sequence
+    batcher's implicit-state wrapper). Called on the instance's thread with its backend
+    instance; same contract as ``BackendInstance.execute``."""
+
+    def execute(self, inner: BackendInstance, requests: list[InferRequest],
+                timing: ExecTiming) -> list[Result]: ...
+
+
+class InstancePool(Protocol):
+    """A loaded model as its scheduler sees it: what it serves and its instances (``Model``
+    implements it). Instances are opaque to the scheduler; it names one only to dispatch to it
+    (the sequence batcher binds sequences to instances)."""
+
+    name: str
+    config: Any  # the normalized pb.ModelConfig
+    signature: Signature
+    ctx: ModelContext
+    executing: int  # requests dispatched and not yet completed
+
+    @property
+    def instances(self) -> Sequence[object]: ...
+
+    def has_idle(self, instance: object | None = None) -> bool:
+        """Whether an instance (or this one) is idle and healthy, ready for a batch."""
+        ...
+
+    def dispatch(self, batch: list[Pending], instance: object | None = None,
+                 runner: BatchRunner | None = None,
+                 done: Callable[[], None] | None = None) -> None:
+        """Take an idle instance (``instance`` when given; ``has_idle`` must be true) and run
+        ``batch`` on it, through ``runner`` when given. ``done`` is called on the loop once the
+        batch's futures are resolved, before the instance is idle again."""
+        ...
+
+    def reject(self, request: InferRequest, future: asyncio.Future[InferResponse],
+               err: TritonliteError) -> None:
+        """Fail a request the scheduler refused (queue full, timed out): counted as the
+        statistics count a rejection, then ``future`` gets ``err``."""
         ...

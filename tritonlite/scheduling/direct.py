@@ -9,24 +9,19 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from typing import TYPE_CHECKING
 
 from tritonlite.contracts.errors import unavailable
 from tritonlite.contracts.types import InferRequest, InferResponse
-
-if TYPE_CHECKING:
-    from tritonlite.core.model import Model, Pending
+from tritonlite.scheduling.base import InstancePool, Pending
 
 
 class DirectScheduler:
-    def __init__(self, model: Model) -> None:
+    def __init__(self, model: InstancePool) -> None:
         self._model = model
         self._queue: deque[Pending] = deque()
         self._loop = asyncio.get_running_loop()
 
     def enqueue(self, request: InferRequest) -> asyncio.Future[InferResponse]:
-        from tritonlite.core.model import Pending
-
         fut: asyncio.Future[InferResponse] = self._loop.create_future()
         self._queue.append(Pending(request, fut, time.monotonic_ns()))
         self.instance_free()
@@ -34,11 +29,11 @@ class DirectScheduler:
 
     def instance_free(self) -> None:
         model = self._model
-        while self._queue and model.idle:
+        while self._queue and model.has_idle():
             p = self._queue.popleft()
             if p.future.done():  # cancelled while queued
                 continue
-            model.run_batch(model.idle.popleft(), [p])
+            model.dispatch([p])
 
     def inflight(self) -> int:
         return len(self._queue) + self._model.executing

@@ -10,15 +10,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tritonlite.contracts.errors import rejected, unavailable
 from tritonlite.contracts.types import InferRequest, InferResponse
+from tritonlite.scheduling.base import InstancePool, Pending
 from tritonlite.scheduling.batcher import REJECT_QUEUE_FULL, BatchQueue, QueuePolicy
 from tritonlite.scheduling.wakeup import Wakeup
-
-if TYPE_CHECKING:
-    from tritonlite.core.model import Model, Pending
 
 _SHAPE_KEYS_MAX = 4096
 
@@ -29,10 +27,7 @@ def _policy(p: Any) -> QueuePolicy:
 
 
 class DynamicBatchScheduler:
-    def __init__(self, model: Model) -> None:
-        from tritonlite.core.model import Pending
-
-        self._pending_cls = Pending
+    def __init__(self, model: InstancePool) -> None:
         self._model = model
         db = model.config.dynamic_batching
         self._queue = BatchQueue(
@@ -76,8 +71,8 @@ class DynamicBatchScheduler:
         fut: asyncio.Future[InferResponse] = loop.create_future()
         now = time.monotonic_ns()
         model = self._model
-        if self._direct_ok and model.idle and not len(self._queue):
-            model.run_batch(model.idle.popleft(), [self._pending_cls(request, fut, now)])
+        if self._direct_ok and model.has_idle() and not len(self._queue):
+            model.dispatch([Pending(request, fut, now)])
             return fut
         slot = self._next_slot
         self._next_slot += 1
@@ -86,15 +81,14 @@ class DynamicBatchScheduler:
         if rc == REJECT_QUEUE_FULL:
             err = rejected(unavailable(
                 f"Exceeds maximum queue size for model '{self._model.name}'"))
-            self._model.record_rejection(request, err)
-            fut.set_exception(err)
+            self._model.reject(request, fut, err)
             return fut
         inner = fut
         if self._preserve:
             inner = loop.create_future()
             self._order.append((inner, fut))
             inner.add_done_callback(self._release_in_order)
-        self._slots[slot] = self._pending_cls(request, inner, now)
+        self._slots[slot] = Pending(request, inner, now)
         fut.add_done_callback(lambda f: self._cancelled(slot) if f.cancelled() else None)
         self._schedule()
         return fut
@@ -127,7 +121,7 @@ class DynamicBatchScheduler:
         for slot in queue.expired(now):
             self._reject(slot)
         wait = -1
-        while model.idle and len(queue):
+        while model.has_idle() and len(queue):
             take, wait = queue.next_batch(now)
             for slot in queue.expired(now):
                 self._reject(slot)
@@ -139,7 +133,7 @@ class DynamicBatchScheduler:
                 if not p.future.done():
                     batch.append(p)
             if batch:
-                model.run_batch(model.idle.popleft(), batch)
+                model.dispatch(batch)
             wait = -1
         deadline = queue.next_deadline_ns() if len(queue) else -1
         when = now + wait if wait > 0 else -1
@@ -151,9 +145,7 @@ class DynamicBatchScheduler:
         p = self._slots.pop(slot, None)
         if p is None or p.future.done():
             return
-        err = unavailable("Request timeout expired")
-        self._model.record_rejection(p.request, err)
-        p.future.set_exception(err)
+        self._model.reject(p.request, p.future, unavailable("Request timeout expired"))
 
     def inflight(self) -> int:
         return len(self._slots) + self._model.executing

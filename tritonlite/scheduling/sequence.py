@@ -24,11 +24,12 @@ no correlation ID, a non-START request for a sequence the batcher does not know.
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tritonlite.contracts.errors import (
     ErrorCode,
@@ -38,18 +39,16 @@ from tritonlite.contracts.errors import (
     unavailable,
 )
 from tritonlite.contracts.types import InferInput, InferRequest, InferResponse
+from tritonlite.scheduling.base import InstancePool, Pending
 from tritonlite.scheduling.sequence_state import (
     Controls,
-    Interposer,
     Plan,
     State,
+    StateRunner,
     load_states,
     null_request,
 )
 from tritonlite.scheduling.wakeup import Wakeup
-
-if TYPE_CHECKING:
-    from tritonlite.core.model import Model, ModelInstance, Pending
 
 log = logging.getLogger("tritonlite")
 
@@ -81,24 +80,21 @@ class _Slot:
 class _Batcher:
     """The slots of one instance and the batch it is running."""
 
-    __slots__ = ("instance", "interposer", "slots", "running")
+    __slots__ = ("instance", "runner", "slots", "running", "done")
 
-    def __init__(self, instance: ModelInstance, interposer: Interposer, index: int,
-                 slots: int) -> None:
+    def __init__(self, instance: object, runner: StateRunner, index: int, slots: int) -> None:
         self.instance = instance
-        self.interposer = interposer
+        self.runner = runner  # handed to the pool with each batch it runs on ``instance``
         self.slots = [_Slot(index, s) for s in range(slots)]
         # each dispatched sequence and the dict its next state is written into
         self.running: list[tuple[_Sequence, State]] = []
+        self.done: Any = None  # the pool calls it when the running batch completed
 
 
 class SequenceBatchScheduler:
     """Scheduler for models with ``sequence_batching`` (see the module docstring)."""
 
-    def __init__(self, model: Model) -> None:
-        from tritonlite.core.model import Pending
-
-        self._pending_cls = Pending
+    def __init__(self, model: InstancePool) -> None:
         self._model = model
         cfg = model.config
         seq = cfg.sequence_batching
@@ -124,9 +120,9 @@ class SequenceBatchScheduler:
         self._batchers: list[_Batcher] = []
         self._free: list[tuple[int, int]] = []  # heap of (slot index, batcher index)
         for b, inst in enumerate(model.instances):
-            interposer = Interposer(inst.impl, self._states)
-            inst.impl = interposer
-            self._batchers.append(_Batcher(inst, interposer, b, slots))
+            batcher = _Batcher(inst, StateRunner(self._states), b, slots)
+            batcher.done = functools.partial(self._finish, batcher)
+            self._batchers.append(batcher)
             self._free.extend((s, b) for s in range(slots))
         heapq.heapify(self._free)
         self._backlog: deque[_Sequence] = deque()
@@ -144,7 +140,7 @@ class SequenceBatchScheduler:
         except TritonliteError as exc:
             fut.set_exception(rejected(exc))
             return fut
-        seq.queue.append(self._pending_cls(request, fut, now))
+        seq.queue.append(Pending(request, fut, now))
         self._queued += 1
         self._schedule(now)
         return fut
@@ -249,15 +245,12 @@ class SequenceBatchScheduler:
 
     def _schedule(self, now: int = 0) -> None:
         now = now or time.monotonic_ns()
-        idle = self._model.idle
-        for b in self._batchers:
-            if b.running and b.instance in idle:
-                self._finish(b)
+        model = self._model
         if self._reap_at is not None and now >= self._reap_at:
             self._reap(now)
         wake = self._reap_at if self._reap_at is not None else -1
         for b in self._batchers:
-            if b.running or b.instance not in idle:
+            if b.running or not model.has_idle(b.instance):
                 continue
             when = self._dispatch(b, now)
             if when >= 0 and (wake < 0 or when < wake):
@@ -265,6 +258,7 @@ class SequenceBatchScheduler:
         self._wakeup.arm(wake)
 
     def _finish(self, b: _Batcher) -> None:
+        """On the loop, once ``b``'s batch completed: the sequences' next states."""
         for seq, next_state in b.running:
             if next_state:  # a model that leaves a state out keeps the one it was given
                 seq.state = {**(seq.state or self._initial), **next_state}
@@ -348,11 +342,9 @@ class SequenceBatchScheduler:
             full = [null if r is None else r for r in requests]
         else:
             full = [r for r in requests if r is not None]
-        b.interposer.plan = Plan(full, positions, [st for _, st in running])
+        b.runner.plan = Plan(full, positions, [st for _, st in running])
         b.running = running
-        model = self._model
-        model.idle.remove(b.instance)
-        model.run_batch(b.instance, batch)
+        self._model.dispatch(batch, b.instance, b.runner, b.done)
 
     def _add_inputs(self, req: InferRequest, corr_id: int | str, state: State) -> None:
         # Requests of a batch must list their inputs in one order: the backends gather by index.

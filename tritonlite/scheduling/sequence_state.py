@@ -234,33 +234,25 @@ class Plan:
     next_states: list[State]  # one per real request, in order: filled from its outputs
 
 
-class Interposer:
-    """Stands in for one instance's backend instance (``ModelInstance.impl``).
-
-    Runs the batch its ``plan`` describes (the real requests, padded with null ones), returns
-    the real requests' results and copies each one's state outputs into the plan. It runs on
-    the instance's thread: ``plan`` is set on the loop before the batch is submitted and read
-    on the loop after ``Model._complete``; the instance queue and ``call_soon_threadsafe``
-    order those accesses, so there is no lock.
+class StateRunner:
+    """Runs one instance's batches for the sequence batcher (a ``BatchRunner`` it hands the
+    pool with each batch): the batch its ``plan`` describes (the real requests, padded with
+    null ones), returning the real requests' results and copying each one's state outputs into
+    the plan. It runs on the instance's thread: ``plan`` is set on the loop before the batch is
+    dispatched and read on the loop after it completed; the instance queue and
+    ``call_soon_threadsafe`` order those accesses, so there is no lock.
     """
 
-    runs_async = False  # only ``execute`` applies the plan: never the backend's ``start``
-
-    def __init__(self, inner: BackendInstance, states: tuple[StateSpec, ...]) -> None:
-        self.inner = inner
+    def __init__(self, states: tuple[StateSpec, ...]) -> None:
         self.plan: Plan | None = None
         self._states = states
 
-    def __getattr__(self, name: str) -> Any:  # is_ready, thread_agnostic... of the backend's
-        if name == "inner":
-            raise AttributeError(name)
-        return getattr(self.inner, name)
-
-    def execute(self, requests: list[InferRequest], timing: ExecTiming) -> list[Result]:
+    def execute(self, inner: BackendInstance, requests: list[InferRequest],
+                timing: ExecTiming) -> list[Result]:
         plan, self.plan = self.plan, None
         if plan is None:
-            return self.inner.execute(requests, timing)
-        produced = self.inner.execute(plan.requests, timing)
+            return inner.execute(requests, timing)
+        produced = inner.execute(plan.requests, timing)
         if len(produced) != len(plan.requests):
             raise internal(f"the model returned {len(produced)} responses for "
                            f"{len(plan.requests)} requests")
@@ -276,6 +268,3 @@ class Interposer:
                         next_state[st.input_name] = kept
             results.append(res)
         return results
-
-    def close(self) -> None:
-        self.inner.close()
