@@ -47,12 +47,14 @@ VARIANTS = {
 }
 
 
-def _server(variant: str, repo: Path, logs: Path, baseline: Path | None) -> TritonliteServer:
+def _server(variant: str, repo: Path, logs: Path, baseline: Path | None,
+            root: Path = ROOT) -> TritonliteServer:
     extra = VARIANTS[variant]
     if variant == "shared":
         port = str(free_ports(1)[0])
         extra = (*extra, "--http-port", port, "--grpc-port", port)
-    root = baseline if variant == "base" and baseline is not None else ROOT
+    if variant == "base" and baseline is not None:
+        root = baseline
     return TritonliteServer(repo, logs / f"server_{variant}.log", extra, root=root)
 
 
@@ -64,6 +66,10 @@ def main() -> int:
     ap.add_argument("--variants", default="native,shared,aio")
     ap.add_argument("--protocols", default="http,grpc")
     ap.add_argument("--baseline", type=Path, default=None)
+    ap.add_argument("--root", type=Path, default=ROOT,
+                    help="the checkout whose tritonlite the native/shared/aio variants run "
+                         "(default: this one; a worktree keeps the figures apart from edits "
+                         "in progress)")
     ap.add_argument("--model", default="add_sub")
     ap.add_argument("--interval-ms", type=int, default=3000)
     a = ap.parse_args()
@@ -78,7 +84,7 @@ def main() -> int:
         repo = write_onnx_repo(Path(tmp) / "repo", ("add_sub",))
         for rnd in range(a.rounds):
             for variant in variants:
-                server = _server(variant, repo, logs, a.baseline)
+                server = _server(variant, repo, logs, a.baseline, a.root)
                 ports = server.start()
                 try:
                     for proto in a.protocols.split(","):

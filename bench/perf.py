@@ -59,11 +59,12 @@ class Settings:
     stability_percentage: int = 50
     max_trials: int = 6
     timeout_s: float = 120.0
+    extra: tuple[str, ...] = ()  # more perf_analyzer flags (--streaming, --shared-memory=...)
 
     def flags(self) -> list[str]:
         return ["--measurement-interval", str(self.measurement_interval_ms),
                 "--stability-percentage", str(self.stability_percentage),
-                "--max-trials", str(self.max_trials)]
+                "--max-trials", str(self.max_trials), *self.extra]
 
 
 @dataclass
@@ -187,7 +188,7 @@ def run_point(binary: Path, point: Point, url: str, settings: Settings, csv_path
     status says so.
     """
     retry = Settings(settings.measurement_interval_ms * 2, 100, max(settings.max_trials, 10),
-                     settings.timeout_s)
+                     settings.timeout_s, settings.extra)
     logs: list[str] = []
     start = time.monotonic()
     point.loadavg_1m = os.getloadavg()[0]
