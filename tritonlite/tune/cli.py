@@ -136,9 +136,14 @@ def run(ns: argparse.Namespace, settings: Settings, shapes: dict[str, Any], argv
         print(f"{PROG}: starting tritonlite on {ns.model_repository}", file=sys.stderr)
         managed = ManagedServer(Path(ns.model_repository), ns.model, ns.server_arg,
                                 log_path=out / "server.log")
-        managed.wait_started()
+        try:
+            managed.wait_started()
+        except BaseException:
+            managed.stop()
+            raise
         http_url, grpc_url = managed.http_url, managed.grpc_url
     control = Control(http_url)
+    touched = False  # a candidate was loaded into a server that is not ours
     try:
         server_cfg = parse_json(json.dumps(control.config(ns.model)))
         base = _base_config(ns, server_cfg)
@@ -157,15 +162,22 @@ def run(ns: argparse.Namespace, settings: Settings, shapes: dict[str, Any], argv
         print(f"{PROG}: {ns.model} over {ns.protocol} with {load_name}; writing to {out}",
               file=sys.stderr)
         tuner = Tuner(control, ns.model, base, ctx, settings, measure, sys.stderr)
+        touched = ns.url is not None
         result = tuner.run()
-        if ns.url:
-            control.load(ns.model, None)  # back to the repository's own config
         command = "tritonlite tune " + " ".join(shlex.quote(a) for a in argv)
         cfg_path, report_path, note = report.write_all(out, ns.model, result, settings, base,
                                                        load_name, command)
     finally:
         if managed:
             managed.stop()
+        elif touched:  # back to the repository's own config, however the run ended
+            try:
+                err = control.load(ns.model, None)
+            except TuneError as exc:
+                err = str(exc)
+            if err:
+                print(f"{PROG}: warning: could not reload '{ns.model}' from its repository: "
+                      f"{err}", file=sys.stderr)
     if note:
         print(f"{PROG}: {note}", file=sys.stderr)
     c = result.chosen

@@ -150,6 +150,27 @@ class Sample:
         return s.inference_count / s.execution_count if s.execution_count else 0.0
 
 
+def merge(samples: list[Sample]) -> Sample:
+    """Rounds of one point as one sample: mean throughput and percentiles, the worst p99,
+    counts and server counters summed."""
+    if len(samples) == 1:
+        return samples[0]
+    n = len(samples)
+    out = Sample(samples[0].concurrency)
+    out.throughput = sum(s.throughput for s in samples) / n
+    out.p50_us = sum(s.p50_us for s in samples) / n
+    out.p90_us = sum(s.p90_us for s in samples) / n
+    out.p99_us = max(s.p99_us for s in samples)
+    out.avg_us = sum(s.avg_us for s in samples) / n
+    out.count = sum(s.count for s in samples)
+    out.errors = sum(s.errors for s in samples)
+    out.error = next((s.error for s in samples if s.error), "")
+    out.window_s = sum(s.window_s for s in samples)
+    for s in samples:
+        out.server = out.server.plus(s.server)
+    return out
+
+
 def summarize(sample: Sample, latencies_ns: list[int], window_s: float) -> Sample:
     sample.count = len(latencies_ns)
     sample.window_s = window_s

@@ -93,10 +93,13 @@ def markdown(model: str, result: Result, settings: Settings, base: Any, chosen_c
         "",
         "## Choice", "",
         f"**{c.candidate.label()}**: {result.reason}.", "",
-        "Scores: a probe's throughput at the highest concurrency, scaled by budget / p99 when "
-        "its p99 is over the budget; a sweep's highest throughput among its points within the "
-        "budget. A candidate replaces the best so far only when it beats it by more than the "
-        "noise margin.", "",
+        "Scores: a point's throughput, scaled by budget / p99 when its p99 is over the budget. "
+        "A probe runs at the highest concurrency (twice for a candidate about to win; the "
+        "score is the mean); a final sweep runs every concurrency point in two rounds, the "
+        "second in reverse order, and scores its best point. A candidate replaces the best so "
+        "far only when it beats it by more than the noise margin, and only if it does not "
+        "lose more than 10% of the original's throughput at a lighter load (unless within "
+        "the budget there).", "",
         "### Config diff", "",
         "```diff", config_diff(base, chosen_cfg).rstrip("\n") or "(no change)", "```", "",
         "## Candidates", "",

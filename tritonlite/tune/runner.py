@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 from tritonlite.contracts.config_json import render_json
 from tritonlite.tune import space
-from tritonlite.tune.load import Sample
+from tritonlite.tune.load import Sample, merge
 from tritonlite.tune.server import Control
 
 Measure = Callable[[int, float], Sample]  # (concurrency, window seconds) -> a sample
@@ -150,17 +150,22 @@ class Tuner:
         self._progress(trial)
         return trial
 
-    def sweep(self, stage: str, cand: space.Candidate, points: list[int]) -> Trial:
-        trial = Trial(len(self.trials) + 1, stage, cand, kind="sweep")
-        self.trials.append(trial)
+    def _sweep(self, trial: Trial, points: list[int]) -> None:
+        """One round of a final sweep: load the candidate, measure each point."""
         if self._load(trial):
             for c in points:
                 if not self._sample(trial, c, self.settings.sweep_s).ok:
                     break
-            best = trial.best_sample(self.settings.latency_budget_us) if trial.ok else None
-            trial.score = best.throughput if best else 0.0
         self._progress(trial)
-        return trial
+
+    def _settle(self, trial: Trial) -> None:
+        """Merge a sweep's rounds per concurrency (``load.merge``) and score it."""
+        if trial.ok:
+            trial.samples = [merge([s for s in trial.samples if s.concurrency == c])
+                             for c in sorted({s.concurrency for s in trial.samples})]
+        budget = self.settings.latency_budget_us
+        trial.score = max((space.score(s.throughput, s.p99_us, budget)
+                           for s in trial.samples if s.ok), default=0.0) if trial.ok else 0.0
 
     def _confirm(self, trial: Trial) -> None:
         """A second probe of a candidate about to win; its score becomes the mean of both
@@ -243,16 +248,28 @@ class Tuner:
                                 f"{b.throughput:,.0f}")
 
     def _final(self, baseline: Trial, points: list[int], stopped: bool) -> Result:
+        """Sweep the original and the finalists in two rounds, the second in reverse order
+        (A B C, C B A), so a slow spell of a shared machine weighs on every one alike."""
         budget = self.settings.latency_budget_us
-        base_sweep = self.sweep("final", baseline.candidate, points)
-        sweeps = [base_sweep]
-        for cand in self._finalists(baseline):
-            if cand == baseline.candidate:
+        one = self._load_s + (self.settings.sweep_s + 1.0) * len(points)
+        sweeps: list[Trial] = []
+        for cand in [baseline.candidate, *self._finalists(baseline)]:
+            if any(t.candidate == cand for t in sweeps):
                 continue
-            if self._time_left() < self._load_s + (self.settings.sweep_s + 1.0) * len(points):
+            if sweeps and self._time_left() < one:
                 stopped = True
                 break
-            sweeps.append(self.sweep("final", cand, points))
+            trial = Trial(len(self.trials) + 1, "final", cand, kind="sweep")
+            self.trials.append(trial)
+            sweeps.append(trial)
+            self._sweep(trial, points)
+        if self._time_left() >= one * len(sweeps):
+            for trial in reversed(sweeps):
+                if trial.ok:
+                    self._sweep(trial, points)
+        for trial in sweeps:
+            self._settle(trial)
+        base_sweep = sweeps[0]
         note = ""
         if not base_sweep.ok:  # compare with the original's probes instead
             note = f" (the original's final sweep {base_sweep.status}; its probes stand in)"

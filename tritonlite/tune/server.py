@@ -47,6 +47,9 @@ class ModelStats:
     def minus(self, other: ModelStats) -> ModelStats:
         return ModelStats(*(a - b for a, b in zip(_values(self), _values(other), strict=True)))
 
+    def plus(self, other: ModelStats) -> ModelStats:
+        return ModelStats(*(a + b for a, b in zip(_values(self), _values(other), strict=True)))
+
 
 def _values(s: ModelStats) -> tuple[int, ...]:
     return (s.success, s.inference_count, s.execution_count, s.queue_ns, s.compute_input_ns,

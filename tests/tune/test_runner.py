@@ -1,0 +1,122 @@
+"""The search logic against a model of a server: which candidates it probes, keeps and chooses.
+
+``FakeServer`` stands in for the network only: ``load`` parses the config JSON the tuner sends
+(with the project's own parser, so a malformed override fails here as it would on a server) and
+``measure`` returns a deterministic throughput/latency for that config at that concurrency.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pytest
+
+from tritonlite.contracts.config import parse_json, parse_pbtxt
+from tritonlite.tune import space
+from tritonlite.tune.load import Sample, merge
+from tritonlite.tune.runner import Settings, Tuner
+from tritonlite.tune.server import ModelStats
+
+pytestmark = pytest.mark.timeout(30)
+
+MLP = """name: "mlp"
+platform: "onnxruntime_onnx"
+max_batch_size: 64
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1024 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1024 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+
+
+class FakeServer:
+    """Batching triples throughput under load; a queue delay costs its length at concurrency 1
+    and half of it under load; two instances add 10%; a response cache fails to load."""
+
+    def __init__(self, instance_gain: float = 1.1) -> None:
+        self.instance_gain = instance_gain
+        self.cand = space.Candidate()
+        self.loads: list[space.Candidate] = []
+
+    def load(self, model: str, config_json: str | None) -> str | None:
+        assert model == "mlp" and config_json is not None
+        cand = space.from_config(parse_json(config_json))
+        self.loads.append(cand)
+        if cand.response_cache:
+            return "response cache: refused"
+        self.cand = cand
+        return None
+
+    def measure(self, concurrency: int, window_s: float) -> Sample:
+        c = self.cand
+        per_request_us = 1000.0  # one sample alone
+        if c.dynamic_batching and concurrency > 1:
+            per_request_us /= 3
+        if c.instance_count == 2:
+            per_request_us /= self.instance_gain
+        latency = per_request_us * concurrency
+        if c.dynamic_batching:
+            latency += c.max_queue_delay_us * (1 if concurrency == 1 else 0.5)
+        s = Sample(concurrency, throughput=concurrency / latency * 1e6, p50_us=latency,
+                   p90_us=latency, p99_us=latency * 1.2, avg_us=latency, count=100,
+                   window_s=window_s, server=ModelStats(success=100, execution_count=10,
+                                                        inference_count=100))
+        return s
+
+
+def tune(settings: Settings, repeats: bool = False) -> tuple[Any, FakeServer]:
+    base = parse_pbtxt(MLP, "mlp")
+    fake = FakeServer()
+    ctx = space.Context(max_batch_size=64, ort=True, cores=2, max_concurrency=16,
+                        repeats=repeats, latency_budget_us=settings.latency_budget_us)
+    tuner = Tuner(fake, "mlp", base, ctx, settings, fake.measure, io.StringIO())  # type: ignore
+    return tuner.run(), fake
+
+
+def test_finds_batching_and_instances_and_keeps_them_through_the_final() -> None:
+    result, fake = tune(Settings(concurrency=(16, 16), max_minutes=5, probe_s=0.01,
+                                 sweep_s=0.01))
+    c = result.chosen.candidate
+    assert c.dynamic_batching and c.instance_count == 2
+    assert result.chosen.score == pytest.approx(3 * 1.1 * 1000, rel=0.01)
+    assert result.baseline.candidate == space.Candidate(instance_count=1)
+    assert "3.30x" in result.reason
+    # Pruned, not the grid: the queue-delay ladder stops after two probes that fell behind.
+    delays = [t.candidate.max_queue_delay_us for t in result.trials if t.stage == "batching"]
+    assert delays == [0, 100, 500, 2_000, 10_000]
+    # The server is left serving the choice.
+    assert fake.cand == c
+
+
+def test_a_queue_delay_that_hurts_light_load_is_rejected() -> None:
+    # At concurrency 1 a delay costs its length; the 1:16 range makes tune check it.
+    result, _ = tune(Settings(concurrency=(1, 16), max_minutes=5, probe_s=0.01, sweep_s=0.01))
+    assert result.chosen.candidate.max_queue_delay_us == 0
+    assert result.chosen.candidate.dynamic_batching
+
+
+def test_a_candidate_that_fails_to_load_is_reported_not_chosen() -> None:
+    result, fake = tune(Settings(concurrency=(16, 16), max_minutes=5, probe_s=0.01,
+                                 sweep_s=0.01), repeats=True)
+    failed = [t for t in result.trials if t.stage == "response cache"]
+    assert failed and failed[0].status == "load failed: response cache: refused"
+    assert not result.chosen.candidate.response_cache
+
+
+def test_nothing_better_keeps_the_original() -> None:
+    # No batching possible, ORT stages off, a second instance within the noise margin.
+    base = parse_pbtxt(MLP, "mlp")
+    fake = FakeServer(instance_gain=1.03)
+    ctx = space.Context(max_batch_size=0, ort=False, cores=1, max_concurrency=4)
+    tuner = Tuner(fake, "mlp", base, ctx, Settings(concurrency=(4, 4), probe_s=0.01,  # type: ignore
+                                                   sweep_s=0.01), fake.measure, io.StringIO())
+    result = tuner.run()
+    assert result.chosen.candidate == result.baseline.candidate
+    assert "the original configuration is kept" in result.reason
+
+
+def test_merge_means_rounds_and_keeps_the_worst_p99() -> None:
+    a = Sample(4, throughput=100, p50_us=10, p99_us=30, count=5, server=ModelStats(success=5))
+    b = Sample(4, throughput=200, p50_us=20, p99_us=50, count=7, server=ModelStats(success=7))
+    m = merge([a, b])
+    assert (m.throughput, m.p50_us, m.p99_us, m.count, m.server.success) == (150, 15, 50, 12, 12)
