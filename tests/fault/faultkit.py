@@ -7,21 +7,29 @@
   returns ``(status, body)``; ``infer_body`` and ``check_add_sub`` build and check infers;
 * ``grpc_unary``: a raw unary call (bytes in, ``(status, message, bytes)`` out) on a plain
   grpc channel, so mutated protobufs reach the server unparsed;
-* ``metric(server, name, labels)``: one sample read from ``/metrics``.
+* ``scrape`` / ``rejected``: samples read from ``/metrics``;
+* ``start_raw``: conftest's ``start_server`` for servers that may write bytes that are not
+  UTF-8 to stderr (grpc's C core logs what a hostile client sent), or that need a
+  ``preexec_fn`` (resource limits).
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import os
+import subprocess
 import sys
 import textwrap
+import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import grpc
 import numpy as np
+from conftest import Server, _is_live
 from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -165,3 +173,29 @@ def rejected(samples: dict[Any, float], protocol: str) -> dict[str, int]:
         if name == "tritonlite_rejected_requests_total" and lbl["protocol"] == protocol and v:
             out[lbl["reason"]] = int(v)
     return out
+
+
+def start_raw(repo: Path, *args: str, env: dict[str, str] | None = None,
+              preexec_fn: Callable[[], None] | None = None) -> Server:
+    """Like conftest's ``start_server`` (HTTP, gRPC and metrics on free ports, live when it
+    returns), but stderr is decoded with ``backslashreplace`` and ``preexec_fn`` runs in the
+    child. The caller stops the server."""
+    cmd = [sys.executable, "-m", "tritonlite", "--model-repository", str(repo),
+           "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0",
+           "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1", *args]
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, errors="backslashreplace",
+                            start_new_session=True, env={**os.environ, **(env or {})},
+                            preexec_fn=preexec_fn)
+    server = Server(proc, cmd)
+    wanted = {"HTTPService", "GRPCInferenceService"}
+    if "--allow-metrics=false" not in args:
+        wanted.add("Metrics Service")
+    deadline = time.monotonic() + 90
+    server.wait_for(wanted, deadline)
+    while not _is_live(server.http_url):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            server.stop()
+            raise RuntimeError(f"tritonlite is not live:\n{server.output()}")
+        time.sleep(0.05)
+    return server

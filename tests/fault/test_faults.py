@@ -39,6 +39,7 @@ from faultkit import (
     check_add_sub,
     infer_body,
     scrape,
+    start_raw,
     write_gated,
     write_repo,
 )
@@ -354,21 +355,12 @@ NOFILE = 256
 
 
 def _start_with_nofile(repo: Path, nofile: int, *args: str) -> Server:
-    """start_server's child, with its RLIMIT_NOFILE (soft and hard) set to ``nofile``."""
-    cmd = [sys.executable, "-m", "tritonlite", "--model-repository", str(repo),
-           "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0",
-           "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1", *args]
+    """A server whose RLIMIT_NOFILE (soft and hard) is ``nofile``."""
 
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
 
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            preexec_fn=limit)
-    server = Server(proc, cmd)
-    server.wait_for({"HTTPService", "GRPCInferenceService", "Metrics Service"},
-                    time.monotonic() + 90)
-    return server
+    return start_raw(repo, *args, preexec_fn=limit)
 
 
 @pytest.mark.xfail(strict=True, reason="helper A's connection caps (issue 18 item 6): at the "
