@@ -15,6 +15,9 @@ none or several gets Triton's "exactly 1 response" error, with status 200 as Tri
 flags-only final sends nothing. A request refused before it reaches a model (unknown model,
 bad inputs) is a plain JSON error with its mapped status. Unlike Triton, which answers 500 to
 JSON it cannot convert (a string for an INT32 input, a non-string id), those are 400 here.
+A key given twice in one JSON object is 400: for a model input with Triton's message
+("input 'X' already exists in request"); Triton keeps the first of other repeated keys and
+garbles the request's parameters, tritonlite refuses those too ("duplicate key ...").
 
 A client that goes away mid-stream cancels its request (the model sees ``is_cancelled()``).
 """
@@ -22,6 +25,7 @@ A client that goes away mid-stream cancels its request (the model sees ``is_canc
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -46,6 +50,37 @@ def _parameter(key: str, value: Any, where: str) -> Any:
     if isinstance(value, (bool, int, float, str)):
         return value
     raise invalid_arg(f"{where}parameter '{key}' has invalid type. {_PARAM_TYPES}")
+
+
+class _Duplicate(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Duplicate(key)
+        out[key] = value
+    return out
+
+
+def _check_duplicates(body: bytes, doc: dict[str, Any], specs: dict[str, Any]) -> None:
+    """INVALID_ARG when an object of ``body`` (already parsed as ``doc``) repeats a key.
+
+    orjson keeps the last of repeated keys silently; this second, stdlib parse sees them."""
+    try:
+        json.loads(body, object_pairs_hook=_no_duplicates)
+    except _Duplicate as dup:
+        rid = doc.get("id")
+        prefix = f"[request id: {rid if isinstance(rid, str) and rid else '<id_unknown>'}] "
+        if dup.key in specs:
+            raise invalid_arg(f"{prefix}input '{dup.key}' already exists in request") from None
+        raise invalid_arg(f"{prefix}duplicate key '{dup.key}' in the request JSON") from None
+    except ValueError:
+        pass  # what orjson accepted and json does not (e.g. lone surrogates) is not ours
 
 
 def _shape(name: str, dims: list[int], count: int) -> list[int]:
@@ -90,6 +125,7 @@ def decode(core: CoreAPI, body: bytes, name: str, version: int) -> InferRequest:
     meta = core.model_metadata(name, version)
     batched = core.model_config(name, version).max_batch_size > 0
     specs = {s["name"]: s for s in meta["inputs"]}
+    _check_duplicates(body, doc, specs)
     req = InferRequest(name, version)
     params: dict[str, Any] = {}
     for key, value in doc.items():
