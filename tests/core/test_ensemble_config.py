@@ -16,8 +16,8 @@ import pytest
 
 from tritonlite.contracts import config as C
 from tritonlite.contracts.errors import ErrorCode, TritonliteError
-from tritonlite.core.ensemble import EnsembleGraph, reshape_dims
 from tritonlite.core.ensemble_config import validate_composing
+from tritonlite.scheduling.ensemble import EnsembleGraph, reshape_dims
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -89,3 +89,8 @@ def test_module_in_no_layer_fails(tmp_path: Path) -> None:
     result = run_checker(tree)
     assert result.returncode == 1
     assert "tritonlite.stray is in no layer" in result.stdout
+
+
+def test_tritonlite_is_layered() -> None:
+    result = run_checker(ROOT / "tritonlite")
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -24,7 +24,7 @@ from tritonlite.contracts.errors import (
     unsupported,
 )
 from tritonlite.contracts.types import InferRequest, InferResponse
-from tritonlite.core import ensemble, latency, names, validate
+from tritonlite.core import latency, names, validate
 from tritonlite.core import stats as model_stats
 from tritonlite.core.cache import ResponseCache
 from tritonlite.core.core_options import CoreOptions
@@ -98,7 +98,7 @@ class InferenceCore:
         self.options = options
         self._in_process = in_process
         self.shm = SharedMemoryManager()
-        self.repository = ModelRepository(options, self.shm)
+        self.repository = ModelRepository(options, self.shm, self.step_infer)
         self.trace = TraceSettings(options.trace_level, options.trace_rate, options.trace_count,
                                    options.trace_log_frequency, options.trace_file)
         self.logging = LogSettings(options.log_verbose, options.log_info, options.log_warning,
@@ -117,7 +117,6 @@ class InferenceCore:
         # and models asking for one load and run uncached, as in Triton.
         self.cache = (ResponseCache(options.response_cache_byte_size, self.pressure)
                       if options.response_cache_byte_size > 0 else None)
-        ensemble.use_response_cache(self.cache)
         model_stats.set_latency_factory(latency.recorder_factory(options, self.pressure))
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -209,10 +208,25 @@ class InferenceCore:
             raise unsupported(decoupled_message)
         return await self._run(model, request)
 
+    async def step_infer(self, request: InferRequest) -> InferResponse:
+        """An ensemble step's composing request (the ensemble scheduler calls it through its
+        ``EnsembleHost``): admitted as a client's request is, without a trace of its own."""
+        model = self.repository.get(request.model_name, request.model_version)
+        return await self._run(model, request, traced=False)
+
+    def _validate(self, model: Model, request: InferRequest) -> None:
+        """Admission's validation and arrival stamp (see ``_run``)."""
+        if request.raw_input is not None:
+            validate.fill_raw_input(model.signature, request)
+        validate.prepare(model.signature, request, self.shm)
+        request.arrival_ns = time.monotonic_ns()
+
     async def _run(self, model: Model, request: InferRequest,
-                   admitted: list[bool] | None = None) -> InferResponse:
-        """``infer`` once the model is known; ``admitted[0]`` is set once the request passed
-        validation (what tells a refused request from a failed one).
+                   admitted: list[bool] | None = None, traced: bool = True) -> InferResponse:
+        """The one admission path once the model is known (``infer``, ``infer_stream``,
+        ensemble steps; BLS comes through ``infer_stream``): validation, the arrival stamp,
+        then the response cache or the model's scheduler. ``admitted[0]`` is set once the
+        request passed validation (what tells a refused request from a failed one).
 
         The request starts (``arrival_ns``, the trace's REQUEST_START) once it is validated:
         Triton captures its request start in ``InferAsync``, after the model lookup
@@ -220,16 +234,13 @@ class InferenceCore:
         request duration, and the overhead perf_analyzer derives from it, leave both out.
         """
         trace = (self.trace.sample(model.name, model.version, request.id)
-                 if self.trace.enabled else None)
+                 if traced and self.trace.enabled else None)
         if trace is not None:
             request.trace = trace
         try:
             # A request that fails validation never reaches the model: Triton leaves it out
             # of the model's statistics.
-            if request.raw_input is not None:
-                validate.fill_raw_input(model.signature, request)
-            validate.prepare(model.signature, request, self.shm)
-            request.arrival_ns = time.monotonic_ns()
+            self._validate(model, request)
             if trace is not None:
                 trace.stamp("REQUEST_START", request.arrival_ns)
             if admitted is not None:
@@ -281,10 +292,7 @@ class InferenceCore:
             model = self.repository.get(request.model_name, request.model_version)
             decoupled = is_decoupled(model)
             if decoupled:
-                if request.raw_input is not None:
-                    validate.fill_raw_input(model.signature, request)
-                validate.prepare(model.signature, request, self.shm)
-                request.arrival_ns = time.monotonic_ns()  # as in _run
+                self._validate(model, request)
         except TritonliteError as exc:
             if self.shm.holding:
                 self.shm.release(request)

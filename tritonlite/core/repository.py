@@ -16,6 +16,7 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,16 +34,18 @@ from tritonlite.contracts.errors import (
 )
 from tritonlite.contracts.signature import Signature
 from tritonlite.contracts.timing import ExecTiming
+from tritonlite.contracts.types import InferRequest, InferResponse
 from tritonlite.core import ensemble_deps, names
 from tritonlite.core import lifecycle as lc
 from tritonlite.core.core_options import CoreOptions
-from tritonlite.core.ensemble import EnsembleBackend, EnsembleGraph, EnsembleModel
+from tritonlite.core.ensemble import EnsembleBackend, EnsembleModel
 from tritonlite.core.health import HealthSettings
 from tritonlite.core.lifecycle import VersionState
 from tritonlite.core.model import Model, ModelInstance
 from tritonlite.core.shm import SharedMemoryManager
 from tritonlite.core.warmup import WarmupSample, build_samples, record_runs, run_samples
 from tritonlite.gpu.devices import usable_gpus
+from tritonlite.scheduling.ensemble import EnsembleGraph
 
 log = logging.getLogger("tritonlite")
 
@@ -250,8 +253,11 @@ def decode_override_file(key: str, value: Any) -> tuple[str, bytes]:
 
 
 class ModelRepository:
-    def __init__(self, options: CoreOptions, shm: SharedMemoryManager) -> None:
+    def __init__(self, options: CoreOptions, shm: SharedMemoryManager,
+                 step_infer: Callable[[InferRequest], Awaitable[InferResponse]]) -> None:
+        """``step_infer``: the core's admission of an ensemble step (``InferenceCore``)."""
         self.options = options
+        self.step_infer = step_infer
         self.shm = shm
         self.models: dict[str, ModelEntry] = {}
         # Explicit mode: models loaded only as some ensemble's composing models.

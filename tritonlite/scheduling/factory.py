@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from tritonlite.scheduling.base import Scheduler
+from tritonlite.scheduling.base import InstancePool, Scheduler
 from tritonlite.scheduling.direct import DirectScheduler
 
-if TYPE_CHECKING:
-    from tritonlite.core.model import Model
 
-
-def make_scheduler(model: Model) -> Scheduler:
+def make_scheduler(model: InstancePool) -> Scheduler:
+    """``model``: the loaded model; an ensemble's is also the ``EnsembleHost`` its scheduler
+    runs steps through."""
     cfg = model.config
     if cfg.HasField("ensemble_scheduling"):
-        from tritonlite.core.ensemble import EnsembleScheduler
+        from tritonlite.scheduling.ensemble import EnsembleHost, EnsembleScheduler
 
+        assert isinstance(model, EnsembleHost)
         return EnsembleScheduler(model)
     if cfg.HasField("sequence_batching"):
         from tritonlite.scheduling.sequence import SequenceBatchScheduler
