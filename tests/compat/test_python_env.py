@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import fcntl
+import json
 import os
 import shutil
 import signal
@@ -134,9 +135,13 @@ class TritonPythonModel:
             text = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy()
             big = pb_utils.get_input_tensor_by_name(request, "BIG").as_numpy()
             big += 1  # inputs are writable, as in Triton
-            out.append(pb_utils.InferenceResponse(
-                [pb_utils.Tensor("TEXT_OUT", text[::-1].copy()), pb_utils.Tensor("BIG_OUT", big)],
-                parameters={"sum": float(big.sum(dtype=np.float64)), "n": int(text.size)}))
+            tensors = [pb_utils.Tensor("TEXT_OUT", text[::-1].copy()),
+                       pb_utils.Tensor("BIG_OUT", big)]
+            try:
+                out.append(pb_utils.InferenceResponse(tensors, parameters={
+                    "sum": float(big.sum(dtype=np.float64)), "n": int(text.size)}))
+            except TypeError:  # Triton 2.51 has no response parameters
+                out.append(pb_utils.InferenceResponse(tensors))
         return out
 '''
 
@@ -356,8 +361,8 @@ def test_without_the_parameter_the_load_error_names_the_numpy_api(
 
 @pytest.mark.parametrize(("model", "expected"), [
     ("bad_init", "RuntimeError: initialize refused under numpy 1."),
-    ("missing_env", "EXECUTION_ENV_PATH of model 'missing_env': '{repo}/missing_env/"
-                    "missing.tar.gz' does not exist"),
+    ("missing_env", "Internal: Failed to get the canonical path for {repo}/missing_env/"
+                    "missing.tar.gz.;"),  # Triton 2.51's message
     ("not_an_env", "EXECUTION_ENV_PATH of model 'not_an_env': '{repo}/not_an_env/config.pbtxt'"
                    " is neither a directory nor a tar archive"),
 ])
@@ -442,3 +447,117 @@ def test_an_older_python_runs_the_worker(tmp_path: Path, py38_env: Path,
     assert out["NUMPY"][0, 0].startswith(b"1.") and out["TAG"].shape == (2, 1)
     assert "model instance 'old_0_0' runs in " in server.output()
     assert "(python 3.8." in server.output()
+
+
+# -- the same requests against real Triton 2.51 ------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Reference:
+    """Real tritonserver (``triton-reference install .tools/triton``, or
+    ``$TRITONLITE_TRITON_DIR``) on free ports, serving ``repo`` under explicit model control."""
+
+    def __init__(self, base: Path, repo: Path, log: Path, *models: str) -> None:
+        from conftest import _free_port
+
+        tree = base / "tree"
+        site = next((base / "venv" / "lib").glob("python3*/site-packages"))
+        hp, gp = _free_port(), _free_port()
+        self.http_url, self.grpc_url = f"127.0.0.1:{hp}", f"127.0.0.1:{gp}"
+        env = {**os.environ, "LD_LIBRARY_PATH": str(site / "nvidia_pytriton.libs"),
+               "PATH": f"{base / 'venv' / 'bin'}:{os.environ['PATH']}"}
+        self._log = log.open("w")
+        self.proc = subprocess.Popen(
+            [str(tree / "bin" / "tritonserver"), f"--model-repository={repo}",
+             f"--backend-directory={tree / 'backends'}", f"--cache-directory={tree / 'caches'}",
+             "--http-address=127.0.0.1", f"--http-port={hp}", "--grpc-address=127.0.0.1",
+             f"--grpc-port={gp}", "--allow-metrics=false", "--allow-gpu-metrics=false",
+             "--model-control-mode=explicit", *[f"--load-model={m}" for m in models]],
+            stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, env=env,
+            start_new_session=True)
+        client = httpclient.InferenceServerClient(self.http_url)
+
+        def ready() -> bool:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"tritonserver exited: {log.read_text()[-3000:]}")
+            try:
+                return all(client.is_model_ready(m) for m in models)
+            except Exception:  # noqa: BLE001 - not listening yet
+                return False
+
+        try:
+            wait_until(ready, timeout=180)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self._log.close()
+
+
+@pytest.fixture(scope="module")
+def triton(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reference]:
+    base = Path(os.environ.get("TRITONLITE_TRITON_DIR", ROOT / ".tools" / "triton"))
+    if not (base / "tree" / "bin" / "tritonserver").exists():
+        pytest.skip("the reference tritonserver is not installed (triton-reference install "
+                    ".tools/triton)")
+    r = Reference(base, repo, tmp_path_factory.mktemp("triton_log") / "triton.log",
+                  "np1_dir", "np1_tar", "echo")
+    yield r
+    r.stop()
+
+
+class _Url:
+    def __init__(self, http_url: str, grpc_url: str) -> None:
+        self.http_url, self.grpc_url = http_url, grpc_url
+
+
+def _outcome(target: Any, protocol: str, model: str, x: np.ndarray) -> Any:
+    try:
+        out = _infer(target, protocol, model, x, request_id="cmp",
+                     parameters={"k": "v", "n": "1"})
+    except InferenceServerException as exc:
+        return ("error", exc.status(), exc.message())
+    request_id, params = out.pop("TAG")[0, 0].decode().split("|", 1)
+    # (the order of a gRPC request's parameters is the map's: not compared)
+    return {**{k: v.tolist() for k, v in out.items()}, "TAG": (request_id, json.loads(params))}
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_same_as_triton(server: Server, triton: Reference, repo: Path, protocol: str) -> None:
+    """Outputs, model errors and load errors of the environment models, as Triton 2.51 gives
+    them for the same repository (Triton's python also has numpy 1.26 in these envs)."""
+    theirs = _Url(triton.http_url, triton.grpc_url)
+    for model in ("np1_dir", "np1_tar"):
+        for value in (1.5, -1, 13):
+            x = np.full((1, 4), value, dtype=np.float32)
+            ours_out, theirs_out = (_outcome(t, protocol, model, x) for t in (server, theirs))
+            assert ours_out == theirs_out, (model, value)
+    client, mod = client_for(server, protocol)
+    ref, _ = client_for(theirs, protocol)  # type: ignore[arg-type]
+    text = np.array([b"", b"\xff\x00", b"x" * 70000], dtype=np.object_)
+    big = np.arange(1 << 16, dtype=np.float32)
+    answers = []
+    for c in (client, ref):
+        inputs = [mod.InferInput("TEXT", [3], "BYTES"), mod.InferInput("BIG", [big.size], "FP32")]
+        inputs[0].set_data_from_numpy(text)
+        inputs[1].set_data_from_numpy(big)
+        result = c.infer("echo", inputs)
+        answers.append((result.as_numpy("TEXT_OUT").tolist(),
+                        result.as_numpy("BIG_OUT").tolist()))
+    assert answers[0] == answers[1]
+    for model in ("bad_init", "missing_env"):
+        messages = []
+        for c in (client, ref):
+            with pytest.raises(InferenceServerException) as e:
+                c.load_model(model)
+            messages.append((e.value.status(), e.value.message()))
+        assert messages[0] == messages[1], model

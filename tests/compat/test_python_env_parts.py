@@ -76,7 +76,7 @@ def test_resolve_a_directory_relative_or_expanded(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("value", "expected"), [
     ("", "EXECUTION_ENV_PATH of model 'm' is empty"),
-    ("nope.tar.gz", "EXECUTION_ENV_PATH of model 'm': '{d}/nope.tar.gz' does not exist"),
+    ("nope.tar.gz", "Failed to get the canonical path for {d}/nope.tar.gz."),
     ("plain.txt", "EXECUTION_ENV_PATH of model 'm': '{d}/plain.txt' is neither a directory nor "
                   "a tar archive (e.g. a conda-pack .tar.gz)"),
     ("empty", "EXECUTION_ENV_PATH of model 'm': the environment '{d}/empty' has no "

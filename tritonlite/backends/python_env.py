@@ -162,9 +162,9 @@ def resolve(value: str, model_dir: Path, model_name: str) -> Environment:
     Raises
     ------
     TritonliteError
-        INTERNAL (Triton's code for these) when the path does not exist, is neither a directory
-        nor a tar archive, the archive cannot be unpacked, or the environment has no
-        ``bin/python3``.
+        INTERNAL (Triton's code for these) when the path does not exist (Triton's message), is
+        neither a directory nor a tar archive, the archive cannot be unpacked, or the
+        environment has no ``bin/python3``.
     """
     text = value.strip().replace(MODEL_DIRECTORY, str(model_dir))
     where = f"EXECUTION_ENV_PATH of model '{model_name}'"
@@ -180,8 +180,8 @@ def resolve(value: str, model_dir: Path, model_name: str) -> Environment:
             raise internal(f"{where}: '{path}' is neither a directory nor a tar archive "
                               "(e.g. a conda-pack .tar.gz)")
         root = _unpacked(path, where)
-    else:
-        raise internal(f"{where}: '{path}' does not exist")
+    else:  # Triton 2.51's words
+        raise internal(f"Failed to get the canonical path for {path}.")
     for name in ("python3", "python"):
         python = root / "bin" / name
         if python.is_file() and os.access(python, os.X_OK):
