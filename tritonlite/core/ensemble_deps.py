@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from tritonlite.contracts.config import CONFIG_FILENAME, ENSEMBLE
 from tritonlite.contracts.errors import TritonliteError, invalid_arg, unsupported
+from tritonlite.core import lifecycle as lc
 from tritonlite.core.ensemble_config import validate_composing
 
 if TYPE_CHECKING:
@@ -163,7 +164,7 @@ async def unload_composing(repo: ModelRepository, cfg: Any) -> None:
 def _used_by_loaded_ensemble(repo: ModelRepository, dep: str) -> bool:
     for entry in repo.models.values():
         for s in entry.versions.values():
-            if s.model is not None and s.state != "UNLOADING" and is_ensemble(s.model.config):
+            if s.model is not None and s.state != lc.UNLOADING and is_ensemble(s.model.config):
                 if dep in composing_models(s.model.config):
                     return True
     return False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -10,18 +11,29 @@ from tritonlite.contracts.errors import ErrorCode
 if TYPE_CHECKING:
     from tritonlite.core.model import Model
 
-UNKNOWN = "UNKNOWN"
-LOADING = "LOADING"
-READY = "READY"
-UNLOADING = "UNLOADING"
-UNAVAILABLE = "UNAVAILABLE"
+
+class ModelState(str, enum.Enum):
+    """A version's state; the value is the string the repository index reports."""
+
+    UNKNOWN = "UNKNOWN"
+    LOADING = "LOADING"
+    READY = "READY"
+    UNLOADING = "UNLOADING"
+    UNAVAILABLE = "UNAVAILABLE"
+
+
+UNKNOWN = ModelState.UNKNOWN
+LOADING = ModelState.LOADING
+READY = ModelState.READY
+UNLOADING = ModelState.UNLOADING
+UNAVAILABLE = ModelState.UNAVAILABLE
 
 UNLOADED_REASON = "unloaded"
 
 
 @dataclass(slots=True)
 class VersionState:
-    state: str
+    state: ModelState
     reason: str = ""
     model: Model | None = None
 
@@ -54,4 +66,4 @@ def load_failed_message(name: str, reasons: dict[int, str]) -> str:
     """What an explicit load answers when versions failed (``reasons``: version -> index
     reason): Triton's text, one ``;\\n``-terminated clause per failed version, ascending."""
     return f"load failed for model '{name}': " + "".join(
-        f"version {v} is at {UNAVAILABLE} state: {r};\n" for v, r in sorted(reasons.items()))
+        f"version {v} is at {UNAVAILABLE.value} state: {r};\n" for v, r in sorted(reasons.items()))

@@ -343,7 +343,7 @@ class ModelRepository:
                 row: dict[str, Any] = {"name": name}
                 if v >= 0:
                     row["version"] = str(v)
-                row["state"] = state
+                row["state"] = state.value
                 if st.reason:
                     row["reason"] = st.reason
                 rows.append(row)
@@ -635,7 +635,8 @@ class ModelRepository:
         rows = []
         for name in sorted(self.models):
             for v, s in sorted(self.models[name].versions.items()):
-                rows.append((name, str(v), "READY" if s.is_ready else f"{s.state}: {s.reason}"))
+                shown = "READY" if s.is_ready else f"{s.state.value}: {s.reason}"
+                rows.append((name, str(v), shown))
         return rows
 
 
