@@ -1,7 +1,9 @@
 """``tritonlite`` command line: tritonserver's flag names, forms and defaults -> ServerOptions.
 
-Both ``--flag=value`` and ``--flag value`` work; booleans take true/false/1/0/yes/no. A flag
-this server does not implement is an error naming it (tritonserver's usage behaviour).
+Both ``--flag=value`` and ``--flag value`` work; booleans take true/false/1/0/yes/no/on/off.
+Every tritonserver flag is implemented, accepted and ignored with a warning saying why
+(``IGNORED``), or refused with an error saying why (``REFUSED``): docs/compatibility.md has the
+table. An unknown flag is an error naming it (tritonserver's usage behaviour).
 """
 
 from __future__ import annotations
@@ -16,18 +18,146 @@ from tritonlite.frontends import restrict
 from tritonlite.frontends.forward import grpc_forward, http_forward
 from tritonlite.options import MetricsConfig, ServerOptions
 
-# tritonserver flags that tritonlite does not implement (yet): refused by name.
-_NOT_IMPLEMENTED = (
-    "--model-config-name", "--rate-limit", "--rate-limit-resource",
-    "--pinned-memory-pool-byte-size", "--cuda-memory-pool-byte-size",
-    "--cuda-virtual-address-size", "--min-supported-compute-capability",
-    "--buffer-manager-thread-count", "--host-policy", "--model-load-gpu-limit",
-    "--backend-directory", "--repoagent-directory", "--cache-directory",
-    "--model-namespacing", "--model-load-thread-count",
-    "--model-load-retry-count", "--enable-peer-access", "--http-thread-count",
-    "--grpc-infer-allocation-pool-size", "--grpc-max-response-pool-size",
-    "--grpc-infer-thread-count", "--allow-sagemaker", "--allow-vertex-ai",
+# tritonserver flags that change nothing in tritonlite: accepted (their values checked as
+# tritonserver checks them) and ignored with a warning saying why. docs/compatibility.md lists
+# every tritonserver flag; tests/compat/test_restricted_flag_table.py holds this to that table.
+# flag -> (value kind: int | bool | str | list, why)
+IGNORED: dict[str, tuple[str, str]] = {
+    "--model-load-thread-count": (
+        "int", "tritonlite loads a repository's models concurrently on its event loop; there "
+        "is no loading thread pool to size"),
+    "--model-load-retry-count": (
+        "int", "tritonlite does not retry a failed load: the model is UNAVAILABLE with its "
+        "error until it is loaded again"),
+    "--enable-peer-access": (
+        "bool", "tritonlite makes no copies between GPUs, so it enables no CUDA peer access"),
+    "--http-thread-count": (
+        "int", "HTTP is served on tritonlite's one event loop; models run on one thread per "
+        "instance"),
+    "--grpc-infer-allocation-pool-size": (
+        "int", "tritonlite keeps no pool of gRPC request and response objects"),
+    "--grpc-max-response-pool-size": (
+        "int", "tritonlite keeps no pool of gRPC request and response objects"),
+    "--grpc-infer-thread-count": (
+        "int", "gRPC is served on tritonlite's one event loop; there are no gRPC threads"),
+    "--sagemaker-port": ("int", "tritonlite has no SageMaker endpoint"),
+    "--sagemaker-safe-port-range": ("str", "tritonlite has no SageMaker endpoint"),
+    "--sagemaker-thread-count": ("int", "tritonlite has no SageMaker endpoint"),
+    "--vertex-ai-port": ("int", "tritonlite has no Vertex AI endpoint"),
+    "--vertex-ai-thread-count": ("int", "tritonlite has no Vertex AI endpoint"),
+    "--vertex-ai-default-model": ("str", "tritonlite has no Vertex AI endpoint"),
+    "--backend-directory": (
+        "str", "tritonlite's backends (onnxruntime, pytorch, tensorrt, python) are part of "
+        "the package; it loads no backend libraries"),
+    "--repoagent-directory": ("str", "tritonlite loads no repository agent libraries"),
+    "--cache-directory": (
+        "str", "tritonlite's response cache (--cache-config local,size=N) is built in; it "
+        "loads no cache libraries"),
+    "--rate-limit": (
+        "str", "tritonlite has no rate limiter: an instance runs a batch as soon as it is "
+        "free (tritonserver's --rate-limit=off)"),
+    "--rate-limit-resource": (
+        "list", "tritonlite has no rate limiter, so it counts no resources"),
+    "--pinned-memory-pool-byte-size": (
+        "int", "tritonlite keeps no global pinned-memory pool; each instance reuses its own "
+        "staging buffers"),
+    "--cuda-memory-pool-byte-size": (
+        "list", "tritonlite keeps no CUDA memory pool; each backend allocates on its device"),
+    "--cuda-virtual-address-size": (
+        "list", "tritonlite keeps no CUDA memory pool, so it reserves no address space"),
+    "--min-supported-compute-capability": (
+        "str", "tritonlite does not filter GPUs by compute capability; each backend decides "
+        "what it can run"),
+    "--buffer-manager-thread-count": (
+        "int", "tritonlite has no buffer manager threads; inputs are gathered on the "
+        "instance's thread"),
+    "--host-policy": ("list", "tritonlite sets no NUMA or CPU affinity host policies"),
+    "--model-load-gpu-limit": (
+        "list", "tritonlite does not check GPU memory use before loading a model"),
+}
+
+# tritonserver flags whose feature tritonlite lacks: refused, saying why, unless the value
+# is one that asks for nothing (the second field; None: any value is refused).
+REFUSED: dict[str, tuple[str | None, str]] = {
+    "--model-config-name": (
+        None, "tritonlite reads each model's config.pbtxt only, not configs/<name>.pbtxt"),
+    "--model-namespacing": (
+        "false", "tritonlite has one model namespace: a model name must be unique across "
+        "the repositories"),
+    "--allow-sagemaker": ("false", "tritonlite has no SageMaker endpoint"),
+    "--allow-vertex-ai": ("false", "tritonlite has no Vertex AI endpoint"),
+}
+
+
+def _ignored_and_refused(a: Any) -> None:
+    for flag, (kind, _) in IGNORED.items():
+        if kind == "list":
+            a(flag, action="append", default=None, help=argparse.SUPPRESS)
+        else:
+            a(flag, type={"int": int, "bool": parse_bool, "str": str}[kind], default=None,
+              help=argparse.SUPPRESS)
+    for flag in REFUSED:
+        a(flag, default=None, help=argparse.SUPPRESS)
+
+
+def _check_ignored_and_refused(ns: argparse.Namespace) -> None:
+    for flag, (allowed, why) in REFUSED.items():
+        value = getattr(ns, flag[2:].replace("-", "_"))
+        if value is None:
+            continue
+        if allowed is None or value.strip().lower() not in (allowed, "0", "off"):
+            raise SystemExit(f"tritonlite: error: {flag}={value} is not supported: {why}")
+    for flag, (_, why) in IGNORED.items():
+        if getattr(ns, flag[2:].replace("-", "_")) is not None:
+            print(f"Warning: {flag} is accepted and ignored: {why}", file=sys.stderr)
+
+
+# gRPC transport settings that only the grpc.aio transport applies (--frontend=aio)
+GRPC_AIO_ONLY = (
+    "--grpc-keepalive-time", "--grpc-keepalive-timeout", "--grpc-keepalive-permit-without-calls",
+    "--grpc-http2-max-pings-without-data", "--grpc-http2-min-recv-ping-interval-without-data",
+    "--grpc-http2-max-ping-strikes", "--grpc-max-connection-age",
+    "--grpc-max-connection-age-grace",
 )
+BACKEND_SETTINGS_READ = ("default-max-batch-size",)
+
+
+def _warn_unapplied(argv: list[str], ns: argparse.Namespace) -> None:
+    """Warn about accepted settings that this configuration does not apply."""
+    given = {arg.split("=", 1)[0] for arg in argv}
+    if ns.frontend == "native":
+        for flag in GRPC_AIO_ONLY:
+            if flag in given:
+                print(f"Warning: {flag} is accepted and ignored with --frontend=native: its "
+                      "HTTP/2 layer keeps its own connection limits (--frontend=aio applies "
+                      "it)", file=sys.stderr)
+    for value in ns.backend_config:
+        backend, _, setting = value.partition(",")
+        key = setting.partition("=")[0]
+        if key not in BACKEND_SETTINGS_READ:
+            print(f"Warning: --backend-config {backend},{key} is accepted and ignored: "
+                  f"tritonlite reads only {', '.join(BACKEND_SETTINGS_READ)}", file=sys.stderr)
+
+
+def _log_verbose(text: str) -> int:
+    """tritonserver's --log-verbose: an integer level, or true (1) / false (0)."""
+    t = text.strip().lower()
+    if t in ("true", "false"):
+        return int(t == "true")
+    try:
+        return int(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid value '{text}' (an integer level, or "
+                                         "true / false)") from None
+
+
+def _interval_ms(text: str) -> int:
+    """tritonserver reads --metrics-interval-ms as a float; tritonlite keeps whole ms."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid value '{text}' (milliseconds)") from None
+    return max(1, round(value)) if value > 0 else int(value)
 
 
 def parse_bool(text: str) -> bool:
@@ -218,7 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--http-max-input-size", type=int, default=64 * 1024 * 1024, metavar="BYTES")
     a("--allow-client-shm", default="local", choices=("local", "true", "false"),
       help="who may register shared memory: loopback peers only (local), anyone, no one")
-    a("--log-verbose", type=int, default=0)
+    a("--log-verbose", type=_log_verbose, default=0, metavar="LEVEL")
     a("--log-info", type=parse_bool, default=True, metavar="BOOL")
     a("--log-warning", type=parse_bool, default=True, metavar="BOOL")
     a("--log-error", type=parse_bool, default=True, metavar="BOOL")
@@ -230,7 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--allow-cpu-metrics", type=parse_bool, default=True, metavar="BOOL")
     a("--allow-gpu-metrics", type=parse_bool, default=True, metavar="BOOL",
       help="nv_gpu_* metrics through NVML (needs the nvidia-ml-py package and a GPU)")
-    a("--metrics-interval-ms", type=int, default=2000, metavar="MS",
+    a("--metrics-interval-ms", type=_interval_ms, default=2000, metavar="MS",
       help="how often CPU and GPU gauges are refreshed")
     a("--metrics-config", action="append", default=[], metavar="SETTING=VALUE",
       help=_METRICS_CONFIG_HELP)
@@ -248,6 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
     _grpc_flags(a)
     _http_flags(a)
     _trace_flags(a)
+    _ignored_and_refused(a)
     return p
 
 
@@ -366,11 +497,9 @@ def _check_frontend_rules(options: ServerOptions) -> None:
 
 
 def options_from_args(argv: list[str]) -> ServerOptions:
-    for arg in argv:
-        flag = arg.split("=", 1)[0]
-        if flag in _NOT_IMPLEMENTED:
-            raise SystemExit(f"tritonlite: error: flag {flag} is not supported by tritonlite")
     ns = build_parser().parse_args(argv)
+    _check_ignored_and_refused(ns)
+    _warn_unapplied(argv, ns)
     if not ns.model_repository:
         raise SystemExit("tritonlite: error: --model-repository is required")
     backend_config = _backend_config(ns.backend_config)
