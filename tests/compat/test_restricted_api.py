@@ -38,8 +38,10 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
+from tritonlite import cli
 from tritonlite._proto import SERVICE_NAME, service
 from tritonlite.frontends import restrict
+from tritonlite.frontends.grpc import servicer
 from tritonlite.frontends.http import app
 
 pytestmark = pytest.mark.timeout(120)
@@ -343,10 +345,16 @@ def test_every_http_route_has_a_group_and_a_case() -> None:
 
 
 def test_every_rpc_has_a_group_and_a_case() -> None:
-    for path in grpc_paths():
+    every_group = tuple(f"--grpc-restricted-protocol={g}:k=v" for g in restrict.GROUPS)
+    options = cli.options_from_args(["--model-repository", ".", *every_group])
+    registry = servicer.methods(Any, options)  # (the registry never calls the core)
+    assert set(registry) == set(grpc_paths())
+    for path, method in registry.items():
         assert path in restrict.GRPC_METHOD_GROUPS, path
         name = path.rsplit("/", 1)[1]
         assert path in (HEALTH_CHECK, WATCH, STREAM) or name in GRPC_CASES, path
+        handler = method.unary or method.stream
+        assert handler is not None and handler.__name__ == "guarded", path
     assert set(restrict.GRPC_METHOD_GROUPS) == set(grpc_paths())
 
 
