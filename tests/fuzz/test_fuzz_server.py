@@ -107,7 +107,8 @@ class Findings:
 
     def check(self) -> None:
         head = f"{self.kind} on {self.frontend} (seed {SEED}, {self.cases} cases)"
-        assert not self.items, head + ":\n" + "\n".join(self.items[:8])
+        assert not self.items, (f"{head}: {len(self.items)} findings, the first 8:\n"
+                                + "\n".join(self.items[:8]))
         print(f"fuzz {head}: 0 findings")
 
 
@@ -452,9 +453,9 @@ def _fuzz_repository(server: Server, tmp_path: Path, server_tmp: Path, frontend:
         for case, rng in _cases("repo", frontend):
             path, body = _repo_case(rng)
             _post_case(findings, client, case, path, body)
-    findings.check()
-    after = _tree(tmp_path, server_tmp)
+    after = _tree(tmp_path, server_tmp)  # the worst finding first
     assert after == before, (sorted(after - before), sorted(before - after))
+    findings.check()
     with Http(server.http_url) as client:
         check_add_sub(*client.request("POST", "/v2/models/add_sub/infer", infer_body(A, B)),
                       A, B)
