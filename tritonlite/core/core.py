@@ -25,7 +25,6 @@ from tritonlite.contracts.errors import (
 )
 from tritonlite.contracts.types import InferRequest, InferResponse
 from tritonlite.core import latency, names, validate
-from tritonlite.core import stats as model_stats
 from tritonlite.core.cache import ResponseCache
 from tritonlite.core.core_options import CoreOptions
 from tritonlite.core.model import Model
@@ -98,7 +97,6 @@ class InferenceCore:
         self.options = options
         self._in_process = in_process
         self.shm = SharedMemoryManager()
-        self.repository = ModelRepository(options, self.shm, self.step_infer)
         self.trace = TraceSettings(options.trace_level, options.trace_rate, options.trace_count,
                                    options.trace_log_frequency, options.trace_file)
         self.logging = LogSettings(options.log_verbose, options.log_info, options.log_warning,
@@ -117,7 +115,12 @@ class InferenceCore:
         # and models asking for one load and run uncached, as in Triton.
         self.cache = (ResponseCache(options.response_cache_byte_size, self.pressure)
                       if options.response_cache_byte_size > 0 else None)
-        model_stats.set_latency_factory(latency.recorder_factory(options, self.pressure))
+        mc = options.metrics_config
+        recorder = latency.recorder_factory(
+            options.allow_metrics and mc.summary_latencies,
+            mc.histogram_buckets_us if options.allow_metrics and mc.histogram_latencies
+            else None, self.pressure)
+        self.repository = ModelRepository(options, self.shm, self.step_infer, recorder)
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> list[str]:

@@ -29,7 +29,6 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from tritonlite.core.core_options import CoreOptions
 from tritonlite.core.pressure import NO_PRESSURE, MemoryPressure
 
 SUMMARY_MAX_AGE_S = 60.0
@@ -153,13 +152,12 @@ class LatencyRecorder:
             self.summaries[CACHE_MISS].observe(ns // 1000, time.monotonic())
 
 
-def recorder_factory(options: CoreOptions, pressure: MemoryPressure = NO_PRESSURE,
+def recorder_factory(summaries: bool, bounds: tuple[float, ...] | None,
+                     pressure: MemoryPressure = NO_PRESSURE,
                      ) -> Callable[[], LatencyRecorder] | None:
-    """What ``stats.set_latency_factory`` gets for ``options``: None unless a summary or
-    histogram is asked for (and metrics are served); ``pressure`` sheds histograms."""
-    mc = options.metrics_config
-    if not options.allow_metrics or not (mc.summary_latencies or mc.histogram_latencies):
+    """Each loaded version's latency observer (the repository calls it per version): None
+    unless ``summaries`` or histogram ``bounds`` are asked for (and metrics are served);
+    ``pressure`` sheds histograms."""
+    if not summaries and bounds is None:
         return None
-    summaries = mc.summary_latencies
-    bounds = mc.histogram_buckets_us if mc.histogram_latencies else None
     return lambda: LatencyRecorder(summaries, bounds, pressure)

@@ -45,7 +45,7 @@ from tritonlite.contracts.types import InferRequest, InferResponse
 from tritonlite.core.health import HealthSettings, InstanceHealth
 from tritonlite.core.outputs import build_response
 from tritonlite.core.shm import SharedMemoryManager
-from tritonlite.core.stats import ModelStats
+from tritonlite.core.stats import LatencyFactory, ModelStats
 from tritonlite.core.warmup import WarmupSample
 from tritonlite.scheduling.base import BatchRunner, Pending
 from tritonlite.scheduling.factory import make_scheduler
@@ -402,6 +402,7 @@ class Model:
         shm: SharedMemoryManager,
         health: HealthSettings | None = None,
         warmup: Sequence[WarmupSample] = (),
+        latency: LatencyFactory | None = None,
     ) -> None:
         self.ctx = ctx
         self.name = ctx.name
@@ -412,7 +413,7 @@ class Model:
         self.backend = backend
         self.instances = instances
         self.shm = shm
-        self.stats = ModelStats()
+        self.stats = ModelStats(latency() if latency is not None else None)
         self.idle: deque[ModelInstance] = deque(instances)
         self.executing = 0
         self._loop = asyncio.get_running_loop()

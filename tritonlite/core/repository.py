@@ -43,6 +43,7 @@ from tritonlite.core.health import HealthSettings
 from tritonlite.core.lifecycle import VersionState
 from tritonlite.core.model import Model, ModelInstance
 from tritonlite.core.shm import SharedMemoryManager
+from tritonlite.core.stats import LatencyFactory
 from tritonlite.core.warmup import WarmupSample, build_samples, record_runs, run_samples
 from tritonlite.gpu.devices import usable_gpus
 from tritonlite.scheduling.ensemble import EnsembleGraph
@@ -254,10 +255,13 @@ def decode_override_file(key: str, value: Any) -> tuple[str, bytes]:
 
 class ModelRepository:
     def __init__(self, options: CoreOptions, shm: SharedMemoryManager,
-                 step_infer: Callable[[InferRequest], Awaitable[InferResponse]]) -> None:
-        """``step_infer``: the core's admission of an ensemble step (``InferenceCore``)."""
+                 step_infer: Callable[[InferRequest], Awaitable[InferResponse]],
+                 latency: LatencyFactory | None = None) -> None:
+        """``step_infer``: the core's admission of an ensemble step (``InferenceCore``);
+        ``latency``: each loaded version's latency observer, when the metrics ask for one."""
         self.options = options
         self.step_infer = step_infer
+        self.latency = latency
         self.shm = shm
         self.models: dict[str, ModelEntry] = {}
         # Explicit mode: models loaded only as some ensemble's composing models.
@@ -516,7 +520,7 @@ class ModelRepository:
                 b = built[v]
                 cls = EnsembleModel if isinstance(b.backend, EnsembleBackend) else Model
                 model = cls(b.ctx, b.signature, b.backend, b.instances, self.shm,
-                              self.health, b.warmup)
+                            self.health, b.warmup, self.latency)
                 record_runs(model.stats, b.warmup_runs)
                 new_states[v] = VersionState(lc.READY, "", model)
                 log.info("successfully loaded '%s' version %d", name, v)

@@ -66,17 +66,9 @@ class LatencyObserver(Protocol):
         ...
 
 
-_latency_factory: Callable[[], LatencyObserver] | None = None
-
-
-def set_latency_factory(factory: Callable[[], LatencyObserver] | None) -> None:
-    """Give every ModelStats created from now on ``factory()`` as its observer (None: none).
-
-    Set once by the core from the metrics options, before any model loads; with no factory
-    the statistics path makes no observations at all.
-    """
-    global _latency_factory
-    _latency_factory = factory
+# What the core hands the repository for the opt-in latency metrics: one observer per loaded
+# model version (core/latency.py); None: the statistics path makes no observations at all.
+LatencyFactory = Callable[[], LatencyObserver]
 
 
 _NAMES = (
@@ -94,7 +86,7 @@ class ModelStats:
         "batches", "failures_by_reason", "latency", "responses",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, latency: LatencyObserver | None = None) -> None:
         self.success = Duration()
         self.fail = Duration()
         self.queue = Duration()
@@ -111,9 +103,7 @@ class ModelStats:
         self.failures_by_reason: dict[str, int] = {
             "REJECTED": 0, "CANCELED": 0, "BACKEND": 0, "OTHER": 0,
         }
-        self.latency: LatencyObserver | None = (
-            _latency_factory() if _latency_factory is not None else None
-        )
+        self.latency = latency
 
     def record_execution(self, batch_size: int, timing: ExecTiming) -> tuple[int, int, int]:
         """One batch executed; returns its ``timing.spans()`` for the requests' records."""
