@@ -156,6 +156,41 @@ instance_group [{ count: 2 kind: KIND_CPU }]
 parameters { key: "EXECUTION_ENV_PATH" value: { string_value: "@ENV@" } }
 '''
 
+AUTO_MODEL = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+SCALE = np.float_(3)  # numpy 1 API at import: auto-complete must run in the environment too
+
+
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(auto_complete_model_config):
+        auto_complete_model_config.add_input({"name": "IN", "data_type": "TYPE_FP32",
+                                              "dims": [4]})
+        auto_complete_model_config.add_output({"name": "OUT", "data_type": "TYPE_FP32",
+                                               "dims": [4]})
+        auto_complete_model_config.set_max_batch_size(4)
+        auto_complete_model_config.set_dynamic_batching()
+        return auto_complete_model_config
+
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", (
+            pb_utils.get_input_tensor_by_name(r, "IN").as_numpy() * SCALE).astype(np.float32))])
+            for r in requests]
+'''
+
+AUTO_BAD_MODEL = '''
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(auto_complete_model_config):
+        auto_complete_model_config.add_input({"name": "IN", "dims": [4]})
+        return auto_complete_model_config
+
+    def execute(self, requests):
+        return []
+'''
+
 BAD_INIT_MODEL = '''
 import numpy as np
 
@@ -247,6 +282,9 @@ def repo(tmp_path_factory: pytest.TempPathFactory, np1_env: Path) -> Path:
     write_python_model(r, "crashy", CRASHY_MODEL, CRASHY_CONFIG)
     (r / "crashy" / "env").symlink_to(np1_env, target_is_directory=True)
     write_python_model(r, "echo", ECHO_MODEL, ECHO_CONFIG.replace("@ENV@", str(np1_env)))
+    auto_config = 'backend: "python"\n' + _env_param(str(np1_env))
+    write_python_model(r, "auto_env", AUTO_MODEL, auto_config)
+    write_python_model(r, "auto_bad", AUTO_BAD_MODEL, auto_config)
     write_python_model(r, "bad_init", BAD_INIT_MODEL, CONFIG.format(
         delay=0, env=_env_param(str(np1_env))))
     write_python_model(r, "missing_env", NUMPY1_MODEL, CONFIG.format(
@@ -261,7 +299,7 @@ def server(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ser
     cache = tmp_path_factory.mktemp("env_cache")
     s = start_server(repo, "--allow-metrics=false", "--model-control-mode=explicit",
                      "--load-model=np1_dir", "--load-model=np1_tar", "--load-model=crashy",
-                     "--load-model=echo",
+                     "--load-model=echo", "--load-model=auto_env",
                      env={"TRITONLITE_PYTHON_ENV_CACHE": str(cache)})
     yield s
     s.stop()
@@ -374,6 +412,30 @@ def test_load_failures(server: Server, repo: Path, model: str, expected: str) ->
     if model == "bad_init":
         assert f"{repo}/bad_init/1/model.py(7): initialize" in e.value.message()
     assert not client.is_model_ready(model)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_auto_complete_runs_in_the_environment(server: Server, repo: Path,
+                                               protocol: str) -> None:
+    client, mod = client_for(server, protocol)
+    config = client.get_model_config("auto_env")
+    config = config if protocol == "http" else json.loads(
+        __import__("google.protobuf.json_format").protobuf.json_format.MessageToJson(
+            config.config, preserving_proto_field_name=True))
+    assert config["max_batch_size"] == 4 and "dynamic_batching" in config
+    assert [i["name"] for i in config["input"]] == ["IN"]
+    inp = mod.InferInput("IN", [2, 4], "FP32")
+    inp.set_data_from_numpy(np.ones((2, 4), dtype=np.float32))
+    np.testing.assert_array_equal(client.infer("auto_env", [inp]).as_numpy("OUT"),
+                                  np.full((2, 4), 3, dtype=np.float32))
+    with pytest.raises(InferenceServerException) as e:
+        client.load_model("auto_bad")
+    message = e.value.message()
+    assert message.startswith(
+        "load failed for model 'auto_bad': version 1 is at UNAVAILABLE state: Internal: "
+        "ValueError: input 'IN' in auto-complete-config function for model 'auto_bad' is "
+        "missing 'data_type' property.\n\nAt:\n"), message
+    assert message.endswith(f"{repo}/auto_bad/1/model.py(5): auto_complete_config\n;\n")
 
 
 def _pid(server: Server) -> int:
@@ -510,7 +572,7 @@ def triton(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ref
         pytest.skip("the reference tritonserver is not installed (triton-reference install "
                     ".tools/triton)")
     r = Reference(base, repo, tmp_path_factory.mktemp("triton_log") / "triton.log",
-                  "np1_dir", "np1_tar", "echo")
+                  "np1_dir", "np1_tar", "echo", "auto_env")
     yield r
     r.stop()
 
@@ -554,10 +616,19 @@ def test_same_as_triton(server: Server, triton: Reference, repo: Path, protocol:
         answers.append((result.as_numpy("TEXT_OUT").tolist(),
                         result.as_numpy("BIG_OUT").tolist()))
     assert answers[0] == answers[1]
-    for model in ("bad_init", "missing_env"):
+    answers = []
+    for c in (client, ref):
+        inp = mod.InferInput("IN", [1, 4], "FP32")
+        inp.set_data_from_numpy(np.ones((1, 4), dtype=np.float32))
+        answers.append(c.infer("auto_env", [inp]).as_numpy("OUT").tolist())
+    assert answers[0] == answers[1] == [[3.0] * 4]
+    for model in ("bad_init", "missing_env", "auto_bad"):
         messages = []
         for c in (client, ref):
             with pytest.raises(InferenceServerException) as e:
                 c.load_model(model)
-            messages.append((e.value.status(), e.value.message()))
+            message = e.value.message()
+            if model == "auto_bad":  # Triton also lists the frames of its pb_utils file
+                message = message.split("At:\n")[0] + message.splitlines()[-2]
+            messages.append((e.value.status(), message))
         assert messages[0] == messages[1], model

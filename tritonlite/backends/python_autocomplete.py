@@ -195,8 +195,10 @@ def auto_complete(cfg: Any, model_dir: Path) -> None:
     from tritonlite.backends import pb_utils
     from tritonlite.backends.python_loader import ModelScope, describe
 
-    if "EXECUTION_ENV_PATH" in cfg.parameters:
-        return  # model.py runs in its own environment (backends/python_env.py), not here
+    if "EXECUTION_ENV_PATH" in cfg.parameters:  # model.py runs in its own environment
+        from tritonlite.backends.python_env import auto_complete as in_environment
+
+        return in_environment(cfg, model_dir)
     available = version_dirs(model_dir)
     if not available:
         return

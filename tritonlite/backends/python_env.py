@@ -38,16 +38,14 @@ be complete), BF16 tensors.
 
 from __future__ import annotations
 
-import collections
+import copy
 import hashlib
+import inspect
 import json
 import logging
 import os
 import re
 import shutil
-import signal
-import socket
-import subprocess
 import tarfile
 import tempfile
 import threading
@@ -64,18 +62,14 @@ from tritonlite.backends.base import (
     ModelOutputs,
     Result,
 )
-from tritonlite.backends.python_env_worker import (
-    ChannelClosed,
-    Packer,
-    recv_message,
-    send_message,
-    unpack,
-)
+from tritonlite.backends.python_env_process import WorkerGone, WorkerProcess
+from tritonlite.backends.python_env_worker import Packer, unpack
 from tritonlite.contracts.errors import (
     ErrorCode,
     ErrorResponse,
     TritonliteError,
     internal,
+    invalid_arg,
     unavailable,
     unsupported,
 )
@@ -87,9 +81,6 @@ log = logging.getLogger("tritonlite")
 ENV_PARAMETER = "EXECUTION_ENV_PATH"
 MODEL_DIRECTORY = "$$TRITON_MODEL_DIRECTORY"
 CACHE_VARIABLE = "TRITONLITE_PYTHON_ENV_CACHE"
-_WORKER = Path(__file__).with_name("python_env_worker.py")
-_START_TIMEOUT_S = 120.0  # the worker's interpreter and numpy import, on a loaded machine
-_FINALIZE_TIMEOUT_S = 30.0
 _unpack_lock = threading.Lock()
 
 
@@ -233,17 +224,6 @@ def _unpacked(tarball: Path, where: str) -> Path:
     return dest
 
 
-def _worker_env(env: Environment) -> dict[str, str]:
-    out = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "PYTHONPATH")}
-    out["PATH"] = os.pathsep.join([str(env.root / "bin"), out.get("PATH", os.defpath)])
-    if (env.root / "pyvenv.cfg").is_file():
-        out["VIRTUAL_ENV"] = str(env.root)
-    else:
-        out["CONDA_PREFIX"] = str(env.root)
-    out["PYTHONUNBUFFERED"] = "1"  # the model's prints reach the log as they happen
-    return out
-
-
 # -- the backend ---------------------------------------------------------------------------------
 
 class PythonEnvBackend:
@@ -273,47 +253,21 @@ class PythonEnvBackend:
 
 
 class PythonEnvInstance:
-    """One worker process and the socket to it; used from the instance's thread only
+    """One worker process running one ``TritonPythonModel``; used from the instance's thread
     (``is_ready`` excepted)."""
 
     def __init__(self, backend: PythonEnvBackend, spec: InstanceSpec) -> None:
         self._backend = backend
         self._name = spec.name
-        self._broken = False
-        self._tail: collections.deque[str] = collections.deque(maxlen=20)
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        env = backend.env
+        ctx, env = backend.ctx, backend.env
         try:
-            self._proc = subprocess.Popen(
-                [str(env.python), str(_WORKER), str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=_worker_env(env))
-        except OSError as exc:
-            ours.close()
-            raise internal(f"cannot start {env.python} for model instance '{spec.name}': "
-                           f"{exc}") from None
-        finally:
-            theirs.close()
-        self._sock = ours
-        self._drain = threading.Thread(target=self._relay, name=f"{spec.name}-output",
-                                       daemon=True)
-        self._drain.start()
-        try:
-            self._start(spec)
-        except BaseException:
-            self._stop(finalize=False)
-            raise
-
-    def _start(self, spec: InstanceSpec) -> None:
-        backend, ctx = self._backend, self._backend.ctx
-        self._sock.settimeout(_START_TIMEOUT_S)
-        try:
-            hello, _ = recv_message(self._sock)
-        except ChannelClosed:
-            raise internal(self._ended("starting")) from None
-        self._sock.settimeout(None)
+            self._worker = WorkerProcess(env.python, env.root, spec.name,
+                                         f"model instance '{spec.name}'")
+        except WorkerGone as exc:
+            raise internal(str(exc)) from None
+        hello = self._worker.hello
         log.info("model instance '%s' runs in %s (python %s, numpy %s, pid %s)", spec.name,
-                 backend.env.source, hello.get("python"), hello.get("numpy"), hello.get("pid"))
+                 env.source, hello.get("python"), hello.get("numpy"), hello.get("pid"))
         args = {
             "model_config": ctx.config_json,
             "model_instance_kind": spec.kind,
@@ -323,58 +277,16 @@ class PythonEnvInstance:
             "model_version": str(ctx.version),
             "model_name": ctx.name,
         }
-        reply = self._call({"op": "init", "model_path": str(backend.path),
-                            "version_dir": str(ctx.version_dir), "model_dir": str(ctx.model_dir),
-                            "args": args}, [], "initialize", fatal=False)[0]
+        try:
+            reply, _ = self._worker.call(
+                {"op": "init", **_model_files(backend.path, ctx.version_dir, ctx.model_dir),
+                 "args": args}, [], "initialize")
+        except WorkerGone as exc:
+            self._worker.stop(finalize=False)
+            raise internal(str(exc)) from None
         if "error" in reply:
+            self._worker.stop(finalize=False)
             raise internal(str(reply["error"]))
-
-    def _relay(self) -> None:
-        """The worker's stdout and stderr, line by line, into the server log."""
-        assert self._proc.stdout is not None
-        for raw in self._proc.stdout:
-            line = raw.decode("utf-8", "replace").rstrip("\n")
-            self._tail.append(line)
-            log.info("[%s] %s", self._name, line)
-
-    def _call(self, meta: dict[str, Any], blobs: list[Any], during: str,
-              fatal: bool = True) -> tuple[dict[str, Any], bytearray]:
-        """Send one message and wait for the answer; a dead worker raises (fatal or not)."""
-        try:
-            if self._broken:
-                raise ChannelClosed("broken")
-            send_message(self._sock, meta, blobs)
-            return recv_message(self._sock)
-        except (ChannelClosed, OSError):
-            self._broken = True
-            message = self._ended(during)
-            if fatal:
-                raise BackendFatalError(message) from None
-            raise internal(message) from None
-
-    def _ended(self, during: str) -> str:
-        """What became of the worker (it is gone, or made to go), for an error message."""
-        try:
-            code = self._proc.wait(timeout=5.0)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            code = self._proc.wait()
-            how = "stopped answering and was killed"
-        else:
-            if code < 0:
-                try:
-                    how = f"was killed by {signal.Signals(-code).name}"
-                except ValueError:
-                    how = f"was killed by signal {-code}"
-            else:
-                how = f"exited with code {code}"
-        self._drain.join(timeout=2.0)
-        text = (f"the python process of model instance '{self._name}' (pid {self._proc.pid}, "
-                f"{self._backend.env.python}) {how} during {during}")
-        tail = [line for line in self._tail if line.strip()][-8:]
-        if tail and code >= 0:
-            text += ". Its last output:\n" + "\n".join(tail)
-        return text
 
     def execute(self, requests: list[InferRequest], timing: ExecTiming) -> list[Result]:
         ctx = self._backend.ctx
@@ -396,7 +308,11 @@ class PythonEnvInstance:
         except TypeError as exc:
             return [unsupported(f"model '{ctx.name}': {exc}")] * len(requests)
         timing.input_end_ns = time.monotonic_ns()
-        reply, buf = self._call({"op": "execute", "requests": metas}, packer.blobs, "execute")
+        try:
+            reply, buf = self._worker.call({"op": "execute", "requests": metas}, packer.blobs,
+                                           "execute")
+        except WorkerGone as exc:
+            raise BackendFatalError(str(exc)) from None
         timing.infer_end_ns = time.monotonic_ns()
         if "error" in reply:
             code = ErrorCode.UNSUPPORTED if reply.get("code") == "UNSUPPORTED" \
@@ -405,7 +321,8 @@ class PythonEnvInstance:
                        f"{reply['error']}")
             log.error("%s", message)
             if reply.get("fatal"):
-                self._broken = self._proc.poll() is not None
+                if reply.get("exiting"):
+                    self._worker.mark_broken()
                 raise BackendFatalError(message, code)
             return [TritonliteError(code, message)] * len(requests)
         results: list[Result] = []
@@ -424,27 +341,59 @@ class PythonEnvInstance:
 
     def is_ready(self) -> bool:
         """The worker is alive (the model's own ``is_ready`` is asked after a failed execute)."""
-        return not self._broken and self._proc.poll() is None
+        return self._worker.alive()
 
     def close(self) -> None:
-        self._stop(finalize=True)
+        self._worker.stop(finalize=True)
 
-    def _stop(self, finalize: bool) -> None:
-        if finalize and not self._broken and self._proc.poll() is None:
-            try:
-                self._sock.settimeout(_FINALIZE_TIMEOUT_S)
-                send_message(self._sock, {"op": "finalize"}, [])
-                recv_message(self._sock)
-            except (ChannelClosed, OSError) as exc:
-                log.warning("finalize of model instance '%s' did not finish: %s", self._name,
-                            exc)
-        self._sock.close()
-        try:
-            self._proc.wait(timeout=5.0)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
-        self._drain.join(timeout=2.0)
-        if self._proc.stdout is not None:
-            self._proc.stdout.close()
 
+def _model_files(path: Path, version_dir: Path, model_dir: Path) -> dict[str, str]:
+    """What the worker needs to import model.py (and to give it ``pb_utils.ModelConfig``)."""
+    from tritonlite.backends.python_autocomplete import ModelConfig
+
+    return {"model_path": str(path), "version_dir": str(version_dir),
+            "model_dir": str(model_dir), "model_config_source": inspect.getsource(ModelConfig)}
+
+
+def auto_complete(cfg: Any, model_dir: Path) -> None:
+    """The model's ``auto_complete_config``, run in its environment by a worker of its own
+    (as Triton's auto-complete stub runs), merged into ``cfg`` as the in-process one is.
+
+    Raises
+    ------
+    TritonliteError
+        INVALID_ARG when importing model.py or ``auto_complete_config`` fails, or it returns
+        something else than a ``pb_utils.ModelConfig`` (the registry makes these INTERNAL);
+        INTERNAL when the environment cannot be used.
+    """
+    from tritonlite.backends.python_autocomplete import _apply as apply_model_config
+    from tritonlite.contracts.config import normalize, render_json, select_versions, version_dirs
+
+    available = version_dirs(model_dir)
+    if not available:
+        return
+    version = (select_versions(cfg, available) or available)[-1]
+    path = Path(model_dir, str(version), cfg.default_model_filename or "model.py")
+    if not path.is_file():
+        return  # loading the model reports it
+    env = resolve(cfg.parameters[ENV_PARAMETER].string_value, model_dir, cfg.name)
+    shown = copy.deepcopy(cfg)
+    normalize(shown)
+    before = render_json(shown)
+    try:
+        worker = WorkerProcess(env.python, env.root, f"{cfg.name}-autocomplete",
+                               f"model '{cfg.name}' (auto-complete)")
+    except WorkerGone as exc:
+        raise internal(str(exc)) from None
+    try:
+        reply, _ = worker.call(
+            {"op": "auto_complete", **_model_files(path, path.parent, model_dir),
+             "config": json.dumps(before)}, [], "auto-complete")
+    except WorkerGone as exc:
+        raise internal(str(exc)) from None
+    finally:
+        worker.stop(finalize=False)
+    if "error" in reply:
+        raise invalid_arg(str(reply["error"]))
+    if reply.get("config") is not None:
+        apply_model_config(cfg, before, reply["config"])

@@ -421,9 +421,6 @@ class InferenceRequest:
     def requested_output_names(self) -> set[str]:
         return self._requested
 
-    def model_name(self) -> str | None:
-        return self._model_name
-
     def get_response_sender(self) -> InferenceResponseSender:
         return self._sender
 

@@ -34,6 +34,7 @@ import numpy as np
 _HEAD = struct.Struct("<IQ")
 _ALIGN = 64  # tensors start on 64-byte boundaries of the binary part
 _PB_UTILS_FILE = "python_env_pb_utils.py"
+_MODEL_CONFIG_FILE = "<tritonlite ModelConfig>"
 
 
 class ChannelClosed(Exception):
@@ -177,7 +178,7 @@ def describe(exc: BaseException) -> str:
     here = os.path.dirname(os.path.abspath(__file__))
     text = f"{type(exc).__name__}: {exc}"
     frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if not f.filename.startswith(here) and not f.filename.startswith("<frozen")]
+              if not f.filename.startswith((here, "<frozen", _MODEL_CONFIG_FILE))]
     if frames:
         text += "\n\nAt:\n" + "".join(f"  {f.filename}({f.lineno}): {f.name}\n"
                                        for f in reversed(frames))
@@ -211,6 +212,8 @@ class Worker:
             op = meta.get("op")
             if op == "init":
                 send_message(self.sock, self.initialize(meta), [])
+            elif op == "auto_complete":
+                send_message(self.sock, self.auto_complete(meta), [])
             elif op == "execute":
                 reply, blobs, fatal = self.execute(meta, buf)
                 send_message(self.sock, reply, blobs)
@@ -223,12 +226,13 @@ class Worker:
             else:
                 send_message(self.sock, {"error": f"unknown operation {op!r}"}, [])
 
-    def initialize(self, meta: dict[str, Any]) -> dict[str, Any]:
+    def _import(self, meta: dict[str, Any]) -> Any:
+        """Import model.py the way Triton's stub does; exceptions from the model propagate."""
         import importlib.util
         import types
 
-        args = meta["args"]
-        self.name = args["model_instance_name"]
+        if not hasattr(self.pb, "ModelConfig"):
+            _install_model_config(self.pb, meta["model_config_source"])
         version_dir, model_dir = meta["version_dir"], meta["model_dir"]
         self.pb._model_dir = version_dir
         for d in (version_dir, model_dir):  # Triton's stub appends both, in this order
@@ -240,16 +244,22 @@ class Worker:
         package.__path__ = [version_dir]
         sys.modules["_tritonlite_model"] = package
         name = f"_tritonlite_model.{stem}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot import '{path}'")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        return module
+
+    def initialize(self, meta: dict[str, Any]) -> dict[str, Any]:
+        args = meta["args"]
+        self.name = args["model_instance_name"]
         try:
-            spec = importlib.util.spec_from_file_location(name, path)
-            if spec is None or spec.loader is None:
-                raise ImportError(f"cannot import '{path}'")
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module
-            spec.loader.exec_module(module)
+            module = self._import(meta)
             cls = getattr(module, "TritonPythonModel", None)
             if cls is None:
-                return {"error": f"AttributeError: module '{name}' has no attribute "
+                return {"error": f"AttributeError: module '{module.__name__}' has no attribute "
                                  "'TritonPythonModel'"}
             self.model = cls()
             init = getattr(self.model, "initialize", None)
@@ -258,6 +268,26 @@ class Worker:
         except Exception as exc:
             return {"error": describe(exc)}
         return {"ok": True}
+
+    def auto_complete(self, meta: dict[str, Any]) -> dict[str, Any]:
+        """``auto_complete_config`` over the config as /config renders it: the dict it returns,
+        ``None`` when the model has none, or the error."""
+        pb = self.pb
+        try:
+            module = self._import(meta)
+            fn = getattr(getattr(module, "TritonPythonModel", None), "auto_complete_config",
+                         None)
+            if fn is None:
+                return {"config": None}
+            config = pb.ModelConfig(meta["config"])
+            result = fn(config)
+        except Exception as exc:
+            return {"error": describe(exc)}
+        if not isinstance(result, pb.ModelConfig):
+            name = json.loads(meta["config"]).get("name", "")
+            return {"error": f"auto_complete_config function in model '{name}' must return a "
+                             "valid pb.ModelConfig object."}
+        return {"config": result.as_dict()}
 
     def _await(self, ret: Any) -> Any:
         import inspect
@@ -286,7 +316,8 @@ class Worker:
             ret = self._await(fn(batch))
             return self._responses(batch, ret)
         except (SystemExit, MemoryError) as exc:
-            return {"error": describe(exc), "code": "INTERNAL", "fatal": True}, [], True
+            return ({"error": describe(exc), "code": "INTERNAL", "fatal": True, "exiting": True},
+                    [], True)
         except Exception as exc:
             text = str(exc) if isinstance(exc, _BatchError) else describe(exc)
             unsupported = (isinstance(exc, pb.TritonModelException)
@@ -354,6 +385,18 @@ class Worker:
         except Exception as exc:
             sys.stderr.write(f"finalize of model instance '{self.name}' failed: "
                              f"{describe(exc)}\n")
+
+
+def _install_model_config(pb: Any, source: str) -> None:
+    """``pb_utils.ModelConfig`` from the server's own class source (it needs only ``json``), so
+    its checks and messages are the in-process ones."""
+    import __future__
+
+    namespace: dict[str, Any] = {"json": json, "Any": Any, "__name__": pb.__name__}
+    code = compile(source, _MODEL_CONFIG_FILE, "exec", dont_inherit=True,
+                   flags=__future__.annotations.compiler_flag)
+    exec(code, namespace)
+    pb.ModelConfig = namespace["ModelConfig"]
 
 
 def _load_pb_utils() -> Any:

@@ -1,0 +1,153 @@
+"""One worker process of an ``EXECUTION_ENV_PATH`` environment and the socket to it.
+
+``WorkerProcess`` starts ``python_env_worker.py`` under the environment's interpreter with one end
+of a Unix socket pair, relays the worker's output into the server log (one line at a time,
+prefixed with ``[name]``), and makes calls: one message out, one answer back. A worker that
+dies or stops answering makes the call raise ``WorkerGone`` with a sentence saying how it
+ended (its exit code or signal, and its last lines of output). Used from one thread at a time;
+``alive()`` from any.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import signal
+import socket
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any
+
+from tritonlite.backends.python_env_worker import ChannelClosed, recv_message, send_message
+
+log = logging.getLogger("tritonlite")
+
+WORKER = Path(__file__).with_name("python_env_worker.py")
+START_TIMEOUT_S = 120.0  # the interpreter and numpy import, on a loaded machine
+FINALIZE_TIMEOUT_S = 30.0
+
+
+class WorkerGone(Exception):
+    """The worker died or stopped answering; ``str()`` says how, for an error message."""
+
+
+def worker_env(root: Path) -> dict[str, str]:
+    """The worker's environment variables: the server's, as ``root``'s ``activate`` leaves them,
+    without ``PYTHONHOME`` / ``PYTHONPATH`` (nothing of the server's packages leaks in)."""
+    out = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "PYTHONPATH")}
+    out["PATH"] = os.pathsep.join([str(root / "bin"), out.get("PATH", os.defpath)])
+    if (root / "pyvenv.cfg").is_file():
+        out["VIRTUAL_ENV"] = str(root)
+    else:
+        out["CONDA_PREFIX"] = str(root)
+    out["PYTHONUNBUFFERED"] = "1"  # the model's prints reach the log as they happen
+    return out
+
+
+class WorkerProcess:
+    """A started worker (``hello`` is its first message: pid, python and numpy versions)."""
+
+    def __init__(self, python: Path, root: Path, name: str, label: str) -> None:
+        self.python = python
+        self.name = name
+        self.label = label  # what error messages call it: "model instance 'm_0_0'"
+        self._broken = False
+        self._tail: collections.deque[str] = collections.deque(maxlen=20)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._proc = subprocess.Popen(
+                [str(python), str(WORKER), str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=worker_env(root))
+        except OSError as exc:
+            ours.close()
+            raise WorkerGone(f"cannot start {python} for {label}: {exc}") from None
+        finally:
+            theirs.close()
+        self._sock = ours
+        self._drain = threading.Thread(target=self._relay, name=f"{name}-output", daemon=True)
+        self._drain.start()
+        try:
+            self._sock.settimeout(START_TIMEOUT_S)
+            try:
+                self.hello, _ = recv_message(self._sock)
+            except ChannelClosed:
+                raise WorkerGone(self._ended("starting")) from None
+            self._sock.settimeout(None)
+        except BaseException:
+            self.stop(finalize=False)
+            raise
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    def _relay(self) -> None:
+        assert self._proc.stdout is not None
+        for raw in self._proc.stdout:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            self._tail.append(line)
+            log.info("[%s] %s", self.name, line)
+
+    def call(self, meta: dict[str, Any], blobs: list[Any],
+             during: str) -> tuple[dict[str, Any], bytearray]:
+        """Send one message and wait for the answer (``during`` names the step, for errors)."""
+        try:
+            if self._broken:
+                raise ChannelClosed("broken")
+            send_message(self._sock, meta, blobs)
+            return recv_message(self._sock)
+        except (ChannelClosed, OSError):
+            self._broken = True
+            raise WorkerGone(self._ended(during)) from None
+
+    def alive(self) -> bool:
+        return not self._broken and self._proc.poll() is None
+
+    def mark_broken(self) -> None:
+        """No more calls: the worker said it is exiting."""
+        self._broken = True
+
+    def _ended(self, during: str) -> str:
+        try:
+            code = self._proc.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            code = self._proc.wait()
+            how = "stopped answering and was killed"
+        else:
+            if code < 0:
+                try:
+                    how = f"was killed by {signal.Signals(-code).name}"
+                except ValueError:
+                    how = f"was killed by signal {-code}"
+            else:
+                how = f"exited with code {code}"
+        self._drain.join(timeout=2.0)
+        text = (f"the python process of {self.label} (pid {self._proc.pid}, {self.python}) "
+                f"{how} during {during}")
+        tail = [line for line in self._tail if line.strip()][-8:]
+        if tail and code >= 0:
+            text += ". Its last output:\n" + "\n".join(tail)
+        return text
+
+    def stop(self, finalize: bool) -> None:
+        """Ask the worker to finalize (if ``finalize`` and it can) and end it."""
+        if finalize and self.alive():
+            try:
+                self._sock.settimeout(FINALIZE_TIMEOUT_S)
+                send_message(self._sock, {"op": "finalize"}, [])
+                recv_message(self._sock)
+            except (ChannelClosed, OSError) as exc:
+                log.warning("finalize of %s did not finish: %s", self.label, exc)
+        self._sock.close()
+        try:
+            self._proc.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        self._drain.join(timeout=2.0)
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()
