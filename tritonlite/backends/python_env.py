@@ -29,11 +29,16 @@ A worker that dies (killed, crashed, ``sys.exit`` in ``execute``) fails the batc
 or the next one it is sent, with a message that says how it ended; that is a
 ``BackendFatalError``, so the core takes the instance out of rotation and rebuilds it, which
 starts a new worker: the model is not ready while none of its instances is (one instance: until
-the new worker's ``initialize`` returns), then serves again.
+the new worker's ``initialize`` returns), then serves again. A worker that hangs is left to the
+core's execution timeout, which rebuilds the instance; the hung process ends when its call
+returns (or with the server: workers exit when their parent is gone).
+
+``auto_complete_config`` runs in the environment too, in a short-lived worker (Triton's
+auto-complete stub), with the in-process ``ModelConfig`` (``python_autocomplete.py``).
 
 UNSUPPORTED with an environment (refused at load, or failing the call with UNSUPPORTED): decoupled
-models, BLS and model management from model.py, ``auto_complete_config`` (the config must
-be complete), BF16 tensors.
+models, BLS and model management from model.py, request rescheduling, BF16 tensors. Unpacked
+environments stay in the cache directory after the server exits (Triton unpacks each start).
 """
 
 from __future__ import annotations
