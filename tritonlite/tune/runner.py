@@ -247,6 +247,18 @@ class Tuner:
                                 f"{s.throughput:,.0f} infer/s vs the original's "
                                 f"{b.throughput:,.0f}")
 
+    def _describe(self, trial: Trial) -> str:
+        """The point a trial's score comes from, in words."""
+        budget = self.settings.latency_budget_us
+        ok = [x for x in trial.samples if x.ok]
+        if not ok:
+            return trial.status
+        s = max(ok, key=lambda x: space.score(x.throughput, x.p99_us, budget))
+        fits = "" if budget is None else (" within the budget" if s.p99_us <= budget
+                                          else " over the budget")
+        return (f"{s.throughput:,.0f} infer/s at concurrency {s.concurrency}, p99 "
+                f"{s.p99_us / 1000:.1f} ms{fits}")
+
     def _final(self, baseline: Trial, points: list[int], stopped: bool) -> Result:
         """Sweep the original and the finalists in two rounds, the second in reverse order
         (A B C, C B A), so a slow spell of a shared machine weighs on every one alike."""
@@ -291,9 +303,9 @@ class Tuner:
             chosen = top
             gain = (f"{top.score / base_sweep.score:.2f}x" if base_sweep.score
                     else "where the original scored 0; vs")
-            reason = (f"highest throughput {top.score:,.0f} infer/s"
-                      f"{' with p99 within the budget' if budget else ''}, "
-                      f"{gain} the original's {base_sweep.score:,.0f} infer/s")
+            reason = (f"the highest score, {top.score:,.0f} ({self._describe(top)}), "
+                      f"{gain} the original's {base_sweep.score:,.0f} "
+                      f"({self._describe(base_sweep)})")
         reason += note
         if base_sweep.score == 0 and budget is not None:
             reason += " (the original has no point within the latency budget)"
