@@ -33,7 +33,12 @@ LAYERS: list[tuple[str, list[str]]] = [
     # are handed plain values instead.
     ("options", ["options"]),
     ("in-process", ["inprocess"]),
+    # The core's facade (InferenceCore, CoreAPI) over its sub-packages, which layer too.
     ("core", ["core"]),
+    ("core: models, request", ["core.models", "core.request"]),
+    ("core: runtime", ["core.runtime"]),
+    ("core: tensors", ["core.tensors"]),
+    ("core: observability", ["core.observability"]),
     ("scheduling", ["scheduling"]),
     ("backends", ["backends"]),
     ("contracts", ["contracts", "logs", "_proto", ""]),

@@ -24,11 +24,11 @@ from tritonlite.backends.python_autocomplete import ModelConfig, auto_complete
 from tritonlite.backends.python_loader import describe
 from tritonlite.contracts import config as model_config
 from tritonlite.contracts.errors import ErrorCode, TritonliteError
+from tritonlite.contracts.signature import Signature
 from tritonlite.contracts.timing import ExecTiming
 from tritonlite.contracts.types import InferInput, InferRequest, RequestedOutput
-from tritonlite.core.outputs import build_response
-from tritonlite.core.shm import SharedMemoryManager
-from tritonlite.contracts.signature import Signature
+from tritonlite.core.tensors.outputs import build_response
+from tritonlite.core.tensors.shm import SharedMemoryManager
 
 
 def _python_completer(cfg: Any, model_dir: Path, default_max_batch_size: int) -> None:

@@ -27,8 +27,19 @@ from repos import write_add_sub, write_identity
 from tritonclient.utils import InferenceServerException
 
 from tritonlite.cli import options_from_args
-from tritonlite.core.latency import SUMMARY_MAX_AGE_S, Histogram, LatencyRecorder, Window
-from tritonlite.core.sysinfo import CpuSampler, GpuSampler, load_nvml, read_cpu_times, read_memory
+from tritonlite.core.observability.latency import (
+    SUMMARY_MAX_AGE_S,
+    Histogram,
+    LatencyRecorder,
+    Window,
+)
+from tritonlite.core.observability.sysinfo import (
+    CpuSampler,
+    GpuSampler,
+    load_nvml,
+    read_cpu_times,
+    read_memory,
+)
 from tritonlite.frontends.metrics import Samplers, _Collector, render
 from tritonlite.options import DEFAULT_SUMMARY_QUANTILES, MetricsConfig, ServerOptions
 

@@ -25,7 +25,7 @@ from tritonclient.utils import InferenceServerException
 
 from tritonlite.cli import options_from_args
 from tritonlite.contracts.errors import TritonliteError
-from tritonlite.core.settings import TraceSettings
+from tritonlite.core.observability.settings import TraceSettings
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -25,9 +25,9 @@ from tritonlite.contracts.types import (
     RequestedOutput,
     ShmRef,
 )
-from tritonlite.core.cache import ENTRY_OVERHEAD, ResponseCache, request_key
-from tritonlite.core.shm import SharedMemoryManager
-from tritonlite.core.stats import ModelStats
+from tritonlite.core.observability.stats import ModelStats
+from tritonlite.core.request.cache import ENTRY_OVERHEAD, ResponseCache, request_key
+from tritonlite.core.tensors.shm import SharedMemoryManager
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -256,7 +256,7 @@ def test_zero_capacity_is_refused() -> None:
 
 
 def test_large_inputs_are_hashed_off_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tritonlite.core import cache as cache_mod
+    from tritonlite.core.request import cache as cache_mod
 
     monkeypatch.setattr(cache_mod, "HASH_OFFLOAD_BYTES", 8)
     threads: list[str] = []

@@ -18,7 +18,7 @@ import pytest
 from tritonlite.contracts.errors import ErrorCode, TritonliteError
 from tritonlite.contracts.types import InferInput, InferRequest, RequestedOutput, ShmRef
 from tritonlite.core.core import InferenceCore
-from tritonlite.core.shm import SharedMemoryManager
+from tritonlite.core.tensors.shm import SharedMemoryManager
 from tritonlite.gpu import cudart
 from tritonlite.options import ServerOptions
 

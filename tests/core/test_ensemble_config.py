@@ -16,7 +16,7 @@ import pytest
 
 from tritonlite.contracts import config as C
 from tritonlite.contracts.errors import ErrorCode, TritonliteError
-from tritonlite.core.ensemble_config import validate_composing
+from tritonlite.core.models.ensemble_config import validate_composing
 from tritonlite.scheduling.ensemble import EnsembleGraph, reshape_dims
 
 pytestmark = pytest.mark.timeout(30)

@@ -17,8 +17,8 @@ from urllib.parse import unquote
 import pytest
 
 from tritonlite.contracts.errors import ErrorCode, TritonliteError
-from tritonlite.core import names
-from tritonlite.core.repository import (
+from tritonlite.core.models import names
+from tritonlite.core.models.repository import (
     OverrideDir,
     _write_one,
     check_override_files,

@@ -14,9 +14,8 @@ import pytest
 
 from tritonlite.cli import options_from_args
 from tritonlite.contracts.types import InferOutput, InferResponse
-from tritonlite.core.cache import ResponseCache
-from tritonlite.core.latency import LatencyRecorder
-from tritonlite.core.pressure import (
+from tritonlite.core.observability.latency import LatencyRecorder
+from tritonlite.core.observability.pressure import (
     MemoryPressure,
     MemoryReading,
     read_cgroup_v1,
@@ -25,7 +24,8 @@ from tritonlite.core.pressure import (
     read_memory,
     under_pressure,
 )
-from tritonlite.core.shm import SharedMemoryManager
+from tritonlite.core.request.cache import ResponseCache
+from tritonlite.core.tensors.shm import SharedMemoryManager
 from tritonlite.options import ServerOptions
 
 pytestmark = pytest.mark.timeout(30)

@@ -18,7 +18,7 @@ import pytest
 
 from tritonlite.contracts.errors import ErrorCode, TritonliteError
 from tritonlite.core.core import InferenceCore
-from tritonlite.core.shm import SharedMemoryManager
+from tritonlite.core.tensors.shm import SharedMemoryManager
 from tritonlite.options import ServerOptions
 
 pytestmark = pytest.mark.timeout(30)

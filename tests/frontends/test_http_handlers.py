@@ -21,7 +21,7 @@ import pytest
 
 from tritonlite.contracts.errors import ErrorCode, TritonliteError
 from tritonlite.contracts.types import InferOutput, InferRequest, InferResponse
-from tritonlite.core.stream import StreamResponse
+from tritonlite.core.request.stream import StreamResponse
 from tritonlite.frontends.http.app import make_dispatch
 from tritonlite.frontends.http.call import (
     HttpError,

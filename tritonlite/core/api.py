@@ -13,7 +13,7 @@ from collections.abc import AsyncGenerator
 from typing import Any, Protocol
 
 from tritonlite.contracts.types import InferRequest, InferResponse
-from tritonlite.core.stream import StreamResponse
+from tritonlite.core.request.stream import StreamResponse
 
 
 class CoreAPI(Protocol):

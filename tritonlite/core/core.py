@@ -24,15 +24,17 @@ from tritonlite.contracts.errors import (
     unsupported,
 )
 from tritonlite.contracts.types import InferRequest, InferResponse
-from tritonlite.core import latency, names, validate
-from tritonlite.core.cache import ResponseCache
 from tritonlite.core.core_options import CoreOptions
-from tritonlite.core.model import Model
-from tritonlite.core.pressure import MemoryPressure
-from tritonlite.core.repository import ModelRepository, control_error, decode_override_file
-from tritonlite.core.settings import LogSettings, TraceSettings
-from tritonlite.core.shm import SharedMemoryManager
-from tritonlite.core.stream import ResponseStream, StreamResponse, is_decoupled
+from tritonlite.core.models import names
+from tritonlite.core.models.repository import ModelRepository, control_error, decode_override_file
+from tritonlite.core.observability import latency
+from tritonlite.core.observability.pressure import MemoryPressure
+from tritonlite.core.observability.settings import LogSettings, TraceSettings
+from tritonlite.core.request.cache import ResponseCache
+from tritonlite.core.request.stream import ResponseStream, StreamResponse, is_decoupled
+from tritonlite.core.runtime.model import Model
+from tritonlite.core.tensors import validate
+from tritonlite.core.tensors.shm import SharedMemoryManager
 
 log = logging.getLogger("tritonlite")
 

@@ -7,8 +7,9 @@ it); whatever the composition root hands ``InferenceCore`` only needs these read
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Protocol
+
+from tritonlite.core.models.repository import RepositoryOptions
 
 
 class MetricsSettings(Protocol):
@@ -27,29 +28,10 @@ class MetricsSettings(Protocol):
     def histogram_buckets_us(self) -> tuple[float, ...]: ...
 
 
-class CoreOptions(Protocol):
+class CoreOptions(RepositoryOptions, Protocol):
     """The server options the core, its repository and its statistics read (names and
     meanings as in ``tritonlite.options.ServerOptions``)."""
 
-    # repository and lifecycle
-    @property
-    def model_repositories(self) -> tuple[Path, ...]: ...
-    @property
-    def model_control_mode(self) -> str: ...
-    @property
-    def load_models(self) -> tuple[str, ...]: ...
-    @property
-    def repository_poll_secs(self) -> float: ...
-    @property
-    def exit_timeout_secs(self) -> float: ...
-    @property
-    def auto_complete_config(self) -> bool: ...
-    @property
-    def default_max_batch_size(self) -> int: ...
-    @property
-    def backend_execution_timeout_s(self) -> float: ...
-    @property
-    def health_probe_interval_s(self) -> float: ...
     # health, metadata, shared memory
     @property
     def server_id(self) -> str: ...

@@ -37,11 +37,11 @@ from typing import Any
 from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from tritonlite.core import latency as lat
-from tritonlite.core import lifecycle as lc
 from tritonlite.core.core import InferenceCore
-from tritonlite.core.pressure import NO_PRESSURE, MemoryPressure
-from tritonlite.core.sysinfo import CpuSampler, GpuSampler, load_nvml
+from tritonlite.core.models import lifecycle as lc
+from tritonlite.core.observability import latency as lat
+from tritonlite.core.observability.pressure import NO_PRESSURE, MemoryPressure
+from tritonlite.core.observability.sysinfo import CpuSampler, GpuSampler, load_nvml
 from tritonlite.frontends.http.errors import error_response
 from tritonlite.frontends.rejects import REJECTS
 

@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 from tritonlite.contracts.config import CONFIG_FILENAME, ENSEMBLE
 from tritonlite.contracts.errors import TritonliteError, invalid_arg, unsupported
-from tritonlite.core import lifecycle as lc
-from tritonlite.core.ensemble_config import validate_composing
+from tritonlite.core.models import lifecycle as lc
+from tritonlite.core.models.ensemble_config import validate_composing
 
 if TYPE_CHECKING:
-    from tritonlite.core.repository import ModelRepository
+    from tritonlite.core.models.repository import ModelRepository
 
 log = logging.getLogger("tritonlite")
 

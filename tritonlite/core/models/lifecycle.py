@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from tritonlite.contracts.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from tritonlite.core.model import Model
+    from tritonlite.core.runtime.model import Model
 
 
 class ModelState(str, enum.Enum):

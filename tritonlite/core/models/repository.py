@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from tritonlite._proto import pb
 from tritonlite.backends import AUTO_COMPLETERS, create_backend
@@ -35,16 +35,15 @@ from tritonlite.contracts.errors import (
 from tritonlite.contracts.signature import Signature
 from tritonlite.contracts.timing import ExecTiming
 from tritonlite.contracts.types import InferRequest, InferResponse
-from tritonlite.core import ensemble_deps, names
-from tritonlite.core import lifecycle as lc
-from tritonlite.core.core_options import CoreOptions
-from tritonlite.core.ensemble import EnsembleBackend, EnsembleModel
-from tritonlite.core.health import HealthSettings
-from tritonlite.core.lifecycle import VersionState
-from tritonlite.core.model import Model, ModelInstance
-from tritonlite.core.shm import SharedMemoryManager
-from tritonlite.core.stats import LatencyFactory
-from tritonlite.core.warmup import WarmupSample, build_samples, record_runs, run_samples
+from tritonlite.core.models import ensemble_deps, names
+from tritonlite.core.models import lifecycle as lc
+from tritonlite.core.models.lifecycle import VersionState
+from tritonlite.core.observability.stats import LatencyFactory
+from tritonlite.core.runtime.ensemble import EnsembleBackend, EnsembleModel
+from tritonlite.core.runtime.health import HealthSettings
+from tritonlite.core.runtime.model import Model, ModelInstance
+from tritonlite.core.runtime.warmup import WarmupSample, build_samples, record_runs, run_samples
+from tritonlite.core.tensors.shm import SharedMemoryManager
 from tritonlite.gpu.devices import usable_gpus
 from tritonlite.scheduling.ensemble import EnsembleGraph
 
@@ -253,8 +252,31 @@ def decode_override_file(key: str, value: Any) -> tuple[str, bytes]:
         raise invalid_arg(f"unable to decode base64 content of load parameter '{key}'") from None
 
 
+class RepositoryOptions(Protocol):
+    """The server options the repository reads (``core_options.CoreOptions`` extends it)."""
+
+    @property
+    def model_repositories(self) -> tuple[Path, ...]: ...
+    @property
+    def model_control_mode(self) -> str: ...
+    @property
+    def load_models(self) -> tuple[str, ...]: ...
+    @property
+    def repository_poll_secs(self) -> float: ...
+    @property
+    def exit_timeout_secs(self) -> float: ...
+    @property
+    def auto_complete_config(self) -> bool: ...
+    @property
+    def default_max_batch_size(self) -> int: ...
+    @property
+    def backend_execution_timeout_s(self) -> float: ...
+    @property
+    def health_probe_interval_s(self) -> float: ...
+
+
 class ModelRepository:
-    def __init__(self, options: CoreOptions, shm: SharedMemoryManager,
+    def __init__(self, options: RepositoryOptions, shm: SharedMemoryManager,
                  step_infer: Callable[[InferRequest], Awaitable[InferResponse]],
                  latency: LatencyFactory | None = None) -> None:
         """``step_infer``: the core's admission of an ensemble step (``InferenceCore``);

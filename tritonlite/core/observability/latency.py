@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from tritonlite.core.pressure import NO_PRESSURE, MemoryPressure
+from tritonlite.core.observability.pressure import NO_PRESSURE, MemoryPressure
 
 SUMMARY_MAX_AGE_S = 60.0
 SUMMARY_WINDOW = 8192

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from tritonlite import logs
 from tritonlite.contracts.errors import invalid_arg, unsupported
-from tritonlite.core.trace import Trace, TraceFile, TraceSetting, TraceWriter
+from tritonlite.core.observability.trace import Trace, TraceFile, TraceSetting, TraceWriter
 
 _TRACE_LEVELS = ("OFF", "TIMESTAMPS", "TENSORS")
 _TRACE_KEYS = ("trace_level", "trace_rate", "trace_count", "log_frequency")

@@ -49,11 +49,11 @@ import numpy as np
 from tritonlite.contracts import datatypes
 from tritonlite.contracts.errors import TritonliteError, invalid_arg
 from tritonlite.contracts.types import InferOutput, InferRequest, InferResponse, RequestedOutput
-from tritonlite.core.pressure import NO_PRESSURE, MemoryPressure
-from tritonlite.core.shm import SharedMemoryManager
+from tritonlite.core.observability.pressure import NO_PRESSURE, MemoryPressure
+from tritonlite.core.tensors.shm import SharedMemoryManager
 
 if TYPE_CHECKING:
-    from tritonlite.core.model import Model
+    from tritonlite.core.runtime.model import Model
 
 ENTRY_OVERHEAD = 256  # bytes charged per entry on top of its outputs (key, bookkeeping)
 _OUTPUT_OVERHEAD = 64

@@ -39,10 +39,10 @@ from typing import TYPE_CHECKING, Any
 
 from tritonlite.contracts.errors import ErrorCode, TritonliteError, internal
 from tritonlite.contracts.types import InferRequest, InferResponse
-from tritonlite.core.outputs import build_response
+from tritonlite.core.tensors.outputs import build_response
 
 if TYPE_CHECKING:
-    from tritonlite.core.model import Model
+    from tritonlite.core.runtime.model import Model
 
 
 @dataclass(slots=True)

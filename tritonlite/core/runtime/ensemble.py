@@ -6,24 +6,30 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 from tritonlite.backends.base import ModelOutputs
 from tritonlite.contracts.errors import TritonliteError, internal
 from tritonlite.contracts.signature import Signature
 from tritonlite.contracts.types import InferRequest, InferResponse
-from tritonlite.core.model import Model
-from tritonlite.core.outputs import build_response
+from tritonlite.core.runtime.model import Model
+from tritonlite.core.tensors.outputs import build_response
 from tritonlite.scheduling.ensemble import EnsembleGraph, EnsembleScheduler
 
-if TYPE_CHECKING:
-    from tritonlite.core.repository import ModelRepository
+
+class ComposingModels(Protocol):
+    """Where an ensemble finds its composing models and admits its steps (the repository)."""
+
+    step_infer: Callable[[InferRequest], Awaitable[InferResponse]]
+
+    def get(self, name: str, version: int = -1) -> Model: ...
 
 
 class EnsembleBackend:
     """What an ensemble has in place of a backend: its graph and the repository it runs in."""
 
-    def __init__(self, graph: EnsembleGraph, repository: ModelRepository) -> None:
+    def __init__(self, graph: EnsembleGraph, repository: ComposingModels) -> None:
         self.graph = graph
         self.repository = repository
 
@@ -45,7 +51,7 @@ class EnsembleModel(Model):
         return backend.graph
 
     @property
-    def _repository(self) -> ModelRepository:
+    def _repository(self) -> ComposingModels:
         backend = self.backend
         assert isinstance(backend, EnsembleBackend)
         return backend.repository

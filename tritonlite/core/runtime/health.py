@@ -32,10 +32,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tritonlite.contracts.errors import TritonliteError, unavailable
-from tritonlite.core.warmup import WarmupSample, run_samples
+from tritonlite.core.runtime.warmup import WarmupSample, run_samples
 
 if TYPE_CHECKING:
-    from tritonlite.core.model import Model, ModelInstance
+    from tritonlite.core.runtime.model import Model, ModelInstance
 
 log = logging.getLogger("tritonlite")
 

@@ -42,11 +42,11 @@ from tritonlite.contracts.errors import (
 from tritonlite.contracts.signature import Signature
 from tritonlite.contracts.timing import ExecTiming
 from tritonlite.contracts.types import InferRequest, InferResponse
-from tritonlite.core.health import HealthSettings, InstanceHealth
-from tritonlite.core.outputs import build_response
-from tritonlite.core.shm import SharedMemoryManager
-from tritonlite.core.stats import LatencyFactory, ModelStats
-from tritonlite.core.warmup import WarmupSample
+from tritonlite.core.observability.stats import LatencyFactory, ModelStats
+from tritonlite.core.runtime.health import HealthSettings, InstanceHealth
+from tritonlite.core.runtime.warmup import WarmupSample
+from tritonlite.core.tensors.outputs import build_response
+from tritonlite.core.tensors.shm import SharedMemoryManager
 from tritonlite.scheduling.base import BatchRunner, Pending
 from tritonlite.scheduling.factory import make_scheduler
 

@@ -38,9 +38,9 @@ from tritonlite.contracts.errors import TritonliteError, invalid_arg
 from tritonlite.contracts.signature import Signature
 from tritonlite.contracts.timing import ExecTiming
 from tritonlite.contracts.types import InferInput, InferRequest
-from tritonlite.core import validate
-from tritonlite.core.shm import SharedMemoryManager
-from tritonlite.core.stats import ModelStats
+from tritonlite.core.observability.stats import ModelStats
+from tritonlite.core.tensors import validate
+from tritonlite.core.tensors.shm import SharedMemoryManager
 
 WARMUP_DIR = "warmup"  # Triton's folder for input_data_file, under the model directory
 _NO_SHM = SharedMemoryManager()  # warm-up inputs never name shared memory

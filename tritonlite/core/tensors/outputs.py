@@ -15,8 +15,8 @@ from tritonlite.contracts import datatypes
 from tritonlite.contracts.errors import internal, invalid_arg
 from tritonlite.contracts.signature import Signature, TensorSpec
 from tritonlite.contracts.types import InferOutput, InferRequest, InferResponse, RequestedOutput
-from tritonlite.core.classification import classify
-from tritonlite.core.shm import SharedMemoryManager
+from tritonlite.core.tensors.classification import classify
+from tritonlite.core.tensors.shm import SharedMemoryManager
 
 
 def _unreshape(arr: np.ndarray[Any, Any], spec: TensorSpec, batched: bool) -> np.ndarray[Any, Any]:

@@ -15,7 +15,7 @@ from tritonlite.contracts import datatypes
 from tritonlite.contracts.errors import invalid_arg
 from tritonlite.contracts.signature import Signature, TensorSpec
 from tritonlite.contracts.types import InferInput, InferRequest
-from tritonlite.core.shm import SharedMemoryManager
+from tritonlite.core.tensors.shm import SharedMemoryManager
 
 
 def _fmt(shape: Any) -> str:

@@ -30,7 +30,7 @@ from tritonlite.contracts.errors import TritonliteError, internal
 from tritonlite.contracts.types import InferRequest, InferResponse
 from tritonlite.contracts.types import RequestTrace as Trace
 from tritonlite.core.api import CoreAPI
-from tritonlite.core.stream import StreamResponse
+from tritonlite.core.request.stream import StreamResponse
 from tritonlite.frontends.call import GrpcCall
 from tritonlite.frontends.grpc import codec
 from tritonlite.frontends.grpc.errors import internal_message

@@ -34,7 +34,7 @@ import orjson
 from tritonlite.contracts.errors import TritonliteError, invalid_arg
 from tritonlite.contracts.types import InferInput, InferRequest, InferResponse
 from tritonlite.core.api import CoreAPI
-from tritonlite.core.stream import StreamResponse
+from tritonlite.core.request.stream import StreamResponse
 from tritonlite.frontends.http import codec
 from tritonlite.frontends.http.call import HttpRequest, HttpResponse, HttpStream, StreamWriter
 from tritonlite.frontends.http.errors import STATUS, error
