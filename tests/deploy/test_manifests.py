@@ -149,8 +149,10 @@ def test_modelmesh_args_parse() -> None:
     opts = _parse(args)
     assert opts.model_control_mode == "explicit"
     assert not opts.strict_readiness and opts.auto_complete_config
-    with pytest.raises(SystemExit, match="--allow-sagemaker"):  # why upstream's flag is gone
-        options_from_args([*args, "--allow-sagemaker=false"])
+    # upstream's runtime also passes --allow-sagemaker=false: accepted (there is no such front end)
+    options_from_args([*args, "--allow-sagemaker=false"])
+    with pytest.raises(SystemExit, match="--allow-sagemaker"):  # asking for it is refused
+        options_from_args([*args, "--allow-sagemaker=true"])
 
 
 def test_deployment_args_and_probes() -> None:
