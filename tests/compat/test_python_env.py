@@ -476,6 +476,17 @@ def test_worker_killed_mid_request_fails_it_and_restarts(server: Server, repo: P
     assert second != first
 
 
+def test_a_worker_that_dies_idle_is_replaced_at_once(server: Server) -> None:
+    """No request fails for it: a new worker starts as soon as the old one is gone."""
+    _wait_ready(server)
+    first = _pid(server)
+    os.kill(first, signal.SIGKILL)
+    wait_until(lambda: f"'crashy_0_0' (pid {first}) exited while idle" in server.output(),
+               timeout=60)
+    _wait_ready(server)
+    assert _pid(server) != first
+
+
 def test_sys_exit_in_execute_restarts_the_worker(server: Server) -> None:
     _wait_ready(server)
     first = _pid(server)

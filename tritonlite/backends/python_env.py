@@ -258,19 +258,28 @@ class PythonEnvBackend:
 
 
 class PythonEnvInstance:
-    """One worker process running one ``TritonPythonModel``; used from the instance's thread
-    (``is_ready`` excepted)."""
+    """One worker process running one ``TritonPythonModel``. ``execute`` and ``close`` come
+    from the instance's thread; a worker that exits while idle is replaced at once by a thread
+    of its own (``_exited``), under ``_lock``, which every use of ``_worker`` holds."""
 
     def __init__(self, backend: PythonEnvBackend, spec: InstanceSpec) -> None:
         self._backend = backend
+        self._spec = spec
         self._name = spec.name
+        self._lock = threading.Lock()
+        self._closing = False
+        self._worker = self._start()
+
+    def _start(self) -> WorkerProcess:
+        """A worker with the model initialized in it; raises INTERNAL with why not."""
+        backend, spec = self._backend, self._spec
         ctx, env = backend.ctx, backend.env
         try:
-            self._worker = WorkerProcess(env.python, env.root, spec.name,
-                                         f"model instance '{spec.name}'")
+            worker = WorkerProcess(env.python, env.root, spec.name,
+                                   f"model instance '{spec.name}'", on_exit=self._exited)
         except WorkerGone as exc:
             raise internal(str(exc)) from None
-        hello = self._worker.hello
+        hello = worker.hello
         log.info("model instance '%s' runs in %s (python %s, numpy %s, pid %s)", spec.name,
                  env.source, hello.get("python"), hello.get("numpy"), hello.get("pid"))
         args = {
@@ -283,15 +292,40 @@ class PythonEnvInstance:
             "model_name": ctx.name,
         }
         try:
-            reply, _ = self._worker.call(
+            reply, _ = worker.call(
                 {"op": "init", **_model_files(backend.path, ctx.version_dir, ctx.model_dir),
                  "args": args}, [], "initialize")
         except WorkerGone as exc:
-            self._worker.stop(finalize=False)
+            worker.stop(finalize=False)
             raise internal(str(exc)) from None
         if "error" in reply:
-            self._worker.stop(finalize=False)
+            worker.stop(finalize=False)
             raise internal(str(reply["error"]))
+        return worker
+
+    def _exited(self, worker: WorkerProcess) -> None:
+        """On ``worker``'s relay thread when it exited: replace it if it died while idle (a
+        death during a call fails that call instead, and the core rebuilds the instance)."""
+        if not worker.broken and not self._closing:
+            threading.Thread(target=self._replace, args=(worker,), daemon=True,
+                             name=f"{self._name}-restart").start()
+
+    def _replace(self, worker: WorkerProcess) -> None:
+        with self._lock:
+            if self._closing or worker is not getattr(self, "_worker", None) or worker.broken:
+                return  # closing, replaced already, failed on a call, or never started
+            self._restart_locked(worker)
+
+    def _restart_locked(self, worker: WorkerProcess) -> None:
+        """``_lock`` held; raises INTERNAL when the new worker does not start."""
+        worker.stop(finalize=False)
+        log.warning("the python process of model instance '%s' (pid %d) exited while idle; "
+                    "starting a new one", self._name, worker.pid)
+        try:
+            self._worker = self._start()
+        except TritonliteError as exc:
+            log.error("model instance '%s' could not restart: %s", self._name, exc.message)
+            raise
 
     def execute(self, requests: list[InferRequest], timing: ExecTiming) -> list[Result]:
         ctx = self._backend.ctx
@@ -313,11 +347,21 @@ class PythonEnvInstance:
         except TypeError as exc:
             return [unsupported(f"model '{ctx.name}': {exc}")] * len(requests)
         timing.input_end_ns = time.monotonic_ns()
-        try:
-            reply, buf = self._worker.call({"op": "execute", "requests": metas}, packer.blobs,
-                                           "execute")
-        except WorkerGone as exc:
-            raise BackendFatalError(str(exc)) from None
+        with self._lock:
+            worker = self._worker
+            if not worker.alive() and not worker.broken:  # died idle: not replaced yet
+                try:
+                    self._restart_locked(worker)
+                except TritonliteError as exc:
+                    raise BackendFatalError(exc.message) from None
+                worker = self._worker
+            try:
+                reply, buf = worker.call({"op": "execute", "requests": metas}, packer.blobs,
+                                         "execute")
+            except WorkerGone as exc:
+                raise BackendFatalError(str(exc)) from None
+            if reply.get("exiting"):
+                worker.mark_broken()
         timing.infer_end_ns = time.monotonic_ns()
         if "error" in reply:
             code = ErrorCode.UNSUPPORTED if reply.get("code") == "UNSUPPORTED" \
@@ -326,8 +370,6 @@ class PythonEnvInstance:
                        f"{reply['error']}")
             log.error("%s", message)
             if reply.get("fatal"):
-                if reply.get("exiting"):
-                    self._worker.mark_broken()
                 raise BackendFatalError(message, code)
             return [TritonliteError(code, message)] * len(requests)
         results: list[Result] = []
@@ -349,7 +391,10 @@ class PythonEnvInstance:
         return self._worker.alive()
 
     def close(self) -> None:
-        self._worker.stop(finalize=True)
+        with self._lock:
+            self._closing = True
+            worker = self._worker
+        worker.stop(finalize=True)
 
 
 def _model_files(path: Path, version_dir: Path, model_dir: Path) -> dict[str, str]:

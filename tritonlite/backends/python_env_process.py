@@ -5,7 +5,8 @@ of a Unix socket pair, relays the worker's output into the server log (one line 
 prefixed with ``[name]``), and makes calls: one message out, one answer back. A worker that
 dies or stops answering makes the call raise ``WorkerGone`` with a sentence saying how it
 ended (its exit code or signal, and its last lines of output). Used from one thread at a time;
-``alive()`` from any.
+``alive()`` from any. ``on_exit(worker)`` is called on the relay thread when the worker's
+output ends (it exited), whoever made it exit.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import signal
 import socket
 import subprocess
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +51,10 @@ def worker_env(root: Path) -> dict[str, str]:
 class WorkerProcess:
     """A started worker (``hello`` is its first message: pid, python and numpy versions)."""
 
-    def __init__(self, python: Path, root: Path, name: str, label: str) -> None:
+    def __init__(self, python: Path, root: Path, name: str, label: str,
+                 on_exit: Callable[[WorkerProcess], None] | None = None) -> None:
         self.python = python
+        self._on_exit = on_exit
         self.name = name
         self.label = label  # what error messages call it: "model instance 'm_0_0'"
         self._broken = False
@@ -90,6 +94,8 @@ class WorkerProcess:
             line = raw.decode("utf-8", "replace").rstrip("\n")
             self._tail.append(line)
             log.info("[%s] %s", self.name, line)
+        if self._on_exit is not None:
+            self._on_exit(self)
 
     def call(self, meta: dict[str, Any], blobs: list[Any],
              during: str) -> tuple[dict[str, Any], bytearray]:
@@ -105,6 +111,11 @@ class WorkerProcess:
 
     def alive(self) -> bool:
         return not self._broken and self._proc.poll() is None
+
+    @property
+    def broken(self) -> bool:
+        """A call failed, or the worker said it exits: it ended on a request, not while idle."""
+        return self._broken
 
     def mark_broken(self) -> None:
         """No more calls: the worker said it is exiting."""
