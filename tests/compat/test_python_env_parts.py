@@ -105,6 +105,14 @@ def _tarball(path: Path, members: dict[str, bytes], links: dict[str, str] | None
             tar.addfile(info)
 
 
+@pytest.fixture(params=["filter", "no-filter"])
+def tar_filters(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With tarfile's extraction filters, and without them (Python < 3.10.12)."""
+    if request.param == "no-filter":
+        monkeypatch.delattr(tarfile, "tar_filter")
+
+
+@pytest.mark.usefixtures("tar_filters")
 def test_tarball_unpacked_once_by_content(tmp_path: Path,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     cache = tmp_path / "cache"
@@ -122,6 +130,7 @@ def test_tarball_unpacked_once_by_content(tmp_path: Path,
     assert again.source == tmp_path / "b.tar.gz"
 
 
+@pytest.mark.usefixtures("tar_filters")
 def test_tarball_escaping_its_directory_is_refused(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(python_env.CACHE_VARIABLE, str(tmp_path / "cache"))

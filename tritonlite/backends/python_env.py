@@ -174,7 +174,7 @@ def resolve(value: str, model_dir: Path, model_name: str) -> Environment:
     elif path.is_file():
         if not tarfile.is_tarfile(path):
             raise internal(f"{where}: '{path}' is neither a directory nor a tar archive "
-                              "(e.g. a conda-pack .tar.gz)")
+                           "(e.g. a conda-pack .tar.gz)")
         root = _unpacked(path, where)
     else:  # Triton 2.51's words
         raise internal(f"Failed to get the canonical path for {path}.")
@@ -183,6 +183,20 @@ def resolve(value: str, model_dir: Path, model_name: str) -> Environment:
         if python.is_file() and os.access(python, os.X_OK):
             return Environment(root, python, path)
     raise internal(f"{where}: the environment '{path}' has no bin/python3")
+
+
+def _extract(archive: tarfile.TarFile, dest: Path) -> None:
+    """Unpack ``archive`` into ``dest``, refusing members that would land outside it but keeping
+    absolute symlinks (a tarred venv's ``bin/python`` is one): tarfile's "tar" filter."""
+    if hasattr(tarfile, "tar_filter"):
+        archive.extractall(dest, filter="tar")
+        return
+    root = os.path.realpath(dest)  # Python < 3.10.12 has no filters: the same check by hand
+    for member in archive.getmembers():
+        target = os.path.realpath(os.path.join(root, member.name.lstrip("/")))
+        if os.path.commonpath([root, target]) != root:
+            raise tarfile.TarError(f"{member.name!r} would be extracted outside the directory")
+    archive.extractall(dest)
 
 
 def cache_dir() -> Path:
@@ -215,9 +229,7 @@ def _unpacked(tarball: Path, where: str) -> Path:
             tmp = Path(tempfile.mkdtemp(prefix=f"{dest.name}.", dir=cache))
             try:
                 with tarfile.open(tarball) as archive:
-                    # "tar" refuses members outside the directory but keeps absolute symlinks,
-                    # which a tarred venv's bin/python is.
-                    archive.extractall(tmp, filter="tar")
+                    _extract(archive, tmp)
             except (tarfile.TarError, OSError, ValueError) as exc:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise internal(f"{where}: cannot unpack '{tarball}': {exc}") from None
