@@ -2,14 +2,17 @@
 ``--frontend=aio`` (aiohttp + grpc.aio), optionally vs another checkout, side by side.
 
     .venv/bin/python bench/bench_frontends.py [--rounds 2] [--concurrency 16]
-        [--variants native,shared,aio] [--baseline PATH] [--model add_sub]
+        [--variants native,shared,aio] [--baseline PATH] [--model add_sub] [--root PATH]
+        [--before PATH] [--protocols http,grpc]
 
 Each round starts every variant in turn (alternating, since the machine is shared and noisy)
 and runs perf_analyzer over HTTP and gRPC against the ONNX ``add_sub`` (FP32[16] x 2) of
 ``bench/models.py``; ``bench/cpu.py`` turns the server's CPU time and its request count into
 microseconds per request. ``--baseline PATH`` adds a variant ``base`` that runs the tritonlite
 of another checkout (e.g. a ``git worktree`` of the starting commit, with its extension built
-in place by ``python setup.py build_ext --inplace``) with its default front ends. Prints a
+in place by ``python setup.py build_ext --inplace``) with its default front ends; ``--before
+PATH`` a variant ``before``: the native front end of another checkout (a change measured
+before/after in one run). Prints a
 Markdown table of the median of the rounds (and every round's figure) and writes
 ``bench/results/frontends.json``.
 """
@@ -44,17 +47,20 @@ VARIANTS = {
     "shared": ("--frontend", "native"),  # plus one port for both, chosen per run
     "aio": ("--frontend", "aio"),
     "base": (),
+    "before": ("--frontend", "native"),  # native, from the --before checkout
 }
 
 
 def _server(variant: str, repo: Path, logs: Path, baseline: Path | None,
-            root: Path = ROOT) -> TritonliteServer:
+            root: Path = ROOT, before: Path | None = None) -> TritonliteServer:
     extra = VARIANTS[variant]
     if variant == "shared":
         port = str(free_ports(1)[0])
         extra = (*extra, "--http-port", port, "--grpc-port", port)
     if variant == "base" and baseline is not None:
         root = baseline
+    if variant == "before" and before is not None:
+        root = before
     return TritonliteServer(repo, logs / f"server_{variant}.log", extra, root=root)
 
 
@@ -70,10 +76,14 @@ def main() -> int:
                     help="the checkout whose tritonlite the native/shared/aio variants run "
                          "(default: this one; a worktree keeps the figures apart from edits "
                          "in progress)")
+    ap.add_argument("--before", type=Path, default=None,
+                    help="adds a variant 'before': --frontend native from this checkout (a "
+                         "change's before/after, side by side)")
     ap.add_argument("--model", default="add_sub")
     ap.add_argument("--interval-ms", type=int, default=3000)
     a = ap.parse_args()
-    variants = a.variants.split(",") + (["base"] if a.baseline else [])
+    variants = a.variants.split(",") + (["base"] if a.baseline else []) \
+        + (["before"] if a.before else [])
     pa = perf_analyzer_bin()
     out_dir = ROOT / "bench" / "results"
     logs = out_dir / "logs" / "frontends"
@@ -84,7 +94,7 @@ def main() -> int:
         repo = write_onnx_repo(Path(tmp) / "repo", ("add_sub",))
         for rnd in range(a.rounds):
             for variant in variants:
-                server = _server(variant, repo, logs, a.baseline, a.root)
+                server = _server(variant, repo, logs, a.baseline, a.root, a.before)
                 ports = server.start()
                 try:
                     for proto in a.protocols.split(","):

@@ -160,11 +160,99 @@ def _apply_request_params(req: InferRequest, params: Any) -> None:
             req.parameters[key] = _param_value(key, v)
 
 
+# -- repeated headers --------------------------------------------------------------------------
+# A client whose tensors travel in the binary tail (perf_analyzer, tritonclient with binary
+# data) sends the same JSON header with every request. The header's bytes are then a key into
+# what they decoded to, validated once: a request from a known header costs one dict lookup and
+# one numpy view per input instead of a JSON parse and its checks (HTTP c=16 on add_sub: see
+# bench/RESULTS.md, issue 16). Kept only for headers whose inputs all come from the binary tail
+# as fixed-size tensors; every object a request owns (the request, its inputs, outputs and
+# parameter dicts) is still built fresh.
+_TEMPLATE_MAX_HEAD = 4096  # longer headers are parsed each time (and not kept)
+_TEMPLATE_LIMIT = 1024  # entries; the cache starts over when full (a client varying its 'id')
+_REQUEST_ATTRS = ("sequence_id", "sequence_start", "sequence_end", "priority", "timeout_us",
+                  "binary_data_output")
+_DEFAULTS = InferRequest(model_name="")
+
+
+class _Template:
+    """What one header decoded to: the request's fields, and per input (name, datatype, shape,
+    numpy dtype, element count, byte offset in the tail, parameters)."""
+
+    __slots__ = ("id", "attrs", "params", "inputs", "outputs", "tail_len")
+
+    def __init__(self, req: InferRequest, spans: list[int], tail_len: int) -> None:
+        self.id = req.id
+        self.attrs = tuple((a, getattr(req, a)) for a in _REQUEST_ATTRS
+                           if getattr(req, a) != getattr(_DEFAULTS, a))
+        self.params = dict(req.parameters)
+        self.inputs = tuple(
+            (i.name, i.datatype, i.shape, datatypes.numpy_dtype(i.datatype),
+             datatypes.num_elements(i.shape), off, dict(i.parameters))
+            for i, off in zip(req.inputs, spans))
+        self.outputs = None if req.outputs is None else tuple(
+            (o.name, o.binary, o.classification, dict(o.parameters)) for o in req.outputs)
+        self.tail_len = tail_len
+
+
+_TEMPLATES: dict[bytes, _Template] = {}
+
+
+def _templatable(req: InferRequest, spans: list[int]) -> bool:
+    if len(spans) != len(req.inputs) or req.raw_input is not None:
+        return False
+    for inp in req.inputs:
+        if inp.datatype == "BYTES" or inp.shm is not None or inp.data is None \
+                or inp.data.size == 0:
+            return False
+    return req.outputs is None or all(o.shm is None for o in req.outputs)
+
+
+def _from_template(t: _Template, mv: memoryview, head_len: int, model_name: str,
+                   version: int) -> InferRequest:
+    req = InferRequest(model_name=model_name, model_version=version)
+    if t.id:
+        req.id = t.id
+    for attr, value in t.attrs:
+        setattr(req, attr, value)
+    if t.params:
+        req.parameters = dict(t.params)
+    inputs = req.inputs
+    for name, datatype, shape, dt, count, off, params in t.inputs:
+        data = np.frombuffer(mv, dt, count, head_len + off).reshape(shape)
+        inputs.append(InferInput(name, datatype, shape, data, None,
+                                 dict(params) if params else {}))
+    if t.outputs is not None:
+        req.outputs = [RequestedOutput(name, binary, cls, None, dict(params) if params else {})
+                       for name, binary, cls, params in t.outputs]
+    return req
+
+
 def decode_infer(
     body: bytes, header_length: int | None, model_name: str, version: int
 ) -> InferRequest:
     """Parse an infer request (JSON header + optional binary tail)."""
     mv = memoryview(body)
+    key = None
+    if header_length is not None and 0 < header_length <= _TEMPLATE_MAX_HEAD \
+            and header_length <= len(mv):
+        key = bytes(mv[:header_length])
+        t = _TEMPLATES.get(key)
+        if t is not None and len(mv) - header_length == t.tail_len:
+            return _from_template(t, mv, header_length, model_name, version)
+    req, spans = _decode_infer(mv, header_length, model_name, version)
+    if key is not None and _templatable(req, spans):
+        if len(_TEMPLATES) >= _TEMPLATE_LIMIT:
+            _TEMPLATES.clear()
+        _TEMPLATES[key] = _Template(req, spans, len(mv) - header_length)  # type: ignore[operator]
+    return req
+
+
+def _decode_infer(mv: memoryview, header_length: int | None, model_name: str,
+                  version: int) -> tuple[InferRequest, list[int]]:
+    """The parse itself: the request, and the tail offset of each input read from the tail (in
+    input order, for as long as every input so far came from the tail)."""
+    spans: list[int] = []
     if header_length is None:
         head, tail = mv, mv[len(mv):]
     else:
@@ -210,6 +298,8 @@ def decode_infer(
             if type(bsize) is int and 0 <= bsize <= len(tail) - pos:
                 data = datatypes.from_buffer(datatype, shape, tail[pos : pos + bsize],
                                              f"input '{name}'")
+                if len(spans) == len(req.inputs):
+                    spans.append(pos)
                 pos += bsize
                 req.inputs.append(InferInput(name, datatype, shape, data, None, {}))
                 continue
@@ -251,7 +341,7 @@ def decode_infer(
         if not isinstance(outputs, list):
             raise invalid_arg("request 'outputs' must be an array")
         req.outputs = [_decode_output(o, req.binary_data_output) for o in outputs]
-    return req
+    return req, spans
 
 
 def _decode_output(item: Any, default_binary: bool) -> RequestedOutput:
@@ -302,6 +392,15 @@ def _json_data(name: str, arr: np.ndarray[Any, Any]) -> Any:
     return np.ascontiguousarray(flat)
 
 
+def _raw(arr: np.ndarray[Any, Any]) -> memoryview:
+    """``datatypes.tensor_bytes``, with the common case (a C-contiguous, native-order number
+    tensor) as a plain byte view: 0.2 µs instead of 0.9."""
+    if arr.ndim and arr.size and arr.flags.c_contiguous and arr.dtype.kind in "biuf" \
+            and arr.dtype.isnative:
+        return memoryview(arr).cast("B")  # type: ignore[arg-type]
+    return datatypes.tensor_bytes(arr)
+
+
 def encode_infer(resp: InferResponse) -> tuple[list[bytes | memoryview], int, bool]:
     """Encode a response: (body parts, JSON header length, has binary tail)."""
     outs: list[dict[str, Any]] = []
@@ -312,7 +411,7 @@ def encode_infer(resp: InferResponse) -> tuple[list[bytes | memoryview], int, bo
         if o.data is None:
             pass  # shared-memory output: no data, no parameters
         elif o.binary:
-            raw = datatypes.tensor_bytes(o.data)
+            raw = _raw(o.data)
             d["parameters"] = {"binary_data_size": len(raw)}
             has_binary = True
             if len(raw):
