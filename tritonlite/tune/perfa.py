@@ -76,7 +76,7 @@ class PerfAnalyzer:
                "--measurement-interval", str(max(100, int(window_s * 1000))),
                # tune compares candidates by their own repeated probes; a noisy machine must
                # not make perf_analyzer give up on a point ("Failed to obtain stable ...").
-               "--stability-percentage", "100", "--max-trials", "4",
+               "--stability-percentage", "100", "--max-trials", "6",
                "--input-data", str(self.data_path), "-f", str(csv_path)]
         self.last_command = " ".join(cmd)
         before = stats()
