@@ -1,5 +1,6 @@
-"""Model names and ``file:`` override paths from requests: the one rule (core/names.py) and the
-override directory it guards (core/repository.py's write_override_files / remove_override_dir).
+"""Model names and ``file:`` override paths from requests: the one rule (core/models/names.py)
+and the override directory it guards (core/models/overrides.py's write_override_files /
+remove_override_dir).
 
 Everything runs inside a watched temp dir: ``tempfile`` makes its dirs under ``watched/tmp`` and
 a sentinel directory sits beside it; each test checks that nothing outside the fresh override
@@ -18,7 +19,7 @@ import pytest
 
 from tritonlite.contracts.errors import ErrorCode, TritonliteError
 from tritonlite.core.models import names
-from tritonlite.core.models.repository import (
+from tritonlite.core.models.overrides import (
     OverrideDir,
     _write_one,
     check_override_files,

@@ -20,6 +20,10 @@ model management, under the server's model-control mode. Unlike Triton, BLS also
 ``initialize``, and BLS requests take ``parameters`` as a JSON object string too, with float
 values.
 ``MetricFamily`` metrics work in memory but are not exported on ``/metrics`` yet.
+
+Over 500 lines: this is the one module a ``model.py`` imports as ``triton_python_backend_utils``
+(one module in Triton too), so every name Triton puts there lives here, grouped by section
+(errors, dtypes, lookups, tensors, requests and responses, model management, logging, metrics).
 """
 
 from __future__ import annotations

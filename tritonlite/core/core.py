@@ -26,7 +26,8 @@ from tritonlite.contracts.errors import (
 from tritonlite.contracts.types import InferRequest, InferResponse
 from tritonlite.core.core_options import CoreOptions
 from tritonlite.core.models import names
-from tritonlite.core.models.repository import ModelRepository, control_error, decode_override_file
+from tritonlite.core.models.overrides import decode_override_file
+from tritonlite.core.models.repository import ModelRepository, control_error
 from tritonlite.core.observability import latency
 from tritonlite.core.observability.pressure import MemoryPressure
 from tritonlite.core.observability.settings import LogSettings, TraceSettings
