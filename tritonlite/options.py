@@ -115,7 +115,7 @@ class ServerOptions:
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
     # which transports carry HTTP and gRPC: tritonlite's own wire layer (native) or aiohttp and
     # grpc.aio (aio); the same handlers run over both
-    frontend: str = "aio"
+    frontend: str = "native"
     # TLS on HTTP (tritonlite's; named after Triton's gRPC TLS flags)
     http_use_ssl: bool = False
     http_use_ssl_mutual: bool = False

@@ -97,12 +97,14 @@ class Server:
             from tritonlite.frontends.grpc.server import start_grpc
 
             self._grpc, self.grpc_port = await start_grpc(self.core, opts)
-            log.info("Started GRPCInferenceService at %s:%d", opts.grpc_address, self.grpc_port)
+            log.info("Started GRPCInferenceService at %s:%d (grpc.aio)", opts.grpc_address,
+                     self.grpc_port)
         if opts.allow_http:
             http = make_server(self.core, opts.http_max_input_size)
             self.http_port = await self._serve(http, opts.http_address, opts.http_port,
                                                opts.reuse_http_port, http_tls(opts))
-            log.info("Started HTTPService at %s:%d", opts.http_address, self.http_port)
+            log.info("Started HTTPService at %s:%d (aiohttp, HTTP/1.1)", opts.http_address,
+                     self.http_port)
 
     async def _start_native(self) -> None:
         try:
@@ -112,14 +114,15 @@ class Server:
         opts = self.options
         self._native = await start_native(self.core, opts)
         self.http_port, self.grpc_port = self._native.http_port, self._native.grpc_port
-        shared = " (one port: gRPC by the HTTP/2 preface or ALPN h2, else HTTP/1.1)" \
-            if opts.shared_port else ""
+        tls = " over TLS" if opts.http_use_ssl or opts.grpc_use_ssl else ""
+        shared = (f" (native, one port{tls}: gRPC by the HTTP/2 preface or ALPN h2, "
+                  "else HTTP/1.1)") if opts.shared_port else ""
         if self.grpc_port is not None:
             log.info("Started GRPCInferenceService at %s:%d%s", opts.grpc_address,
-                     self.grpc_port, shared)
+                     self.grpc_port, shared or " (native, gRPC over HTTP/2)")
         if self.http_port is not None:
             log.info("Started HTTPService at %s:%d%s", opts.http_address, self.http_port,
-                     shared)
+                     shared or " (native, HTTP/1.1)")
 
     async def _serve(self, app: web.Application | web.Server, address: str, port: int,
                      reuse: bool, ssl_context: ssl.SSLContext | None = None) -> int:
