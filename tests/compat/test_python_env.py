@@ -15,6 +15,7 @@ import concurrent.futures
 import fcntl
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -28,8 +29,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from conftest import Server, start_server, wait_until
+from decoupled_repo import ASYNC_MODEL, DEC_CONFIG, DEC_MODEL, Stream, is_final
 from repos import client_for, write_python_model
 from tritonclient.utils import InferenceServerException
 
@@ -285,6 +288,9 @@ def repo(tmp_path_factory: pytest.TempPathFactory, np1_env: Path) -> Path:
     auto_config = 'backend: "python"\n' + _env_param(str(np1_env))
     write_python_model(r, "auto_env", AUTO_MODEL, auto_config)
     write_python_model(r, "auto_bad", AUTO_BAD_MODEL, auto_config)
+    for name, code in (("dec", DEC_MODEL), ("dec_async", ASYNC_MODEL)):
+        write_python_model(r, name, code, DEC_CONFIG)
+        write_python_model(r, f"{name}_env", code, DEC_CONFIG + _env_param(str(np1_env)))
     write_python_model(r, "bad_init", BAD_INIT_MODEL, CONFIG.format(
         delay=0, env=_env_param(str(np1_env))))
     write_python_model(r, "missing_env", NUMPY1_MODEL, CONFIG.format(
@@ -299,7 +305,9 @@ def server(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ser
     cache = tmp_path_factory.mktemp("env_cache")
     s = start_server(repo, "--allow-metrics=false", "--model-control-mode=explicit",
                      "--load-model=np1_dir", "--load-model=np1_tar", "--load-model=crashy",
-                     "--load-model=echo", "--load-model=auto_env",
+                     "--load-model=echo", "--load-model=auto_env", "--load-model=dec",
+                     "--load-model=dec_env", "--load-model=dec_async",
+                     "--load-model=dec_async_env",
                      env={"TRITONLITE_PYTHON_ENV_CACHE": str(cache)})
     yield s
     s.stop()
@@ -436,6 +444,95 @@ def test_auto_complete_runs_in_the_environment(server: Server, repo: Path,
         "ValueError: input 'IN' in auto-complete-config function for model 'auto_bad' is "
         "missing 'data_type' property.\n\nAt:\n"), message
     assert message.endswith(f"{repo}/auto_bad/1/model.py(5): auto_complete_config\n;\n")
+
+
+DECOUPLED_CASES = [("count", 2), ("last", 3), ("err", None), ("errfinal", None), ("thread", 2),
+                   ("raise", None), ("return", None), ("count", 0), ("misuse", None),
+                   ("report", None)]
+
+
+def _stream_messages(server: Server, model: str, cases: list[tuple[str, int | None]],
+                     ) -> list[Any]:
+    """Each case's messages on one stream: (request id, final, TEXT, I) or the error text,
+    with ``model`` written as "M" (the two models' names differ)."""
+    stream = Stream(server.grpc_url)
+    out: list[Any] = []
+    try:
+        for k, (text, n) in enumerate(cases):
+            inputs = [grpcclient.InferInput("TEXT", [1], "BYTES")]
+            inputs[0].set_data_from_numpy(np.array([text.encode()], dtype=object))
+            if n is not None:
+                inputs.append(grpcclient.InferInput("N", [1], "INT32"))
+                inputs[1].set_data_from_numpy(np.array([n], dtype=np.int32))
+            stream.send(model, inputs, f"{text}-{k}", empty_final=True)
+            while True:  # up to the final response, or the error that ends the request
+                result, error = stream.take(timeout=30)
+                if error is not None:
+                    message = error.message().replace(f"'{model}_0'", "'M_0'")
+                    out.append(("error", message.replace(f"/{model}/", "/M/")))
+                    if text in ("errfinal", "raise", "return"):
+                        break
+                    continue
+                r = result.get_response()
+                text_out = result.as_numpy("TEXT")
+                i_out = result.as_numpy("I")
+                out.append((r.id, is_final(result),
+                            None if text_out is None else text_out.tolist(),
+                            None if i_out is None else i_out.tolist()))
+                if is_final(result):
+                    break
+    finally:
+        stream.close()
+    return out
+
+
+@pytest.mark.parametrize("model", ["dec", "dec_async"])
+def test_decoupled_models_stream_the_same_in_an_environment(server: Server, model: str) -> None:
+    """The same decoupled model.py, in-process and in an environment: the same messages on
+    the stream (responses from execute and from threads after it returned, error responses,
+    failures, misuse of the sender), and the same statistics counts."""
+    cases = DECOUPLED_CASES if model == "dec" else [("async", None), ("raise", None)]
+    ours = _stream_messages(server, f"{model}_env", cases)
+    assert ours == _stream_messages(server, model, cases)
+    assert any(m[0] == "error" for m in ours) and len(ours) > len(cases)
+    client = httpclient.InferenceServerClient(server.http_url)
+    stats = [client.get_inference_statistics(m)["model_stats"][0]
+             for m in (f"{model}_env", model)]
+    for key in ("inference_count", "execution_count"):
+        assert stats[0][key] == stats[1][key], key
+    for key in ("success", "fail"):
+        assert stats[0]["inference_stats"][key]["count"] == \
+            stats[1]["inference_stats"][key]["count"], key
+    assert stats[0]["response_stats"].keys() == stats[1]["response_stats"].keys()
+
+
+def test_decoupled_worker_killed_mid_stream_ends_the_request(server: Server) -> None:
+    """The model streams from a thread after execute returned; its worker dies: the request
+    ends with an error, and a new worker serves the next one."""
+    pids = re.findall(r"model instance 'dec_env_0' runs in .* pid (\d+)\)", server.output())
+    stream = Stream(server.grpc_url)
+    try:
+        inputs = [grpcclient.InferInput("TEXT", [1], "BYTES")]
+        inputs[0].set_data_from_numpy(np.array([b"cancel"], dtype=object))
+        stream.send("dec_env", inputs, "ticks", empty_final=True)
+        result, error = stream.take(timeout=30)
+        assert error is None and result.as_numpy("TEXT").tolist() == [b"tick0"]
+        os.kill(int(pids[-1]), signal.SIGKILL)
+        while True:
+            result, error = stream.take(timeout=30)
+            if error is not None:
+                break
+        assert error.message() == ("the python process of model instance 'dec_env_0' exited "
+                                   "before the request's final response"), error.message()
+        wait_until(lambda: len(re.findall(r"'dec_env_0' runs in ", server.output())) > len(pids),
+                   timeout=60)
+        inputs[0].set_data_from_numpy(np.array([b"last"], dtype=object))
+        stream.send("dec_env", inputs, "after", empty_final=True)
+        got = stream.until_final(1, timeout=30)
+        assert [r.as_numpy("TEXT").tolist() for r, _ in got] == [[b"last0"], [b"last1"],
+                                                                   [b"last2"]]
+    finally:
+        stream.close()
 
 
 def _pid(server: Server) -> int:

@@ -36,8 +36,14 @@ returns (or with the server: workers exit when their parent is gone).
 ``auto_complete_config`` runs in the environment too, in a short-lived worker (Triton's
 auto-complete stub), with the in-process ``ModelConfig`` (``python_autocomplete.py``).
 
-UNSUPPORTED with an environment (refused at load, or failing the call with UNSUPPORTED): decoupled
-models, BLS and model management from model.py, request rescheduling, BF16 tensors. Unpacked
+Decoupled models stream as in-process ones do (``backends/python.py``'s rules and messages): the
+worker sends each response the moment the model's sender is called, from any of its threads,
+during or after ``execute`` (an ``async def execute`` runs in the background on a loop of the
+worker's); a reader thread hands them to the requests' streams in order. A worker that dies
+with streams open ends each of them with an error.
+
+UNSUPPORTED with an environment (failing the call with UNSUPPORTED): BLS and model management
+from model.py, request rescheduling, BF16 tensors; ``is_cancelled()`` is always False. Unpacked
 environments stay in the cache directory after the server exits (Triton unpacks each start).
 """
 
@@ -46,6 +52,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import inspect
+import itertools
 import json
 import logging
 import os
@@ -248,9 +255,6 @@ class PythonEnvBackend:
 
     def __init__(self, ctx: ModelContext) -> None:
         cfg = ctx.config
-        if cfg.model_transaction_policy.decoupled:
-            raise unsupported(f"python model '{ctx.name}': decoupled models are not supported "
-                              "with EXECUTION_ENV_PATH yet")
         path = ctx.version_dir / (cfg.default_model_filename or "model.py")
         if not path.is_file():
             raise unavailable(f"Python model file not found in '{path}'")
@@ -258,7 +262,7 @@ class PythonEnvBackend:
         self.path = path
         self.env = resolve(cfg.parameters[ENV_PARAMETER].string_value, ctx.model_dir, ctx.name)
         self.outputs = [o.name for o in cfg.output]
-        self.decoupled = False
+        self.decoupled = bool(cfg.model_transaction_policy.decoupled)
         kernels.warmup()  # BYTES outputs go through the kernels; compile now, not on a request
         self.inline = False
 
@@ -280,6 +284,10 @@ class PythonEnvInstance:
         self._name = spec.name
         self._lock = threading.Lock()
         self._closing = False
+        # Decoupled: batch id -> its requests, while any of them waits for its final response
+        self._streams: dict[int, _Batch] = {}
+        self._streams_lock = threading.Lock()
+        self._batches = itertools.count(1)
         self._worker = self._start()
 
     def _start(self) -> WorkerProcess:
@@ -288,7 +296,8 @@ class PythonEnvInstance:
         ctx, env = backend.ctx, backend.env
         try:
             worker = WorkerProcess(env.python, env.root, spec.name,
-                                   f"model instance '{spec.name}'", on_exit=self._exited)
+                                   f"model instance '{spec.name}'", on_exit=self._exited,
+                                   streamed=self._streamed if backend.decoupled else None)
         except WorkerGone as exc:
             raise internal(str(exc)) from None
         hello = worker.hello
@@ -306,7 +315,7 @@ class PythonEnvInstance:
         try:
             reply, _ = worker.call(
                 {"op": "init", **_model_files(backend.path, ctx.version_dir, ctx.model_dir),
-                 "args": args}, [], "initialize")
+                 "args": args, "decoupled": backend.decoupled}, [], "initialize")
         except WorkerGone as exc:
             worker.stop(finalize=False)
             raise internal(str(exc)) from None
@@ -359,6 +368,35 @@ class PythonEnvInstance:
         except TypeError as exc:
             return [unsupported(f"model '{ctx.name}': {exc}")] * len(requests)
         timing.input_end_ns = time.monotonic_ns()
+        batch_id = 0
+        if self._backend.decoupled:
+            batch_id = next(self._batches)
+            for r in requests:
+                if r.responder is None:  # only infer_stream runs decoupled models: a guard
+                    raise internal("a request of a decoupled model came without a response "
+                                   "stream")
+                r.responder.begin(timing.input_end_ns)  # response statistics start here
+            with self._streams_lock:
+                self._streams[batch_id] = _Batch(requests)
+        try:
+            results = self._run(requests, metas, packer, batch_id, timing)
+        except BaseException:
+            if batch_id:  # the core ends the batch's requests with the error
+                with self._streams_lock:
+                    self._streams.pop(batch_id, None)
+            raise
+        if batch_id:
+            with self._streams_lock:
+                batch = self._streams[batch_id]
+                batch.returned = True
+                if batch.failed or not batch.open or batch.gone:
+                    del self._streams[batch_id]
+            if batch.gone and not batch.failed:  # the worker died once execute answered
+                self._orphaned([batch])
+        return results
+
+    def _run(self, requests: list[InferRequest], metas: list[dict[str, Any]], packer: Packer,
+             batch_id: int, timing: ExecTiming) -> list[Result]:
         with self._lock:
             worker = self._worker
             if not worker.alive() and not worker.broken:  # died idle: not replaced yet
@@ -368,8 +406,8 @@ class PythonEnvInstance:
                     raise BackendFatalError(exc.message) from None
                 worker = self._worker
             try:
-                reply, buf = worker.call({"op": "execute", "requests": metas}, packer.blobs,
-                                         "execute")
+                reply, buf = worker.call({"op": "execute", "requests": metas, "batch": batch_id},
+                                         packer.blobs, "execute")
             except WorkerGone as exc:
                 raise BackendFatalError(str(exc)) from None
             if reply.get("exiting"):
@@ -381,22 +419,57 @@ class PythonEnvInstance:
             message = (f"Failed to process the request(s) for model '{self._name}', message: "
                        f"{reply['error']}")
             log.error("%s", message)
+            if batch_id:  # the core ends each request still open with the error
+                with self._streams_lock:
+                    self._streams[batch_id].failed = True
             if reply.get("fatal"):
                 raise BackendFatalError(message, code)
             return [TritonliteError(code, message)] * len(requests)
-        results: list[Result] = []
-        for out in reply["responses"]:
-            error = out.get("error")
-            if error is not None:
-                kind = ErrorCode[error[0]] if error[0] in ErrorCode.__members__ \
-                    else ErrorCode.INTERNAL
-                results.append(ErrorResponse(kind, str(error[1])))
-                continue
-            outputs = ModelOutputs(parameters=out.get("parameters") or {}, partial=True)
-            for desc in out["outputs"]:
-                outputs[desc["name"]] = unpack(desc, buf)
-            results.append(outputs)
-        return results
+        if batch_id:
+            return [_STREAMED] * len(requests)
+        return [_result(out, buf) for out in reply["responses"]]
+
+    def _orphaned(self, batches: list[_Batch]) -> None:
+        """Each request still open in ``batches`` ends with an error: its worker is gone."""
+        err = internal(f"the python process of model instance '{self._name}' exited before "
+                       "the request's final response")
+        for b in batches:
+            for req, is_open in zip(b.requests, b.is_open):
+                if is_open and req.responder is not None:
+                    req.responder.send(err, True)
+
+    def _streamed(self, meta: dict[str, Any], buf: bytearray) -> None:
+        """On the worker's reader thread: a decoupled response, or the news that the worker
+        is gone (each request of a batch whose execute returned, still open, then ends with
+        an error; a batch still executing fails through the execute call)."""
+        if meta["op"] == "gone":
+            with self._streams_lock:
+                for b in self._streams.values():
+                    b.gone = True
+                orphans = [b for b in self._streams.values() if b.returned and not b.failed]
+                self._streams = {k: b for k, b in self._streams.items() if not b.returned}
+            self._orphaned(orphans)
+            return
+        with self._streams_lock:
+            batch = self._streams.get(meta["batch"])
+            if batch is None or batch.failed:
+                return
+            index, final = int(meta["index"]), bool(meta["final"])
+            req = batch.requests[index]
+            if final:
+                batch.is_open[index] = False
+                batch.open -= 1
+                if not batch.open and batch.returned:
+                    del self._streams[meta["batch"]]
+        body = meta["response"]
+        if body is None:
+            result: Result | None = None
+        elif meta.get("failure"):  # an ``async def execute`` failed after returning
+            result = internal(str(body["error"][1]))
+        else:
+            result = _result(body, buf)
+        if req.responder is not None:
+            req.responder.send(result, final)
 
     def is_ready(self) -> bool:
         """The worker is alive (the model's own ``is_ready`` is asked after a failed execute)."""
@@ -407,6 +480,36 @@ class PythonEnvInstance:
             self._closing = True
             worker = self._worker
         worker.stop(finalize=True)
+
+
+# What execute "returns" for a request of a decoupled model: it ran; its responses are streamed.
+_STREAMED = ModelOutputs(partial=True)
+
+
+class _Batch:
+    """A decoupled batch whose requests wait for final responses."""
+
+    __slots__ = ("requests", "is_open", "open", "returned", "failed", "gone")
+
+    def __init__(self, requests: list[InferRequest]) -> None:
+        self.requests = requests
+        self.is_open = [True] * len(requests)
+        self.open = len(requests)
+        self.returned = False  # its execute call came back
+        self.failed = False  # it failed as a whole: the core ends its open requests
+        self.gone = False  # its worker exited
+
+
+def _result(out: dict[str, Any], buf: bytearray) -> Result:
+    """One response from the worker: its error, or its outputs (viewing ``buf``)."""
+    error = out.get("error")
+    if error is not None:
+        kind = ErrorCode[error[0]] if error[0] in ErrorCode.__members__ else ErrorCode.INTERNAL
+        return ErrorResponse(kind, str(error[1]))
+    outputs = ModelOutputs(parameters=out.get("parameters") or {}, partial=True)
+    for desc in out["outputs"]:
+        outputs[desc["name"]] = unpack(desc, buf)
+    return outputs
 
 
 def _model_files(path: Path, version_dir: Path, model_dir: Path) -> dict[str, str]:

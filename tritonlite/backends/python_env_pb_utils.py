@@ -8,9 +8,9 @@ model needs for ``initialize`` / ``execute`` / ``finalize``: ``Tensor``, ``Infer
 lookups, the dtype tables and BYTES helpers, ``get_model_dir``. Names, signatures and messages
 follow Triton's python_backend (and tritonlite's in-process ``backends/pb_utils.py``).
 
-Not available in a worker (each raises ``TritonModelException`` with code UNSUPPORTED, or says
-so): BLS (``InferenceRequest.exec`` / ``async_exec``), ``load_model`` / ``unload_model`` /
-``is_model_ready``, decoupled sending (the server refuses decoupled models with an environment).
+Not available in a worker (each raises ``TritonModelException`` with code UNSUPPORTED): BLS
+(``InferenceRequest.exec`` / ``async_exec``), ``load_model`` / ``unload_model`` /
+``is_model_ready``. Decoupled senders work; ``is_cancelled()`` is always False.
 ``MetricFamily`` metrics are kept in memory only.
 """
 
@@ -309,12 +309,22 @@ class InferenceResponse:
 
 
 class InferenceResponseSender:
-    """A non-decoupled model's ``send(response, flags)``: one response (then, optionally, a
-    flags-only FINAL) instead of returning it from ``execute``."""
+    """``request.get_response_sender()``: ``send(response=None, flags=0)``, Triton's rules.
 
-    def __init__(self) -> None:
+    A decoupled model's sender may be called any number of times, from any thread, during or
+    after ``execute``; each call is delivered at once, in call order (``deliver``, installed
+    by the worker). A non-decoupled model may send exactly one response (then, optionally, a
+    flags-only FINAL) instead of returning it from ``execute``; it is kept in ``response``.
+    """
+
+    def __init__(self, decoupled: bool = False, deliver: Any = None) -> None:
+        import threading
+
+        self._decoupled = decoupled
+        self._deliver = deliver
         self._closed = False
         self._sent = 0
+        self._lock = threading.Lock()
         self.response: InferenceResponse | None = None
 
     def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
@@ -325,22 +335,36 @@ class InferenceResponseSender:
                                        "response flags is set to zero.")
         if response is not None and not isinstance(response, InferenceResponse):
             raise TypeError(f"send(): expected a pb_utils.InferenceResponse, got {type(response)}")
-        if response is not None and self._sent > 0:
-            raise TritonModelException("Unable to send response. Non-decoupled model cannot "
-                                       "send more than one response.")
-        if response is None and self._sent == 0:
-            raise TritonModelException("Unable to send response. Non-decoupled model cannot "
-                                       "send complete final before sending a response.")
-        if self._closed:
-            raise TritonModelException("Unable to send response. Response sender has been "
-                                       "closed.")
-        self._closed = flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL
-        self._sent += 1
-        if response is not None:
-            self.response = response
+        final = flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        with self._lock:
+            if not self._decoupled:
+                if response is not None and self._sent > 0:
+                    raise TritonModelException("Unable to send response. Non-decoupled model "
+                                               "cannot send more than one response.")
+                if response is None and self._sent == 0:
+                    raise TritonModelException("Unable to send response. Non-decoupled model "
+                                               "cannot send complete final before sending a "
+                                               "response.")
+            if self._closed:
+                raise TritonModelException(
+                    "Unable to send response. Response sender has been closed.")
+            self._closed = final
+            self._sent += 1
+            if self._deliver is None:
+                if response is not None:
+                    self.response = response
+                return
+            self._deliver(response, final)  # under the lock: deliveries keep the call order
 
     def is_cancelled(self) -> bool:
         return False
+
+    def _close(self) -> bool:
+        """Refuse further sends (the execution failed); True if it was still open."""
+        with self._lock:
+            was_open = not self._closed
+            self._closed = True
+            return was_open
 
 
 class InferenceTrace:

@@ -7,6 +7,11 @@ dies or stops answering makes the call raise ``WorkerGone`` with a sentence sayi
 ended (its exit code or signal, and its last lines of output). Used from one thread at a time;
 ``alive()`` from any. ``on_exit(worker)`` is called on the relay thread when the worker's
 output ends (it exited), whoever made it exit.
+
+With ``streamed`` (decoupled models), a reader thread takes every message the worker sends:
+the responses it sends on its own (``{"op": "send"}``) go to ``streamed(meta, buf)`` as they
+come, on that thread, in order; answers go to the waiting ``call``; when the worker is gone,
+``streamed({"op": "gone"}, ...)`` is called once.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import queue
 import signal
 import socket
 import subprocess
@@ -52,9 +58,12 @@ class WorkerProcess:
     """A started worker (``hello`` is its first message: pid, python and numpy versions)."""
 
     def __init__(self, python: Path, root: Path, name: str, label: str,
-                 on_exit: Callable[[WorkerProcess], None] | None = None) -> None:
+                 on_exit: Callable[[WorkerProcess], None] | None = None,
+                 streamed: Callable[[dict[str, Any], bytearray], None] | None = None) -> None:
         self.python = python
         self._on_exit = on_exit
+        self._streamed = streamed
+        self._answers: queue.Queue[tuple[dict[str, Any], bytearray] | None] = queue.Queue()
         self.name = name
         self.label = label  # what error messages call it: "model instance 'm_0_0'"
         self._broken = False
@@ -83,6 +92,38 @@ class WorkerProcess:
         except BaseException:
             self.stop(finalize=False)
             raise
+        if streamed is not None:
+            threading.Thread(target=self._read, name=f"{name}-reader", daemon=True).start()
+
+    def _read(self) -> None:
+        assert self._streamed is not None
+        while True:
+            try:
+                meta, buf = recv_message(self._sock)
+            except (ChannelClosed, OSError):
+                break
+            if meta.get("op") == "send":
+                try:
+                    self._streamed(meta, buf)
+                except Exception:  # a stream's failure must not stop the others
+                    log.exception("%s: a streamed response failed", self.label)
+            else:
+                self._answers.put((meta, buf))
+        self._answers.put(None)
+        self._streamed({"op": "gone"}, bytearray())
+
+    def _receive(self, timeout: float | None = None) -> tuple[dict[str, Any], bytearray]:
+        if self._streamed is None:
+            self._sock.settimeout(timeout)
+            return recv_message(self._sock)
+        try:
+            answer = self._answers.get(timeout=timeout)
+        except queue.Empty:
+            raise ChannelClosed("timed out") from None
+        if answer is None:
+            self._answers.put(None)  # the worker is gone: every later call hears it too
+            raise ChannelClosed("end of stream")
+        return answer
 
     @property
     def pid(self) -> int:
@@ -104,7 +145,7 @@ class WorkerProcess:
             if self._broken:
                 raise ChannelClosed("broken")
             send_message(self._sock, meta, blobs)
-            return recv_message(self._sock)
+            return self._receive()
         except (ChannelClosed, OSError):
             self._broken = True
             raise WorkerGone(self._ended(during)) from None
@@ -148,11 +189,14 @@ class WorkerProcess:
         """Ask the worker to finalize (if ``finalize`` and it can) and end it."""
         if finalize and self.alive():
             try:
-                self._sock.settimeout(FINALIZE_TIMEOUT_S)
                 send_message(self._sock, {"op": "finalize"}, [])
-                recv_message(self._sock)
+                self._receive(FINALIZE_TIMEOUT_S)
             except (ChannelClosed, OSError) as exc:
                 log.warning("finalize of %s did not finish: %s", self.label, exc)
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the reader thread, if any
+        except OSError:
+            pass
         self._sock.close()
         try:
             self._proc.wait(timeout=5.0)

@@ -193,14 +193,23 @@ class Worker:
     """One model instance: the model object and the pb_utils stand-in it imported."""
 
     def __init__(self, sock: socket.socket, pb: Any) -> None:
+        import threading
+
         self.sock = sock
         self.pb = pb
         self.model: Any = None
         self.loop: Any = None
+        self.background: Any = None  # the event loop of a decoupled ``async def execute``
         self.name = ""
+        self.decoupled = False
+        self.send_lock = threading.Lock()  # a decoupled model sends from any thread
+
+    def _send(self, meta: dict[str, Any], blobs: list[Any]) -> None:
+        with self.send_lock:
+            send_message(self.sock, meta, blobs)
 
     def serve(self) -> int:
-        send_message(self.sock, {"op": "hello", "pid": os.getpid(),
+        self._send({"op": "hello", "pid": os.getpid(),
                                  "python": sys.version.split()[0],
                                  "numpy": np.__version__}, [])
         while True:
@@ -211,20 +220,20 @@ class Worker:
                 return 0
             op = meta.get("op")
             if op == "init":
-                send_message(self.sock, self.initialize(meta), [])
+                self._send(self.initialize(meta), [])
             elif op == "auto_complete":
-                send_message(self.sock, self.auto_complete(meta), [])
+                self._send(self.auto_complete(meta), [])
             elif op == "execute":
                 reply, blobs, fatal = self.execute(meta, buf)
-                send_message(self.sock, reply, blobs)
+                self._send(reply, blobs)
                 if fatal:
                     return 3
             elif op == "finalize":
                 self.finalize()
-                send_message(self.sock, {"ok": True}, [])
+                self._send({"ok": True}, [])
                 return 0
             else:
-                send_message(self.sock, {"error": f"unknown operation {op!r}"}, [])
+                self._send({"error": f"unknown operation {op!r}"}, [])
 
     def _import(self, meta: dict[str, Any]) -> Any:
         """Import model.py the way Triton's stub does; exceptions from the model propagate."""
@@ -255,6 +264,7 @@ class Worker:
     def initialize(self, meta: dict[str, Any]) -> dict[str, Any]:
         args = meta["args"]
         self.name = args["model_instance_name"]
+        self.decoupled = bool(meta.get("decoupled"))
         try:
             module = self._import(meta)
             cls = getattr(module, "TritonPythonModel", None)
@@ -308,17 +318,32 @@ class Worker:
         for r in meta["requests"]:
             inputs = [pb.Tensor._of_input(d["name"], unpack(d, buf)) for d in r["inputs"]]
             batch.append(pb.InferenceRequest._of_server(r, inputs))
+        if self.decoupled:
+            for index, req in enumerate(batch):
+                req._sender = pb.InferenceResponseSender(
+                    True, self._deliverer(meta["batch"], index, req.requested_output_names()))
         try:
             fn = getattr(self.model, "execute", None)
             if fn is None:
                 raise _BatchError(f"Python model {self.name} does not implement `execute` "
                                   "method.")
+            if self.decoupled:
+                ret = fn(batch)
+                if _is_coroutine(ret):
+                    self._in_background(ret, meta["batch"], batch)
+                elif ret is not None:
+                    raise _BatchError(f"Python model '{self.name}' is using the decoupled "
+                                      "mode and the execute function must return None.")
+                return {"done": True}, [], False
             ret = self._await(fn(batch))
             return self._responses(batch, ret)
         except (SystemExit, MemoryError) as exc:
             return ({"error": describe(exc), "code": "INTERNAL", "fatal": True, "exiting": True},
                     [], True)
         except Exception as exc:
+            if self.decoupled:  # the server ends each request still open with this error
+                for req in batch:
+                    req.get_response_sender()._close()
             text = str(exc) if isinstance(exc, _BatchError) else describe(exc)
             unsupported = (isinstance(exc, pb.TritonModelException)
                            and exc.code == pb.TritonError.UNSUPPORTED)
@@ -365,15 +390,42 @@ class Worker:
                     "execute returned no response for a request and none was sent with its "
                     "response sender")]})
                 continue
-            err = resp.error()
-            if err is not None:
-                out.append({"error": [err.code().name, err.message()]})
-                continue
-            wanted = req.requested_output_names()
-            tensors = [packer.add(t.name(), t._array) for t in resp.output_tensors()
-                       if t.name() in wanted]
-            out.append({"outputs": tensors, "parameters": resp._parameters})
+            out.append(_pack_response(resp, req.requested_output_names(), packer))
         return {"responses": out}, packer.blobs, False
+
+    def _deliverer(self, batch: int, index: int, wanted: set[str]) -> Any:
+        """What a decoupled request's sender calls: each response goes to the server at once."""
+        def deliver(resp: Any, final: bool) -> None:
+            packer = Packer()
+            body = None if resp is None else _pack_response(resp, wanted, packer)
+            self._send({"op": "send", "batch": batch, "index": index, "final": final,
+                        "response": body}, packer.blobs)
+
+        return deliver
+
+    def _in_background(self, coro: Any, batch_id: int, batch: list[Any]) -> None:
+        """A decoupled ``async def execute``: runs on a loop of its own, not awaited (as in
+        Triton); if it fails, each request still open ends with the error."""
+        import asyncio
+        import threading
+
+        if self.background is None:
+            self.background = asyncio.new_event_loop()
+            threading.Thread(target=self.background.run_forever, name="execute-loop",
+                             daemon=True).start()
+        future = asyncio.run_coroutine_threadsafe(coro, self.background)
+
+        def done(f: Any) -> None:
+            if f.cancelled() or f.exception() is None:
+                return
+            text = (f"Failed to process the request(s) for model '{self.name}', message: "
+                    f"{describe(f.exception())}")
+            for index, req in enumerate(batch):
+                if req.get_response_sender()._close():
+                    self._send({"op": "send", "batch": batch_id, "index": index, "final": True,
+                                "response": {"error": ["INTERNAL", text]}, "failure": True}, [])
+
+        future.add_done_callback(done)
 
     def finalize(self) -> None:
         model, self.model = self.model, None
@@ -397,6 +449,23 @@ def _install_model_config(pb: Any, source: str) -> None:
                    flags=__future__.annotations.compiler_flag)
     exec(code, namespace)
     pb.ModelConfig = namespace["ModelConfig"]
+
+
+def _pack_response(resp: Any, wanted: set[str], packer: Packer) -> dict[str, Any]:
+    """An ``InferenceResponse`` as the server reads it: its error, or its requested outputs
+    (their bytes go to ``packer``) and parameters."""
+    err = resp.error()
+    if err is not None:
+        return {"error": [err.code().name, err.message()]}
+    tensors = [packer.add(t.name(), t._array) for t in resp.output_tensors()
+               if t.name() in wanted]
+    return {"outputs": tensors, "parameters": resp._parameters}
+
+
+def _is_coroutine(value: Any) -> bool:
+    import inspect
+
+    return inspect.iscoroutine(value)
 
 
 def _load_pb_utils() -> Any:
