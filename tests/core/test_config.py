@@ -26,6 +26,7 @@ from tritonlite.backends.onnx_io import (
     read_onnx_io,
 )
 from tritonlite.contracts import config as C
+from tritonlite.contracts import config_validate as V
 from tritonlite.contracts.errors import ErrorCode, TritonliteError
 
 Shape = list[Any]
@@ -103,7 +104,7 @@ def complete(cfg: Any, name: str = "m", **kw: Any) -> Any:
     """resolve (with a fake dir name) + normalize + validate, as load_model_config does."""
     C.resolve_platform(cfg, Path("/nonexistent") / name)
     C.normalize(cfg, **kw)
-    C.validate(cfg, **kw)
+    V.validate(cfg, **kw)
     return cfg
 
 
@@ -154,7 +155,7 @@ def test_parse_json_accepts_int64_numbers_or_strings_and_enum_case() -> None:
     assert cfg.input[0].data_type == pb.DataType.values_by_name["TYPE_FP32"].number
     assert cfg.dynamic_batching.max_queue_delay_microseconds == 100
     assert cfg.dynamic_batching.priority_queue_policy[1].timeout_action == pb.ModelQueuePolicy.DELAY
-    assert cfg.instance_group[0].kind == C.KIND_CPU
+    assert cfg.instance_group[0].kind == V.KIND_CPU
 
 
 @pytest.mark.parametrize(
@@ -303,7 +304,7 @@ def test_normalize_defaults_for_an_onnx_model() -> None:
         "profile": [], "passive": False, "host_policy": "",
     }]
     assert C.instance_names(cfg) == [
-        ("simple", "simple_0", C.KIND_CPU, 0), ("simple", "simple_1", C.KIND_CPU, 0)
+        ("simple", "simple_0", V.KIND_CPU, 0), ("simple", "simple_1", V.KIND_CPU, 0)
     ]
 
 
@@ -345,7 +346,7 @@ def test_instance_group_names_kinds_and_counts() -> None:
     """), name="add_sub")
     groups = [(g.name, g.kind, g.count) for g in cfg.instance_group]
     assert groups == [
-        ("add_sub_0", C.KIND_CPU, 1), ("named", C.KIND_CPU, 3), ("add_sub_2", C.KIND_MODEL, 1)
+        ("add_sub_0", V.KIND_CPU, 1), ("named", V.KIND_CPU, 3), ("add_sub_2", V.KIND_MODEL, 1)
     ]
     names = [n for _, n, _, _ in C.instance_names(cfg)]
     assert names == ["add_sub_0_0", "named_0", "named_1", "named_2", "add_sub_2_0"]
@@ -353,24 +354,24 @@ def test_instance_group_names_kinds_and_counts() -> None:
 
 def test_kind_auto_and_gpus() -> None:
     cfg = complete(cfg_of(SIMPLE), gpu_count=2)
-    assert cfg.instance_group[0].kind == C.KIND_GPU
+    assert cfg.instance_group[0].kind == V.KIND_GPU
     assert list(cfg.instance_group[0].gpus) == [0, 1]
     assert cfg.instance_group[0].count == 1
-    assert C.instance_names(cfg) == [("m", "m_0", C.KIND_GPU, 0), ("m", "m_0", C.KIND_GPU, 1)]
+    assert C.instance_names(cfg) == [("m", "m_0", V.KIND_GPU, 0), ("m", "m_0", V.KIND_GPU, 1)]
 
     cfg = complete(cfg_of(SIMPLE + "instance_group [{count: 2 kind: KIND_GPU gpus: [1]}]"),
                    gpu_count=2)
-    assert C.instance_names(cfg) == [("m_0", "m_0_0", C.KIND_GPU, 1),
-                                     ("m_0", "m_0_1", C.KIND_GPU, 1)]
+    assert C.instance_names(cfg) == [("m_0", "m_0_0", V.KIND_GPU, 1),
+                                     ("m_0", "m_0_1", V.KIND_GPU, 1)]
 
     # KIND_AUTO listing a GPU that does not exist falls back to CPU, which then may not list
     # GPUs (Triton's exact sequence of rules).
     cfg = cfg_of(SIMPLE + "instance_group [{gpus: [5]}]")
     C.resolve_platform(cfg, Path("/x/m"))
     C.normalize(cfg, gpu_count=2)
-    assert cfg.instance_group[0].kind == C.KIND_CPU
+    assert cfg.instance_group[0].kind == V.KIND_CPU
     with invalid("has kind KIND_CPU but specifies one or more GPUs"):
-        C.validate(cfg, gpu_count=2)
+        V.validate(cfg, gpu_count=2)
 
 
 def test_kind_gpu_without_gpus_fails() -> None:

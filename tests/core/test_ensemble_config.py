@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tritonlite.contracts import config as C
+from tritonlite.contracts import config_validate as V
 from tritonlite.contracts.errors import ErrorCode, TritonliteError
 from tritonlite.core.models.ensemble_config import validate_composing
 from tritonlite.scheduling.ensemble import EnsembleGraph, reshape_dims
@@ -26,7 +27,7 @@ def complete(text: str, name: str) -> Any:
     cfg = C.parse_pbtxt(text, name)
     C.resolve_platform(cfg, Path("/nonexistent") / name)
     C.normalize(cfg)
-    C.validate(cfg)
+    V.validate(cfg)
     return cfg
 
 

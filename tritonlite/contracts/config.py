@@ -33,7 +33,6 @@ from tritonlite.contracts.config_validate import (
     KIND_AUTO,
     KIND_CPU,
     KIND_GPU,
-    KIND_MODEL,
     KNOWN_BACKENDS,
     ModelConfig,
     validate,
@@ -42,11 +41,6 @@ from tritonlite.contracts.errors import TritonliteError, invalid_arg
 
 __all__ = [
     "CONFIG_FILENAME",
-    "ENSEMBLE",
-    "KIND_AUTO",
-    "KIND_CPU",
-    "KIND_GPU",
-    "KIND_MODEL",
     "AutoCompleteError",
     "AutoCompleter",
     "instance_names",
@@ -58,7 +52,6 @@ __all__ = [
     "render_json_bytes",
     "resolve_platform",
     "select_versions",
-    "validate",
     "version_dirs",
 ]
 

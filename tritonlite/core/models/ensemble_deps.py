@@ -23,7 +23,8 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tritonlite.contracts.config import CONFIG_FILENAME, ENSEMBLE
+from tritonlite.contracts.config import CONFIG_FILENAME
+from tritonlite.contracts.config_validate import ENSEMBLE
 from tritonlite.contracts.errors import TritonliteError, invalid_arg, unsupported
 from tritonlite.core.models import lifecycle as lc
 from tritonlite.core.models.ensemble_config import validate_composing
