@@ -572,7 +572,7 @@ LOAD_FAILURES = [
      r"ModuleNotFoundError: No module named 'no_such_module_here'"),
     ("class TritonPythonModel:\n    pass\n", UTILS_CONFIG
      + 'parameters { key: "EXECUTION_ENV_PATH" value { string_value: "env.tar.gz" } }\n',
-     ErrorCode.UNSUPPORTED, "custom execution environments are not supported"),
+     ErrorCode.INTERNAL, r"Failed to get the canonical path for .*/m/env\.tar\.gz\."),
 ]
 
 
