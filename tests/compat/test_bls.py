@@ -412,6 +412,7 @@ def ok(report: dict[str, Any]) -> dict[str, Any]:
 NOT_READY = ("Model {0} - Error when running inference: Failed for execute the inference "
              "request. Model '{0}' is not ready.")
 PREFIX = "Model add_sub - Error when running inference: "
+NO_ID = "[request id: <id_unknown>] "  # (Triton's core prefixes a request's validation errors)
 
 
 # -- requests and responses -----------------------------------------------------------------------
@@ -481,11 +482,11 @@ def test_bls_sequence_reaches_the_sequence_batcher(server: Server) -> None:
 @pytest.mark.parametrize("case, message", [
     ("unknown_model", NOT_READY.format("nope")),
     ("unknown_version", NOT_READY.format("add_sub")),
-    ("bad_dtype", PREFIX + "inference input 'INPUT0' data-type is 'INT32', but model 'add_sub' "
-                           "expects 'FP32'"),
-    ("bad_shape", PREFIX + "unexpected shape for input 'INPUT0' for model 'add_sub'. "
-                           "Expected [-1,4], got [1,3]"),
-    ("missing_input", PREFIX + "expected 2 inputs but got 1 inputs for model 'add_sub'"),
+    ("bad_dtype", PREFIX + NO_ID + "inference input 'INPUT0' data-type is 'INT32', but model "
+                                   "'add_sub' expects 'FP32'"),
+    ("bad_shape", PREFIX + NO_ID + "unexpected shape for input 'INPUT0' for model 'add_sub'. "
+                                   "Expected [-1,4], got [1,3]"),
+    ("missing_input", PREFIX + NO_ID + "expected 2 inputs but got 1 inputs for model 'add_sub'"),
     ("unknown_output", PREFIX + "unexpected inference output 'NOPE' for model 'add_sub'"),
     ("target_error_response", "no good"),
 ])
@@ -571,7 +572,7 @@ def test_async_exec_gathers_concurrent_requests(server: Server) -> None:
 def test_async_exec_errors_do_not_raise(server: Server) -> None:
     report = run_case(server, "errors", "bls_async")
     assert report["unknown"]["error"] == NOT_READY.format("nope")
-    assert report["bad_shape"]["error"].startswith(PREFIX + "unexpected shape")
+    assert report["bad_shape"]["error"].startswith(PREFIX + NO_ID + "unexpected shape")
     assert report["sync_in_async"]["error"] == NOT_READY.format("nope")
 
 

@@ -321,14 +321,25 @@ def test_grpc_decoder_fuzz() -> None:
     escapes.check(minimum=500)
 
 
-@pytest.mark.parametrize("text", ["²", "1" * 4301, "1" * 20, "٣", "-1", "+1", " 1", "1_0", "0x1",
-                                  "1.0", "\u0000", "9223372036854775808"])
+@pytest.mark.parametrize("text", ["²", "1" * 4301, "1" * 20, "٣", "-1", "-2x", "", " ", "+",
+                                  "\u0000", "9223372036854775808"])
 def test_parse_version_refuses_what_is_not_a_version(text: str) -> None:
+    if not text:  # "" is "the server picks"
+        assert parse_version(text) == -1
+        return
     with pytest.raises(TritonliteError) as exc:
         parse_version(text)
     assert exc.value.code == ErrorCode.INVALID_ARG
-    assert "failed to parse version" in exc.value.message
-    assert len(exc.value.message) < 200
+    assert "version should be an integral value > 0" in exc.value.message
+    assert len(exc.value.message) < 250
+
+
+@pytest.mark.parametrize(("text", "version"), [("+1", 1), (" 1", 1), ("1_0", 1), ("0x1", 0),
+                                                ("1.0", 1), ("\t7abc", 7), ("-0", 0)])
+def test_parse_version_reads_as_std_stol(text: str, version: int) -> None:
+    """Triton reads a version string with ``std::stol``: leading blanks, a sign, the digits up
+    to the first other character."""
+    assert parse_version(text) == version
 
 
 @pytest.mark.parametrize("text,expected", [("", -1), ("0", 0), ("1", 1), ("007", 7),

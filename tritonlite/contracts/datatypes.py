@@ -155,11 +155,26 @@ def empty(wire: str, shape: tuple[int, ...], what: str) -> np.ndarray[Any, Any]:
         raise shape_error(shape, what) from None
 
 
+class Misfit(np.ndarray):
+    """What ``from_buffer`` returns for a buffer that does not fill its tensor: an empty array
+    (so no front end caches it as a template) that remembers the byte count it got."""
+
+    got: int = 0
+
+    @classmethod
+    def of(cls, got: int) -> Misfit:
+        out = np.empty(0, dtype=np.uint8).view(cls)
+        out.got = got
+        return out
+
+
 def from_buffer(wire: str, shape: tuple[int, ...], buf: memoryview | bytes,
                 what: str) -> np.ndarray[Any, Any]:
     """A numpy view of ``buf`` as a tensor (no copy); BYTES are parsed.
 
-    ``what`` names the tensor in errors.
+    ``what`` names the tensor in errors. A buffer that does not fill the shape comes back as a
+    ``Misfit``: Triton refuses it once the model is known, with a message that names the model
+    and the request (``validate.prepare``).
     """
     count = num_elements(shape)
     try:
@@ -171,9 +186,7 @@ def from_buffer(wire: str, shape: tuple[int, ...], buf: memoryview | bytes,
         dt = numpy_dtype(wire)
         expected = count * dt.itemsize
         if len(buf) != expected:
-            raise invalid_arg(
-                f"unexpected total byte size {len(buf)} for {what}, expecting {expected}"
-            )
+            return Misfit.of(len(buf))
         return np.frombuffer(buf, dtype=dt, count=count).reshape(shape)
     except (ValueError, OverflowError, MemoryError):
         raise shape_error(shape, what) from None

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tritonlite.contracts import datatypes
-from tritonlite.contracts.errors import TritonliteError, invalid_arg
+from tritonlite.contracts.errors import TritonliteError, internal
 from tritonlite.contracts.types import InferOutput, InferRequest, InferResponse, RequestedOutput
 from tritonlite.core.observability.pressure import NO_PRESSURE, MemoryPressure
 from tritonlite.core.tensors.shm import SharedMemoryManager
@@ -103,7 +103,7 @@ def _write_region(shm: SharedMemoryManager, out: RequestedOutput, raw: bytes | m
     ref = out.shm
     assert ref is not None
     if len(raw) > ref.byte_size:
-        raise invalid_arg(
+        raise internal(
             f"shared memory size specified with the request for output '{out.name}' "
             f"({ref.byte_size} bytes) should be at least {len(raw)} bytes to hold the results"
         )

@@ -12,7 +12,7 @@ import numpy as np
 
 from tritonlite.backends.base import ModelOutputs
 from tritonlite.contracts import datatypes
-from tritonlite.contracts.errors import internal, invalid_arg
+from tritonlite.contracts.errors import internal
 from tritonlite.contracts.signature import Signature, TensorSpec
 from tritonlite.contracts.types import InferOutput, InferRequest, InferResponse, RequestedOutput
 from tritonlite.core.tensors.classification import classify
@@ -34,7 +34,7 @@ def _write_shm(
     assert ref is not None
     data = datatypes.tensor_bytes(arr)
     if len(data) > ref.byte_size:
-        raise invalid_arg(
+        raise internal(
             f"shared memory size specified with the request for output '{out.name}' "
             f"({ref.byte_size} bytes) should be at least {len(data)} bytes to hold the results"
         )

@@ -31,6 +31,7 @@ import numpy as np
 from tritonlite.contracts.errors import (
     ErrorCode,
     TritonliteError,
+    internal,
     invalid_arg,
     not_found,
     unsupported,
@@ -73,7 +74,7 @@ class CudaRegion:
 def _shm_path(key: str) -> str:
     name = key.lstrip("/")
     if not name or "/" in name or "\x00" in name or name in (".", ".."):
-        raise invalid_arg(f"Unable to open shared memory region: '{key}'")
+        raise internal(f"Unable to open shared memory region: '{key}'")
     return os.path.join("/dev/shm", name)
 
 
@@ -85,10 +86,10 @@ def _open_key(key: str) -> int:
     try:
         fd = os.open(path, flags)
     except OSError:
-        raise invalid_arg(f"Unable to open shared memory region: '{key}'") from None
+        raise internal(f"Unable to open shared memory region: '{key}'") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        raise invalid_arg(f"Unable to open shared memory region: '{key}'")
+        raise internal(f"Unable to open shared memory region: '{key}'")
     return fd
 
 
@@ -145,9 +146,8 @@ class SharedMemoryManager:
         fd = _open_key(key)
         try:
             if byte_size == 0 or offset + byte_size > os.fstat(fd).st_size:
-                raise invalid_arg(
-                    f"failed to register shared memory region '{name}': invalid args"
-                )
+                # (Triton maps the slice, then finds it past the end of the file)
+                raise internal(f"Invalid shared memory region: '{key}'")
         except BaseException:
             os.close(fd)
             raise
@@ -183,7 +183,7 @@ class SharedMemoryManager:
             if name in self._cuda:
                 raise invalid_arg(f"shared memory region '{name}' is CUDA memory: it has no "
                                   "host view")
-            raise invalid_arg(f"Unable to find shared memory region: '{name}'")
+            raise not_found(f"Unable to find shared memory region: '{name}'")
         if offset < 0 or byte_size < 0 or offset + byte_size > region.byte_size:
             raise invalid_arg(f"Invalid offset + byte size for shared memory region: '{name}'")
         return region, region.offset + offset
@@ -209,7 +209,7 @@ class SharedMemoryManager:
             if byte_size:
                 with region.lock:
                     if region.closed:
-                        raise invalid_arg(f"Unable to find shared memory region: '{name}'")
+                        raise not_found(f"Unable to find shared memory region: '{name}'")
                     try:
                         got = os.preadv(region.fd, [buf], pos)
                     except OSError as exc:
@@ -223,7 +223,7 @@ class SharedMemoryManager:
             try:
                 with cregion.lock:
                     if cregion.closed:
-                        raise invalid_arg(f"Unable to find shared memory region: '{name}'")
+                        raise not_found(f"Unable to find shared memory region: '{name}'")
                     rt.set_device(cregion.device_id)
                     rt.to_host(host.ctypes.data, cregion.ptr + offset, byte_size)
             except cudart.CudaError as exc:
@@ -239,7 +239,7 @@ class SharedMemoryManager:
             region, pos = self._system_slice(name, offset, size)
             with region.lock:
                 if region.closed:
-                    raise invalid_arg(f"Unable to find shared memory region: '{name}'")
+                    raise not_found(f"Unable to find shared memory region: '{name}'")
                 try:
                     if os.fstat(region.fd).st_size < region.offset + region.byte_size:
                         raise _truncated(name)
@@ -256,7 +256,7 @@ class SharedMemoryManager:
         try:
             with cregion.lock:
                 if cregion.closed:
-                    raise invalid_arg(f"Unable to find shared memory region: '{name}'")
+                    raise not_found(f"Unable to find shared memory region: '{name}'")
                 rt.set_device(cregion.device_id)
                 rt.to_device(cregion.ptr + offset, host.ctypes.data, size)
         except cudart.CudaError as exc:

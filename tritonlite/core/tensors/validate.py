@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from tritonlite.contracts import datatypes
-from tritonlite.contracts.errors import invalid_arg
+from tritonlite.contracts.errors import TritonliteError, invalid_arg
 from tritonlite.contracts.signature import Signature, TensorSpec
 from tritonlite.contracts.types import InferInput, InferRequest
 from tritonlite.core.tensors.shm import SharedMemoryManager
@@ -52,77 +52,107 @@ def _reshaped(data: np.ndarray[Any, Any], batch: int | None,
     return data.reshape(target)
 
 
+def log_request(req: InferRequest) -> str:
+    """Triton's prefix for a request's errors (``InferenceRequest::LogRequest``)."""
+    return f"[request id: {req.id or '<id_unknown>'}] "
+
+
+def _names(names: list[str]) -> str:
+    # Triton joins "'a'," pieces and pops the last character, so an empty list shows as "]"
+    return "[" + ",".join(f"'{n}'" for n in names) + "]" if names else "]"
+
+
+def _count_error(sig: Signature, req: InferRequest, visit: list[InferInput],
+                 seen: set[str]) -> TritonliteError:
+    n_all, n_req, n = len(sig.inputs), len(sig.required_inputs), len(req.inputs)
+    if n_req == n_all:
+        head = f"expected {n_all} inputs but got {n} inputs for model '{sig.name}'"
+    else:
+        head = (f"expected number of inputs between {n_req} and {n_all} but got {n} inputs "
+                f"for model '{sig.name}'")
+    got = "[" + ",".join(f"'{i.name}'" for i in visit) + "]"
+    missing = [name for name in sig.inputs if name in sig.required_inputs and name not in seen]
+    return invalid_arg(f"{log_request(req)}{head}. Got input(s) {got}, but missing required "
+                       f"input(s) {_names(missing)}. Please provide all required input(s).")
+
+
 def prepare(sig: Signature, req: InferRequest, shm: SharedMemoryManager) -> None:
-    """Validate ``req`` against ``sig`` in place; raise INVALID_ARG with Triton's wording."""
+    """Validate ``req`` against ``sig`` in place; raise INVALID_ARG with Triton's wording.
+
+    The checks run in Triton's order (its front end, then ``InferenceRequest::Normalize``, then
+    its input byte sizes), so a request with several faults names the one Triton names.
+    Triton keeps a request's inputs in a ``std::unordered_map``; libstdc++ walks one newest
+    first (while names fall in distinct buckets), so the inputs are visited in reverse.
+    """
     model = sig.name
     seen: set[str] = set()
-    for inp in req.inputs:
+    for inp in req.inputs:  # (Triton's front end adds them in request order)
         if inp.name in seen:
-            raise invalid_arg(f"input '{inp.name}' already exists in request")
+            raise invalid_arg(f"{log_request(req)}input '{inp.name}' already exists in request")
         seen.add(inp.name)
-    n_all, n_req = len(sig.inputs), len(sig.required_inputs)
-    if not sig.required_inputs <= seen or len(req.inputs) > n_all:
-        if n_req == n_all:
-            msg = f"expected {n_all} inputs but got {len(req.inputs)} inputs for model '{model}'"
-        else:
-            msg = (f"expected number of inputs between {n_req} and {n_all} but got "
-                   f"{len(req.inputs)} inputs for model '{model}'")
-        missing = sorted(sig.required_inputs - seen)
-        if missing and len(req.inputs) >= n_req:
-            msg += f". Got input(s) {sorted(seen)}, but missing required input(s) {missing}"
-        unknown = [i.name for i in req.inputs if i.name not in sig.inputs]
-        if unknown:
-            raise invalid_arg(f"unexpected inference input '{unknown[0]}' for model '{model}'")
-        raise invalid_arg(msg)
-    batch: int | None = None
-    for inp in req.inputs:
+        if inp.data is None:
+            _resolve_shm(inp, shm, model)
+    if req.outputs is not None:
+        for out in req.outputs:
+            if out.name not in sig.outputs:
+                raise invalid_arg(f"unexpected inference output '{out.name}' for model '{model}'")
+    visit = req.inputs[::-1]
+    if not len(sig.required_inputs) <= len(visit) <= len(sig.inputs):
+        raise _count_error(sig, req, visit, seen)
+    batch = 0
+    if sig.max_batch_size > 0:
+        for inp in visit:
+            if inp.name not in sig.inputs:
+                raise invalid_arg(f"unexpected inference input '{inp.name}' for model '{model}'")
+            if len(inp.shape) == 0:
+                raise invalid_arg(f"{log_request(req)}input '{inp.name}' has no shape but model "
+                                  f"requires batch dimension for '{model}'")
+            if batch == 0:  # (0 is "not set yet" in Triton too)
+                batch = inp.shape[0]
+            elif inp.shape[0] != batch:
+                raise invalid_arg(f"{log_request(req)}input '{inp.name}' batch size does not "
+                                  f"match other inputs for '{model}'")
+        if batch > sig.max_batch_size:
+            raise invalid_arg(f"{log_request(req)}inference request batch-size must be <= "
+                              f"{sig.max_batch_size} for '{model}'")
+    for inp in visit:
         spec = sig.inputs.get(inp.name)
         if spec is None:
             raise invalid_arg(f"unexpected inference input '{inp.name}' for model '{model}'")
         if inp.datatype != spec.datatype:
             raise invalid_arg(
-                f"inference input '{inp.name}' data-type is '{inp.datatype}', but model "
-                f"'{model}' expects '{spec.datatype}'"
+                f"{log_request(req)}inference input '{inp.name}' data-type is '{inp.datatype}', "
+                f"but model '{model}' expects '{spec.datatype}'"
             )
-        shape = inp.shape
-        if sig.max_batch_size > 0:
-            if len(shape) == 0:
-                raise invalid_arg(
-                    f"unexpected shape for input '{inp.name}' for model '{model}'. "
-                    f"Expected {_fmt(sig.metadata_shape(spec))}, got {_fmt(shape)}"
-                )
-            b = shape[0]
-            if batch is None:
-                batch = b
-                if b > sig.max_batch_size:
-                    raise invalid_arg(
-                        f"inference request batch-size must be <= {sig.max_batch_size} "
-                        f"for '{model}'"
-                    )
-                if b < 1 and datatypes.num_elements(shape) != 0:
-                    raise invalid_arg(f"inference request batch-size must be >= 1 for '{model}'")
-            elif b != batch:
-                raise invalid_arg(
-                    f"input '{inp.name}' batch size does not match other inputs for '{model}'"
-                )
-            inner = shape[1:]
-        else:
-            inner = shape
+        inner = inp.shape[1:] if sig.max_batch_size > 0 else inp.shape
         if not _dims_match(spec.dims, inner):
             raise invalid_arg(
-                f"unexpected shape for input '{inp.name}' for model '{model}'. "
-                f"Expected {_fmt(sig.metadata_shape(spec))}, got {_fmt(shape)}"
+                f"{log_request(req)}unexpected shape for input '{inp.name}' for model "
+                f"'{model}'. Expected {_fmt(sig.metadata_shape(spec))}, got {_fmt(inp.shape)}. "
+                + (_BATCH_NOTE if sig.max_batch_size > 0 else "")
             )
-        if inp.data is None:
-            _resolve_shm(inp, shm, model)
+    if not sig.required_inputs <= seen:
+        # Triton counts inputs only, and runs the model without a required one when an
+        # optional one takes its place; tritonlite refuses it, as Triton words a count error
+        raise _count_error(sig, req, visit, seen)
+    for inp in visit:
+        spec = sig.inputs[inp.name]
+        data = inp.data
+        assert data is not None
+        if spec.datatype != "BYTES":
+            # a batch size of 0 leaves Triton no batch dimension: it sizes the inner shape
+            elements = (datatypes.num_elements(inp.shape) if sig.max_batch_size <= 0
+                        else (batch or 1) * datatypes.num_elements(inp.shape[1:]))
+            expected = elements * datatypes.element_size(spec.datatype)
+            got = data.got if isinstance(data, datatypes.Misfit) else data.nbytes
+            if got != expected:
+                raise byte_size_error(req, inp.name, model, expected, got)
         if spec.reshape is not None:
-            inp.data = _reshaped(inp.data, batch, spec)  # type: ignore[arg-type]
-    req.batch_size = batch if batch is not None and batch > 0 else 1
+            inp.data = _reshaped(data, batch or None, spec)
+    req.batch_size = batch if batch > 0 else 1
     if req.outputs is not None:
         held: list[str] | None = None
         for out in req.outputs:
-            if out.name not in sig.outputs:
-                raise invalid_arg(f"unexpected inference output '{out.name}' for model '{model}'")
             if out.shm is not None:
                 if out.classification:
                     raise invalid_arg(
@@ -136,52 +166,57 @@ def prepare(sig: Signature, req: InferRequest, shm: SharedMemoryManager) -> None
             shm.hold(req, held)
 
 
+_BATCH_NOTE = (
+    "NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to "
+    "be prepended to each input shape. If you want to specify the full shape including the "
+    "batch dim in your input dims config, try setting max_batch_size to zero. See the model "
+    "configuration docs for more info on max_batch_size."
+)
+
+
+def byte_size_error(req: InferRequest, name: str, model: str, expected: int,
+                    got: int) -> TritonliteError:
+    """Triton's INVALID_ARG for an input whose bytes do not fill its shape."""
+    return invalid_arg(f"{log_request(req)}input byte size mismatch for input '{name}' for "
+                       f"model '{model}'. Expected {expected}, got {got}")
+
+
 def fill_raw_input(sig: Signature, req: InferRequest) -> None:
-    """Give a raw binary request (body = the single input's bytes) its input, as Triton does."""
+    """Give a raw binary request (body = the single input's bytes) its input, as Triton does:
+    the model's one input, its shape deduced from the byte count along at most one
+    variable-size dimension. Errors name the input ``raw_input``, as Triton's do."""
     raw = req.raw_input
     assert raw is not None
     if len(sig.inputs) != 1:
         raise invalid_arg(
-            f"Raw request must only have 1 input (found {len(sig.inputs)}) to be deduced but got "
-            f"{len(sig.inputs)} inputs in '{sig.name}' model configuration"
+            f"{log_request(req)}Raw request must only have 1 input (found 1) to be deduced but "
+            f"got {len(sig.inputs)} inputs in '{sig.name}' model configuration"
         )
     spec = next(iter(sig.inputs.values()))
-    lead = [1] if sig.max_batch_size > 0 else []
+    dims = ([1] if sig.max_batch_size > 0 else []) + list(spec.dims)
+    variable = [i for i, d in enumerate(dims) if d == -1]
+    if len(variable) > 1:
+        raise invalid_arg(
+            f"{log_request(req)}The shape of the raw input '{spec.name}' can not be deduced "
+            "because there are more than one variable-sized dimension"
+        )
+    fixed = datatypes.num_elements(tuple(d for d in spec.dims if d != -1))
     if spec.datatype == "BYTES":
-        if list(spec.dims) != [1]:
-            raise invalid_arg(
-                "For BYTES datatype raw input, the model must have input shape [1]"
-            )
+        if variable or fixed != 1:
+            raise invalid_arg(f"{log_request(req)}For BYTE datatype raw input '{spec.name}', the "
+                              "model must have input shape [1]")
         data = np.empty(1, dtype=object)
         data[0] = bytes(raw)
-        shape = tuple(lead + [1])
+        shape = tuple(dims)
         req.inputs = [InferInput(spec.name, "BYTES", shape, data.reshape(shape))]
     else:
         size = datatypes.element_size(spec.datatype)
-        variable = [i for i, d in enumerate(spec.dims) if d == -1]
-        if len(variable) > 1:
-            raise invalid_arg(
-                "Raw input with data type other than BYTES can be inferred only when the model "
-                "has at most one variable-size dimension"
-            )
-        fixed = 1
-        for d in spec.dims:
-            if d != -1:
-                fixed *= d
-        if len(raw) % size or (fixed and (len(raw) // size) % fixed):
-            raise invalid_arg(
-                f"unexpected total byte size {len(raw)} for raw input '{spec.name}' of model "
-                f"'{sig.name}'"
-            )
-        dims = list(spec.dims)
         if variable:
-            dims[variable[0]] = (len(raw) // size) // fixed if fixed else 0
-        elif fixed * size != len(raw):
-            raise invalid_arg(
-                f"unexpected total byte size {len(raw)} for raw input '{spec.name}' of model "
-                f"'{sig.name}', expecting {fixed * size}"
-            )
-        shape = tuple(lead + dims)
+            dims[variable[0]] = len(raw) // fixed // size if fixed else 0
+        shape = tuple(dims)
+        expected = datatypes.num_elements(shape) * size
+        if expected != len(raw):
+            raise byte_size_error(req, "raw_input", sig.name, expected, len(raw))
         req.inputs = [InferInput(spec.name, spec.datatype, shape,
                                  datatypes.from_buffer(spec.datatype, shape, raw,
                                                        f"input '{spec.name}'"))]
