@@ -6,6 +6,7 @@ into a fresh repository, served by a real server and answers a real tritonclient
 
 from __future__ import annotations
 
+import csv
 import shutil
 import subprocess
 import sys
@@ -147,3 +148,22 @@ def test_cli_unknown_model_on_a_running_server(repo: Path, server_factory: objec
     assert "tritonlite tune: error: model 'nope':" in err and "nope" in err.split(":", 3)[-1]
     code, err = run_cli(["--url", "127.0.0.1:1", "--model", MODEL], capsys)
     assert code == 1 and "cannot reach the server at 127.0.0.1:1" in err
+
+
+@pytest.mark.timeout(150)
+def test_a_repeating_stream_tries_the_response_cache(tmp_path: Path) -> None:
+    # No batch dimension: no batching stages, so the run reaches the cache stage quickly.
+    repo = tmp_path / "repo"
+    write_add_sub(repo, "add_sub_nobatch", 0)
+    out = tmp_path / "out"
+    r = tune("--model-repository", str(repo), "--model", "add_sub_nobatch", "--concurrency", "2",
+             "--input-pool", "2", "--max-minutes", "1.5", "--probe-seconds", "0.3",
+             "--load", "builtin", "--output", str(out), timeout=120)
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.reader((out / "measurements.csv").read_text().splitlines()))
+    header, rows = rows[0], rows[1:]
+    stage, status, hits = (header.index(k) for k in ("stage", "status", "cache_hits"))
+    cached = [row for row in rows if row[stage] == "response cache"]
+    assert cached, r.stderr
+    assert cached[0][status] == "ok"
+    assert int(cached[0][hits]) > 0  # the server answered from its cache
