@@ -194,6 +194,60 @@ class TritonPythonModel:
         return []
 '''
 
+BLS_MODEL = '''
+import asyncio
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+NEG = np.NINF  # numpy 1 API: this model can only run in the environment
+
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            target = request.parameters()
+            if "missing" in target:
+                answer = pb_utils.InferenceRequest(
+                    model_name="no_such_model", inputs=[pb_utils.Tensor("IN", x)],
+                    requested_output_names=["OUT"]).exec()
+                responses.append(pb_utils.InferenceResponse(error=answer.error()))
+                continue
+            # one BLS call in this thread, one awaited: both through the server's core
+            doubled = pb_utils.InferenceRequest(
+                model_name="np1_dir", inputs=[pb_utils.Tensor("IN", x)],
+                requested_output_names=["OUT"]).exec()
+            twice = pb_utils.get_output_tensor_by_name(doubled, "OUT").as_numpy()
+            quadrupled = await pb_utils.InferenceRequest(
+                model_name="np1_dir", inputs=[pb_utils.Tensor("IN", twice)],
+                requested_output_names=["OUT"], request_id="inner").async_exec()
+            texts = []
+            stream = pb_utils.InferenceRequest(
+                model_name="dec", requested_output_names=["TEXT"], inputs=[
+                    pb_utils.Tensor("TEXT", np.array([b"count"], dtype=np.object_)),
+                    pb_utils.Tensor("N", np.array([2], dtype=np.int32))]).exec(decoupled=True)
+            for part in stream:
+                t = pb_utils.get_output_tensor_by_name(part, "TEXT")
+                if t is not None:
+                    texts.append(t.as_numpy()[0])
+            out = pb_utils.get_output_tensor_by_name(quadrupled, "OUT").as_numpy()
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("OUT", np.maximum(out, NEG)),
+                pb_utils.Tensor("PARTS", np.array([b",".join(texts)] * x.shape[0],
+                                                  dtype=np.object_).reshape(-1, 1))]))
+        return responses
+'''
+
+BLS_CONFIG = '''
+backend: "python"
+max_batch_size: 8
+input [{ name: "IN" data_type: TYPE_FP32 dims: [4] }]
+output [{ name: "OUT" data_type: TYPE_FP32 dims: [4] },
+        { name: "PARTS" data_type: TYPE_STRING dims: [1] }]
+'''
+
 BAD_INIT_MODEL = '''
 import numpy as np
 
@@ -291,6 +345,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory, np1_env: Path) -> Path:
     for name, code in (("dec", DEC_MODEL), ("dec_async", ASYNC_MODEL)):
         write_python_model(r, name, code, DEC_CONFIG)
         write_python_model(r, f"{name}_env", code, DEC_CONFIG + _env_param(str(np1_env)))
+    write_python_model(r, "bls_env", BLS_MODEL, BLS_CONFIG + _env_param(str(np1_env)))
     write_python_model(r, "bad_init", BAD_INIT_MODEL, CONFIG.format(
         delay=0, env=_env_param(str(np1_env))))
     write_python_model(r, "missing_env", NUMPY1_MODEL, CONFIG.format(
@@ -307,7 +362,7 @@ def server(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ser
                      "--load-model=np1_dir", "--load-model=np1_tar", "--load-model=crashy",
                      "--load-model=echo", "--load-model=auto_env", "--load-model=dec",
                      "--load-model=dec_env", "--load-model=dec_async",
-                     "--load-model=dec_async_env",
+                     "--load-model=dec_async_env", "--load-model=bls_env",
                      env={"TRITONLITE_PYTHON_ENV_CACHE": str(cache)})
     yield s
     s.stop()
@@ -533,6 +588,22 @@ def test_decoupled_worker_killed_mid_stream_ends_the_request(server: Server) -> 
                                                                    [b"last2"]]
     finally:
         stream.close()
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_bls_from_an_environment(server: Server, protocol: str) -> None:
+    """BLS requests (exec, async_exec, decoupled exec) of an environment model run through the
+    server: here to another environment model and to an in-process decoupled one."""
+    client, mod = client_for(server, protocol)
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    inp = mod.InferInput("IN", [2, 4], "FP32")
+    inp.set_data_from_numpy(x)
+    result = client.infer("bls_env", [inp])
+    np.testing.assert_array_equal(result.as_numpy("OUT"), x * 4)
+    assert result.as_numpy("PARTS").tolist() == [[b"count0,count1"]] * 2
+    with pytest.raises(InferenceServerException) as e:
+        client.infer("bls_env", [inp], parameters={"missing": "yes"})
+    assert "no_such_model" in e.value.message(), e.value.message()
 
 
 def _pid(server: Server) -> int:

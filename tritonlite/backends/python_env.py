@@ -42,8 +42,11 @@ during or after ``execute`` (an ``async def execute`` runs in the background on 
 worker's); a reader thread hands them to the requests' streams in order. A worker that dies
 with streams open ends each of them with an error.
 
-UNSUPPORTED with an environment (failing the call with UNSUPPORTED): BLS and model management
-from model.py, request rescheduling, BF16 tensors; ``is_cancelled()`` is always False. Unpacked
+BLS requests (``InferenceRequest.exec`` / ``async_exec``, decoupled too) travel to the server,
+which runs them through its core on a thread named after the instance, as in-process BLS.
+
+UNSUPPORTED with an environment (failing the call with UNSUPPORTED): model management from
+model.py, request rescheduling, BF16 tensors; ``is_cancelled()`` is always False. Unpacked
 environments stay in the cache directory after the server exits (Triton unpacks each start).
 """
 
@@ -297,7 +300,7 @@ class PythonEnvInstance:
         try:
             worker = WorkerProcess(env.python, env.root, spec.name,
                                    f"model instance '{spec.name}'", on_exit=self._exited,
-                                   streamed=self._streamed if backend.decoupled else None)
+                                   streamed=self._streamed)
         except WorkerGone as exc:
             raise internal(str(exc)) from None
         hello = worker.hello
@@ -429,6 +432,37 @@ class PythonEnvInstance:
             return [_STREAMED] * len(requests)
         return [_result(out, buf) for out in reply["responses"]]
 
+    def _bls(self, worker: WorkerProcess, meta: dict[str, Any],
+             inputs: list[tuple[str, Any]]) -> None:
+        """Run the model's BLS request through the core as an in-process model's runs, and
+        send the worker its response(s), then ``done`` (or the exception to raise)."""
+        from tritonlite.backends import pb_utils
+
+        call_id, decoupled = meta["id"], bool(meta["decoupled"])
+        try:
+            try:
+                r = meta["request"]
+                request = pb_utils.InferenceRequest(
+                    request_id=r["request_id"], correlation_id=r["correlation_id"],
+                    inputs=[pb_utils.Tensor(name, array) for name, array in inputs],
+                    requested_output_names=r["requested"], model_name=r["model_name"],
+                    model_version=r["model_version"], flags=r["flags"], timeout=r["timeout"],
+                    parameters=r["parameters"])
+                answer = request.exec(decoupled)
+                for resp in (answer if decoupled else [answer]):
+                    packer = Packer()
+                    body = _server_response(resp, packer)
+                    worker.post({"op": "bls_reply", "id": call_id, "response": body},
+                                packer.blobs)
+            except Exception as exc:  # raised in the model, as in-process
+                text = exc.message() if isinstance(exc, pb_utils.TritonModelException) \
+                    else f"{type(exc).__name__}: {exc}"
+                worker.post({"op": "bls_reply", "id": call_id, "raise": text}, [])
+                return
+            worker.post({"op": "bls_reply", "id": call_id, "done": True}, [])
+        except OSError:
+            pass  # the worker is gone; its instance hears of it
+
     def _orphaned(self, batches: list[_Batch]) -> None:
         """Each request still open in ``batches`` ends with an error: its worker is gone."""
         err = internal(f"the python process of model instance '{self._name}' exited before "
@@ -438,10 +472,15 @@ class PythonEnvInstance:
                 if is_open and req.responder is not None:
                     req.responder.send(err, True)
 
-    def _streamed(self, meta: dict[str, Any], buf: bytearray) -> None:
-        """On the worker's reader thread: a decoupled response, or the news that the worker
-        is gone (each request of a batch whose execute returned, still open, then ends with
-        an error; a batch still executing fails through the execute call)."""
+    def _streamed(self, worker: WorkerProcess, meta: dict[str, Any], buf: bytearray) -> None:
+        """On the worker's reader thread: a BLS request, a decoupled response, or the news
+        that the worker is gone (each request of a batch whose execute returned, still open,
+        then ends with an error; a batch still executing fails through the execute call)."""
+        if meta["op"] == "bls":
+            inputs = [(d["name"], unpack(d, buf)) for d in meta["request"]["inputs"]]
+            threading.Thread(target=self._bls, args=(worker, meta, inputs), daemon=True,
+                             name=self._name).start()  # (BLS errors name the thread's model)
+            return
         if meta["op"] == "gone":
             with self._streams_lock:
                 for b in self._streams.values():
@@ -510,6 +549,15 @@ def _result(out: dict[str, Any], buf: bytearray) -> Result:
     for desc in out["outputs"]:
         outputs[desc["name"]] = unpack(desc, buf)
     return outputs
+
+
+def _server_response(resp: Any, packer: Packer) -> dict[str, Any]:
+    """An in-process ``pb_utils.InferenceResponse`` (a BLS answer) as the worker reads it."""
+    err = resp.error()
+    if err is not None:
+        return {"error": [err.code().name, err.message()]}
+    return {"outputs": [packer.add(t.name(), t.as_numpy()) for t in resp.output_tensors()],
+            "parameters": dict(resp._parameters)}
 
 
 def _model_files(path: Path, version_dir: Path, model_dir: Path) -> dict[str, str]:

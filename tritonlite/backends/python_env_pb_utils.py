@@ -8,8 +8,9 @@ model needs for ``initialize`` / ``execute`` / ``finalize``: ``Tensor``, ``Infer
 lookups, the dtype tables and BYTES helpers, ``get_model_dir``. Names, signatures and messages
 follow Triton's python_backend (and tritonlite's in-process ``backends/pb_utils.py``).
 
-Not available in a worker (each raises ``TritonModelException`` with code UNSUPPORTED): BLS
-(``InferenceRequest.exec`` / ``async_exec``), ``load_model`` / ``unload_model`` /
+BLS (``InferenceRequest.exec`` / ``async_exec``) goes to the server, which runs it through its
+core as it runs in-process models' BLS. Not available in a worker (each raises
+``TritonModelException`` with code UNSUPPORTED): ``load_model`` / ``unload_model`` /
 ``is_model_ready``. Decoupled senders work; ``is_cancelled()`` is always False.
 ``MetricFamily`` metrics are kept in memory only.
 """
@@ -45,6 +46,7 @@ _NUMPY_BY_CODE = (
 )
 _BYTES_CODE = 13
 _model_dir: str | None = None  # set by the worker before the model is imported
+_bls: Any = None  # the worker's BLS call: (request, decoupled) -> response(s)
 
 
 class _ErrorCode(enum.IntEnum):
@@ -456,10 +458,17 @@ class InferenceRequest:
             raise _unsupported("Request rescheduling")
 
     def exec(self, decoupled: bool = False) -> Any:
-        raise _unsupported("BLS (InferenceRequest.exec)")
+        """Run this request on ``model_name`` through the server and wait: an
+        ``InferenceResponse`` (errors in it) or, with ``decoupled``, an iterator of them."""
+        if _bls is None:
+            raise _unsupported("BLS (InferenceRequest.exec) outside a model")
+        return _bls(self, bool(decoupled))
 
     def async_exec(self, decoupled: bool = False) -> Any:
-        raise _unsupported("BLS (InferenceRequest.async_exec)")
+        """``exec`` without blocking the model's event loop: an awaitable."""
+        import asyncio
+
+        return asyncio.get_running_loop().run_in_executor(None, self.exec, decoupled)
 
 
 def load_model(model_name: str, config: str = "", files: Any = None) -> None:

@@ -8,10 +8,11 @@ ended (its exit code or signal, and its last lines of output). Used from one thr
 ``alive()`` from any. ``on_exit(worker)`` is called on the relay thread when the worker's
 output ends (it exited), whoever made it exit.
 
-With ``streamed`` (decoupled models), a reader thread takes every message the worker sends:
-the responses it sends on its own (``{"op": "send"}``) go to ``streamed(meta, buf)`` as they
-come, on that thread, in order; answers go to the waiting ``call``; when the worker is gone,
-``streamed({"op": "gone"}, ...)`` is called once.
+With ``streamed`` (model instances), a reader thread takes every message the worker sends:
+what it sends on its own (a decoupled response ``{"op": "send"}``, a BLS request ``{"op":
+"bls"}``) goes to ``streamed(worker, meta, buf)`` as it comes, on that thread, in order;
+answers go to the waiting ``call``; when the worker is gone, ``streamed(worker, {"op":
+"gone"}, ...)`` is called once. ``post`` sends a message that needs no answer.
 """
 
 from __future__ import annotations
@@ -59,11 +60,13 @@ class WorkerProcess:
 
     def __init__(self, python: Path, root: Path, name: str, label: str,
                  on_exit: Callable[[WorkerProcess], None] | None = None,
-                 streamed: Callable[[dict[str, Any], bytearray], None] | None = None) -> None:
+                 streamed: Callable[[WorkerProcess, dict[str, Any], bytearray], None] | None
+                 = None) -> None:
         self.python = python
         self._on_exit = on_exit
         self._streamed = streamed
         self._answers: queue.Queue[tuple[dict[str, Any], bytearray] | None] = queue.Queue()
+        self._send_lock = threading.Lock()
         self.name = name
         self.label = label  # what error messages call it: "model instance 'm_0_0'"
         self._broken = False
@@ -102,15 +105,15 @@ class WorkerProcess:
                 meta, buf = recv_message(self._sock)
             except (ChannelClosed, OSError):
                 break
-            if meta.get("op") == "send":
+            if meta.get("op") in ("send", "bls"):
                 try:
-                    self._streamed(meta, buf)
+                    self._streamed(self, meta, buf)
                 except Exception:  # a stream's failure must not stop the others
                     log.exception("%s: a streamed response failed", self.label)
             else:
                 self._answers.put((meta, buf))
         self._answers.put(None)
-        self._streamed({"op": "gone"}, bytearray())
+        self._streamed(self, {"op": "gone"}, bytearray())
 
     def _receive(self, timeout: float | None = None) -> tuple[dict[str, Any], bytearray]:
         if self._streamed is None:
@@ -144,11 +147,17 @@ class WorkerProcess:
         try:
             if self._broken:
                 raise ChannelClosed("broken")
-            send_message(self._sock, meta, blobs)
+            with self._send_lock:
+                send_message(self._sock, meta, blobs)
             return self._receive()
         except (ChannelClosed, OSError):
             self._broken = True
             raise WorkerGone(self._ended(during)) from None
+
+    def post(self, meta: dict[str, Any], blobs: list[Any]) -> None:
+        """Send a message that has no answer (a BLS response); raises OSError if it cannot."""
+        with self._send_lock:
+            send_message(self._sock, meta, blobs)
 
     def alive(self) -> bool:
         return not self._broken and self._proc.poll() is None
@@ -189,7 +198,8 @@ class WorkerProcess:
         """Ask the worker to finalize (if ``finalize`` and it can) and end it."""
         if finalize and self.alive():
             try:
-                send_message(self._sock, {"op": "finalize"}, [])
+                with self._send_lock:
+                    send_message(self._sock, {"op": "finalize"}, [])
                 self._receive(FINALIZE_TIMEOUT_S)
             except (ChannelClosed, OSError) as exc:
                 log.warning("finalize of %s did not finish: %s", self.label, exc)

@@ -173,12 +173,14 @@ def deserialize_bytes(buf: Any) -> Any:
 
 def describe(exc: BaseException) -> str:
     """``Type: message`` plus the model's frames, innermost first (Triton's stub format)."""
+    import asyncio
     import traceback
 
     here = os.path.dirname(os.path.abspath(__file__))
+    hidden = (here, os.path.dirname(asyncio.__file__), "<frozen", _MODEL_CONFIG_FILE)
     text = f"{type(exc).__name__}: {exc}"
     frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if not f.filename.startswith((here, "<frozen", _MODEL_CONFIG_FILE))]
+              if not f.filename.startswith(hidden)]
     if frames:
         text += "\n\nAt:\n" + "".join(f"  {f.filename}({f.lineno}): {f.name}\n"
                                        for f in reversed(frames))
@@ -203,21 +205,95 @@ class Worker:
         self.name = ""
         self.decoupled = False
         self.send_lock = threading.Lock()  # a decoupled model sends from any thread
+        self.inbox: Any = None
+        self.pending: dict[int, Any] = {}  # BLS call id -> the queue its answers go to
+        self.pending_lock = threading.Lock()
+        self.bls_ids: Any = None
+        import queue
+
+        self.inbox = queue.Queue()
+        pb._bls = self.bls
+
+    def _read(self) -> None:
+        """Every message from the server: answers to BLS calls go to their caller (which may
+        be the model, blocked in ``execute``), the rest to the main loop."""
+        while True:
+            try:
+                message = recv_message(self.sock)
+            except ChannelClosed:
+                break
+            if message[0].get("op") == "bls_reply":
+                with self.pending_lock:
+                    waiting = self.pending.get(message[0]["id"])
+                if waiting is not None:
+                    waiting.put(message)
+            else:
+                self.inbox.put(message)
+        self.inbox.put(None)
+        with self.pending_lock:
+            for waiting in self.pending.values():
+                waiting.put(None)
+
+    def bls(self, request: Any, decoupled: bool) -> Any:
+        """``InferenceRequest.exec``: the server runs the request through its core."""
+        import itertools
+        import queue
+
+        pb = self.pb
+        with self.pending_lock:
+            if self.bls_ids is None:
+                self.bls_ids = itertools.count(1)
+            call_id = next(self.bls_ids)
+            waiting: Any = queue.Queue()
+            self.pending[call_id] = waiting
+        packer = Packer()
+        inputs = [packer.add(t.name(), t._array) for t in request._inputs]
+        parameters = request._parameters
+        self._send({"op": "bls", "id": call_id, "decoupled": decoupled, "request": {
+            "model_name": request._model_name, "model_version": request._model_version,
+            "request_id": request._id, "correlation_id": request._correlation_id,
+            "flags": request._flags, "timeout": request._timeout,
+            "requested": sorted(request._requested), "parameters": parameters,
+            "inputs": inputs}}, packer.blobs)
+
+        def answers() -> Any:
+            try:
+                while True:
+                    message = waiting.get()
+                    if message is None:
+                        raise pb.TritonModelException("the server went away during a BLS call")
+                    meta, buf = message
+                    if "raise" in meta:
+                        raise pb.TritonModelException(meta["raise"])
+                    if meta.get("response") is not None:
+                        yield _unpack_response(pb, meta["response"], buf)
+                    if meta.get("done"):
+                        return
+            finally:
+                with self.pending_lock:
+                    self.pending.pop(call_id, None)
+
+        if decoupled:
+            return answers()
+        responses = list(answers())
+        return responses[0] if responses else pb.InferenceResponse()
 
     def _send(self, meta: dict[str, Any], blobs: list[Any]) -> None:
         with self.send_lock:
             send_message(self.sock, meta, blobs)
 
     def serve(self) -> int:
-        self._send({"op": "hello", "pid": os.getpid(),
-                                 "python": sys.version.split()[0],
-                                 "numpy": np.__version__}, [])
+        import threading
+
+        self._send({"op": "hello", "pid": os.getpid(), "python": sys.version.split()[0],
+                    "numpy": np.__version__}, [])
+        threading.Thread(target=self._read, name="reader", daemon=True).start()
         while True:
-            try:
-                meta, buf = recv_message(self.sock)
-            except ChannelClosed:
+            message = self.inbox.get()
+            if message is None:  # the server closed the socket
                 self.finalize()
                 return 0
+            meta, buf = message
             op = meta.get("op")
             if op == "init":
                 self._send(self.initialize(meta), [])
@@ -460,6 +536,16 @@ def _pack_response(resp: Any, wanted: set[str], packer: Packer) -> dict[str, Any
     tensors = [packer.add(t.name(), t._array) for t in resp.output_tensors()
                if t.name() in wanted]
     return {"outputs": tensors, "parameters": resp._parameters}
+
+
+def _unpack_response(pb: Any, body: dict[str, Any], buf: bytearray) -> Any:
+    """A BLS response from the server as the model's ``InferenceResponse``."""
+    error = body.get("error")
+    if error is not None:
+        code = getattr(pb.TritonError, error[0], pb.TritonError.INTERNAL)
+        return pb.InferenceResponse(error=pb.TritonError(error[1], code))
+    tensors = [pb.Tensor._of_input(d["name"], unpack(d, buf)) for d in body["outputs"]]
+    return pb.InferenceResponse(tensors, parameters=body.get("parameters") or None)
 
 
 def _is_coroutine(value: Any) -> bool:
