@@ -146,6 +146,12 @@ def test_cli_unknown_model_on_a_running_server(repo: Path, server_factory: objec
     code, err = run_cli(["--url", server.http_url, "--model", "nope"], capsys)
     assert code == 1
     assert "tritonlite tune: error: model 'nope':" in err and "nope" in err.split(":", 3)[-1]
+    # Not started with --model-control-mode explicit: the first load is refused, clearly.
+    code, err = run_cli(["--url", server.http_url, "--model", MODEL, "--probe-seconds", "0.2",
+                         "--output", str(repo.parent / "out")], capsys)
+    assert code == 1
+    assert "the original config does not serve: load failed:" in err
+    assert "--model-control-mode explicit" in err
     code, err = run_cli(["--url", "127.0.0.1:1", "--model", MODEL], capsys)
     assert code == 1 and "cannot reach the server at 127.0.0.1:1" in err
 

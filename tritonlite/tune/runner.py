@@ -4,8 +4,9 @@
 ``config`` override), probes it at the highest concurrency of the range, and keeps a candidate
 only when it beats the best so far by more than the noise margin. When the stages are done (or
 the time left is what the final sweeps need), the top few candidates and the baseline are swept
-over the concurrency range with longer windows; the best score there wins, and the baseline stays
-unless something beats it by the margin. Progress goes to ``log`` (stderr) as it runs.
+over the concurrency range with longer windows, in two rounds (the second in reverse order); the
+best score there wins, and the baseline stays unless something beats it by the margin without
+losing throughput at a lighter load. Progress goes to ``log`` (stderr) as it runs.
 """
 
 from __future__ import annotations
@@ -53,11 +54,6 @@ class Trial:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
-
-    def best_sample(self, budget_us: float | None) -> Sample | None:
-        """The highest-throughput sample within the budget (None: none is)."""
-        fits = [s for s in self.samples if s.ok and (budget_us is None or s.p99_us <= budget_us)]
-        return max(fits, key=lambda s: s.throughput) if fits else None
 
 
 @dataclass
@@ -195,7 +191,10 @@ class Tuner:
         baseline_cand = space.from_config(self.base)
         baseline = self.probe("baseline", baseline_cand)
         if not baseline.ok:
-            raise RuntimeError(f"the baseline config does not serve: {baseline.status}")
+            hint = (" (tune loads configs through the repository API: run the server with "
+                    "--model-control-mode explicit)" if baseline.status.startswith("load")
+                    else "")
+            raise RuntimeError(f"the original config does not serve: {baseline.status}{hint}")
         self._confirm(baseline)
         if lo < hi:
             self._base_low = self._sample(baseline, lo, self.settings.probe_s)
