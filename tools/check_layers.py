@@ -4,7 +4,8 @@ The layers, from the top, are those of ``../shared/DESIGN.md`` ("Layers"): each 
 only from its own layer or the layers below it. Every import counts: top-level, function-local
 and ``TYPE_CHECKING`` ones alike, because a deferred import is still a dependency (it only hides
 the cycle from the interpreter). Inside one layer, the packages of that layer (kernels, memory,
-gpu, ...) must not import each other in a cycle.
+gpu, ...) must not import each other in a cycle. Every folder of modules is a regular package
+(has an ``__init__.py``), so none is left out of a built wheel.
 
 Usage: ``python tools/check_layers.py [PACKAGE_DIR]`` (default: ``tritonlite/`` beside this
 file). Prints one line per violation, ``path:line: ...``; exits 1 if there is any.
@@ -157,6 +158,9 @@ def check(package_dir: Path) -> list[str]:
     """Every violation in the package at ``package_dir``, one line each."""
     package = package_dir.name
     problems: list[str] = []
+    for folder in sorted({p.parent for p in package_dir.rglob("*.py")}):
+        if not (folder / "__init__.py").exists():  # setuptools would leave it out of a wheel
+            problems.append(f"{folder}: a package without __init__.py")
     unit_edges: dict[str, set[str]] = {}
     unit_sites: dict[tuple[str, str], Import] = {}
     unplaced: set[str] = set()

@@ -84,6 +84,13 @@ def test_cycle_inside_a_layer_fails(tmp_path: Path) -> None:
     assert "cycle between packages tritonlite.kernels, tritonlite.memory" in result.stdout
 
 
+def test_a_folder_without_init_fails(tmp_path: Path) -> None:
+    files = {k: v for k, v in LAYERED.items() if k != "contracts/__init__.py"}
+    result = run_checker(write_tree(tmp_path, files))
+    assert result.returncode == 1
+    assert "contracts: a package without __init__.py" in result.stdout
+
+
 def test_module_in_no_layer_fails(tmp_path: Path) -> None:
     tree = write_tree(tmp_path, {**LAYERED, "stray.py": "from tritonlite import options\n"})
     result = run_checker(tree)
