@@ -589,7 +589,10 @@ def main(argv: list[str]) -> int:
     # Running this file put tritonlite's backends directory first on sys.path; a model's
     # ``import base`` must not find tritonlite's modules.
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when this worker ends
+    # The server decides when this worker ends (a Ctrl-C or a SIGTERM sent to the server's
+    # process group must not kill it under a draining server); it also ends with the server.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _watch_parent()
     sock = socket.socket(fileno=int(argv[1]))
     worker = Worker(sock, _load_pb_utils())
