@@ -125,6 +125,10 @@ class EnsembleGraph:
             for o in cfg.output
         }
         self.composing: list[str] = sorted({s.model_name for s in self.steps})
+        # Optional ensemble inputs a request may leave out: the steps that read one run
+        # without it (Triton marks such a tensor ready with no data).
+        self.optional_inputs: tuple[str, ...] = tuple(
+            i.name for i in cfg.input if getattr(i, "optional", False))
 
     def needed_steps(self, outputs: list[str]) -> list[Step]:
         """The steps that must run to produce ``outputs``, in config order."""
@@ -156,7 +160,7 @@ def _dims_match(dims: tuple[int, ...], shape: tuple[int, ...]) -> bool:
 
 
 def _log_request(req: InferRequest) -> str:
-    return f"[request id: {req.id}] " if req.id else ""
+    return f"[request id: {req.id or '<id_unknown>'}] "
 
 
 class _Timing:
@@ -193,6 +197,8 @@ class _Run:
         for inp in req.inputs:
             assert inp.data is not None
             self.tensors[inp.name] = Tensor(inp.datatype, inp.data, batch)
+        for name in self.graph.optional_inputs:
+            self.tensors.setdefault(name, None)
 
     async def run(self) -> InferResponse:
         graph, req = self.graph, self.req
@@ -238,7 +244,7 @@ class _Run:
         inputs: list[InferInput] = []
         for name, tensor_name in step.inputs:
             t = self.tensors[tensor_name]
-            if t is None:  # an optional output a step did not produce: left out, as in Triton
+            if t is None:  # an optional tensor nobody gave or produced: left out, as in Triton
                 continue
             spec = signature.inputs.get(name)
             dims = spec.dims if spec is not None else ()

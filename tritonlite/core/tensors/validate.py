@@ -131,9 +131,10 @@ def prepare(sig: Signature, req: InferRequest, shm: SharedMemoryManager) -> None
                 f"'{model}'. Expected {_fmt(sig.metadata_shape(spec))}, got {_fmt(inp.shape)}. "
                 + (_BATCH_NOTE if sig.max_batch_size > 0 else "")
             )
-    if not sig.required_inputs <= seen:
+    if not sig.required_inputs <= seen and sig.platform != "ensemble":
         # Triton counts inputs only, and runs the model without a required one when an
-        # optional one takes its place; tritonlite refuses it, as Triton words a count error
+        # optional one takes its place; tritonlite refuses it, as Triton words a count error.
+        # (An ensemble runs: its scheduler ends it with Triton's "unexpected deadlock".)
         raise _count_error(sig, req, visit, seen)
     for inp in visit:
         spec = sig.inputs[inp.name]
