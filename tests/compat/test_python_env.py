@@ -561,6 +561,35 @@ def test_decoupled_models_stream_the_same_in_an_environment(server: Server, mode
     assert stats[0]["response_stats"].keys() == stats[1]["response_stats"].keys()
 
 
+def test_cancelling_a_stream_reaches_the_environment(server: Server) -> None:
+    """The model's sender.is_cancelled() / request.is_cancelled() see the client's cancel."""
+    s = Stream(server.grpc_url)
+    try:
+        inputs = [grpcclient.InferInput("TEXT", [1], "BYTES")]
+        inputs[0].set_data_from_numpy(np.array([b"cancel"], dtype=object))
+        s.send("dec_env", inputs, "c", empty_final=False)
+        assert [s.take(timeout=30)[0].as_numpy("TEXT").tolist() for _ in range(2)] == [
+            [b"tick0"], [b"tick1"]]
+        s.client.stop_stream(cancel_requests=True)
+    finally:
+        s.client.close()
+
+    def noted() -> dict[str, Any]:
+        check = Stream(server.grpc_url)
+        try:
+            inputs[0].set_data_from_numpy(np.array([b"report"], dtype=object))
+            check.send("dec_env", inputs, "report")
+            (result, error), = check.until_final(timeout=30)
+            assert error is None
+            return json.loads(result.as_numpy("TEXT")[0])  # type: ignore[no-any-return]
+        finally:
+            check.close()
+
+    wait_until(lambda: "cancelled" in noted(), timeout=30)
+    seen_by_sender, seen_by_request, ticks = noted()["cancelled"]
+    assert seen_by_sender is True and seen_by_request is True and ticks >= 2
+
+
 def test_decoupled_worker_killed_mid_stream_ends_the_request(server: Server) -> None:
     """The model streams from a thread after execute returned; its worker dies: the request
     ends with an error, and a new worker serves the next one."""

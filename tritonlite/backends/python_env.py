@@ -46,7 +46,7 @@ BLS requests (``InferenceRequest.exec`` / ``async_exec``, decoupled too) travel 
 which runs them through its core on a thread named after the instance, as in-process BLS.
 
 UNSUPPORTED with an environment (failing the call with UNSUPPORTED): model management from
-model.py, request rescheduling, BF16 tensors; ``is_cancelled()`` is always False. Unpacked
+model.py, request rescheduling, BF16 tensors. Unpacked
 environments stay in the cache directory after the server exits (Triton unpacks each start).
 """
 
@@ -480,6 +480,17 @@ class PythonEnvInstance:
             inputs = [(d["name"], unpack(d, buf)) for d in meta["request"]["inputs"]]
             threading.Thread(target=self._bls, args=(worker, meta, inputs), daemon=True,
                              name=self._name).start()  # (BLS errors name the thread's model)
+            return
+        if meta["op"] == "is_cancelled":
+            with self._streams_lock:
+                batch = self._streams.get(meta["batch"])
+                req = batch.requests[int(meta["index"])] if batch is not None else None
+            cancelled = bool(req is not None and req.responder is not None
+                             and req.responder.is_cancelled())
+            try:
+                worker.post({"op": "bls_reply", "id": meta["id"], "cancelled": cancelled}, [])
+            except OSError:
+                pass
             return
         if meta["op"] == "gone":
             with self._streams_lock:

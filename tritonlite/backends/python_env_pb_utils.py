@@ -11,7 +11,7 @@ follow Triton's python_backend (and tritonlite's in-process ``backends/pb_utils.
 BLS (``InferenceRequest.exec`` / ``async_exec``) goes to the server, which runs it through its
 core as it runs in-process models' BLS. Not available in a worker (each raises
 ``TritonModelException`` with code UNSUPPORTED): ``load_model`` / ``unload_model`` /
-``is_model_ready``. Decoupled senders work; ``is_cancelled()`` is always False.
+``is_model_ready``. Decoupled senders work, ``is_cancelled()`` included (it asks the server).
 ``MetricFamily`` metrics are kept in memory only.
 """
 
@@ -319,11 +319,13 @@ class InferenceResponseSender:
     flags-only FINAL) instead of returning it from ``execute``; it is kept in ``response``.
     """
 
-    def __init__(self, decoupled: bool = False, deliver: Any = None) -> None:
+    def __init__(self, decoupled: bool = False, deliver: Any = None,
+                 cancelled: Any = None) -> None:
         import threading
 
         self._decoupled = decoupled
         self._deliver = deliver
+        self._cancelled = cancelled
         self._closed = False
         self._sent = 0
         self._lock = threading.Lock()
@@ -359,7 +361,8 @@ class InferenceResponseSender:
             self._deliver(response, final)  # under the lock: deliveries keep the call order
 
     def is_cancelled(self) -> bool:
-        return False
+        """True once the client cancelled the request or went away (decoupled streams)."""
+        return bool(self._cancelled()) if self._cancelled is not None else False
 
     def _close(self) -> bool:
         """Refuse further sends (the execution failed); True if it was still open."""
@@ -451,7 +454,7 @@ class InferenceRequest:
         return self._sender
 
     def is_cancelled(self) -> bool:
-        return False
+        return self._sender.is_cancelled()
 
     def set_release_flags(self, flags: int) -> None:
         if flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:

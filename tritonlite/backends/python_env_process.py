@@ -105,7 +105,7 @@ class WorkerProcess:
                 meta, buf = recv_message(self._sock)
             except (ChannelClosed, OSError):
                 break
-            if meta.get("op") in ("send", "bls"):
+            if meta.get("op") in ("send", "bls", "is_cancelled"):
                 try:
                     self._streamed(self, meta, buf)
                 except Exception:  # a stream's failure must not stop the others

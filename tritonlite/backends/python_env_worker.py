@@ -234,18 +234,36 @@ class Worker:
             for waiting in self.pending.values():
                 waiting.put(None)
 
-    def bls(self, request: Any, decoupled: bool) -> Any:
-        """``InferenceRequest.exec``: the server runs the request through its core."""
+    def _expect(self) -> tuple[int, Any]:
+        """A new call id and the queue the server's answers to it will land in."""
         import itertools
         import queue
 
-        pb = self.pb
         with self.pending_lock:
             if self.bls_ids is None:
                 self.bls_ids = itertools.count(1)
             call_id = next(self.bls_ids)
             waiting: Any = queue.Queue()
             self.pending[call_id] = waiting
+        return call_id, waiting
+
+    def cancelled(self, batch: int, index: int) -> bool:
+        """Whether the client cancelled request ``index`` of ``batch`` (asks the server)."""
+        call_id, waiting = self._expect()
+        try:
+            self._send({"op": "is_cancelled", "id": call_id, "batch": batch, "index": index},
+                       [])
+            message = waiting.get()
+            return message is not None and bool(message[0].get("cancelled"))
+        finally:
+            with self.pending_lock:
+                self.pending.pop(call_id, None)
+
+    def bls(self, request: Any, decoupled: bool) -> Any:
+        """``InferenceRequest.exec``: the server runs the request through its core."""
+
+        pb = self.pb
+        call_id, waiting = self._expect()
         packer = Packer()
         inputs = [packer.add(t.name(), t._array) for t in request._inputs]
         parameters = request._parameters
@@ -397,7 +415,8 @@ class Worker:
         if self.decoupled:
             for index, req in enumerate(batch):
                 req._sender = pb.InferenceResponseSender(
-                    True, self._deliverer(meta["batch"], index, req.requested_output_names()))
+                    True, self._deliverer(meta["batch"], index, req.requested_output_names()),
+                    self._asker(meta["batch"], index))
         try:
             fn = getattr(self.model, "execute", None)
             if fn is None:
@@ -478,6 +497,16 @@ class Worker:
                         "response": body}, packer.blobs)
 
         return deliver
+
+    def _asker(self, batch: int, index: int) -> Any:
+        state = {"cancelled": False}
+
+        def is_cancelled() -> bool:  # once cancelled, always: no need to ask again
+            if not state["cancelled"]:
+                state["cancelled"] = self.cancelled(batch, index)
+            return state["cancelled"]
+
+        return is_cancelled
 
     def _in_background(self, coro: Any, batch_id: int, batch: list[Any]) -> None:
         """A decoupled ``async def execute``: runs on a loop of its own, not awaited (as in
