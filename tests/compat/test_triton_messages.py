@@ -556,3 +556,13 @@ def test_tritonlite_answers_as_triton(server: Server, name: str) -> None:
 def test_reference_still_answers_so(triton: Triton, name: str) -> None:
     """The live reference answers what ``CASES`` records (so the table stays Triton's)."""
     assert _run(Target(triton.http_url, triton.grpc_url, "ref"), name) == CASES[name][1]
+
+
+def test_required_input_replaced_by_an_optional_one(server: Server) -> None:
+    """Where tritonlite knowingly differs: Triton 2.51 counts inputs only, so ``INPUT0`` and
+    ``OPT`` (2 inputs, 2 required) pass and model ``m`` runs without its required ``INPUT1``
+    (the reference answers 200). tritonlite refuses it, worded as Triton's count error."""
+    out = infer_json(server.http_url, "m", [jin("INPUT0", [1, 4]), jin("OPT", [1, 4])])
+    assert out == (400, NO_ID + "expected number of inputs between 2 and 3 but got 2 inputs for "
+                   "model 'm'. Got input(s) ['OPT','INPUT0'], but missing required input(s) "
+                   "['INPUT1']. Please provide all required input(s).")
