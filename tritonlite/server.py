@@ -20,6 +20,7 @@ from aiohttp import web
 
 import tritonlite
 from tritonlite.core.core import InferenceCore
+from tritonlite.frontends.call import InFlight
 from tritonlite.frontends.http.aio import make_server
 from tritonlite.frontends.sockets import bind
 from tritonlite.frontends.tls import http_tls
@@ -27,6 +28,7 @@ from tritonlite.inprocess import InProcessServer
 from tritonlite.options import ServerOptions
 
 log = logging.getLogger("tritonlite")
+_FOREVER_S = 1e9  # grpc.aio's stop() grace that lets the drain decide instead
 
 
 def compiled_paths() -> str:
@@ -63,12 +65,19 @@ class Server:
         # Model code reaches the core through the in-process layer (BLS), handed in here.
         self.core = InferenceCore(options, in_process=InProcessServer)
         self._runners: list[web.BaseRunner] = []
+        self._sites: list[web.SockSite] = []
         self._grpc: Any = None
         self._native: Any = None
         self.http_port: int | None = None
         self.grpc_port: int | None = None
         self.metrics_port: int | None = None
         self.cut_off = False  # stop() gave up on work still running at --exit-timeout-secs
+        # --frontend=aio: what the drain needs of aiohttp and grpc.aio
+        self._http_runner: web.BaseRunner | None = None
+        self._http_site: web.SockSite | None = None
+        self._http_inflight = InFlight()
+        self._grpc_inflight = InFlight()
+        self._grpc_stopping: asyncio.Future[None] | None = None
 
     async def start(self) -> None:
         opts = self.options
@@ -96,13 +105,16 @@ class Server:
         if opts.allow_grpc:
             from tritonlite.frontends.grpc.server import start_grpc
 
-            self._grpc, self.grpc_port = await start_grpc(self.core, opts)
+            self._grpc, self.grpc_port = await start_grpc(self.core, opts,
+                                                          self._grpc_inflight)
             log.info("Started GRPCInferenceService at %s:%d (grpc.aio)", opts.grpc_address,
                      self.grpc_port)
         if opts.allow_http:
-            http = make_server(self.core, opts.http_max_input_size)
+            http = make_server(self.core, opts.http_max_input_size, self._http_inflight)
             self.http_port = await self._serve(http, opts.http_address, opts.http_port,
                                                opts.reuse_http_port, http_tls(opts))
+            self._http_runner = self._runners[-1]
+            self._http_site = self._sites[-1]
             log.info("Started HTTPService at %s:%d (aiohttp, HTTP/1.1)", opts.http_address,
                      self.http_port)
 
@@ -127,39 +139,96 @@ class Server:
     async def _serve(self, app: web.Application | web.Server, address: str, port: int,
                      reuse: bool, ssl_context: ssl.SSLContext | None = None) -> int:
         runner: web.BaseRunner = (
-            web.ServerRunner(app, handle_signals=False) if isinstance(app, web.Server)
-            else web.AppRunner(app, access_log=None, handle_signals=False))
+            web.ServerRunner(app, handle_signals=False, shutdown_timeout=1.0)
+            if isinstance(app, web.Server)
+            else web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0))
         await runner.setup()
         sock = bind(address, port, reuse)
         site = web.SockSite(runner, sock, ssl_context=ssl_context)
         await site.start()
         self._runners.append(runner)
+        self._sites.append(site)
         return int(sock.getsockname()[1])
 
+    def refuse_new(self) -> None:
+        """The stop signal, at once: no new connections, and requests and calls that begin
+        from now on are refused (HTTP 503 with ``Connection: close``, gRPC UNAVAILABLE or
+        GOAWAY); everything begun before -- uploads still arriving included -- is served."""
+        if self._native is not None:
+            self._native.refuse_new()
+        self._http_inflight.draining = True
+        if self._http_site is not None:
+            # stop listening (aiohttp closes the listener; its connections stay open)
+            server = getattr(self._http_site, "_server", None)
+            if server is not None:
+                server.close()
+        if self._grpc is not None and self._grpc_stopping is None:
+            # grpc.aio refuses new calls at once and lets the open ones go on; the drain
+            # decides when to cancel what is left (a second stop() with its grace)
+            self._grpc_stopping = asyncio.ensure_future(self._grpc.stop(_FOREVER_S))
+
+    async def _drain_frontends(self, deadline: float) -> int:
+        """Wait, up to ``deadline``, for every HTTP request and unary gRPC call the front
+        ends had begun (the core still admits their work); close HTTP. How many were cut off
+        at the deadline. Open gRPC streams stay open: their requests drain in the core."""
+        self.refuse_new()
+        left = max(0.0, deadline - time.monotonic())
+        waits: list[Any] = []
+        if self._native is not None:
+            waits.append(self._native.drain(left))
+        if self._http_runner is not None:
+            waits.append(self._http_inflight.wait_idle(left))
+        if self._grpc is not None:
+            waits.append(self._grpc_inflight.wait_idle(left))
+        cut = int(sum(await asyncio.gather(*waits)))
+        if self._http_runner is not None and not cut:
+            # closes the idle keep-alive connections (with requests cut off, the process
+            # exits instead: no wait past the deadline)
+            await self._http_runner.cleanup()
+            self._runners.remove(self._http_runner)
+            self._http_runner = None
+        return cut
+
+    async def _close_frontends(self, deadline: float) -> None:
+        """End what is left -- gRPC streams whose requests have drained, given up to a
+        second (within ``deadline``) to send their last responses and be half-closed by
+        their clients -- and close."""
+        grace = min(1.0, max(0.0, deadline - time.monotonic()))
+        if self._native is not None:
+            await self._native.stop(grace=grace)
+        if self._grpc is not None:
+            await self._grpc.stop(grace)  # then cancels the calls still open
+            if self._grpc_stopping is not None:
+                await self._grpc_stopping
+
     async def stop(self) -> None:
-        """Graceful stop: refuse new work, drain in-flight requests (queued, executing, and
-        decoupled streams until their final response) within --exit-timeout-secs, then close
-        everything."""
+        """Graceful stop (Triton's order, with the front ends first): refuse new requests,
+        answer every one that had begun -- the core still admits them -- within
+        --exit-timeout-secs, then stop the core (queued, executing and decoupled work drains
+        in what is left of the timeout), then close everything. Work still running at the
+        timeout is cut off: logged with its count, and the process exits 1."""
         core = self.core
-        core.exiting = True
         deadline = time.monotonic() + self.options.exit_timeout_secs
+        cut = await self._drain_frontends(deadline)
+        core.exiting = True
         models = [m for m in core.repository.ready_models()]
+        left = max(0.0, deadline - time.monotonic())
         if models:
-            await asyncio.gather(*(m.drain(self.options.exit_timeout_secs) for m in models))
+            await asyncio.gather(*(m.drain(left) for m in models))
         streams_done = await core.drain_streams(max(0.0, deadline - time.monotonic()))
         # Work still running past the exit timeout: give up on it, as Triton does; closing its
         # connections or its instances would wait for it and ignore the bound.
-        self.cut_off = not streams_done or any(m.scheduler.inflight() for m in models)
+        busy = any(m.scheduler.inflight() for m in models)
+        self.cut_off = bool(cut) or not streams_done or busy
         if self.cut_off:
-            log.error("failed to stop server: Exit timeout expired. Exiting immediately.")
+            log.error("failed to stop server: Exit timeout expired. Exiting immediately. "
+                      "%d request(s) and call(s) cut off%s", cut,
+                      "" if streams_done and not busy else "; model work still running")
             core.shm.close()
             core.trace.close()
             await core.pressure.stop()
             return
-        if self._native is not None:
-            await self._native.stop(grace=1.0)
-        if self._grpc is not None:
-            await self._grpc.stop(grace=1.0)
+        await self._close_frontends(deadline)
         for runner in self._runners:
             await runner.cleanup()
         await core.stop()
@@ -171,7 +240,7 @@ async def serve(options: ServerOptions) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     def on_signal() -> None:
-        server.core.exiting = True  # refuse new work from this loop step on
+        server.refuse_new()  # from this loop step on; what has begun is still served
         stop.set()
 
     for sig in (signal.SIGTERM, signal.SIGINT):

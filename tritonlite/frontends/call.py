@@ -23,6 +23,7 @@ gRPC contract
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
@@ -79,3 +80,39 @@ class GrpcMethod(Protocol):
 
 # What a gRPC transport serves: "/package.Service/Method" -> its handler.
 GrpcMethods = dict[str, GrpcMethod]
+
+
+class InFlight:
+    """How many requests (or calls) a transport has begun and not yet answered: what a
+    graceful stop waits for, and reports as cut off when ``--exit-timeout-secs`` runs out.
+
+    A transport calls ``enter()`` when a request's head has arrived and ``leave()`` once it is
+    answered (or failed); ``draining`` is set when the server got its stop signal.
+    """
+
+    __slots__ = ("count", "draining", "_idle")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.draining = False
+        self._idle: asyncio.Future[None] | None = None
+
+    def enter(self) -> None:
+        self.count += 1
+
+    def leave(self) -> None:
+        self.count -= 1
+        if self.count <= 0 and self._idle is not None and not self._idle.done():
+            self._idle.set_result(None)
+
+    async def wait_idle(self, timeout: float) -> int:
+        """Wait up to ``timeout`` s for every begun request to be answered; how many remain."""
+        if self.count > 0 and timeout > 0:
+            self._idle = asyncio.get_running_loop().create_future()
+            try:
+                await asyncio.wait_for(asyncio.shield(self._idle), timeout)
+            except asyncio.TimeoutError:
+                pass
+            finally:
+                self._idle = None
+        return max(0, self.count)

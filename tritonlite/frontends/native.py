@@ -35,18 +35,43 @@ class NativeFrontends:
         self._grpc: NativeGrpcServer | None = None
         self._listeners: list[asyncio.Server] = []
 
-    async def stop(self, grace: float = 1.0) -> None:
-        """Stop accepting; let open requests and calls finish for up to ``grace`` s; close."""
+    def refuse_new(self) -> None:
+        """The stop signal: no new connections; requests and calls that begin on open ones
+        from now on are refused (HTTP 503 + ``Connection: close``, gRPC GOAWAY); what has
+        begun is still served."""
         for listener in self._listeners:
             listener.close()
+        if self._http is not None:
+            self._http.refuse_new()
+        if self._grpc is not None:
+            self._grpc.refuse_new()
+
+    async def drain(self, timeout: float) -> int:
+        """After ``refuse_new``: wait up to ``timeout`` s for every HTTP request and unary
+        gRPC call that had begun to be answered, closing HTTP connections as they finish;
+        how many are left (open gRPC streams stay: their requests are the core's to
+        drain, ``stop`` ends them)."""
+        self.refuse_new()
+        waits = []
+        if self._http is not None:
+            waits.append(self._http.drain(timeout))
+        if self._grpc is not None:
+            waits.append(self._grpc.wait_unary(timeout))
+        return sum(await asyncio.gather(*waits))
+
+    async def stop(self, grace: float = 1.0) -> int:
+        """Stop accepting; let open requests and calls finish for up to ``grace`` s; close.
+        Returns how many begun requests and calls were cut off at ``grace``."""
+        self.refuse_new()
         waits = []
         if self._http is not None:
             waits.append(self._http.drain(grace))
         if self._grpc is not None:
             waits.append(self._grpc.stop(grace))
-        await asyncio.gather(*waits)
+        cut = sum(await asyncio.gather(*waits))
         for listener in self._listeners:
             await listener.wait_closed()
+        return cut
 
 
 def http_limits(opts: ServerOptions) -> HttpLimits:

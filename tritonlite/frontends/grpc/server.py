@@ -24,7 +24,13 @@ import grpc
 
 from tritonlite.contracts.errors import TritonliteError
 from tritonlite.core.api import CoreAPI
-from tritonlite.frontends.call import GrpcMethods, RpcError, StreamHandler, UnaryHandler
+from tritonlite.frontends.call import (
+    GrpcMethods,
+    InFlight,
+    RpcError,
+    StreamHandler,
+    UnaryHandler,
+)
 from tritonlite.frontends.grpc.errors import STATUS, UNKNOWN, internal_message
 from tritonlite.frontends.grpc.servicer import methods
 from tritonlite.options import ServerOptions
@@ -135,14 +141,17 @@ async def _abort(context: grpc.aio.ServicerContext, exc: Exception, path: str) -
     raise AssertionError("context.abort returned")  # it always raises
 
 
-def _unary(fn: UnaryHandler, path: str) -> grpc.RpcMethodHandler:
+def _unary(fn: UnaryHandler, path: str, inflight: InFlight) -> grpc.RpcMethodHandler:
     # the hot path (ModelInfer): keep to one small object and a few attribute reads
     async def handler(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         call = AioCall(context)
+        inflight.enter()
         try:
             response = await fn(request, call)
         except Exception as exc:
             await _abort(context, exc, path)
+        finally:
+            inflight.leave()
         if call.compressed:
             # the unary finish path ignores set_compression unless the initial metadata
             # (which carries the algorithm) is sent explicitly
@@ -167,11 +176,11 @@ class _Registry(grpc.GenericRpcHandler):  # type: ignore[misc]
     """Every method of a ``GrpcMethods`` registry as one generic handler, raw bytes both
     ways (no (de)serializers: the handlers parse and serialize)."""
 
-    def __init__(self, registry: GrpcMethods) -> None:
+    def __init__(self, registry: GrpcMethods, inflight: InFlight) -> None:
         self._handlers: dict[str, grpc.RpcMethodHandler] = {}
         for path, method in registry.items():
             if method.unary is not None:
-                self._handlers[path] = _unary(method.unary, path)
+                self._handlers[path] = _unary(method.unary, path, inflight)
             elif method.stream is not None:
                 self._handlers[path] = _stream(method.stream, path)
 
@@ -179,25 +188,30 @@ class _Registry(grpc.GenericRpcHandler):  # type: ignore[misc]
         return self._handlers.get(details.method)
 
 
-def generic_handler(registry: GrpcMethods) -> grpc.GenericRpcHandler:
-    """The grpc.aio handler serving ``registry`` (``server.add_generic_rpc_handlers``)."""
-    return _Registry(registry)
+def generic_handler(registry: GrpcMethods,
+                    inflight: InFlight | None = None) -> grpc.GenericRpcHandler:
+    """The grpc.aio handler serving ``registry`` (``server.add_generic_rpc_handlers``);
+    ``inflight`` counts the unary calls being served (a graceful stop waits for them; a
+    stream's requests are the core's to drain)."""
+    return _Registry(registry, inflight if inflight is not None else InFlight())
 
 
 def _address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
 
 
-async def start_grpc(core: CoreAPI, opts: ServerOptions) -> tuple[grpc.aio.Server, int]:
+async def start_grpc(core: CoreAPI, opts: ServerOptions,
+                     inflight: InFlight | None = None) -> tuple[grpc.aio.Server, int]:
     """Start the gRPC front end on grpc.aio (the inference and the health service); returns
-    the server and the port it bound (port 0 = any free).
+    the server and the port it bound (port 0 = any free). ``inflight`` counts open unary
+    calls.
 
     Raises RuntimeError when the address can not be bound, OSError when a TLS file can not
     be read.
     """
     server = grpc.aio.server(options=server_options(opts))
     try:
-        server.add_generic_rpc_handlers((generic_handler(methods(core, opts)),))
+        server.add_generic_rpc_handlers((generic_handler(methods(core, opts), inflight),))
         address = _address(opts.grpc_address, opts.grpc_port)
         if opts.grpc_use_ssl:
             port = server.add_secure_port(address, _credentials(opts))

@@ -16,8 +16,10 @@ from aiohttp import web
 
 from tritonlite.contracts.errors import invalid_arg
 from tritonlite.core.api import CoreAPI
+from tritonlite.frontends.call import InFlight
 from tritonlite.frontends.http.app import make_dispatch
 from tritonlite.frontends.http.call import HttpError, HttpResponse, HttpStream, too_large
+from tritonlite.frontends.http.errors import error
 
 __all__ = ["make_server"]
 
@@ -113,10 +115,23 @@ async def _traced(request: web.BaseRequest, resp: HttpResponse) -> web.Response:
     return out
 
 
-def make_server(core: CoreAPI, max_input_size: int) -> web.Server:
-    """The HTTP front end as an aiohttp low-level server (call on the event loop)."""
+def _exiting() -> web.Response:
+    """A request that began after the stop signal: 503, and the connection closes after it."""
+    resp = _response(error(503, "Server is exiting"))
+    resp.force_close()
+    return resp
+
+
+def make_server(core: CoreAPI, max_input_size: int,
+                inflight: InFlight | None = None) -> web.Server:
+    """The HTTP front end as an aiohttp low-level server (call on the event loop).
+
+    ``inflight`` counts the requests being served; once its ``draining`` is set, requests
+    that begin get 503 with ``Connection: close`` (those begun before are answered).
+    """
     loop = asyncio.get_running_loop()
     dispatch = make_dispatch(core)
+    counter = inflight if inflight is not None else InFlight()
 
     def request_factory(message: Any, payload: Any, protocol: Any, writer: Any,
                         task: Any) -> web.BaseRequest:
@@ -124,11 +139,17 @@ def make_server(core: CoreAPI, max_input_size: int) -> web.Server:
                                client_max_size=max_input_size)
 
     async def handle(request: web.BaseRequest) -> web.StreamResponse:
-        resp = await dispatch(_Request(request, max_input_size))
-        if isinstance(resp, HttpStream):
-            return await _stream(request, resp)
-        if resp.on_sent is not None:
-            return await _traced(request, resp)
-        return _response(resp)
+        if counter.draining:
+            return _exiting()
+        counter.enter()
+        try:
+            resp = await dispatch(_Request(request, max_input_size))
+            if isinstance(resp, HttpStream):
+                return await _stream(request, resp)
+            if resp.on_sent is not None:
+                return await _traced(request, resp)
+            return _response(resp)
+        finally:
+            counter.leave()
 
     return web.Server(handle, request_factory=request_factory, access_log=None)

@@ -39,6 +39,7 @@ cdef class Request:
     cdef public object _waiter
     cdef public object _error
     cdef public object _refusal
+    cdef public bint _admitted
 
 
 @cython.final

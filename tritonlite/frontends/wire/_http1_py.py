@@ -120,6 +120,7 @@ class Request:
         self._waiter: Any = None
         self._error: Any = None  # what read() raises (body too large, timed out, lost)
         self._refusal: Any = None  # answered with this instead of being dispatched
+        self._admitted = False  # begun before the server started draining: served, not 503
 
     async def read(self) -> Any:
         if not self._complete and self._error is None:
@@ -325,7 +326,7 @@ class Http1Protocol:
             if n > self._max_body:
                 raise _Refuse(413, too_large(self._max_body))
             req._length = n
-        if self._service.draining:
+        if self._service.draining and not req._admitted:
             raise _Refuse(503, "Server is exiting")
         if self._overcap:
             req._close = True
@@ -559,10 +560,21 @@ class Http1Protocol:
             self._close_now()  # idle past the keep-alive timeout
 
     def shutdown(self) -> None:
-        """The server drains: close now when idle; otherwise answer what is in flight
-        (requests arriving from now on get 503) and close after."""
+        """The server drains: close now when idle; otherwise answer what is in flight -- a
+        request whose first byte has arrived included, even with its head incomplete --
+        and close after (requests that begin from now on get 503)."""
         if self._task is None and self._state == _IDLE:
             self._close_now()
+        elif self._cur is not None:
+            self._cur._admitted = True
+
+    def pending(self) -> int:
+        """Requests begun on this connection and not answered yet."""
+        n = len(self._queue)
+        cur = self._cur
+        if cur is not None and cur not in self._queue:
+            n += 1
+        return n
 
     def abort(self) -> None:
         t = self._transport

@@ -606,6 +606,8 @@ class GrpcProtocol(asyncio.Protocol):
 
     def _after_call(self) -> None:
         if self.calls:
+            if self.server is not None and self.server._stopping:
+                self.server._check_idle()  # the drain may wait for unary calls only
             return
         conn = self.conn
         if conn is not None and conn.goaway_sent:
@@ -636,6 +638,7 @@ class NativeGrpcServer:
         self._protocols: set[GrpcProtocol] = set()
         self._stopping = False
         self._idle: asyncio.Future[None] | None = None
+        self._unary_idle: asyncio.Future[None] | None = None
         self._gone: asyncio.Future[None] | None = None
 
     def protocol(self) -> GrpcProtocol:
@@ -649,25 +652,54 @@ class NativeGrpcServer:
         if self._idle is not None and not self._idle.done():
             if not any(p.calls for p in self._protocols):
                 self._idle.set_result(None)
+        if self._unary_idle is not None and not self._unary_idle.done():
+            if not self._unary_calls():
+                self._unary_idle.set_result(None)
 
-    async def stop(self, grace: float | None = None) -> None:
-        """GOAWAY on every connection, wait up to ``grace`` seconds for the open calls, then
-        cancel what is left and close the connections."""
+    def _unary_calls(self) -> int:
+        return sum(1 for p in self._protocols for c in p.calls.values() if c.queue is None)
+
+    async def wait_unary(self, timeout: float) -> int:
+        """After ``refuse_new``: wait up to ``timeout`` s for the open unary calls to be
+        answered (a stream's requests are the core's to drain); how many are still open."""
+        if self._unary_calls() and timeout > 0:
+            self._unary_idle = asyncio.get_running_loop().create_future()
+            try:
+                await asyncio.wait_for(asyncio.shield(self._unary_idle), timeout)
+            except asyncio.TimeoutError:
+                pass
+            finally:
+                self._unary_idle = None
+        return self._unary_calls()
+
+    def refuse_new(self) -> None:
+        """The stop signal: stop listening, GOAWAY on every connection (calls the clients
+        start from now on are refused; the open ones go on)."""
+        if self._stopping:
+            return
         self._stopping = True
         if self._server is not None:
             self._server.close()
-        loop = asyncio.get_running_loop()
-        self._idle = loop.create_future()
         for p in list(self._protocols):
             p.goaway()
+
+    async def stop(self, grace: float | None = None) -> int:
+        """GOAWAY on every connection, wait up to ``grace`` seconds for the open calls, then
+        cancel what is left (UNAVAILABLE) and close the connections. Returns how many unary
+        calls were cut off that way."""
+        self.refuse_new()
+        loop = asyncio.get_running_loop()
+        self._idle = loop.create_future()
         self._check_idle()
         if grace:
             try:
                 await asyncio.wait_for(asyncio.shield(self._idle), grace)
             except asyncio.TimeoutError:
                 pass
+        cut = 0
         for p in list(self._protocols):
             for call in list(p.calls.values()):
+                cut += call.queue is None  # a stream's requests were drained by the core
                 p._finish(call, UNAVAILABLE, "Server shutting down")
             if p.transport is not None:
                 p.transport.close()
@@ -681,6 +713,7 @@ class NativeGrpcServer:
                     p.transport.abort()
         if self._server is not None:
             await self._server.wait_closed()
+        return cut
 
 
 async def start_grpc_native(

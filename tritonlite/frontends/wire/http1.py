@@ -130,21 +130,31 @@ class HttpService:
         self._sweeper = loop.call_later(self._interval, self._sweep) if self.connections \
             else None
 
-    async def drain(self, grace: float) -> None:
-        """Answer what is in flight (new requests get 503), close every connection; those
-        still open after ``grace`` seconds are aborted."""
+    def refuse_new(self) -> None:
+        """The stop signal: requests that begin from now on get 503 and ``Connection:
+        close``; idle connections close now; what has begun is still served."""
         self.draining = True
         for proto in list(self.connections):
             proto.shutdown()
+
+    async def drain(self, grace: float) -> int:
+        """Answer what is in flight (new requests get 503), close every connection; those
+        still open after ``grace`` seconds are aborted. Returns how many begun requests
+        were cut off that way."""
+        if not self.draining:
+            self.refuse_new()
         if self.connections:
             self._idle = asyncio.Event()
             with suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._idle.wait(), grace)
+        cut = 0
         for proto in list(self.connections):
+            cut += proto.pending()
             proto.abort()
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None
+        return cut
 
 
 class NativeHttpServer:
