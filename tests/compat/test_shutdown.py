@@ -13,7 +13,9 @@ fails that way).
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
+import socket
 import subprocess
 import time
 import urllib.request
@@ -181,6 +183,7 @@ def test_exit_timeout_bounds_the_wait_for_a_stuck_request(slow_repo: Path) -> No
         server.stop()
     assert rc == 1, server.output()
     assert "Exit timeout expired. Exiting immediately." in server.output()
+    assert "1 request(s) and call(s) cut off" in server.output()  # the count is logged
     # Cut off: the server exits within the timeout plus a margin, well before the 10 s execute.
     assert exited_in < timeout_s + 4.0, f"exited {exited_in:.1f} s after SIGTERM\n{server.output()}"
     assert isinstance(result, BaseException), result  # no response: the request was cut off
@@ -278,3 +281,97 @@ def test_exit_timeout_bounds_the_wait_for_an_open_stream(tmp_path: Path) -> None
     assert exited_in < timeout_s + 4.0, f"exited {exited_in:.1f} s after SIGTERM\n{server.output()}"
     responses = [it for it in items if not isinstance(it, InferenceServerException)]
     assert not any(is_final(it) for it in responses)  # cut off before its end
+
+
+# -- what begins after the signal, on connections and channels that were already open ---------
+def _http_response(sock: socket.socket, buf: bytearray) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP/1.1 response (Content-Length framed) from ``sock``; ``buf`` keeps the rest."""
+    while b"\r\n\r\n" not in buf:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError(f"closed before a response: {bytes(buf[:200])!r}")
+        buf += chunk
+    head, _, rest = bytes(buf).partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split(" ", 2)[1])
+    headers = {k.strip().lower(): v.strip()
+               for k, _, v in (line.partition(":") for line in lines[1:])}
+    length = int(headers.get("content-length", "0"))
+    while len(rest) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        rest += chunk
+    del buf[:]
+    buf += rest[length:]
+    return status, headers, rest[:length]
+
+
+def _slow_body(value: float) -> bytes:
+    return json.dumps({"inputs": [{"name": "IN", "datatype": "FP32", "shape": [4],
+                                   "data": [value] * 4}]}).encode()
+
+
+def test_a_request_after_the_signal_on_a_kept_alive_connection_gets_503_and_close(
+        slow_repo: Path) -> None:
+    """The connection's first request began before SIGTERM and is answered with its data; the
+    one it sends after the signal gets 503 with ``Connection: close``, then the connection
+    closes and the server exits 0."""
+    server = start_server(slow_repo, "--allow-grpc=false", "--exit-timeout-secs=30")
+    host, port = server.http_url.rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            body = _slow_body(3.0)
+            sock.sendall(b"POST /v2/models/slow/infer HTTP/1.1\r\nHost: t\r\n"
+                         b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                         % (len(body), body))
+            _wait(lambda: "slow model: execute started" in server.output(), 30,
+                  "the first request to execute")
+            server.proc.send_signal(signal.SIGTERM)
+            _wait(lambda: "signal received" in server.output(), 30, "the signal")
+            sock.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: t\r\n\r\n")
+            buf = bytearray()
+            status, _, first = _http_response(sock, buf)
+            assert status == 200, first
+            assert json.loads(first)["outputs"][0]["data"] == [6.0] * 4
+            status, headers, late = _http_response(sock, buf)
+            assert status == 503, late
+            assert headers.get("connection", "").lower() == "close", headers
+            assert "exiting" in json.loads(late)["error"]
+            assert sock.recv(1) == b""  # closed after it
+        rc = server.proc.wait(30)
+    finally:
+        server.stop()
+    assert rc == 0, server.output()
+
+
+def test_grpc_calls_begun_before_the_signal_are_answered_later_ones_unavailable(
+        slow_repo: Path) -> None:
+    """A unary gRPC call executing at SIGTERM gets its response; a call started after the
+    signal, on the same channel, gets UNAVAILABLE; the server exits 0."""
+    import tritonclient.grpc as grpcclient
+
+    server = start_server(slow_repo, "--allow-http=false", "--exit-timeout-secs=30")
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        done: list[object] = []
+        inp = grpcclient.InferInput("IN", [4], "FP32")
+        inp.set_data_from_numpy(np.full(4, 5.0, dtype=np.float32))
+        client.async_infer("slow", [inp], callback=lambda result, error: done.append(
+            error if error is not None else result))
+        _wait(lambda: "slow model: execute started" in server.output(), 30, "the call to run")
+        server.proc.send_signal(signal.SIGTERM)
+        _wait(lambda: "signal received" in server.output(), 30, "the signal")
+        with pytest.raises(InferenceServerException) as late:
+            client.infer("slow", [inp], client_timeout=20)
+        assert late.value.status() == "StatusCode.UNAVAILABLE", late.value
+        _wait(lambda: bool(done), 30, "the first call's answer")
+        first = done[0]
+        assert not isinstance(first, BaseException), first
+        np.testing.assert_array_equal(first.as_numpy("OUT"),  # type: ignore[attr-defined]
+                                      np.full(4, 10.0, dtype=np.float32))
+        rc = server.proc.wait(30)
+    finally:
+        client.close()
+        server.stop()
+    assert rc == 0, server.output()
