@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from tritonlite.contracts import datatypes
+from tritonlite.contracts.datatypes import Misfit
 from tritonlite.contracts.errors import TritonliteError, invalid_arg
 from tritonlite.contracts.signature import Signature, TensorSpec
 from tritonlite.contracts.types import InferInput, InferRequest
@@ -80,9 +81,9 @@ def prepare(sig: Signature, req: InferRequest, shm: SharedMemoryManager) -> None
     """Validate ``req`` against ``sig`` in place; raise INVALID_ARG with Triton's wording.
 
     The checks run in Triton's order (its front end, then ``InferenceRequest::Normalize``, then
-    its input byte sizes), so a request with several faults names the one Triton names.
-    Triton keeps a request's inputs in a ``std::unordered_map``; libstdc++ walks one newest
-    first (while names fall in distinct buckets), so the inputs are visited in reverse.
+    its input byte sizes), so a request with several faults names the one Triton names: one
+    pass finds a good request good; anything else takes ``_ordered``, which raises the error
+    Triton raises first.
     """
     model = sig.name
     seen: set[str] = set()
@@ -92,6 +93,64 @@ def prepare(sig: Signature, req: InferRequest, shm: SharedMemoryManager) -> None
         seen.add(inp.name)
         if inp.data is None:
             _resolve_shm(inp, shm, model)
+    batch = _good_batch(sig, req, seen)
+    if batch < 0:
+        batch = _ordered(sig, req, seen)
+    req.batch_size = batch if batch > 0 else 1
+    if req.outputs is not None:
+        held: list[str] | None = None
+        for out in req.outputs:
+            if out.shm is not None:
+                if out.classification:
+                    raise invalid_arg(
+                        f"output '{out.name}' can not set both shared memory and classification"
+                    )
+                shm.check(out.shm.region, out.shm.offset, out.shm.byte_size)
+                if held is None:
+                    held = []
+                held.append(out.shm.region)
+        if held:  # until the response is written: InferenceCore releases it
+            shm.hold(req, held)
+
+
+def _good_batch(sig: Signature, req: InferRequest, seen: set[str]) -> int:
+    """The batch size of a request that passes every check and needs no reshape (0 for a
+    non-batching model); -1 for any other, which ``_ordered`` then looks at."""
+    inputs = sig.inputs
+    if len(req.inputs) > len(inputs) or not sig.required_inputs <= seen:
+        return -1
+    if req.outputs is not None:
+        for out in req.outputs:
+            if out.name not in sig.outputs:
+                return -1
+    batching = sig.max_batch_size > 0
+    batch = 0
+    for inp in req.inputs:
+        spec = inputs.get(inp.name)
+        shape = inp.shape
+        data = inp.data
+        if spec is None or spec.reshape is not None or inp.datatype != spec.datatype \
+                or data is None or data.shape != shape or type(data) is Misfit:
+            return -1
+        if batching:
+            if not shape or (batch and shape[0] != batch):
+                return -1
+            batch = shape[0]
+            shape = shape[1:]
+        if not _dims_match(spec.dims, shape):
+            return -1
+    if batching and not 0 < batch <= sig.max_batch_size:
+        return -1
+    return batch
+
+
+def _ordered(sig: Signature, req: InferRequest, seen: set[str]) -> int:
+    """Triton's checks in Triton's order; the batch size if they all pass.
+
+    Triton keeps a request's inputs in a ``std::unordered_map``; libstdc++ walks one newest
+    first (while names fall in distinct buckets), so the inputs are visited in reverse.
+    """
+    model = sig.name
     if req.outputs is not None:
         for out in req.outputs:
             if out.name not in sig.outputs:
@@ -145,26 +204,12 @@ def prepare(sig: Signature, req: InferRequest, shm: SharedMemoryManager) -> None
             elements = (datatypes.num_elements(inp.shape) if sig.max_batch_size <= 0
                         else (batch or 1) * datatypes.num_elements(inp.shape[1:]))
             expected = elements * datatypes.element_size(spec.datatype)
-            got = data.got if isinstance(data, datatypes.Misfit) else data.nbytes
+            got = data.got if isinstance(data, Misfit) else data.nbytes
             if got != expected:
                 raise byte_size_error(req, inp.name, model, expected, got)
         if spec.reshape is not None:
             inp.data = _reshaped(data, batch or None, spec)
-    req.batch_size = batch if batch > 0 else 1
-    if req.outputs is not None:
-        held: list[str] | None = None
-        for out in req.outputs:
-            if out.shm is not None:
-                if out.classification:
-                    raise invalid_arg(
-                        f"output '{out.name}' can not set both shared memory and classification"
-                    )
-                shm.check(out.shm.region, out.shm.offset, out.shm.byte_size)
-                if held is None:
-                    held = []
-                held.append(out.shm.region)
-        if held:  # until the response is written: InferenceCore releases it
-            shm.hold(req, held)
+    return batch
 
 
 _BATCH_NOTE = (
