@@ -14,7 +14,7 @@ import logging
 from tritonlite.core.api import CoreAPI
 from tritonlite.frontends.grpc.servicer import methods
 from tritonlite.frontends.http.app import make_dispatch
-from tritonlite.frontends.sockets import bind
+from tritonlite.frontends.sockets import bind, connection_cap, raise_nofile_limit
 from tritonlite.frontends.tls import grpc_tls, http_tls
 from tritonlite.frontends.wire.detect import Detect
 from tritonlite.frontends.wire.grpc_native import GrpcLimits, NativeGrpcServer, start_grpc_native
@@ -74,8 +74,9 @@ class NativeFrontends:
         return cut
 
 
-def http_limits(opts: ServerOptions) -> HttpLimits:
-    return HttpLimits(max_body=opts.http_max_input_size)
+def http_limits(opts: ServerOptions, nofile: int = 0) -> HttpLimits:
+    return HttpLimits(max_body=opts.http_max_input_size,
+                      max_connections=connection_cap(HttpLimits.max_connections, nofile))
 
 
 def grpc_limits(opts: ServerOptions) -> GrpcLimits:
@@ -91,8 +92,9 @@ async def start_native(core: CoreAPI, opts: ServerOptions) -> NativeFrontends:
     """Open the native listeners that ``opts`` asks for (after the startup models loaded)."""
     out = NativeFrontends()
     loop = asyncio.get_running_loop()
+    nofile = raise_nofile_limit()
     if opts.shared_port:
-        http = HttpService(make_dispatch(core), http_limits(opts))
+        http = HttpService(make_dispatch(core), http_limits(opts, nofile))
         grpc = NativeGrpcServer(methods(core, opts), grpc_limits(opts))
         out._http, out._grpc = http, grpc
         # the same certificate for both (checked in options); ALPN lets the client choose
@@ -113,7 +115,7 @@ async def start_native(core: CoreAPI, opts: ServerOptions) -> NativeFrontends:
         server = await start_http_native(
             make_dispatch(core), opts.http_address, opts.http_port,
             ssl_context=http_tls(opts, ("http/1.1",)), reuse_port=opts.reuse_http_port,
-            limits=http_limits(opts))
+            limits=http_limits(opts, nofile))
         out._http = server.service
         out._listeners.append(server._server)
         out.http_port = server.port

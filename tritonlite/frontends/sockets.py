@@ -24,3 +24,34 @@ def bind(address: str, port: int, reuse_port: bool) -> socket.socket:
         sock.close()
         raise
     return sock
+
+
+# file descriptors kept free for what is not a client connection: listeners, the metrics
+# port, model files and runtimes, logs, the other protocol's connections
+_FD_RESERVE = 128
+
+
+def raise_nofile_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit (as servers do at start, so idle
+    clients cannot exhaust a low default); the soft limit now in force (0: unknown)."""
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return 0
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY or soft < hard:
+            target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+    except (OSError, ValueError):
+        return 0
+    return int(soft)
+
+
+def connection_cap(configured: int, nofile: int) -> int:
+    """The connection cap of one front end: ``configured``, lowered so that the connections
+    of both protocols fit under the file-descriptor limit with a reserve to spare."""
+    if nofile <= 0:
+        return configured
+    return max(16, min(configured, (nofile - _FD_RESERVE) // 2))

@@ -14,6 +14,7 @@ cdef tuple _V10
 cdef Py_ssize_t _SMALL
 cdef bytes _CONTINUE
 cdef str _HEALTH
+cdef double _OVERCAP_TIMEOUT
 cdef dict _STATUS_LINES
 
 

@@ -54,6 +54,7 @@ _V10 = (1, 0)
 _SMALL = 16384  # a response up to this size is joined into one write
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _HEALTH = "/v2/health/"
+_OVERCAP_TIMEOUT = 1.0  # s: the header timeout of a connection over the cap
 _STATUS_LINES = {s.value: f"HTTP/1.1 {s.value} {s.phrase}\r\n" for s in HTTPStatus}
 
 
@@ -210,7 +211,11 @@ class Http1Protocol:
         self._parser = parser
         self._registered = True
         self._overcap = not self._service.register(self)
-        self._deadline = self._loop.time() + self._header_timeout
+        # over the cap, a connection gets one request, and only a short while to send it:
+        # idle connections must not keep the file descriptors health probes need
+        timeout = self._header_timeout if not self._overcap else min(self._header_timeout,
+                                                                     _OVERCAP_TIMEOUT)
+        self._deadline = self._loop.time() + timeout
 
     def data_received(self, data: bytes) -> None:
         if self._state == _DONE:
@@ -567,6 +572,15 @@ class Http1Protocol:
             self._close_now()
         elif self._cur is not None:
             self._cur._admitted = True
+
+    def idle(self) -> bool:
+        """Between requests, with nothing queued or being answered (safe to close)."""
+        return self._task is None and self._state == _IDLE and self._cur is None
+
+    def close_idle(self) -> None:
+        """Close this idle connection to make room for new ones (the server is at its
+        file-descriptor ceiling)."""
+        self._close_now()
 
     def pending(self) -> int:
         """Requests begun on this connection and not answered yet."""

@@ -93,7 +93,7 @@ class HttpService:
         self.dispatch = dispatch
         self.limits = limits
         self.draining = False
-        self.connections: set[Any] = set()
+        self.connections: dict[Any, None] = {}  # in the order they opened
         self._protocol_class = protocol_class if protocol_class is not None else Http1Protocol
         self._sweeper: asyncio.TimerHandle | None = None
         self._interval = max(0.01, min(1.0, limits.header_timeout_s / 4,
@@ -106,15 +106,25 @@ class HttpService:
         return self._protocol_class(self)
 
     def register(self, proto: Any) -> bool:
-        """A connection opened; False when it is over ``max_connections``."""
-        self.connections.add(proto)
+        """A connection opened; False when it is over ``max_connections``. Past twice that
+        (the file-descriptor ceiling the cap was derived from) the oldest idle connection
+        is closed, so new ones -- health probes -- are still accepted and answered."""
+        connections = self.connections
+        connections[proto] = None
         if self._sweeper is None:
             loop = asyncio.get_running_loop()
             self._sweeper = loop.call_later(self._interval, self._sweep)
-        return len(self.connections) <= self.limits.max_connections
+        n = len(connections)
+        cap = self.limits.max_connections
+        if n > 2 * cap:
+            for other in connections:
+                if other is not proto and other.idle():
+                    other.close_idle()
+                    break
+        return n <= cap
 
     def unregister(self, proto: Any) -> None:
-        self.connections.discard(proto)
+        self.connections.pop(proto, None)
         if not self.connections:
             if self._idle is not None:
                 self._idle.set()
