@@ -242,6 +242,20 @@ def grpc_infer(url: str, model: str, specs: list[tuple[str, list[int], str, byte
     return rpc(url, "ModelInfer", req)
 
 
+def grpc_stream(url: str, model: str, specs: list[tuple[str, list[int], str, bytes]],
+                rid: str = "") -> Outcome:
+    """One request on ModelStreamInfer: ("STREAM", the error message) or ("STREAM OK",)."""
+    req = pb.ModelInferRequest(model_name=model, id=rid)
+    for name, shape, dt, blob in specs:
+        req.inputs.add(name=name, datatype=dt, shape=shape)
+        req.raw_input_contents.append(blob)
+    with grpc.insecure_channel(url) as ch:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(ch)
+        for resp in stub.ModelStreamInfer(iter([req]), timeout=30):
+            return ("STREAM", resp.error_message) if resp.error_message else ("STREAM OK",)
+    return ("STREAM NONE",)
+
+
 F16 = np.ones(4, np.float32).tobytes()  # one [1, 4] FP32 row
 OK2 = [jin("INPUT0", [1, 4]), jin("INPUT1", [1, 4])]
 
@@ -508,6 +522,12 @@ CASES: dict[str, tuple[Case, Outcome]] = {
                                                       ("INPUT1", [1, 4], "FP32", F16)],
                                                      shm={"INPUT0": ("nope", 0, 16)}),
                                 ("NOT_FOUND", "Unable to find shared memory region: 'nope'")),
+    "grpc_stream_missing": (lambda t: grpc_stream(t.grpc, "m", [("INPUT0", [1, 4], "FP32", F16)]),
+                            ("STREAM", NO_ID + MISSING_ONE)),
+    "grpc_stream_byte_size": (lambda t: grpc_stream(t.grpc, "m",
+                                                    [("INPUT0", [1, 4], "FP32", F16[:8]),
+                                                     ("INPUT1", [1, 4], "FP32", F16)], rid="s"),
+                              ("STREAM", mismatch("INPUT0", "m", 16, 8, "s"))),
     "grpc_load_while_polling": (lambda t: rpc(t.grpc, "RepositoryModelLoad",
                                               pb.RepositoryModelLoadRequest(model_name="m")),
                                 ("UNAVAILABLE", "explicit model load / unload is not allowed if "
