@@ -4,8 +4,9 @@
 #                        then the example models in model_repository/
 #   make serve           install, then serve model_repository/ on 8000 (HTTP), 8001 (gRPC),
 #                        8002 (metrics); SERVE_FLAGS="--log-verbose 1" adds flags
-#   make test            install, perf_analyzer, the suite on the compiled twins, then again
-#                        on the pure-Python twins
+#   make test            install, perf_analyzer, the whole suite (compiled twins, native front
+#                        end), the compatibility suites again on aio and on one shared port,
+#                        the suites that reach a compiled twin again on the pure-Python twins
 #   make bench | compare-triton | proto | lint | clean | distclean
 
 PYTHON ?= python3
@@ -27,21 +28,22 @@ PXDS := $(shell find tritonlite -name '*_c.pxd')
 COMPILED_SOURCES := $(PXDS) $(patsubst %_c.pxd,%_py.py,$(PXDS))
 BUILD_INPUTS := pyproject.toml setup.py $(COMPILED_SOURCES)
 
-# The pure-Python twins run every suite that reaches them: the batcher, kernels, staging buffers
-# and codecs directly, and the real-server suites whose requests go through them (batching,
-# sequences, both front ends, the backends' batch staging, the cache's BYTES handling). The
-# rest (repository, metrics, tracing, ensembles, GPU, ...) goes through the same twin code as
-# those; running it twice would double CI time and find nothing new.
-PURE_TESTS ?= tests/scheduling tests/kernels tests/memory tests/frontends \
-              tests/compat/test_http.py tests/compat/test_grpc.py \
-              tests/compat/test_http_batching.py tests/compat/test_sequence_clients.py \
-              tests/compat/test_http_grpc_parity.py tests/compat/test_python_models.py \
-              tests/compat/test_http_cache.py tests/test_onnx_models.py tests/backends
+# The test matrix. Every suite runs once on the compiled twins with the default front end
+# (native); the compatibility suites (marker `transport`: tests/compat, the real tritonclient,
+# perf_analyzer and raw-socket tests) run again on --frontend=aio and on one shared port; the
+# suites that reach a compiled twin's Python source (marker `twins`, the rule is TWIN_PATHS in
+# tests/conftest.py) run again on the pure-Python twins. The suites mostly wait on servers, so
+# pytest-xdist runs TEST_WORKERS files at once (one file per worker: a module's server fixture
+# stays in one process); TEST_WORKERS=0 runs them one at a time.
+TEST_WORKERS ?= 4
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+PYTEST_FLAGS ?=
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := install
-.PHONY: install examples serve test test-compiled test-pure check-accelerated perf-analyzer \
+.PHONY: install examples serve test test-compiled test-aio test-shared test-pure \
+        check-accelerated perf-analyzer \
         bench compare-triton proto lint clean distclean
 
 install: $(STAMP) examples
@@ -69,16 +71,28 @@ perf-analyzer:
 test: install perf-analyzer
 	$(MAKE) --no-print-directory check-accelerated
 	$(MAKE) --no-print-directory test-compiled
+	$(MAKE) --no-print-directory test-aio
+	$(MAKE) --no-print-directory test-shared
 	$(MAKE) --no-print-directory test-pure
 
 check-accelerated:
 	TRITONLITE_REQUIRE_EXTENSIONS=1 $(PY) tools/check_extensions.py
 
 test-compiled:
-	TRITONLITE_REQUIRE_EXTENSIONS=1 $(PY) -m pytest
+	TRITONLITE_REQUIRE_EXTENSIONS=1 TRITONLITE_TEST_FRONTEND=native \
+	  $(PY) -m pytest $(XDIST) $(PYTEST_FLAGS)
+
+test-aio:
+	TRITONLITE_REQUIRE_EXTENSIONS=1 TRITONLITE_TEST_FRONTEND=aio \
+	  $(PY) -m pytest $(XDIST) -m transport $(PYTEST_FLAGS)
+
+test-shared:
+	TRITONLITE_REQUIRE_EXTENSIONS=1 TRITONLITE_TEST_FRONTEND=native TRITONLITE_TEST_SHARED_PORT=1 \
+	  $(PY) -m pytest $(XDIST) -m transport $(PYTEST_FLAGS)
 
 test-pure:
-	TRITONLITE_NO_EXTENSIONS=1 TRITONLITE_NO_NUMBA=1 $(PY) -m pytest $(PURE_TESTS)
+	TRITONLITE_NO_EXTENSIONS=1 TRITONLITE_NO_NUMBA=1 TRITONLITE_TEST_FRONTEND=native \
+	  $(PY) -m pytest $(XDIST) -m twins $(PYTEST_FLAGS)
 
 bench: install perf-analyzer $(DEV_STAMP)
 	if [ -f bench/run_all.py ]; then $(PY) bench/run_all.py; \

@@ -16,8 +16,13 @@ Fixtures:
 * ``server_factory`` (function): ``server_factory(repo, *args)`` starts servers that are stopped
   when the test ends.
 * Environment: ``TRITONLITE_TEST_FRONTEND=native|aio`` adds ``--frontend`` to every server a
-  test starts without one; ``TRITONLITE_TEST_SHARED_PORT=1`` (native only) also puts HTTP and
-  gRPC on one port, so the same suites run over each transport.
+  test starts without one (the server's default is native); ``TRITONLITE_TEST_SHARED_PORT=1``
+  (native only) also puts HTTP and gRPC on one port, so the same suites run over each transport.
+* Markers set here by rule, not by hand (``make test`` selects with them): ``transport`` on
+  every test under ``tests/compat/`` (the suites that talk to a server through a front end:
+  ``make test`` runs them again on aio and on the shared port); ``twins`` on every test that
+  reaches a compiled twin's pure-Python source (``TWIN_PATHS``: make test runs them again with
+  ``TRITONLITE_NO_EXTENSIONS=1``).
 * ``perf_analyzer`` (session): the path of Triton's perf_analyzer from ``$PERF_ANALYZER``
   (``make test`` installs it), or the test is skipped.
 
@@ -188,7 +193,8 @@ def _transport_args(args: tuple[str, ...]) -> list[str]:
     frontend = _flag_value(args, "--frontend") or os.environ.get("TRITONLITE_TEST_FRONTEND")
     if frontend and _flag_value(args, "--frontend") is None:
         out += ["--frontend", frontend]
-    shared = (os.environ.get("TRITONLITE_TEST_SHARED_PORT") == "1" and frontend == "native"
+    shared = (os.environ.get("TRITONLITE_TEST_SHARED_PORT") == "1"
+              and frontend in (None, "native")  # native is the default
               and _flag_value(args, "--http-port") is None
               and _flag_value(args, "--grpc-port") is None
               and (_flag_value(args, "--allow-http") or "true") == "true"
@@ -270,8 +276,38 @@ def server_factory() -> Iterator[Callable[..., Server]]:
         s.stop()
 
 
+# What reaches a compiled twin (batcher, kernels, staging buffers, codecs, the HTTP/1.1, HTTP/2
+# and HPACK wire layer): the unit suites of those packages, and the server suites whose requests
+# go through them (batching, sequences, both protocols over the wire layer, the backends' batch
+# staging, the cache's BYTES handling). The rest goes through the same twin code as these;
+# running it twice would double CI time and find nothing new. Paths relative to tests/.
+TWIN_PATHS = (
+    "scheduling/", "kernels/", "memory/", "frontends/", "backends/", "test_onnx_models.py",
+    "compat/test_http.py", "compat/test_grpc.py", "compat/test_grpc_stream.py",
+    "compat/test_http_batching.py", "compat/test_sequence_clients.py",
+    "compat/test_http_grpc_parity.py", "compat/test_python_models.py",
+    "compat/test_http_cache.py", "compat/test_http_expect.py",
+)
+_TESTS = Path(__file__).parent
+
+
+def _mark_by_rule(items: list[pytest.Item]) -> None:
+    """``transport`` and ``twins`` markers (see the module docstring)."""
+    for item in items:
+        try:
+            rel = item.path.relative_to(_TESTS).as_posix()
+        except ValueError:
+            continue
+        if rel.startswith("compat/"):
+            item.add_marker(pytest.mark.transport)
+        if rel.startswith(TWIN_PATHS):
+            item.add_marker(pytest.mark.twins)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``gpu`` skip with the reason "no CUDA device" where there is none."""
+    """Markers by rule; tests marked ``gpu`` skip with the reason "no CUDA device" where there
+    is none."""
+    _mark_by_rule(items)
     marked = [item for item in items if item.get_closest_marker("gpu")]
     if not marked:
         return
