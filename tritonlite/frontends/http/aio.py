@@ -27,7 +27,8 @@ __all__ = ["make_server"]
 class _Request:
     """``call.HttpRequest`` over an aiohttp ``BaseRequest``."""
 
-    __slots__ = ("_r", "_limit", "method", "path", "query", "headers", "version", "peer")
+    __slots__ = ("_r", "_limit", "method", "path", "query", "headers", "version", "peer",
+                 "close")
 
     def __init__(self, r: web.BaseRequest, limit: int) -> None:
         self._r = r
@@ -39,9 +40,14 @@ class _Request:
         self.version = (r.version.major, r.version.minor)
         transport = r.transport
         self.peer = transport.get_extra_info("peername") if transport is not None else None
+        self.close = False  # aiohttp closes the connection after this request: say so
 
     async def read(self) -> bytes:
         r = self._r
+        length = r.content_length
+        if length is not None and length > self._limit:
+            self.close = True  # refused before its body is read: the rest cannot be framed
+            raise HttpError(413, too_large(self._limit))
         expect = r.headers.get("Expect")
         if expect and self.version >= (1, 1) and expect.lower() == "100-continue":
             await r.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
@@ -53,6 +59,7 @@ class _Request:
             text = too_large(self._limit) if exc.status == 413 else exc.reason
             raise HttpError(exc.status, text) from None
         except Exception as exc:  # aiohttp's decompression errors
+            self.close = True  # its parser cannot go on: the connection ends after the answer
             encoding = r.headers.get("Content-Encoding", "identity")
             raise invalid_arg(
                 f"unable to decompress the request body ({encoding}): {exc}") from None
@@ -143,12 +150,16 @@ def make_server(core: CoreAPI, max_input_size: int,
             return _exiting()
         counter.enter()
         try:
-            resp = await dispatch(_Request(request, max_input_size))
+            req = _Request(request, max_input_size)
+            resp = await dispatch(req)
             if isinstance(resp, HttpStream):
                 return await _stream(request, resp)
             if resp.on_sent is not None:
                 return await _traced(request, resp)
-            return _response(resp)
+            out = _response(resp)
+            if req.close:
+                out.force_close()  # "Connection: close" rather than a silent close
+            return out
         finally:
             counter.leave()
 
