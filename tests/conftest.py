@@ -200,6 +200,8 @@ def _transport_args(args: tuple[str, ...]) -> list[str]:
               and (_flag_value(args, "--allow-http") or "true") == "true"
               and (_flag_value(args, "--allow-grpc") or "true") == "true")
     if shared:
+        if frontend is None:
+            out += ["--frontend", "native"]
         port = str(_free_port())
         return [*out, "--http-port", port, "--grpc-port", port]
     return [*out, "--http-port", "0", "--grpc-port", "0"]
