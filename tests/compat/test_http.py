@@ -406,8 +406,7 @@ def test_system_shared_memory(client: httpclient.InferenceServerClient) -> None:
             client.register_system_shared_memory("tl_in", "/tl_http_in", 128)
         with pytest.raises(InferenceServerException, match="Unable to open"):
             client.register_system_shared_memory("x", "/tl_no_such_key", 16)
-        with pytest.raises(InferenceServerException,
-                           match="Invalid shared memory region: '/tl_http_in'"):
+        with pytest.raises(InferenceServerException, match="invalid args"):
             client.register_system_shared_memory("big", "/tl_http_in", 4096)
         with pytest.raises(InferenceServerException, match="Unable to find"):
             client.get_system_shared_memory_status("nope")
@@ -584,7 +583,10 @@ def test_bytes_binary_malformed(server: Any) -> None:
                                    "parameters": {"binary_data_size": len(blob)}}]})
     r = raw(server, "POST", "/v2/models/identity_string/infer", head.encode() + blob,
             {"Inference-Header-Content-Length": str(len(head))})
-    assert r[0] == 400 and "BYTES" in error_of(r)
+    assert r[0] == 400 and error_of(r) == (
+        "[request id: <id_unknown>] incomplete string length indicator for inference input "
+        "'INPUT0' for model 'identity_string', expecting 4 bytes but only 3 bytes available. "
+        "Please make sure the string length indicator is in one buffer.")
 
 
 # -- request size limits ---------------------------------------------------------------------------

@@ -272,6 +272,19 @@ def shm_out(offset: int, size: int) -> list[dict[str, Any]]:
                                                "shared_memory_byte_size": size}}]
 
 
+def register_fresh(t: Target, name: str, offset: int, size: int) -> Outcome:
+    """Register a slice of a 64-byte region no other registration maps (Triton 2.51 answers
+    any second registration of a key with 500 "Invalid shared memory region: '<key>'";
+    tritonlite allows one key under several names)."""
+    key = t.key + "_fresh"
+    handle = shmu.create_shared_memory_region("fresh_" + key[1:], key, 64)
+    try:
+        return http_call(t.http, "POST", f"/v2/systemsharedmemory/region/{name}/register",
+                         json.dumps({"key": key, "offset": offset, "byte_size": size}).encode())
+    finally:
+        shmu.destroy_shared_memory_region(handle)
+
+
 class Target:
     """One server's URLs, and a 64-byte system shared-memory region of its own (key ``key``)
     registered as ``reg`` for the cases that use it."""
@@ -395,6 +408,38 @@ CASES: dict[str, tuple[Case, Outcome]] = {
                                                 ("INPUT1", [1, 4], "FP32", F16)])
                                      for _ in range(3)][-1],  # (a cached header is re-checked)
                           (400, mismatch("INPUT0", "m", 16, 32))),
+    # -- BYTES buffers (model sb: one TYPE_STRING element) -----------------------------------------
+    "bytes_indicator_cut": (lambda t: infer_bin(t.http, "sb", [("INPUT0", [1], "BYTES", b"abc")]),
+                            (400, NO_ID + "incomplete string length indicator for inference "
+                             "input 'INPUT0' for model 'sb', expecting 4 bytes but only 3 bytes "
+                             "available. Please make sure the string length indicator is in "
+                             "one buffer.")),
+    "bytes_string_cut": (lambda t: infer_bin(t.http, "sb", [("INPUT0", [1], "BYTES",
+                                                             b"\x09\x00\x00\x00abcde")]),
+                         (400, "incomplete string data for inference input 'INPUT0', expecting "
+                          "string of length 9 but only 5 bytes available")),
+    "bytes_two_elements": (lambda t: infer_bin(t.http, "sb", [("INPUT0", [1], "BYTES",
+                                                               b"\x01\x00\x00\x00a" * 2)]),
+                           (400, NO_ID + "unexpected number of string elements 2 for inference "
+                            "input 'INPUT0' for model 'sb', expecting 1")),
+    "bytes_three_elements": (lambda t: infer_bin(t.http, "sb", [("INPUT0", [1], "BYTES",
+                                                                 b"\x01\x00\x00\x00a" * 3)]),
+                             (400, NO_ID + "unexpected number of string elements 2 for inference "
+                              "input 'INPUT0' for model 'sb', expecting 1")),
+    "bytes_extra_tail": (lambda t: infer_bin(t.http, "sb", [("INPUT0", [1], "BYTES",
+                                                             b"\x01\x00\x00\x00ab")]),
+                         (400, NO_ID + "incomplete string length indicator for inference input "
+                          "'INPUT0' for model 'sb', expecting 4 bytes but only 1 bytes available. "
+                          "Please make sure the string length indicator is in one buffer.")),
+    "bytes_none": (lambda t: infer_bin(t.http, "sb", [("INPUT0", [1], "BYTES", b"")]),
+                   (400, NO_ID + "expected 1 string elements for inference input 'INPUT0' for "
+                    "model 'sb', got 0")),
+    "grpc_bytes_indicator_cut": (lambda t: grpc_infer(t.grpc, "sb",
+                                                      [("INPUT0", [1], "BYTES", b"ab")]),
+                                 ("INVALID_ARGUMENT", NO_ID + "incomplete string length indicator "
+                                  "for inference input 'INPUT0' for model 'sb', expecting 4 bytes "
+                                  "but only 2 bytes available. Please make sure the string "
+                                  "length indicator is in one buffer.")),
     # -- raw binary requests (Inference-Header-Content-Length: 0) ----------------------------------
     "raw_several_inputs": (lambda t: infer_raw(t.http, "m", F16),
                            (400, NO_ID + "Raw request must only have 1 input (found 1) to be "
@@ -430,14 +475,11 @@ CASES: dict[str, tuple[Case, Outcome]] = {
         t.http, "POST", "/v2/systemsharedmemory/region/r2/register",
         json.dumps({"key": "/tl_msgs_no_such_key", "offset": 0, "byte_size": 64}).encode()),
         (500, "Unable to open shared memory region: '/tl_msgs_no_such_key'")),
-    "shm_register_too_big": (lambda t: http_call(
-        t.http, "POST", "/v2/systemsharedmemory/region/r3/register",
-        json.dumps({"key": t.key, "offset": 0, "byte_size": 1 << 20}).encode()),
-        (500, "Invalid shared memory region: 'KEY'")),
-    "shm_register_past_end": (lambda t: http_call(
-        t.http, "POST", "/v2/systemsharedmemory/region/r4/register",
-        json.dumps({"key": t.key, "offset": 100, "byte_size": 16}).encode()),
-        (500, "Invalid shared memory region: 'KEY'")),
+    "shm_register_too_big": (lambda t: register_fresh(t, "r3", 0, 1 << 20),
+                             (400, "failed to register shared memory region 'r3': invalid args")),
+    "shm_register_past_end": (lambda t: register_fresh(t, "r4", 100, 16),
+                              (400, "failed to register shared memory region 'r4': invalid "
+                               "args")),
     "shm_input_past_end": (lambda t: infer_json(t.http, "m", [shm_in("INPUT0", 60, 16),
                                                               jin("INPUT1", [1, 4])]),
                            (400, "Invalid offset + byte size for shared memory region: 'reg'")),

@@ -157,14 +157,17 @@ def empty(wire: str, shape: tuple[int, ...], what: str) -> np.ndarray[Any, Any]:
 
 class Misfit(np.ndarray):
     """What ``from_buffer`` returns for a buffer that does not fill its tensor: an empty array
-    (so no front end caches it as a template) that remembers the byte count it got."""
+    (so no front end caches it as a template) that remembers the byte count it got, and for
+    BYTES the buffer itself (Triton words what is wrong with it)."""
 
     got: int = 0
+    raw: memoryview | bytes = b""
 
     @classmethod
-    def of(cls, got: int) -> Misfit:
+    def of(cls, got: int, raw: memoryview | bytes = b"") -> Misfit:
         out = np.empty(0, dtype=np.uint8).view(cls)
         out.got = got
+        out.raw = raw
         return out
 
 
@@ -180,9 +183,11 @@ def from_buffer(wire: str, shape: tuple[int, ...], buf: memoryview | bytes,
     try:
         if wire == "BYTES":
             if count > len(buf) // 4:  # each element has a 4-byte length: do not allocate
-                raise invalid_arg(f"malformed BYTES tensor: expected {count} string elements "
-                                  "in the BYTES buffer")
-            return deserialize_bytes(buf, count).reshape(shape)
+                return Misfit.of(len(buf), buf)
+            try:
+                return kernels.decode_bytes(buf, count).reshape(shape)
+            except kernels.BytesFormatError:
+                return Misfit.of(len(buf), buf)
         dt = numpy_dtype(wire)
         expected = count * dt.itemsize
         if len(buf) != expected:

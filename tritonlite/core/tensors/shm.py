@@ -146,8 +146,11 @@ class SharedMemoryManager:
         fd = _open_key(key)
         try:
             if byte_size == 0 or offset + byte_size > os.fstat(fd).st_size:
-                # (Triton maps the slice, then finds it past the end of the file)
-                raise internal(f"Invalid shared memory region: '{key}'")
+                # (Triton 2.51 answers 500 "Invalid shared memory region: '<key>'" instead
+                # when another region already maps this key: it allows a key once)
+                raise invalid_arg(
+                    f"failed to register shared memory region '{name}': invalid args"
+                )
         except BaseException:
             os.close(fd)
             raise

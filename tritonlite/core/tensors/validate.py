@@ -199,10 +199,13 @@ def _ordered(sig: Signature, req: InferRequest, seen: set[str]) -> int:
         spec = sig.inputs[inp.name]
         data = inp.data
         assert data is not None
-        if spec.datatype != "BYTES":
-            # a batch size of 0 leaves Triton no batch dimension: it sizes the inner shape
-            elements = (datatypes.num_elements(inp.shape) if sig.max_batch_size <= 0
-                        else (batch or 1) * datatypes.num_elements(inp.shape[1:]))
+        # a batch size of 0 leaves Triton no batch dimension: it sizes the inner shape
+        elements = (datatypes.num_elements(inp.shape) if sig.max_batch_size <= 0
+                    else (batch or 1) * datatypes.num_elements(inp.shape[1:]))
+        if spec.datatype == "BYTES":
+            if isinstance(data, Misfit):
+                raise _bytes_error(req, inp.name, model, bytes(data.raw), elements)
+        else:
             expected = elements * datatypes.element_size(spec.datatype)
             got = data.got if isinstance(data, Misfit) else data.nbytes
             if got != expected:
@@ -218,6 +221,35 @@ _BATCH_NOTE = (
     "batch dim in your input dims config, try setting max_batch_size to zero. See the model "
     "configuration docs for more info on max_batch_size."
 )
+
+
+def _bytes_error(req: InferRequest, name: str, model: str, buf: bytes,
+                 count: int) -> TritonliteError:
+    """What Triton says of a BYTES buffer that is not ``count`` length-prefixed elements
+    (``ValidateBytesInputs``: it walks the buffer, then compares the count, then the tail)."""
+    pos, n, checked, left, length = 0, len(buf), 0, 0, 0
+    while pos < n:
+        if not left:
+            if n - pos < 4:
+                return invalid_arg(
+                    f"{log_request(req)}incomplete string length indicator for inference input "
+                    f"'{name}' for model '{model}', expecting 4 bytes but only {n - pos} bytes "
+                    "available. Please make sure the string length indicator is in one buffer.")
+            checked += 1
+            if checked > count:
+                return invalid_arg(
+                    f"{log_request(req)}unexpected number of string elements {checked} for "
+                    f"inference input '{name}' for model '{model}', expecting {count}")
+            length = left = int.from_bytes(buf[pos:pos + 4], "little")
+            pos += 4
+        take = min(left, n - pos)
+        pos += take
+        left -= take
+    if checked < count:
+        return invalid_arg(f"{log_request(req)}expected {count} string elements for inference "
+                           f"input '{name}' for model '{model}', got {checked}")
+    return invalid_arg(f"incomplete string data for inference input '{name}', expecting string "
+                       f"of length {length} but only {length - left} bytes available")
 
 
 def byte_size_error(req: InferRequest, name: str, model: str, expected: int,
