@@ -88,8 +88,6 @@ def test_a_known_header_with_a_wrong_tail_gets_the_full_parse_error() -> None:
                  "parameters": {"binary_data_size": 5}}]},
     {"inputs": [{"name": "X", "datatype": "FP32", "shape": [0],
                  "parameters": {"binary_data_size": 0}}]},
-    {"inputs": [{"name": "X", "datatype": "FP32", "shape": [1],
-                 "parameters": {"shared_memory_region": "r", "shared_memory_byte_size": 4}}]},
 ])
 def test_headers_that_are_not_kept(doc: dict[str, Any]) -> None:
     tail = b"\1\0\0\0a" if doc["inputs"][0]["datatype"] == "BYTES" else b""
@@ -157,3 +155,22 @@ def test_output_bytes_fast_path_matches_tensor_bytes(arr: np.ndarray[Any, Any]) 
 
     raw, want = codec._raw(arr), datatypes.tensor_bytes(arr)
     assert bytes(raw) == bytes(want) and raw.nbytes == want.nbytes
+
+
+def test_shared_memory_inputs_and_outputs_are_kept_with_fresh_references() -> None:
+    doc = {"inputs": [{"name": "A", "datatype": "FP32", "shape": [1, 4],
+                       "parameters": {"shared_memory_region": "in", "shared_memory_byte_size": 16,
+                                      "shared_memory_offset": 32, "custom": 1}},
+                      {"name": "B", "datatype": "FP32", "shape": [1, 4],
+                       "parameters": {"binary_data_size": 16}}],
+           "outputs": [{"name": "O", "parameters": {"shared_memory_region": "out",
+                                                    "shared_memory_byte_size": 64}}]}
+    body, n = _body(doc, np.ones((1, 4), np.float32))
+    first = codec.decode_infer(body, n, "m", -1)
+    assert len(codec._TEMPLATES) == 1
+    second = codec.decode_infer(body, n, "m", -1)
+    assert _view(second) == _view(first) == _view(_fresh(body, n))
+    assert second.inputs[0].shm is not first.inputs[0].shm
+    assert second.outputs is not None and first.outputs is not None
+    assert second.outputs[0].shm is not first.outputs[0].shm
+    assert second.inputs[0].data is None and second.inputs[0].parameters == {"custom": 1}

@@ -166,8 +166,8 @@ def _apply_request_params(req: InferRequest, params: Any) -> None:
 # what they decoded to, validated once: a request from a known header costs one dict lookup and
 # one numpy view per input instead of a JSON parse and its checks (HTTP c=16 on add_sub: see
 # bench/RESULTS.md, issue 16). Kept only for headers whose inputs all come from the binary tail
-# as fixed-size tensors; every object a request owns (the request, its inputs, outputs and
-# parameter dicts) is still built fresh.
+# as fixed-size tensors or from shared memory; every object a request owns (the request, its
+# inputs, outputs, shared-memory references and parameter dicts) is still built fresh.
 _TEMPLATE_MAX_HEAD = 4096  # longer headers are parsed each time (and not kept)
 _TEMPLATE_LIMIT = 1024  # entries; the cache starts over when full (a client varying its 'id')
 _REQUEST_ATTRS = ("sequence_id", "sequence_start", "sequence_end", "priority", "timeout_us",
@@ -177,7 +177,8 @@ _DEFAULTS = InferRequest(model_name="")
 
 class _Template:
     """What one header decoded to: the request's fields, and per input (name, datatype, shape,
-    numpy dtype, element count, byte offset in the tail, parameters)."""
+    numpy dtype, element count, byte offset in the tail or -1 for shared memory, parameters,
+    shared-memory reference as a tuple or None)."""
 
     __slots__ = ("id", "attrs", "params", "inputs", "outputs", "tail_len")
 
@@ -188,24 +189,32 @@ class _Template:
         self.params = dict(req.parameters)
         self.inputs = tuple(
             (i.name, i.datatype, i.shape, datatypes.numpy_dtype(i.datatype),
-             datatypes.num_elements(i.shape), off, dict(i.parameters))
+             datatypes.num_elements(i.shape), off, dict(i.parameters), _shm_tuple(i.shm))
             for i, off in zip(req.inputs, spans))
         self.outputs = None if req.outputs is None else tuple(
-            (o.name, o.binary, o.classification, dict(o.parameters)) for o in req.outputs)
+            (o.name, o.binary, o.classification, dict(o.parameters), _shm_tuple(o.shm))
+            for o in req.outputs)
         self.tail_len = tail_len
 
 
 _TEMPLATES: dict[bytes, _Template] = {}
 
 
+def _shm_tuple(shm: ShmRef | None) -> tuple[str, int, int] | None:
+    return None if shm is None else (shm.region, shm.byte_size, shm.offset)
+
+
 def _templatable(req: InferRequest, spans: list[int]) -> bool:
     if len(spans) != len(req.inputs) or req.raw_input is not None:
         return False
-    for inp in req.inputs:
-        if inp.datatype == "BYTES" or inp.shm is not None or inp.data is None \
+    for inp, off in zip(req.inputs, spans):
+        if off < 0:
+            if inp.shm is None or inp.data is not None:
+                return False
+        elif inp.datatype == "BYTES" or inp.shm is not None or inp.data is None \
                 or inp.data.size == 0:
             return False
-    return req.outputs is None or all(o.shm is None for o in req.outputs)
+    return True
 
 
 def _from_template(t: _Template, mv: memoryview, head_len: int, model_name: str,
@@ -218,13 +227,17 @@ def _from_template(t: _Template, mv: memoryview, head_len: int, model_name: str,
     if t.params:
         req.parameters = dict(t.params)
     inputs = req.inputs
-    for name, datatype, shape, dt, count, off, params in t.inputs:
+    for name, datatype, shape, dt, count, off, params, shm in t.inputs:
+        if shm is not None:
+            inputs.append(InferInput(name, datatype, shape, None, ShmRef(*shm), dict(params)))
+            continue
         data = np.frombuffer(mv, dt, count, head_len + off).reshape(shape)
         inputs.append(InferInput(name, datatype, shape, data, None,
                                  dict(params) if params else {}))
     if t.outputs is not None:
-        req.outputs = [RequestedOutput(name, binary, cls, None, dict(params) if params else {})
-                       for name, binary, cls, params in t.outputs]
+        req.outputs = [RequestedOutput(name, binary, cls, None if shm is None else ShmRef(*shm),
+                                       dict(params) if params else {})
+                       for name, binary, cls, params, shm in t.outputs]
     return req
 
 
@@ -333,6 +346,8 @@ def _decode_infer(mv: memoryview, header_length: int | None, model_name: str,
             pos += bsize
         elif shm is None:
             inp.data = datatypes.empty(datatype, shape, f"input '{name}'")
+        elif len(spans) == len(req.inputs):
+            spans.append(-1)  # from shared memory
         req.inputs.append(inp)
     if pos != len(tail):
         raise invalid_arg(f"unexpected additional input data for model '{model_name}'")
