@@ -114,6 +114,7 @@ lint: $(DEV_STAMP)
 	$(PY) -m ruff check tritonlite tests tools bench
 	$(PY) -m mypy
 	$(PY) tools/gen_proto.py --check || { echo "descriptors are stale: run make proto" >&2; exit 1; }
+	$(PY) tools/check_layers.py
 
 # Build outputs, caches and the generated example models; .venv and .tools stay (distclean).
 clean:

@@ -383,7 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _http_flags(a: Any) -> None:
-    a("--frontend", default="aio", choices=("native", "aio"),
+    a("--frontend", default="native", choices=("native", "aio"),
       help="tritonlite: the transports under the HTTP and gRPC handlers: its own wire layer "
            "(native; HTTP and gRPC may then share one port) or aiohttp and grpc.aio (aio)")
     a("--http-use-ssl", type=parse_bool, default=False, metavar="BOOL",

@@ -60,7 +60,10 @@ def test_implemented(flag: str, example: str, notes: str,
             parse([example])
         assert exc.value.code == 0
         return
-    parse(shlex.split(example))
+    args = shlex.split(example)
+    if "--frontend=aio" in notes or "as --grpc-keepalive" in notes:  # aio transports only
+        args.append("--frontend=aio")
+    parse(args)
     assert "is accepted and ignored" not in capsys.readouterr().err
 
 
