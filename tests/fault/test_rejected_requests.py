@@ -179,7 +179,7 @@ def _grpc_kinds(n: int) -> list[tuple[str, bytes]]:
     return [kinds[i % len(kinds)] for i in range(n)]
 
 
-@pytest.mark.xfail(strict=True, reason="needs helper A's hook: grpc_native._finish and "
+@pytest.mark.xfail(strict=True, reason="not yet counted: grpc_native._finish and "
                    "grpc/server._abort call frontends.grpc.errors.rejected(status, message)")
 @pytest.mark.parametrize("frontend", ["aio", "native"])
 def test_grpc_flood_is_counted_by_reason_and_logged_bounded(
