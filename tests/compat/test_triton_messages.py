@@ -578,7 +578,7 @@ CASES: dict[str, tuple[Case, Outcome]] = {
 
 # Cases where tritonlite still answers otherwise, and why (strict: they fail once fixed).
 KNOWN = {
-    "json_count": "helper B's HTTP codec: Triton answers 500 \"Unable to parse 'data': Shape "
+    "json_count": "the HTTP codec: Triton answers 500 \"Unable to parse 'data': Shape "
                   "does not match true shape of 'data' field\"",
 }
 CASES["json_count"] = (

@@ -486,8 +486,9 @@ def test_a_path_that_is_not_utf8_leaves_grpc_serving(tmp_path: Path, frontend: s
 
 
 @pytest.mark.xfail(strict=True, reason="core/repository._poll_failure answers INTERNAL (500, "
-                   "Triton's 'failed to poll from model repository', as Triton 2.51 does) for a "
-                   "config override that does not parse; a client's mistake should be 400 (issue 18 item 4; "
+                   "Triton's 'failed to poll from model repository', as Triton 2.51 does) "
+                   "for a config override that does not parse; a client's mistake should be "
+                   "400 (issue 18 item 4; "
                    "found by test_repository_names_and_override_files at FUZZ_CASES=100000)")
 def test_a_config_override_that_does_not_parse_is_a_client_error(tmp_path: Path) -> None:
     server = start_raw(write_repo(tmp_path, python=False), "--model-control-mode", "explicit",
