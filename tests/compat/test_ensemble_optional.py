@@ -20,7 +20,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from conftest import Server, start_server
-from test_triton_messages import Triton, triton_base
+from support.reference import ReferenceTriton, require_reference
 from tritonclient.utils import InferenceServerException
 
 OPT_ADD = '''
@@ -90,12 +90,9 @@ def server(repo: Path) -> Iterator[Server]:
 
 
 @pytest.fixture(scope="module")
-def triton(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Triton]:
-    base = triton_base()
-    if base is None:
-        pytest.skip("the reference tritonserver is not installed (triton-reference install "
-                    ".tools/triton)")
-    t = Triton(base, repo, tmp_path_factory.mktemp("triton_log") / "triton.log")
+def triton(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceTriton]:
+    t = ReferenceTriton(require_reference(), repo,
+                        log=tmp_path_factory.mktemp("triton_log") / "triton.log")
     yield t
     t.stop()
 
@@ -175,7 +172,7 @@ def test_required_step_input_left_out(server: Server, protocol: str) -> None:
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
-def test_same_as_triton(triton: Triton, protocol: str) -> None:
+def test_same_as_triton(triton: ReferenceTriton, protocol: str) -> None:
     for case, (model, given, rid, _) in CASES.items():
         got = outcome(triton.http_url, triton.grpc_url, protocol, model, given, rid)
         assert got == _expected(case, protocol), case

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import Server
-from test_restricted_api import Reference, reference_tree, start_tritonlite, write_repo
+from test_restricted_api import start_reference, start_tritonlite, write_repo
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -64,10 +64,7 @@ def test_repeated_keys_are_400(server: Server, path: str) -> None:
 
 
 def test_repeated_input_as_triton(repo: Path) -> None:
-    tree = reference_tree()
-    if tree is None:
-        pytest.skip("the reference tritonserver is not installed (.tools/triton)")
-    ref = Reference(tree, repo)
+    ref = start_reference(repo)
     try:
         for path in PATHS:
             assert post(ref.http_url, path, b'{"IN": [1], "IN": [2]}') == (

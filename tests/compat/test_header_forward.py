@@ -26,8 +26,7 @@ from conftest import Server
 from multidict import CIMultiDict
 from test_restricted_api import (
     TRANSPORTS,
-    Reference,
-    reference_tree,
+    start_reference,
     start_tritonlite,
     write_repo,
 )
@@ -181,10 +180,7 @@ def test_the_matching_rule() -> None:
 
 
 def test_same_as_triton(repo: Path) -> None:
-    tree = reference_tree()
-    if tree is None:
-        pytest.skip("the reference tritonserver is not installed (.tools/triton)")
-    ref = Reference(tree, repo, *FLAGS)
+    ref = start_reference(repo, *FLAGS)
     ours = start_tritonlite(repo, "native", *FLAGS)
     try:
         for server in (ref, ours):

@@ -34,6 +34,7 @@ import tritonclient.http as httpclient
 from conftest import Server, start_server, wait_until
 from decoupled_repo import ASYNC_MODEL, DEC_CONFIG, DEC_MODEL, Stream, is_final
 from repos import client_for, write_python_model
+from support.reference import ReferenceTriton, require_reference
 from tritonclient.utils import InferenceServerException
 
 pytestmark = pytest.mark.timeout(300)  # the first run builds the numpy<2 environment
@@ -721,66 +722,21 @@ def test_an_older_python_runs_the_worker(tmp_path: Path, py38_env: Path,
 
 # -- the same requests against real Triton 2.51 ------------------------------------------------
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-class Reference:
-    """Real tritonserver (``triton-reference install .tools/triton``, or
-    ``$TRITONLITE_TRITON_DIR``) on free ports, serving ``repo`` under explicit model control."""
-
-    def __init__(self, base: Path, repo: Path, log: Path, *models: str) -> None:
-        from conftest import _free_port
-
-        tree = base / "tree"
-        site = next((base / "venv" / "lib").glob("python3*/site-packages"))
-        hp, gp = _free_port(), _free_port()
-        self.http_url, self.grpc_url = f"127.0.0.1:{hp}", f"127.0.0.1:{gp}"
-        env = {**os.environ, "LD_LIBRARY_PATH": str(site / "nvidia_pytriton.libs"),
-               "PATH": f"{base / 'venv' / 'bin'}:{os.environ['PATH']}"}
-        self._log = log.open("w")
-        self.proc = subprocess.Popen(
-            [str(tree / "bin" / "tritonserver"), f"--model-repository={repo}",
-             f"--backend-directory={tree / 'backends'}", f"--cache-directory={tree / 'caches'}",
-             "--http-address=127.0.0.1", f"--http-port={hp}", "--grpc-address=127.0.0.1",
-             f"--grpc-port={gp}", "--allow-metrics=false", "--allow-gpu-metrics=false",
-             "--model-control-mode=explicit", *[f"--load-model={m}" for m in models]],
-            stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, env=env,
-            start_new_session=True)
-        client = httpclient.InferenceServerClient(self.http_url)
-
-        def ready() -> bool:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"tritonserver exited: {log.read_text()[-3000:]}")
-            try:
-                return all(client.is_model_ready(m) for m in models)
-            except Exception:  # noqa: BLE001 - not listening yet
-                return False
-
-        try:
-            wait_until(ready, timeout=180)
-        except BaseException:
-            self.stop()
-            raise
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        self._log.close()
+def _models_ready(client: httpclient.InferenceServerClient, models: tuple[str, ...]) -> bool:
+    try:
+        return all(client.is_model_ready(m) for m in models)
+    except Exception:  # noqa: BLE001 - not listening yet
+        return False
 
 
 @pytest.fixture(scope="module")
-def triton(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reference]:
-    base = Path(os.environ.get("TRITONLITE_TRITON_DIR", ROOT / ".tools" / "triton"))
-    if not (base / "tree" / "bin" / "tritonserver").exists():
-        pytest.skip("the reference tritonserver is not installed (triton-reference install "
-                    ".tools/triton)")
-    r = Reference(base, repo, tmp_path_factory.mktemp("triton_log") / "triton.log",
-                  "np1_dir", "np1_tar", "echo", "auto_env")
+def triton(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceTriton]:
+    models = ("np1_dir", "np1_tar", "echo", "auto_env")
+    r = ReferenceTriton(require_reference(), repo, "--model-control-mode=explicit",
+                        *[f"--load-model={m}" for m in models], timeout=180,
+                        log=tmp_path_factory.mktemp("triton_log") / "triton.log",
+                        ready=lambda ref: _models_ready(
+                            httpclient.InferenceServerClient(ref.http_url), models))
     yield r
     r.stop()
 
@@ -802,7 +758,7 @@ def _outcome(target: Any, protocol: str, model: str, x: np.ndarray) -> Any:
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_same_as_triton(server: Server, triton: Reference, repo: Path, protocol: str) -> None:
+def test_same_as_triton(server: Server, triton: ReferenceTriton, repo: Path, protocol: str) -> None:
     """Outputs, model errors and load errors of the environment models, as Triton 2.51 gives
     them for the same repository (Triton's python also has numpy 1.26 in these envs)."""
     theirs = _Url(triton.http_url, triton.grpc_url)

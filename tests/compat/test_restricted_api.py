@@ -14,10 +14,8 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
-import os
 import queue
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -34,6 +32,14 @@ import tritonclient.http as httpclient
 import tritonclient.http.aio as httpaio
 from conftest import Server, _free_port
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from support.reference import (
+    ReferenceTriton,
+    http_status,
+    reference_base,
+    reference_env,
+    require_reference,
+    tritonserver,
+)
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import InferenceServerException
@@ -46,7 +52,6 @@ from tritonlite.frontends.http import app
 
 pytestmark = pytest.mark.timeout(120)
 
-ROOT = Path(__file__).resolve().parents[2]
 TRANSPORTS = ("aio", "native", "shared")
 
 PARAMS_MODEL = '''
@@ -215,57 +220,12 @@ def start_tritonlite(repo: Path, transport: str, *args: str) -> Server:
     return server
 
 
-class Reference:
-    """Real tritonserver (the nvidia-pytriton wheel's) on free ports; ``http_url``/``grpc_url``."""
-
-    def __init__(self, tree: Path, repo: Path, *args: str) -> None:
-        site = next((tree.parent / "venv" / "lib").glob("python3*/site-packages"))
-        hp, gp = _free_port(), _free_port()
-        self.http_url, self.grpc_url = f"127.0.0.1:{hp}", f"127.0.0.1:{gp}"
-        env = {**os.environ,
-               "LD_LIBRARY_PATH": str(site / "nvidia_pytriton.libs"),
-               "PATH": f"{tree.parent / 'venv' / 'bin'}:{os.environ['PATH']}"}
-        self.proc = subprocess.Popen(
-            [str(tree / "bin" / "tritonserver"), f"--model-repository={repo}",
-             f"--backend-directory={tree / 'backends'}", f"--cache-directory={tree / 'caches'}",
-             "--http-address=127.0.0.1", f"--http-port={hp}", "--grpc-address=127.0.0.1",
-             f"--grpc-port={gp}", "--allow-metrics=false", "--allow-gpu-metrics=false", *args],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            env=env, start_new_session=True)
-        try:
-            _wait_live(self.http_url, {"hk": "hv"}, self.proc, time.monotonic() + 90)
-            deadline = time.monotonic() + 60
-            while not self._model_ready():  # (the Python backend stub starts after live)
-                if time.monotonic() > deadline:
-                    raise RuntimeError("reference model not ready")
-                time.sleep(0.1)
-        except BaseException:
-            self.stop()
-            raise
-
-    def _model_ready(self) -> bool:
-        host, port = self.http_url.rsplit(":", 1)
-        conn = http.client.HTTPConnection(host, int(port), timeout=5)
-        try:
-            conn.request("GET", "/v2/models/params/ready", headers={"hk": "hv"})
-            return conn.getresponse().status == 200
-        finally:
-            conn.close()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-
-
-def reference_tree() -> Path | None:
-    base = Path(os.environ.get("TRITONLITE_TRITON_DIR", ROOT / ".tools" / "triton"))
-    tree = base / "tree"
-    return tree if (tree / "bin" / "tritonserver").exists() else None
+def start_reference(repo: Path, *args: str) -> ReferenceTriton:
+    """Real Triton serving ``write_repo``'s repository; ready once its ``params`` model is (the
+    Python backend's stub starts after live), asked with the health key it may restrict."""
+    return ReferenceTriton(require_reference(), repo, *args, timeout=150,
+                           ready=lambda ref: http_status(ref.http_url, "/v2/models/params/ready",
+                                                         {"hk": "hv"}) == 200)
 
 
 @pytest.fixture(scope="module")
@@ -281,11 +241,8 @@ def server(request: pytest.FixtureRequest, repo: Path) -> Iterator[Server]:
 
 
 @pytest.fixture(scope="module")
-def reference(repo: Path) -> Iterator[Reference]:
-    tree = reference_tree()
-    if tree is None:
-        pytest.skip("the reference tritonserver is not installed (.tools/triton)")
-    r = Reference(tree, repo, *RESTRICTIONS)
+def reference(repo: Path) -> Iterator[ReferenceTriton]:
+    r = start_reference(repo, *RESTRICTIONS)
     yield r
     r.stop()
 
@@ -518,7 +475,7 @@ def _outcomes(http_url: str, grpc_url: str) -> dict[str, Any]:
     return out
 
 
-def test_same_as_triton(reference: Reference, repo: Path) -> None:
+def test_same_as_triton(reference: ReferenceTriton, repo: Path) -> None:
     ours = start_tritonlite(repo, "native", *RESTRICTIONS)
     try:
         mine = _outcomes(ours.http_url, ours.grpc_url)
@@ -551,12 +508,10 @@ def test_bad_specs_stop_startup_with_tritons_message(spec: str, repo: Path) -> N
                              "config groups",
     }[value]
     assert f'Bad option: "{flag}". {expected}' in proc.stderr, proc.stderr
-    tree = reference_tree()
-    if tree is not None:  # the same spec to real Triton: it refuses it with the same text
-        site = next((tree.parent / "venv" / "lib").glob("python3*/site-packages"))
-        env = {**os.environ, "LD_LIBRARY_PATH": str(site / "nvidia_pytriton.libs")}
-        out = subprocess.run([str(tree / "bin" / "tritonserver"), f"--model-repository={repo}",
-                              spec], capture_output=True, text=True, timeout=60, env=env)
+    base = reference_base()
+    if base is not None:  # the same spec to real Triton: it refuses it with the same text
+        out = subprocess.run([tritonserver(base), f"--model-repository={repo}", spec],
+                             capture_output=True, text=True, timeout=60, env=reference_env(base))
         assert out.returncode != 0
         assert re.search(re.escape(f'Bad option: "{flag}".') + r"\s+" + re.escape(expected),
                          out.stdout + out.stderr), out.stdout[-500:] + out.stderr[-500:]

@@ -8,7 +8,6 @@ example at once; a refused example stops a real server with the stated message.
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import subprocess
@@ -17,7 +16,8 @@ from pathlib import Path
 
 import pytest
 from conftest import start_server
-from test_restricted_api import reference_tree, write_repo
+from support.reference import reference_env, require_reference, tritonserver
+from test_restricted_api import write_repo
 
 from tritonlite import cli
 
@@ -101,13 +101,9 @@ def build_option_strings() -> list[str]:
 
 
 def test_the_table_lists_the_reference_flags() -> None:
-    tree = reference_tree()
-    if tree is None:
-        pytest.skip("the reference tritonserver is not installed (.tools/triton)")
-    site = next((tree.parent / "venv" / "lib").glob("python3*/site-packages"))
-    env = {**os.environ, "LD_LIBRARY_PATH": str(site / "nvidia_pytriton.libs")}
-    out = subprocess.run([str(tree / "bin" / "tritonserver"), "--help"], capture_output=True,
-                         text=True, timeout=60, env=env)
+    base = require_reference()
+    out = subprocess.run([tritonserver(base), "--help"], capture_output=True, text=True,
+                         timeout=60, env=reference_env(base))
     theirs = set(re.findall(r"^  (--[a-z0-9-]+)", out.stdout + out.stderr, re.M))
     assert theirs == {r[0] for r in rows("tritonserver 2.51")}
 

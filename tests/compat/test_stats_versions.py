@@ -18,7 +18,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from conftest import Server, start_server
-from test_triton_messages import ECHO, Triton, triton_base
+from support.reference import ReferenceTriton, require_reference
+from test_triton_messages import ECHO
 
 CONFIG = '''
 backend: "python"
@@ -55,12 +56,9 @@ def server(repo: Path) -> Iterator[Server]:
 
 
 @pytest.fixture(scope="module")
-def triton(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Triton]:
-    base = triton_base()
-    if base is None:
-        pytest.skip("the reference tritonserver is not installed (triton-reference install "
-                    ".tools/triton)")
-    t = Triton(base, repo, tmp_path_factory.mktemp("triton_log") / "triton.log")
+def triton(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceTriton]:
+    t = ReferenceTriton(require_reference(), repo,
+                        log=tmp_path_factory.mktemp("triton_log") / "triton.log")
     yield t
     t.stop()
 
@@ -118,5 +116,5 @@ def test_every_loaded_version_has_its_entry(server: Server) -> None:
     assert outcome(server.http_url, server.grpc_url) == EXPECTED
 
 
-def test_same_as_triton(triton: Triton) -> None:
+def test_same_as_triton(triton: ReferenceTriton) -> None:
     assert outcome(triton.http_url, triton.grpc_url) == EXPECTED

@@ -14,8 +14,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import signal
-import subprocess
 import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,11 +23,11 @@ import grpc
 import numpy as np
 import pytest
 import tritonclient.utils.shared_memory as shmu
-from conftest import Server, _free_port, start_server, wait_until
+from conftest import Server, start_server
+from support.reference import ReferenceTriton, require_reference
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
-ROOT = Path(__file__).resolve().parents[2]
 Outcome = tuple[Any, ...]
 
 # -- the repository: Python-backend models both servers load ---------------------------------------
@@ -87,55 +85,6 @@ def write_repo(repo: Path) -> Path:
 POLL = ("--model-control-mode=poll", "--repository-poll-secs=3600")
 
 
-class Triton:
-    """The reference tritonserver on free ports (``http_url``, ``grpc_url``)."""
-
-    def __init__(self, base: Path, repo: Path, log: Path, *args: str) -> None:
-        site = next((base / "venv" / "lib").glob("python3*/site-packages"))
-        tree = base / "tree"
-        hp, gp = _free_port(), _free_port()
-        self.http_url, self.grpc_url = f"127.0.0.1:{hp}", f"127.0.0.1:{gp}"
-        env = {**os.environ, "LD_LIBRARY_PATH": str(site / "nvidia_pytriton.libs"),
-               "PATH": f"{base / 'venv' / 'bin'}:{os.environ['PATH']}"}
-        self._log = log.open("w")
-        self.proc = subprocess.Popen(
-            [str(tree / "bin" / "tritonserver"), f"--model-repository={repo}",
-             f"--backend-directory={tree / 'backends'}", f"--cache-directory={tree / 'caches'}",
-             "--http-address=127.0.0.1", f"--http-port={hp}", "--grpc-address=127.0.0.1",
-             f"--grpc-port={gp}", "--allow-metrics=false", "--allow-gpu-metrics=false", *args],
-            stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, env=env,
-            start_new_session=True)
-
-        def ready() -> bool:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"tritonserver exited: {log.read_text()[-3000:]}")
-            try:
-                return http_call(self.http_url, "GET", "/v2/health/ready")[0] == 200
-            except OSError:
-                return False
-
-        try:
-            wait_until(ready, timeout=120)
-        except BaseException:
-            self.stop()
-            raise
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        self._log.close()
-
-
-def triton_base() -> Path | None:
-    base = Path(os.environ.get("TRITONLITE_TRITON_DIR", ROOT / ".tools" / "triton"))
-    return base if (base / "tree" / "bin" / "tritonserver").exists() else None
-
-
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_repo(tmp_path_factory.mktemp("messages_repo"))
@@ -149,12 +98,9 @@ def server(repo: Path) -> Iterator[Server]:
 
 
 @pytest.fixture(scope="module")
-def triton(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Triton]:
-    base = triton_base()
-    if base is None:
-        pytest.skip("the reference tritonserver is not installed (triton-reference install "
-                    ".tools/triton)")
-    t = Triton(base, repo, tmp_path_factory.mktemp("triton_log") / "triton.log", *POLL)
+def triton(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceTriton]:
+    t = ReferenceTriton(require_reference(), repo, *POLL,
+                        log=tmp_path_factory.mktemp("triton_log") / "triton.log")
     yield t
     t.stop()
 
@@ -615,7 +561,7 @@ def test_tritonlite_answers_as_triton(server: Server, name: str) -> None:
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_reference_still_answers_so(triton: Triton, name: str) -> None:
+def test_reference_still_answers_so(triton: ReferenceTriton, name: str) -> None:
     """The live reference answers what ``CASES`` records (so the table stays Triton's)."""
     assert _run(Target(triton.http_url, triton.grpc_url, "ref"), name) == CASES[name][1]
 
