@@ -190,30 +190,24 @@ def _all_accepted(server: Server, model: str, n: int) -> None:
     wait_until(lambda: _pending(server, model) == n - size, 30)
 
 
-@pytest.mark.parametrize("frontend", FRONTENDS)
-def test_sigterm_during_batches_answers_every_queued_request(
-        server_factory: Callable[..., Server], gated: tuple[Path, Path], frontend: str) -> None:
-    repo, gate = gated
-    server = server_factory(repo, "--frontend", frontend, "--exit-timeout-secs", "60")
-    n = 12
-    futures = _burst(server, "gated", n, lambda i: {})
-    _all_accepted(server, "gated", n)
-    _sigterm(server)
-    gate.touch()
-    for i, f in enumerate(futures):
-        _check_py(*f.result(60), [float(i)] * 4)
-    assert _exit_code(server) == 0
+# queued batch requests, and sequences of one step each (each its own sequence slot)
+QUEUED = {
+    "batches": ("gated", 12, lambda i: {}),
+    "sequences": ("gated_seq", 6, lambda i: {
+        "sequence_id": 100 + i, "sequence_start": True, "sequence_end": True}),
+}
 
 
+@pytest.mark.parametrize("case", QUEUED)
 @pytest.mark.parametrize("frontend", FRONTENDS)
-def test_sigterm_during_sequences_answers_every_accepted_step(
-        server_factory: Callable[..., Server], gated: tuple[Path, Path], frontend: str) -> None:
+def test_sigterm_answers_every_accepted_request(
+        server_factory: Callable[..., Server], gated: tuple[Path, Path], frontend: str,
+        case: str) -> None:
     repo, gate = gated
+    model, n, params = QUEUED[case]
     server = server_factory(repo, "--frontend", frontend, "--exit-timeout-secs", "60")
-    n = 6
-    futures = _burst(server, "gated_seq", n, lambda i: {
-        "sequence_id": 100 + i, "sequence_start": True, "sequence_end": True})
-    _all_accepted(server, "gated_seq", n)
+    futures = _burst(server, model, n, params)
+    _all_accepted(server, model, n)
     _sigterm(server)
     gate.touch()
     for i, f in enumerate(futures):
