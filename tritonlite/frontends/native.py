@@ -79,15 +79,6 @@ def http_limits(opts: ServerOptions, nofile: int = 0) -> HttpLimits:
                       max_connections=connection_cap(HttpLimits.max_connections, nofile))
 
 
-def grpc_limits(opts: ServerOptions) -> GrpcLimits:
-    # grpc-c++ sends up to four WINDOW_UPDATEs per response DATA frame of a stream (stream and
-    # connection, each again when the app asks for the next message), while wire/_h2 credits
-    # two: at > 500 streamed responses/s the default cap (1000/s) read them as a flood and
-    # closed perf_analyzer's connection. Until the credit is fixed there (A-requests.md), allow
-    # what 25k responses/s produce.
-    return GrpcLimits(max_window_updates=50_000)
-
-
 async def start_native(core: CoreAPI, opts: ServerOptions) -> NativeFrontends:
     """Open the native listeners that ``opts`` asks for (after the startup models loaded)."""
     out = NativeFrontends()
@@ -95,7 +86,7 @@ async def start_native(core: CoreAPI, opts: ServerOptions) -> NativeFrontends:
     nofile = raise_nofile_limit()
     if opts.shared_port:
         http = HttpService(make_dispatch(core), http_limits(opts, nofile))
-        grpc = NativeGrpcServer(methods(core, opts), grpc_limits(opts))
+        grpc = NativeGrpcServer(methods(core, opts), GrpcLimits())
         out._http, out._grpc = http, grpc
         # the same certificate for both (checked in options); ALPN lets the client choose
         ctx = http_tls(opts, ("h2", "http/1.1"))
@@ -109,7 +100,7 @@ async def start_native(core: CoreAPI, opts: ServerOptions) -> NativeFrontends:
         out._grpc = await start_grpc_native(
             methods(core, opts), opts.grpc_address, opts.grpc_port,
             ssl_context=grpc_tls(opts, ("h2",)), reuse_port=opts.reuse_grpc_port,
-            limits=grpc_limits(opts))
+            limits=GrpcLimits())
         out.grpc_port = out._grpc.port
     if opts.allow_http:
         server = await start_http_native(

@@ -106,6 +106,9 @@ GRPC_INTERNAL = 13
 GRPC_RESOURCE_EXHAUSTED = 8
 
 _MAX_WINDOW = 0x7FFFFFFF
+# WINDOW_UPDATEs a DATA frame we send may draw: grpc-c++ sends up to four per response message
+# of a stream (stream and connection, each again when the application asks for the next one)
+_WU_PER_DATA = 4
 _DEFAULT_WINDOW = 65535
 _HDR = struct.Struct(">BHBBL")  # 24-bit length as byte + short, type, flags, stream id
 _PREFIX = struct.Struct(">BL")
@@ -429,7 +432,9 @@ class H2Connection:
             self._settings = 0
             self._empty = 0
             self._wus = 0
-            self._wu_credit = 0
+            # credit earned just before the window turned still explains the updates that
+            # answer it; carried up to one window's allowance, so it cannot be banked for a flood
+            self._wu_credit = min(self._wu_credit, self._max_wu)
         while n - pos >= 9:
             length = (buf[pos] << 16) | (buf[pos + 1] << 8) | buf[pos + 2]
             if length > self._max_frame:
@@ -1012,7 +1017,7 @@ class H2Connection:
         ):
             st.send_window -= n
             self._send_conn_window -= n
-            self._wu_credit += 2
+            self._wu_credit += _WU_PER_DATA
             self.data_sent += n
             self._out.append(_HDR.pack(n >> 16, n & 0xFFFF, DATA, 0, stream_id) + prefix)
             self._out.append(payload)
@@ -1041,7 +1046,7 @@ class H2Connection:
         if n <= self._peer_max_frame and n <= st.send_window and n <= self._send_conn_window:
             st.send_window -= n
             self._send_conn_window -= n
-            self._wu_credit += 2
+            self._wu_credit += _WU_PER_DATA
             h = len(head)
             t = len(trailers)
             if h <= self._peer_max_frame and t <= self._peer_max_frame:
@@ -1060,7 +1065,7 @@ class H2Connection:
                 return
             st.send_window += n
             self._send_conn_window += n
-            self._wu_credit -= 2
+            self._wu_credit -= _WU_PER_DATA
         self.send_headers(stream_id, head)
         self.send_message(stream_id, payload, compressed)
         self.send_headers(stream_id, trailers, True)
@@ -1092,7 +1097,7 @@ class H2Connection:
                 break
             st.send_window -= k
             self._send_conn_window -= k
-            self._wu_credit += 2
+            self._wu_credit += _WU_PER_DATA
             self.data_sent += k
             st.out_len -= k
             last = st.out_len == 0 and st.out_end and st.out_trailers is None
