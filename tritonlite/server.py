@@ -110,7 +110,7 @@ class Server:
             log.info("Started GRPCInferenceService at %s:%d (grpc.aio)", opts.grpc_address,
                      self.grpc_port)
         if opts.allow_http:
-            http = make_server(self.core, opts.http_max_input_size, self._http_inflight)
+            http = make_server(self.core, opts, self._http_inflight)
             self.http_port = await self._serve(http, opts.http_address, opts.http_port,
                                                opts.reuse_http_port, http_tls(opts))
             self._http_runner = self._runners[-1]

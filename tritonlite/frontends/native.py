@@ -85,7 +85,7 @@ async def start_native(core: CoreAPI, opts: ServerOptions) -> NativeFrontends:
     loop = asyncio.get_running_loop()
     nofile = raise_nofile_limit()
     if opts.shared_port:
-        http = HttpService(make_dispatch(core), http_limits(opts, nofile))
+        http = HttpService(make_dispatch(core, opts), http_limits(opts, nofile))
         grpc = NativeGrpcServer(methods(core, opts), GrpcLimits())
         out._http, out._grpc = http, grpc
         # the same certificate for both (checked in options); ALPN lets the client choose
@@ -104,7 +104,7 @@ async def start_native(core: CoreAPI, opts: ServerOptions) -> NativeFrontends:
         out.grpc_port = out._grpc.port
     if opts.allow_http:
         server = await start_http_native(
-            make_dispatch(core), opts.http_address, opts.http_port,
+            make_dispatch(core, opts), opts.http_address, opts.http_port,
             ssl_context=http_tls(opts, ("http/1.1",)), reuse_port=opts.reuse_http_port,
             limits=http_limits(opts, nofile))
         out._http = server.service

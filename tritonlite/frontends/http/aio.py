@@ -20,6 +20,7 @@ from tritonlite.frontends.call import InFlight
 from tritonlite.frontends.http.app import make_dispatch
 from tritonlite.frontends.http.call import HttpError, HttpResponse, HttpStream, too_large
 from tritonlite.frontends.http.errors import error
+from tritonlite.options import ServerOptions
 
 __all__ = ["make_server"]
 
@@ -129,7 +130,7 @@ def _exiting() -> web.Response:
     return resp
 
 
-def make_server(core: CoreAPI, max_input_size: int,
+def make_server(core: CoreAPI, opts: ServerOptions,
                 inflight: InFlight | None = None) -> web.Server:
     """The HTTP front end as an aiohttp low-level server (call on the event loop).
 
@@ -137,7 +138,8 @@ def make_server(core: CoreAPI, max_input_size: int,
     that begin get 503 with ``Connection: close`` (those begun before are answered).
     """
     loop = asyncio.get_running_loop()
-    dispatch = make_dispatch(core)
+    dispatch = make_dispatch(core, opts)
+    max_input_size = opts.http_max_input_size
     counter = inflight if inflight is not None else InFlight()
 
     def request_factory(message: Any, payload: Any, protocol: Any, writer: Any,

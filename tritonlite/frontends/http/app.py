@@ -358,12 +358,9 @@ def _guards(restrictions: restrict.Restrictions) -> dict[int, restrict.Restricti
 def make_dispatch(core: CoreAPI, options: ServerOptions | None = None) -> Dispatch:
     """The one entry point every HTTP transport calls with each request.
 
-    ``options`` (default: the server options the core was built with) bring
-    ``--http-restricted-api`` and ``--http-header-forward-pattern``; ValueError if malformed.
+    ``options`` bring ``--http-restricted-api`` and ``--http-header-forward-pattern``
+    (ValueError if malformed); without them nothing is restricted or forwarded.
     """
-    if options is None:
-        found_options = getattr(core, "options", None)
-        options = found_options if isinstance(found_options, ServerOptions) else None
     guards = _guards(restrict.http_restrictions(options) if options is not None else {})
     forward = http_forward(options) if options is not None else None
 
@@ -398,9 +395,3 @@ def make_dispatch(core: CoreAPI, options: ServerOptions | None = None) -> Dispat
 
     return dispatch
 
-
-def make_server(core: Any, max_input_size: int) -> Any:
-    """The HTTP front end on aiohttp (``aio.make_server``; kept here for server.py)."""
-    from tritonlite.frontends.http.aio import make_server as aio_server
-
-    return aio_server(core, max_input_size)
