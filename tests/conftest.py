@@ -94,6 +94,19 @@ class Server:
         with self._lock:
             return "\n".join(self._lines)
 
+    def wait_for_lines(self, predicate: Callable[[list[str]], bool], timeout: float = 10.0) -> str:
+        """Everything logged once ``predicate(lines)`` holds (a reply can reach the client before
+        the line the server logged with it reaches the drain thread); the output as it is when
+        ``timeout`` runs out otherwise."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not predicate(self._lines) and self._pump.is_alive():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._changed.wait(min(left, 0.5))
+            return "\n".join(self._lines)
+
     def wait_for(self, services: set[str], deadline: float) -> None:
         """Block until each of ``services`` logged its ``Started ...`` line, or fail loudly."""
         with self._changed:

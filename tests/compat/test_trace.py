@@ -322,7 +322,8 @@ def test_log_format_changes_at_run_time(repo: Path, server_factory: Any) -> None
     c.update_log_settings({"log_format": "default", "log_verbose_level": 1})
     c.load_model("add_sub_nobatch")
     assert c.get_log_settings()["log_verbose_level"] == 1
-    lines = s.output().splitlines()
+    lines = s.wait_for_lines(
+        lambda ls: sum("successfully loaded 'add_sub_nobatch'" in x for x in ls) >= 2).splitlines()
     unloaded = [x for x in lines if "successfully unloaded 'add_sub_nobatch'" in x]
     loaded = [x for x in lines if "successfully loaded 'add_sub_nobatch'" in x]
     assert unloaded and re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ I \d+ ", unloaded[0])
