@@ -109,9 +109,11 @@ $(DEV_STAMP): $(STAMP)
 	$(PIP) install -q -c $(TORCH_PIN) -e '.[test,dev]'
 	touch $@
 
-# Lint also fails when the generated protobuf descriptors are stale (regenerate with make proto).
+# Lint fails on unformatted code (run ruff format) and on stale protobuf descriptors
+# (regenerate with make proto).
 lint: $(DEV_STAMP)
 	$(PY) -m ruff check tritonlite tests tools bench
+	$(PY) -m ruff format --check tritonlite tests tools bench
 	$(PY) -m mypy
 	$(PY) tools/gen_proto.py --check || { echo "descriptors are stale: run make proto" >&2; exit 1; }
 	$(PY) tools/check_layers.py

@@ -47,11 +47,27 @@ WIDTH = 1024
 
 def start_tritonlite(repo: pathlib.Path) -> tuple[subprocess.Popen[str], int]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tritonlite", "--model-repository", str(repo),
-         "--http-port", "0", "--http-address", "127.0.0.1", "--allow-grpc=false",
-         "--allow-metrics=false", "--cache-config", f"local,size={64 << 20}"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-        env=dict(os.environ))
+        [
+            sys.executable,
+            "-m",
+            "tritonlite",
+            "--model-repository",
+            str(repo),
+            "--http-port",
+            "0",
+            "--http-address",
+            "127.0.0.1",
+            "--allow-grpc=false",
+            "--allow-metrics=false",
+            "--cache-config",
+            f"local,size={64 << 20}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+        env=dict(os.environ),
+    )
     assert proc.stdout is not None
     deadline = time.monotonic() + 120
     for line in proc.stdout:
@@ -101,8 +117,9 @@ def one_round(client: Any, inputs: list[np.ndarray], rnd: int) -> dict[str, floa
     for _ in inputs:
         infer(client, "mlp_cached", hot)
     a_hit = stats_of(client, "mlp_cached")
-    comp = [delta(a_plain, b_plain, k) for k in ("compute_input", "compute_infer",
-                                                 "compute_output")]
+    comp = [
+        delta(a_plain, b_plain, k) for k in ("compute_input", "compute_infer", "compute_output")
+    ]
     execution = (comp[1][0], sum(c[1] for c in comp))
     hits = delta(a_hit, a_miss, "cache_hit")
     assert hits[0] == len(inputs), f"expected {len(inputs)} hits, got {hits[0]}"
@@ -138,8 +155,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         repo = pathlib.Path(tmp)
         write_mlp(repo, "mlp", max_batch_size=8)
-        write_mlp(repo, "mlp_cached", max_batch_size=8,
-                  extra_config="response_cache { enable: true }\n")
+        write_mlp(
+            repo, "mlp_cached", max_batch_size=8, extra_config="response_cache { enable: true }\n"
+        )
         proc, port = start_tritonlite(repo)
         try:
             client = httpclient.InferenceServerClient(f"127.0.0.1:{port}")
@@ -148,8 +166,9 @@ def main() -> int:
                 infer(client, "mlp", warm)
                 infer(client, "mlp_cached", warm)
             for rnd in range(args.rounds):
-                inputs = [rng.standard_normal((1, WIDTH), dtype=np.float32)
-                          for _ in range(args.requests)]
+                inputs = [
+                    rng.standard_normal((1, WIDTH), dtype=np.float32) for _ in range(args.requests)
+                ]
                 rows.append(one_round(client, inputs, rnd))
             client.close()
         finally:
@@ -158,8 +177,10 @@ def main() -> int:
 
     m = {k: median([r[k] for r in rows]) for k in rows[0] if k not in ("round", "requests")}
     ex = m["execution_us"]
-    print(f"\nResponse cache on the ONNX MLP (4 x {WIDTH}, FP32[1,{WIDTH}]), {args.requests} "
-          f"requests per phase, median of {args.rounds} rounds; server-side µs per request\n")
+    print(
+        f"\nResponse cache on the ONNX MLP (4 x {WIDTH}, FP32[1,{WIDTH}]), {args.requests} "
+        f"requests per phase, median of {args.rounds} rounds; server-side µs per request\n"
+    )
     print("| what | µs | vs execution |")
     print("|---|---|---|")
     for key, label in (
@@ -173,8 +194,10 @@ def main() -> int:
     ):
         print(f"| {label} | {m[key]:.1f} | {m[key] / ex:.3f} |")
     ratio = m["hit_us"] / ex
-    print(f"\ngoal: a hit < 1/10 of the execution; measured {ratio:.3f} "
-          f"({'met' if ratio < 0.1 else 'NOT met'})")
+    print(
+        f"\ngoal: a hit < 1/10 of the execution; measured {ratio:.3f} "
+        f"({'met' if ratio < 0.1 else 'NOT met'})"
+    )
     RESULTS.mkdir(exist_ok=True)
     with open(RESULTS / "cache.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))

@@ -42,19 +42,31 @@ def resnet50() -> Any:
             super().__init__()
             cout = width * 4
             self.body = nn.Sequential(
-                nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True),
-                nn.Conv2d(width, width, 3, stride, 1, bias=False), nn.BatchNorm2d(width),
-                nn.ReLU(inplace=True), nn.Conv2d(width, cout, 1, bias=False), nn.BatchNorm2d(cout))
-            self.skip = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
-                                       nn.BatchNorm2d(cout))
-                         if stride != 1 or cin != cout else nn.Identity())
+                nn.Conv2d(cin, width, 1, bias=False),
+                nn.BatchNorm2d(width),
+                nn.ReLU(inplace=True),
+                nn.Conv2d(width, width, 3, stride, 1, bias=False),
+                nn.BatchNorm2d(width),
+                nn.ReLU(inplace=True),
+                nn.Conv2d(width, cout, 1, bias=False),
+                nn.BatchNorm2d(cout),
+            )
+            self.skip = (
+                nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+                if stride != 1 or cin != cout
+                else nn.Identity()
+            )
             self.relu = nn.ReLU(inplace=True)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.relu(self.body(x) + self.skip(x))
 
-    layers: list[nn.Module] = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64),
-                               nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1)]
+    layers: list[nn.Module] = [
+        nn.Conv2d(3, 64, 7, 2, 3, bias=False),
+        nn.BatchNorm2d(64),
+        nn.ReLU(inplace=True),
+        nn.MaxPool2d(3, 2, 1),
+    ]
     cin = 64
     for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
         for i in range(blocks):
@@ -65,13 +77,13 @@ def resnet50() -> Any:
     return nn.Sequential(*layers).eval()
 
 
-CONFIG = '''platform: "{platform}"
+CONFIG = """platform: "{platform}"
 max_batch_size: 32
 input {{ name: "{inp}" data_type: TYPE_FP32 dims: [ 3, 224, 224 ] }}
 output {{ name: "{out}" data_type: TYPE_FP32 dims: [ 1000 ] }}
 instance_group [ {{ kind: KIND_GPU count: 2 gpus: [ 0 ] }} ]
 dynamic_batching {{ }}
-'''
+"""
 
 
 def build_repo(repo: Path) -> dict[str, str]:
@@ -85,21 +97,28 @@ def build_repo(repo: Path) -> dict[str, str]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.jit.trace(model, torch.randn(1, 3, 224, 224)).save(
-            str(repo / "resnet50_pt" / "1" / "model.pt"))
+            str(repo / "resnet50_pt" / "1" / "model.pt")
+        )
     (repo / "resnet50_pt" / "config.pbtxt").write_text(
-        CONFIG.format(platform="pytorch_libtorch", inp="INPUT__0", out="OUTPUT__0"))
+        CONFIG.format(platform="pytorch_libtorch", inp="INPUT__0", out="OUTPUT__0")
+    )
     built["resnet50_pt"] = "TorchScript"
     try:
         (repo / "resnet50_onnx" / "1").mkdir(parents=True, exist_ok=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            torch.onnx.export(model, (torch.randn(1, 3, 224, 224),),
-                              str(repo / "resnet50_onnx" / "1" / "model.onnx"),
-                              input_names=["input"], output_names=["logits"],
-                              dynamic_axes={"input": {0: "b"}, "logits": {0: "b"}},
-                              dynamo=False)
+            torch.onnx.export(
+                model,
+                (torch.randn(1, 3, 224, 224),),
+                str(repo / "resnet50_onnx" / "1" / "model.onnx"),
+                input_names=["input"],
+                output_names=["logits"],
+                dynamic_axes={"input": {0: "b"}, "logits": {0: "b"}},
+                dynamo=False,
+            )
         (repo / "resnet50_onnx" / "config.pbtxt").write_text(
-            CONFIG.format(platform="onnxruntime_onnx", inp="input", out="logits"))
+            CONFIG.format(platform="onnxruntime_onnx", inp="input", out="logits")
+        )
         built["resnet50_onnx"] = "ONNX"
     except Exception as exc:  # the exporter's dependencies vary by torch version
         print(f"ONNX export failed, ONNX rows skipped: {exc}", flush=True)
@@ -121,12 +140,14 @@ def in_process(repo: Path, name: str, batch: int, seconds: float = 5.0) -> float
     else:
         import onnxruntime as ort
 
-        session = ort.InferenceSession(str(repo / name / "1" / "model.onnx"),
-                                       providers=["CUDAExecutionProvider"])
+        session = ort.InferenceSession(
+            str(repo / name / "1" / "model.onnx"), providers=["CUDAExecutionProvider"]
+        )
         feed = {"input": host.numpy()}
 
         def call() -> None:
             np.asarray(session.run(["logits"], feed)[0])
+
     for _ in range(5):
         call()
     torch.cuda.synchronize()
@@ -139,10 +160,28 @@ def in_process(repo: Path, name: str, batch: int, seconds: float = 5.0) -> float
 
 def served(pa: Path, url: str, name: str, batch: int, concurrency: int, shm: str) -> Point:
     point = Point("tritonlite", name, name, "grpc", concurrency)
-    cmd = [str(pa), "-m", name, "-u", url, "-i", "grpc", "-b", str(batch),
-           "--concurrency-range", f"{concurrency}:{concurrency}", "--measurement-interval",
-           "3000", "--stability-percentage", "30", "--max-trials", "8",
-           f"--shared-memory={shm}", "--output-shared-memory-size", str(batch * 1000 * 4)]
+    cmd = [
+        str(pa),
+        "-m",
+        name,
+        "-u",
+        url,
+        "-i",
+        "grpc",
+        "-b",
+        str(batch),
+        "--concurrency-range",
+        f"{concurrency}:{concurrency}",
+        "--measurement-interval",
+        "3000",
+        "--stability-percentage",
+        "30",
+        "--max-trials",
+        "8",
+        f"--shared-memory={shm}",
+        "--output-shared-memory-size",
+        str(batch * 1000 * 4),
+    ]
     point.command = " ".join(cmd)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     out = proc.stdout + proc.stderr
@@ -173,8 +212,11 @@ def main() -> None:
         for name, kind in models.items():
             for batch in batches:
                 base = in_process(repo, name, batch)
-                row: dict[str, Any] = {"model": kind, "batch": batch,
-                                       "in_process_img_s": round(base, 1)}
+                row: dict[str, Any] = {
+                    "model": kind,
+                    "batch": batch,
+                    "in_process_img_s": round(base, 1),
+                }
                 for shm in ("system", "cuda"):
                     p = served(pa, f"127.0.0.1:{ports['grpc']}", name, batch, args.concurrency, shm)
                     row[f"served_{shm}_img_s"] = round(p.throughput, 1) if p.ok else p.status
@@ -191,8 +233,10 @@ def main() -> None:
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(str(r.get(c, "")) for c in cols) + " |" for r in rows]
     (out / "gpu.md").write_text("\n".join(lines) + "\n")
-    (out / "gpu.csv").write_text("\n".join([",".join(cols)] + [
-        ",".join(str(r.get(c, "")) for c in cols) for r in rows]) + "\n")
+    (out / "gpu.csv").write_text(
+        "\n".join([",".join(cols)] + [",".join(str(r.get(c, "")) for c in cols) for r in rows])
+        + "\n"
+    )
     print("\n".join(lines))
 
 

@@ -69,9 +69,14 @@ def build_repo(root: pathlib.Path, dynamic_batching: bool = False) -> pathlib.Pa
         return helper.make_tensor_value_info(name, TensorProto.FLOAT, ["N", 16])
 
     graph = helper.make_graph(
-        [helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]),
-         helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"])],
-        "add_sub", [vi("INPUT0"), vi("INPUT1")], [vi("OUTPUT0"), vi("OUTPUT1")])
+        [
+            helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]),
+            helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"]),
+        ],
+        "add_sub",
+        [vi("INPUT0"), vi("INPUT1")],
+        [vi("OUTPUT0"), vi("OUTPUT1")],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     (root / "add_sub" / "1").mkdir(parents=True)
@@ -105,14 +110,21 @@ def _echo_main(port_q: Any, response: bytes) -> None:
         return canned
 
     async def main() -> None:
-        server = grpc.aio.server(options=[
-            ("grpc.max_receive_message_length", MAX_MESSAGE),
-            ("grpc.max_send_message_length", MAX_MESSAGE), ("grpc.so_reuseport", 0)])
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE),
+                ("grpc.max_send_message_length", MAX_MESSAGE),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
         handler = grpc.unary_unary_rpc_method_handler(
-            model_infer, request_deserializer=pb.ModelInferRequest.FromString,
-            response_serializer=pb.ModelInferResponse.SerializeToString)
+            model_infer,
+            request_deserializer=pb.ModelInferRequest.FromString,
+            response_serializer=pb.ModelInferResponse.SerializeToString,
+        )
         server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler(SERVICE_NAME, {"ModelInfer": handler}),))
+            (grpc.method_handlers_generic_handler(SERVICE_NAME, {"ModelInfer": handler}),)
+        )
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
         port_q.put(port)
@@ -145,13 +157,20 @@ def _frontend_main(port_q: Any) -> None:
         async def infer(self, req: InferRequest, decoupled_message: str = "") -> InferResponse:
             a, b = req.inputs[0].data, req.inputs[1].data
             assert a is not None and b is not None
-            return InferResponse(req.model_name, "1", req.id, [
-                InferOutput("OUTPUT0", "FP32", a.shape, a), InferOutput("OUTPUT1", "FP32",
-                                                                        b.shape, b)])
+            return InferResponse(
+                req.model_name,
+                "1",
+                req.id,
+                [
+                    InferOutput("OUTPUT0", "FP32", a.shape, a),
+                    InferOutput("OUTPUT1", "FP32", b.shape, b),
+                ],
+            )
 
     async def main() -> None:
-        opts = ServerOptions(model_repositories=(pathlib.Path("."),), grpc_port=0,
-                             grpc_address="127.0.0.1")
+        opts = ServerOptions(
+            model_repositories=(pathlib.Path("."),), grpc_port=0, grpc_address="127.0.0.1"
+        )
         server, port = await start_grpc(StandInCore(), opts)  # type: ignore[arg-type]
         port_q.put(port)
         await server.wait_for_termination()
@@ -169,17 +188,19 @@ def _run(coro: Any) -> None:
 
 
 # -- the client (runs in its own process) --------------------------------------------------------
-def _client_main(target: str, payload: bytes, concurrency: int, warmup: float, duration: float,
-                 out_q: Any) -> None:
+def _client_main(
+    target: str, payload: bytes, concurrency: int, warmup: float, duration: float, out_q: Any
+) -> None:
     import grpc
 
     async def main() -> tuple[int, float, list[int]]:
         def ident(b: bytes) -> bytes:
             return b
 
-        async with grpc.aio.insecure_channel(target, options=[
-                ("grpc.max_receive_message_length", -1),
-                ("grpc.max_send_message_length", -1)]) as ch:
+        async with grpc.aio.insecure_channel(
+            target,
+            options=[("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)],
+        ) as ch:
             call = ch.unary_unary(METHOD, request_serializer=ident, response_deserializer=ident)
             await call(payload)
             start = time.perf_counter()
@@ -212,13 +233,18 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def drive(target: str, payload: bytes, args: argparse.Namespace,
-          server_pid: int) -> dict[str, float]:
+def drive(
+    target: str, payload: bytes, args: argparse.Namespace, server_pid: int
+) -> dict[str, float]:
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    procs = [ctx.Process(target=_client_main,
-                         args=(target, payload, args.concurrency, args.warmup, args.duration, q))
-             for _ in range(args.clients)]
+    procs = [
+        ctx.Process(
+            target=_client_main,
+            args=(target, payload, args.concurrency, args.warmup, args.duration, q),
+        )
+        for _ in range(args.clients)
+    ]
     for p in procs:
         p.start()
     time.sleep(args.warmup + 0.5)  # client start-up (spawn + imports) and its warm-up
@@ -244,10 +270,25 @@ def drive(target: str, payload: bytes, args: argparse.Namespace,
 def start_tritonlite(repo: pathlib.Path) -> tuple[subprocess.Popen[str], int]:
     env = dict(os.environ)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tritonlite", "--model-repository", str(repo),
-         "--grpc-port", "0", "--grpc-address", "127.0.0.1", "--allow-http=false",
-         "--allow-metrics=false"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
+        [
+            sys.executable,
+            "-m",
+            "tritonlite",
+            "--model-repository",
+            str(repo),
+            "--grpc-port",
+            "0",
+            "--grpc-address",
+            "127.0.0.1",
+            "--allow-http=false",
+            "--allow-metrics=false",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     assert proc.stdout is not None
     deadline = time.monotonic() + 60
     for line in proc.stdout:
@@ -264,8 +305,9 @@ def tritonlite_response_bytes(port: int, payload: bytes) -> bytes:
     import grpc
 
     with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
-        call = ch.unary_unary(METHOD, request_serializer=lambda b: b,
-                              response_deserializer=lambda b: b)
+        call = ch.unary_unary(
+            METHOD, request_serializer=lambda b: b, response_deserializer=lambda b: b
+        )
         return bytes(call(payload))
 
 
@@ -276,8 +318,11 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--clients", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds per server")
-    ap.add_argument("--dynamic-batching", action="store_true",
-                    help="serve add_sub with dynamic_batching {} (default: no batcher)")
+    ap.add_argument(
+        "--dynamic-batching",
+        action="store_true",
+        help="serve add_sub with dynamic_batching {} (default: no batcher)",
+    )
     args = ap.parse_args()
     payload = request_bytes()
     rows: list[dict[str, Any]] = []
@@ -290,8 +335,10 @@ def main() -> int:
         try:
             response = tritonlite_response_bytes(tl_port, payload)
             targets = {}
-            for name, target, extra in (("echo", _echo_main, (response,)),
-                                        ("front end", _frontend_main, ())):
+            for name, target, extra in (
+                ("echo", _echo_main, (response,)),
+                ("front end", _frontend_main, ()),
+            ):
                 port_q = ctx.Queue()
                 proc = ctx.Process(target=target, args=(port_q, *extra), daemon=True)
                 proc.start()
@@ -320,32 +367,51 @@ def main() -> int:
 
     # each round measures the servers back to back: the median of the per-round ratios is
     # the figure least moved by other load on the machine
-    ratio = {name: median([x / e for x, e in zip(of(name, "calls_per_s"),
-                                                 of("echo", "calls_per_s"))])
-             for name in names}
-    best = {name: max(of(name, "calls_per_s")) / max(of("echo", "calls_per_s"))
-            for name in names}
+    ratio = {
+        name: median([x / e for x, e in zip(of(name, "calls_per_s"), of("echo", "calls_per_s"))])
+        for name in names
+    }
+    best = {name: max(of(name, "calls_per_s")) / max(of("echo", "calls_per_s")) for name in names}
     cpu = {name: median(of(name, "server_cpu_us")) for name in names}
-    print(f"\nModelInfer, add_sub FP32[1,16] (request {len(payload)} B, response "
-          f"{len(response)} B), {args.clients} client process(es) x {args.concurrency} "
-          f"in flight, {args.duration:.0f} s per round, {args.rounds} rounds"
-          f"{', dynamic batching' if args.dynamic_batching else ''}\n")
+    print(
+        f"\nModelInfer, add_sub FP32[1,16] (request {len(payload)} B, response "
+        f"{len(response)} B), {args.clients} client process(es) x {args.concurrency} "
+        f"in flight, {args.duration:.0f} s per round, {args.rounds} rounds"
+        f"{', dynamic batching' if args.dynamic_batching else ''}\n"
+    )
     print("| server | round | calls/s | server CPU µs/call | p50 µs | p99 µs |")
     print("|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['server']} | {r['round']} | {r['calls_per_s']:.0f} | "
-              f"{r['server_cpu_us']:.0f} | {r['p50_us']:.0f} | {r['p99_us']:.0f} |")
-    print("\n| server | calls/s vs echo (median of rounds) | best vs best | "
-          "median server CPU µs/call |")
+        print(
+            f"| {r['server']} | {r['round']} | {r['calls_per_s']:.0f} | "
+            f"{r['server_cpu_us']:.0f} | {r['p50_us']:.0f} | {r['p99_us']:.0f} |"
+        )
+    print(
+        "\n| server | calls/s vs echo (median of rounds) | best vs best | "
+        "median server CPU µs/call |"
+    )
     print("|---|---|---|---|")
     for name in names:
         print(f"| {name} | {ratio[name]:.1%} | {best[name]:.1%} | {cpu[name]:.0f} |")
-    print(f"\ngoal: tritonlite >= 85% of echo's calls/s; measured {ratio['tritonlite']:.1%} "
-          f"(front end alone {ratio['front end']:.1%})")
+    print(
+        f"\ngoal: tritonlite >= 85% of echo's calls/s; measured {ratio['tritonlite']:.1%} "
+        f"(front end alone {ratio['front end']:.1%})"
+    )
     RESULTS.mkdir(exist_ok=True)
-    header = ["server", "round", "clients", "concurrency", "duration_s", "dynamic_batching",
-              "calls", "calls_per_s", "server_cpu_us_per_call", "p50_us", "p99_us",
-              "ratio_to_echo"]
+    header = [
+        "server",
+        "round",
+        "clients",
+        "concurrency",
+        "duration_s",
+        "dynamic_batching",
+        "calls",
+        "calls_per_s",
+        "server_cpu_us_per_call",
+        "p50_us",
+        "p99_us",
+        "ratio_to_echo",
+    ]
     path = RESULTS / "grpc.csv"
     kept: list[list[str]] = []  # the other configuration's rows from an earlier run
     if path.exists():
@@ -359,10 +425,22 @@ def main() -> int:
         w.writerow(header)
         w.writerows(kept)
         for r in rows:
-            w.writerow([r["server"], r["round"], args.clients, args.concurrency, args.duration,
-                        int(args.dynamic_batching), r["calls"], f"{r['calls_per_s']:.1f}",
-                        f"{r['server_cpu_us']:.1f}", f"{r['p50_us']:.1f}", f"{r['p99_us']:.1f}",
-                        f"{r['calls_per_s'] / echo_by_round[r['round']]:.4f}"])
+            w.writerow(
+                [
+                    r["server"],
+                    r["round"],
+                    args.clients,
+                    args.concurrency,
+                    args.duration,
+                    int(args.dynamic_batching),
+                    r["calls"],
+                    f"{r['calls_per_s']:.1f}",
+                    f"{r['server_cpu_us']:.1f}",
+                    f"{r['p50_us']:.1f}",
+                    f"{r['p99_us']:.1f}",
+                    f"{r['calls_per_s'] / echo_by_round[r['round']]:.4f}",
+                ]
+            )
     return 0
 
 

@@ -63,9 +63,19 @@ from perf import (  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 LOGS = RESULTS / "logs" / "issue16"
-ADD_SUB_JSON = json.dumps({"inputs": [
-    {"name": f"INPUT{i}", "datatype": "FP32", "shape": [1, 16],
-     "data": [float(x) for x in range(16)]} for i in (0, 1)]})
+ADD_SUB_JSON = json.dumps(
+    {
+        "inputs": [
+            {
+                "name": f"INPUT{i}",
+                "datatype": "FP32",
+                "shape": [1, 16],
+                "data": [float(x) for x in range(16)],
+            }
+            for i in (0, 1)
+        ]
+    }
+)
 
 
 @dataclass
@@ -101,8 +111,9 @@ def uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
-def tl_server(name: str, repo: Path, root: Path, extra: tuple[str, ...] = ()
-              ) -> Callable[[], tuple[object, dict[str, int], int]]:
+def tl_server(
+    name: str, repo: Path, root: Path, extra: tuple[str, ...] = ()
+) -> Callable[[], tuple[object, dict[str, int], int]]:
     def start() -> tuple[object, dict[str, int], int]:
         args = extra
         if "shared" in name:
@@ -111,6 +122,7 @@ def tl_server(name: str, repo: Path, root: Path, extra: tuple[str, ...] = ()
         s = TritonliteServer(repo, LOGS / f"server_{name}.log", args, root=root)
         ports = s.start()
         return s, ports, s.pid
+
     return start
 
 
@@ -119,6 +131,7 @@ def triton_server(tool_dir: Path, repo: Path) -> Callable[[], tuple[object, dict
         s = TritonServer(tool_dir, repo)
         ports = s.start()
         return s, ports, s.pid
+
     return start
 
 
@@ -126,10 +139,20 @@ def run_wrk(url: str, load: Load, seconds: int, log: Path) -> tuple[float, float
     """(requests/s, p50 µs, status, command) of one wrk run posting ADD_SUB_JSON."""
     script = LOGS / "post_add_sub.lua"
     script.parent.mkdir(parents=True, exist_ok=True)
-    script.write_text(f"wrk.method = 'POST'\nwrk.body = [[{ADD_SUB_JSON}]]\n"
-                      "wrk.headers['Content-Type'] = 'application/json'\n")
-    cmd = ["wrk", "-t1", f"-c{load.concurrency}", f"-d{seconds}s", "--latency", "-s",
-           str(script), f"http://{url}/v2/models/{load.model}/infer"]
+    script.write_text(
+        f"wrk.method = 'POST'\nwrk.body = [[{ADD_SUB_JSON}]]\n"
+        "wrk.headers['Content-Type'] = 'application/json'\n"
+    )
+    cmd = [
+        "wrk",
+        "-t1",
+        f"-c{load.concurrency}",
+        f"-d{seconds}s",
+        "--latency",
+        "-s",
+        str(script),
+        f"http://{url}/v2/models/{load.model}/infer",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60)
     out = proc.stdout + proc.stderr
     log.write_text(f"$ {' '.join(cmd)}\n\n{out}")
@@ -139,18 +162,25 @@ def run_wrk(url: str, load: Load, seconds: int, log: Path) -> tuple[float, float
     if p50:
         p50_us = float(p50.group(1)) * {"us": 1, "ms": 1e3, "s": 1e6}[p50.group(2)]
     bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    status = "ok" if proc.returncode == 0 and rate and not bad else \
-        f"failed: rc {proc.returncode}{', ' + bad.group(0) if bad else ''}"
+    status = (
+        "ok"
+        if proc.returncode == 0 and rate and not bad
+        else f"failed: rc {proc.returncode}{', ' + bad.group(0) if bad else ''}"
+    )
     return float(rate.group(1)) if rate else 0.0, p50_us, status, " ".join(cmd)
 
 
-def _append(out: list[tuple[float, float, str, str]],
-            fn: Callable[..., tuple[float, float, str, str]], *args: object) -> None:
+def _append(
+    out: list[tuple[float, float, str, str]],
+    fn: Callable[..., tuple[float, float, str, str]],
+    *args: object,
+) -> None:
     out.append(fn(*args))
 
 
-def run_table(title: str, variants: list[Variant], rounds: int,
-              settings: Settings) -> dict[tuple[str, str], list[Run]]:
+def run_table(
+    title: str, variants: list[Variant], rounds: int, settings: Settings
+) -> dict[tuple[str, str], list[Run]]:
     pa = perf_analyzer_bin()
     rows: dict[tuple[str, str], list[Run]] = {}
     print(f"\n### {title}\n\n`{uptime()}` (before)\n", flush=True)
@@ -164,46 +194,69 @@ def run_table(title: str, variants: list[Variant], rounds: int,
                     log.parent.mkdir(parents=True, exist_ok=True)
                     if load.tool == "wrk":
                         res: list[tuple[float, float, str, str]] = []
-                        cpu = measure(pid, ports["http"], load.model,
-                                      partial(_append, res, run_wrk, url, load, 10, log))
+                        cpu = measure(
+                            pid,
+                            ports["http"],
+                            load.model,
+                            partial(_append, res, run_wrk, url, load, 10, log),
+                        )
                         rate, p50, status, command = res[0]
                     else:
                         point = Point(v.name, "", load.model, load.protocol, load.concurrency)
-                        s = Settings(settings.measurement_interval_ms,
-                                     settings.stability_percentage, settings.max_trials,
-                                     settings.timeout_s, load.extra)
-                        cpu = measure(pid, ports["http"], load.model,
-                                      partial(run_point, pa, point, url, s,
-                                              LOGS / "pa.csv", log))
-                        rate, p50, status, command = (point.throughput, point.p50_us,
-                                                      point.status, point.command)
+                        s = Settings(
+                            settings.measurement_interval_ms,
+                            settings.stability_percentage,
+                            settings.max_trials,
+                            settings.timeout_s,
+                            load.extra,
+                        )
+                        cpu = measure(
+                            pid,
+                            ports["http"],
+                            load.model,
+                            partial(run_point, pa, point, url, s, LOGS / "pa.csv", log),
+                        )
+                        rate, p50, status, command = (
+                            point.throughput,
+                            point.p50_us,
+                            point.status,
+                            point.command,
+                        )
                     run = Run(cpu, rate, p50, status, os.getloadavg()[0], command)
                     rows.setdefault((v.name, load.label), []).append(run)
-                    print(f"<!-- round {rnd} {v.name:8} {load.label:22} {cpu.cpu_us:6.1f} us/req "
-                          f"(kernel {cpu.kernel_us:5.1f}, loop busy {cpu.loop_busy:.2f}) "
-                          f"{rate:8.0f}/s p50 {p50:7.0f} us load {run.loadavg:.1f} "
-                          f"{status} -->", flush=True)
+                    print(
+                        f"<!-- round {rnd} {v.name:8} {load.label:22} {cpu.cpu_us:6.1f} us/req "
+                        f"(kernel {cpu.kernel_us:5.1f}, loop busy {cpu.loop_busy:.2f}) "
+                        f"{rate:8.0f}/s p50 {p50:7.0f} us load {run.loadavg:.1f} "
+                        f"{status} -->",
+                        flush=True,
+                    )
             finally:
                 server.stop()  # type: ignore[attr-defined]
     med = statistics.median
-    print("\n| variant | load | CPU µs/req: median (rounds) | kernel µs | loop busy "
-          "| req/s: median (rounds) | p50 µs | status |")
+    print(
+        "\n| variant | load | CPU µs/req: median (rounds) | kernel µs | loop busy "
+        "| req/s: median (rounds) | p50 µs | status |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for (name, label), runs in rows.items():
         cpus = [r.cpu for r in runs]
-        print(f"| {name} | {label} | {med(c.cpu_us for c in cpus):.0f} "
-              f"({', '.join(f'{c.cpu_us:.0f}' for c in cpus)}) "
-              f"| {med(c.kernel_us for c in cpus):.0f} | {med(c.loop_busy for c in cpus):.2f} "
-              f"| {med(r.throughput for r in runs):,.0f} "
-              f"({', '.join(f'{r.throughput:,.0f}' for r in runs)}) "
-              f"| {med(r.p50_us for r in runs):,.0f} "
-              f"| {'ok' if all(r.status.startswith('ok') for r in runs) else runs[-1].status} |")
+        print(
+            f"| {name} | {label} | {med(c.cpu_us for c in cpus):.0f} "
+            f"({', '.join(f'{c.cpu_us:.0f}' for c in cpus)}) "
+            f"| {med(c.kernel_us for c in cpus):.0f} | {med(c.loop_busy for c in cpus):.2f} "
+            f"| {med(r.throughput for r in runs):,.0f} "
+            f"({', '.join(f'{r.throughput:,.0f}' for r in runs)}) "
+            f"| {med(r.p50_us for r in runs):,.0f} "
+            f"| {'ok' if all(r.status.startswith('ok') for r in runs) else runs[-1].status} |"
+        )
     print(f"\n`{uptime()}` (after)\n", flush=True)
     return rows
 
 
-def ratios(rows: dict[tuple[str, str], list[Run]], num: tuple[str, str],
-           den: tuple[str, str], what: str) -> str:
+def ratios(
+    rows: dict[tuple[str, str], list[Run]], num: tuple[str, str], den: tuple[str, str], what: str
+) -> str:
     """Median of the per-round ratios (same round: the same machine state)."""
     a, b = rows.get(num, []), rows.get(den, [])
     per = []
@@ -218,8 +271,9 @@ def ratios(rows: dict[tuple[str, str], list[Run]], num: tuple[str, str],
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tables", default="frontends,features,python,mlp,wrk")
     ap.add_argument("--root", type=Path, default=ROOT)
@@ -227,75 +281,102 @@ def main() -> int:
     ap.add_argument("--triton-dir", type=Path, default=ROOT / ".tools" / "triton")
     ap.add_argument("--interval-ms", type=int, default=3000)
     a = ap.parse_args()
-    settings = Settings(measurement_interval_ms=a.interval_ms, stability_percentage=50,
-                        max_trials=6)
+    settings = Settings(
+        measurement_interval_ms=a.interval_ms, stability_percentage=50, max_trials=6
+    )
     tables = a.tables.split(",")
     root = a.root.resolve()
-    doc: dict[str, object] = {"uptime": uptime(), "root": str(root),
-                              "git": subprocess.run(["git", "-C", str(root), "rev-parse",
-                                                     "--short", "HEAD"], capture_output=True,
-                                                    text=True).stdout.strip()}
+    doc: dict[str, object] = {
+        "uptime": uptime(),
+        "root": str(root),
+        "git": subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip(),
+    }
     print(f"root {root} (git {doc['git']}), nproc {os.cpu_count()}, `{doc['uptime']}`")
     native = ("--frontend", "native")
     with tempfile.TemporaryDirectory() as tmp:
         onnx = write_onnx_repo(Path(tmp) / "onnx", ("add_sub", "mlp", "mlp_nobatch"))
         if "frontends" in tables:
-            loads = [Load(f"{p} c={c}", p, "add_sub", c) for p in ("http", "grpc")
-                     for c in (16, 1)]
-            vs = [Variant("native", tl_server("native", onnx, root, native), loads),
-                  Variant("shared", tl_server("shared", onnx, root, native), loads),
-                  Variant("aio", tl_server("aio", onnx, root, ("--frontend", "aio")), loads)]
+            loads = [Load(f"{p} c={c}", p, "add_sub", c) for p in ("http", "grpc") for c in (16, 1)]
+            vs = [
+                Variant("native", tl_server("native", onnx, root, native), loads),
+                Variant("shared", tl_server("shared", onnx, root, native), loads),
+                Variant("aio", tl_server("aio", onnx, root, ("--frontend", "aio")), loads),
+            ]
             if a.baseline:
                 vs.append(Variant("base", tl_server("base", onnx, a.baseline.resolve()), loads))
             rows = run_table("frontends (ONNX add_sub, perf_analyzer)", vs, a.rounds, settings)
             doc["frontends"] = _dump(rows)
         if "features" in tables:
-            loads = [Load("http c=16", "http", "add_sub", 16),
-                     Load("http c=16 shm=system", "http", "add_sub", 16,
-                          ("--shared-memory=system",)),
-                     Load("grpc c=16", "grpc", "add_sub", 16),
-                     Load("grpc c=16 shm=system", "grpc", "add_sub", 16,
-                          ("--shared-memory=system",)),
-                     Load("grpc c=16 --streaming", "grpc", "add_sub", 16, ("--streaming",))]
-            rows = run_table("features (native; ONNX add_sub)",
-                             [Variant("native", tl_server("native", onnx, root, native), loads)],
-                             a.rounds, settings)
+            loads = [
+                Load("http c=16", "http", "add_sub", 16),
+                Load("http c=16 shm=system", "http", "add_sub", 16, ("--shared-memory=system",)),
+                Load("grpc c=16", "grpc", "add_sub", 16),
+                Load("grpc c=16 shm=system", "grpc", "add_sub", 16, ("--shared-memory=system",)),
+                Load("grpc c=16 --streaming", "grpc", "add_sub", 16, ("--streaming",)),
+            ]
+            rows = run_table(
+                "features (native; ONNX add_sub)",
+                [Variant("native", tl_server("native", onnx, root, native), loads)],
+                a.rounds,
+                settings,
+            )
             doc["features"] = _dump(rows)
         if "python" in tables:
             pyrepo = write_python_repo(Path(tmp) / "python", ("add_sub",))
-            loads = [Load(f"{p} c={c}", p, "add_sub", c) for p in ("http", "grpc")
-                     for c in (1, 4)]
-            vs = [Variant("tritonlite", tl_server("tritonlite-py", pyrepo, root, native), loads),
-                  Variant("triton", triton_server(a.triton_dir.resolve(), pyrepo), loads)]
-            rows = run_table("python (model.py add_sub: tritonlite native vs Triton)", vs,
-                             a.rounds, settings)
-            print("| load | throughput tritonlite/Triton (goal >= 2x) "
-                  "| p50 tritonlite/Triton (goal <= 0.5x) |\n|---|---|---|")
+            loads = [Load(f"{p} c={c}", p, "add_sub", c) for p in ("http", "grpc") for c in (1, 4)]
+            vs = [
+                Variant("tritonlite", tl_server("tritonlite-py", pyrepo, root, native), loads),
+                Variant("triton", triton_server(a.triton_dir.resolve(), pyrepo), loads),
+            ]
+            rows = run_table(
+                "python (model.py add_sub: tritonlite native vs Triton)", vs, a.rounds, settings
+            )
+            print(
+                "| load | throughput tritonlite/Triton (goal >= 2x) "
+                "| p50 tritonlite/Triton (goal <= 0.5x) |\n|---|---|---|"
+            )
             for ld in loads:
                 us, them = ("tritonlite", ld.label), ("triton", ld.label)
-                print(f"| {ld.label} | {ratios(rows, us, them, 'throughput')} "
-                      f"| {ratios(rows, us, them, 'p50')} |")
+                print(
+                    f"| {ld.label} | {ratios(rows, us, them, 'throughput')} "
+                    f"| {ratios(rows, us, them, 'p50')} |"
+                )
             doc["python"] = _dump(rows)
         if "mlp" in tables:
-            loads = [Load(f"{m} {p} c=16", p, m, 16) for p in ("http", "grpc")
-                     for m in ("mlp", "mlp_nobatch")]
-            rows = run_table("mlp (ONNX, dynamic batching vs none, native)",
-                             [Variant("native", tl_server("native", onnx, root, native), loads)],
-                             a.rounds, settings)
+            loads = [
+                Load(f"{m} {p} c=16", p, m, 16)
+                for p in ("http", "grpc")
+                for m in ("mlp", "mlp_nobatch")
+            ]
+            rows = run_table(
+                "mlp (ONNX, dynamic batching vs none, native)",
+                [Variant("native", tl_server("native", onnx, root, native), loads)],
+                a.rounds,
+                settings,
+            )
             print("| protocol | mlp / mlp_nobatch throughput (goal >= 3x) |\n|---|---|")
             for p in ("http", "grpc"):
-                r = ratios(rows, ("native", f"mlp {p} c=16"),
-                           ("native", f"mlp_nobatch {p} c=16"), "throughput")
+                r = ratios(
+                    rows,
+                    ("native", f"mlp {p} c=16"),
+                    ("native", f"mlp_nobatch {p} c=16"),
+                    "throughput",
+                )
                 print(f"| {p} | {r} |")
             doc["mlp"] = _dump(rows)
         if "wrk" in tables:
             loads = [Load("wrk JSON c=16", "http", "add_sub", 16, tool="wrk")]
-            vs = [Variant("native", tl_server("native", onnx, root, native), loads),
-                  Variant("aio", tl_server("aio", onnx, root, ("--frontend", "aio")), loads)]
+            vs = [
+                Variant("native", tl_server("native", onnx, root, native), loads),
+                Variant("aio", tl_server("aio", onnx, root, ("--frontend", "aio")), loads),
+            ]
             if a.baseline:
                 vs.append(Variant("base", tl_server("base", onnx, a.baseline.resolve()), loads))
-            rows = run_table("wrk (JSON add_sub, 1 thread, 16 connections, 10 s)", vs, a.rounds,
-                             settings)
+            rows = run_table(
+                "wrk (JSON add_sub, 1 thread, 16 connections, 10 s)", vs, a.rounds, settings
+            )
             doc["wrk"] = _dump(rows)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"issue16_{'_'.join(tables)}.json").write_text(json.dumps(doc, indent=1))
@@ -303,8 +384,10 @@ def main() -> int:
 
 
 def _dump(rows: dict[tuple[str, str], list[Run]]) -> list[dict[str, object]]:
-    return [{"variant": v, "load": ld, "runs": [asdict(r) for r in runs]}
-            for (v, ld), runs in rows.items()]
+    return [
+        {"variant": v, "load": ld, "runs": [asdict(r) for r in runs]}
+        for (v, ld), runs in rows.items()
+    ]
 
 
 if __name__ == "__main__":

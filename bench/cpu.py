@@ -34,7 +34,7 @@ class Cpu:
 def _ticks(path: str) -> tuple[int, int]:
     with open(path) as f:
         s = f.read()
-    fields = s[s.rindex(")") + 2:].split()
+    fields = s[s.rindex(")") + 2 :].split()
     return int(fields[11]) + int(fields[12]), int(fields[12])
 
 
@@ -47,14 +47,26 @@ def _successes(port: int, model: str) -> int:
 
 def measure(pid: int, stats_port: int, model: str, run: Callable[[], object]) -> Cpu:
     n0 = _successes(stats_port, model)
-    p0, m0, w0 = _ticks(f"/proc/{pid}/stat"), _ticks(f"/proc/{pid}/task/{pid}/stat"), \
-        time.monotonic()
+    p0, m0, w0 = (
+        _ticks(f"/proc/{pid}/stat"),
+        _ticks(f"/proc/{pid}/task/{pid}/stat"),
+        time.monotonic(),
+    )
     run()
-    w1, p1, m1 = time.monotonic(), _ticks(f"/proc/{pid}/stat"), \
-        _ticks(f"/proc/{pid}/task/{pid}/stat")
+    w1, p1, m1 = (
+        time.monotonic(),
+        _ticks(f"/proc/{pid}/stat"),
+        _ticks(f"/proc/{pid}/task/{pid}/stat"),
+    )
     n = _successes(stats_port, model) - n0
     per = (lambda t: t / HZ * 1e6 / n) if n else (lambda t: 0.0)
     wall = w1 - w0
-    return Cpu(n, round(per(p1[0] - p0[0]), 1), round(per(p1[1] - p0[1]), 1),
-               round(per(m1[0] - m0[0]), 1), round((m1[0] - m0[0]) / HZ / wall, 2),
-               round(n / wall, 1), round(wall, 1))
+    return Cpu(
+        n,
+        round(per(p1[0] - p0[0]), 1),
+        round(per(p1[1] - p0[1]), 1),
+        round(per(m1[0] - m0[0]), 1),
+        round((m1[0] - m0[0]) / HZ / wall, 2),
+        round(n / wall, 1),
+        round(wall, 1),
+    )

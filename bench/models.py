@@ -137,8 +137,9 @@ def _write(model_dir: Path, header: str, io: str, dynamic: str) -> None:
     (model_dir / "config.pbtxt").write_text(f'name: "{model_dir.name}"\n{header}\n{io}{dynamic}')
 
 
-def write_onnx_repo(repo: Path,
-                    models: tuple[str, ...] = ("add_sub", "mlp", "mlp_nobatch")) -> Path:
+def write_onnx_repo(
+    repo: Path, models: tuple[str, ...] = ("add_sub", "mlp", "mlp_nobatch")
+) -> Path:
     """tritonlite's repository: ONNX twins."""
     for name in models:
         d = repo / name
@@ -151,8 +152,9 @@ def write_onnx_repo(repo: Path,
     return repo
 
 
-def write_python_repo(repo: Path,
-                      models: tuple[str, ...] = ("add_sub", "mlp", "mlp_nobatch")) -> Path:
+def write_python_repo(
+    repo: Path, models: tuple[str, ...] = ("add_sub", "mlp", "mlp_nobatch")
+) -> Path:
     """The Python-backend twins (what the reference tritonserver runs)."""
     for name in models:
         d = repo / name

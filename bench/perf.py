@@ -45,7 +45,8 @@ def perf_analyzer_bin() -> Path:
         installer = ROOT / "tools" / "install-perf-analyzer.sh"
         if not installer.exists():
             raise SystemExit(
-                f"no perf_analyzer: set PERF_ANALYZER or install it into {path.parent}")
+                f"no perf_analyzer: set PERF_ANALYZER or install it into {path.parent}"
+            )
         subprocess.run(["bash", str(installer), str(path.parent)], check=True)
     return path
 
@@ -62,9 +63,15 @@ class Settings:
     extra: tuple[str, ...] = ()  # more perf_analyzer flags (--streaming, --shared-memory=...)
 
     def flags(self) -> list[str]:
-        return ["--measurement-interval", str(self.measurement_interval_ms),
-                "--stability-percentage", str(self.stability_percentage),
-                "--max-trials", str(self.max_trials), *self.extra]
+        return [
+            "--measurement-interval",
+            str(self.measurement_interval_ms),
+            "--stability-percentage",
+            str(self.stability_percentage),
+            "--max-trials",
+            str(self.max_trials),
+            *self.extra,
+        ]
 
 
 @dataclass
@@ -112,8 +119,12 @@ class Point:
     @property
     def server_non_compute_us(self) -> float:
         """Server time per request outside the model run: overhead + queue + compute in/out."""
-        return (self.server_overhead_us + self.server_queue_us + self.server_compute_input_us
-                + self.server_compute_output_us)
+        return (
+            self.server_overhead_us
+            + self.server_queue_us
+            + self.server_compute_input_us
+            + self.server_compute_output_us
+        )
 
     def row(self) -> dict[str, object]:
         d = asdict(self)
@@ -126,20 +137,27 @@ class Point:
 
 
 _CSV_MAP = {
-    "Inferences/Second": "throughput", "Client Send": "client_send_us",
-    "Network+Server Send/Recv": "network_server_us", "Server Queue": "server_queue_us",
+    "Inferences/Second": "throughput",
+    "Client Send": "client_send_us",
+    "Network+Server Send/Recv": "network_server_us",
+    "Server Queue": "server_queue_us",
     "Server Compute Input": "server_compute_input_us",
     "Server Compute Infer": "server_compute_infer_us",
-    "Server Compute Output": "server_compute_output_us", "Client Recv": "client_recv_us",
-    "p50 latency": "p50_us", "p90 latency": "p90_us", "p95 latency": "p95_us",
+    "Server Compute Output": "server_compute_output_us",
+    "Client Recv": "client_recv_us",
+    "p50 latency": "p50_us",
+    "p90 latency": "p90_us",
+    "p95 latency": "p95_us",
     "p99 latency": "p99_us",
 }
 _NUM = r"([0-9]+(?:\.[0-9]+)?)"
 _STDOUT_MAP = {
     "throughput": rf"Throughput: {_NUM} infer/sec",
     "avg_latency_us": rf"Avg latency: {_NUM} usec",
-    "p50_us": rf"p50 latency: {_NUM} usec", "p90_us": rf"p90 latency: {_NUM} usec",
-    "p95_us": rf"p95 latency: {_NUM} usec", "p99_us": rf"p99 latency: {_NUM} usec",
+    "p50_us": rf"p50 latency: {_NUM} usec",
+    "p90_us": rf"p90 latency: {_NUM} usec",
+    "p95_us": rf"p95 latency: {_NUM} usec",
+    "p99_us": rf"p99 latency: {_NUM} usec",
     "inference_count": rf"Inference count: {_NUM}",
     "execution_count": rf"Execution count: {_NUM}",
     "server_request_us": rf"Avg request latency: {_NUM} usec",
@@ -179,16 +197,22 @@ def parse_csv(point: Point, path: Path) -> list[str] | None:
     return lines[:2]
 
 
-def run_point(binary: Path, point: Point, url: str, settings: Settings, csv_path: Path,
-              log_path: Path) -> tuple[Point, list[str] | None]:
+def run_point(
+    binary: Path, point: Point, url: str, settings: Settings, csv_path: Path, log_path: Path
+) -> tuple[Point, list[str] | None]:
     """Run perf_analyzer for ``point`` (filled in place); returns it and its CSV lines.
 
     perf_analyzer reports nothing for a point it could not stabilise; such a point is measured
     once more with twice the window, a 100% stability band and at least 10 trials, and its
     status says so.
     """
-    retry = Settings(settings.measurement_interval_ms * 2, 100, max(settings.max_trials, 10),
-                     settings.timeout_s, settings.extra)
+    retry = Settings(
+        settings.measurement_interval_ms * 2,
+        100,
+        max(settings.max_trials, 10),
+        settings.timeout_s,
+        settings.extra,
+    )
     logs: list[str] = []
     start = time.monotonic()
     point.loadavg_1m = os.getloadavg()[0]
@@ -205,18 +229,33 @@ def run_point(binary: Path, point: Point, url: str, settings: Settings, csv_path
         last = [ln for ln in out.strip().splitlines() if ln.strip()][-1:] or ["no output"]
         point.status = f"failed (rc {rc}): {last[0][:120]}"
     elif retried:
-        point.status = (f"ok (retried: {retry.measurement_interval_ms} ms windows; "
-                        f"stability {retry.stability_percentage}%)")
+        point.status = (
+            f"ok (retried: {retry.measurement_interval_ms} ms windows; "
+            f"stability {retry.stability_percentage}%)"
+        )
     return point, lines
 
 
-def _invoke(binary: Path, point: Point, url: str, settings: Settings,
-            csv_path: Path) -> tuple[int, str, list[str] | None]:
+def _invoke(
+    binary: Path, point: Point, url: str, settings: Settings, csv_path: Path
+) -> tuple[int, str, list[str] | None]:
     csv_path.unlink(missing_ok=True)
     c = point.concurrency
     # An explicit range end makes synchronous perf_analyzer use one thread per request in flight.
-    cmd = [str(binary), "-m", point.model, "-u", url, "-i", point.protocol,
-           "--concurrency-range", f"{c}:{c}", *settings.flags(), "-f", str(csv_path)]
+    cmd = [
+        str(binary),
+        "-m",
+        point.model,
+        "-u",
+        url,
+        "-i",
+        point.protocol,
+        "--concurrency-range",
+        f"{c}:{c}",
+        *settings.flags(),
+        "-f",
+        str(csv_path),
+    ]
     point.command = " ".join(cmd)
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=settings.timeout_s)
@@ -262,8 +301,9 @@ def http_status(port: int, path: str) -> int:
         return 0
 
 
-def wait_ready(port: int, alive: Callable[[], bool], timeout_s: float,
-               path: str = "/v2/health/ready") -> bool:
+def wait_ready(
+    port: int, alive: Callable[[], bool], timeout_s: float, path: str = "/v2/health/ready"
+) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if not alive():
@@ -277,11 +317,20 @@ def wait_ready(port: int, alive: Callable[[], bool], timeout_s: float,
 class TritonliteServer:
     """``python -m tritonlite`` on port 0; the bound ports are read back from its stderr."""
 
-    MARKS = {"http": "Started HTTPService at ", "grpc": "Started GRPCInferenceService at ",
-             "metrics": "Started Metrics Service at "}
+    MARKS = {
+        "http": "Started HTTPService at ",
+        "grpc": "Started GRPCInferenceService at ",
+        "metrics": "Started Metrics Service at ",
+    }
 
-    def __init__(self, repo: Path, log_path: Path, extra: tuple[str, ...] = (),
-                 ready_path: str = "/v2/health/ready", root: Path = ROOT) -> None:
+    def __init__(
+        self,
+        repo: Path,
+        log_path: Path,
+        extra: tuple[str, ...] = (),
+        ready_path: str = "/v2/health/ready",
+        root: Path = ROOT,
+    ) -> None:
         """``root``: the checkout whose ``tritonlite`` runs (another commit's worktree, for
         side-by-side comparisons; it needs its extensions built in place)."""
         self.repo, self.log_path, self.extra, self.root = repo, log_path, extra, root
@@ -298,18 +347,34 @@ class TritonliteServer:
         ports = ["--http-port", "0", "--grpc-port", "0"]
         if "--http-port" in self.extra:  # the caller picked them (one shared port)
             ports = []
-        cmd = [sys.executable, "-m", "tritonlite", "--model-repository", str(self.repo),
-               *ports, "--metrics-port", "0",
-               "--http-address", HOST, "--grpc-address", HOST, *self.extra]
+        cmd = [
+            sys.executable,
+            "-m",
+            "tritonlite",
+            "--model-repository",
+            str(self.repo),
+            *ports,
+            "--metrics-port",
+            "0",
+            "--http-address",
+            HOST,
+            "--grpc-address",
+            HOST,
+            *self.extra,
+        ]
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "PYTHONPATH": str(self.root)}
-        self.proc = subprocess.Popen(cmd, cwd=self.root, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, env=env)
+        self.proc = subprocess.Popen(
+            cmd, cwd=self.root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env
+        )
         threading.Thread(target=self._drain, daemon=True).start()
         self._started.wait(timeout_s)
         if "http" not in self.ports or not wait_ready(
-                self.ports["http"], lambda: self.proc is not None and self.proc.poll() is None,
-                timeout_s, self.ready_path):
+            self.ports["http"],
+            lambda: self.proc is not None and self.proc.poll() is None,
+            timeout_s,
+            self.ready_path,
+        ):
             self.stop()
             raise RuntimeError(f"tritonlite did not start; see {self.log_path}")
         return self.ports
@@ -352,9 +417,20 @@ class TritonServer:
     def start(self) -> dict[str, int]:
         http_port, grpc_port, metrics_port = free_ports(3)
         run = subprocess.run(
-            ["bash", str(self.script), "start", str(self.tool_dir), str(self.repo),
-             str(http_port), str(grpc_port), str(metrics_port)],
-            capture_output=True, text=True, timeout=1800)
+            [
+                "bash",
+                str(self.script),
+                "start",
+                str(self.tool_dir),
+                str(self.repo),
+                str(http_port),
+                str(grpc_port),
+                str(metrics_port),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
         if run.returncode != 0:
             raise RuntimeError(f"tritonserver failed to start:\n{run.stdout}{run.stderr}")
         pid, self.log_path = run.stdout.split()[-2:]
@@ -366,8 +442,9 @@ class TritonServer:
         pid_file = self.tool_dir / "triton.pid"
         ours = pid_file.exists() and pid_file.read_text().strip() == str(self.pid)
         if ours:
-            subprocess.run(["bash", str(self.script), "stop", str(self.tool_dir)], timeout=60,
-                           check=False)
+            subprocess.run(
+                ["bash", str(self.script), "stop", str(self.tool_dir)], timeout=60, check=False
+            )
             return
         # Someone else started a server from the same tool dir since: stop only our own.
         try:

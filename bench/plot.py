@@ -40,7 +40,8 @@ def plot(rows: list[dict[str, str]], out_dir: Path) -> list[Path]:
     import matplotlib.ticker
 
     groups: dict[tuple[str, str], dict[tuple[str, str], list[dict[str, str]]]] = defaultdict(
-        lambda: defaultdict(list))
+        lambda: defaultdict(list)
+    )
     for r in rows:
         if r["status"].startswith("ok") and float(r["throughput"]) > 0:
             groups[(family(r["model"]), r["protocol"])][(r["server"], r["model"])].append(r)
@@ -52,13 +53,29 @@ def plot(rows: list[dict[str, str]], out_dir: Path) -> list[Path]:
             x = [float(r["throughput"]) for r in pts]
             color = f"C{i}"
             label = LABELS.get(key, f"{key[0]} {key[1]}")
-            ax.plot(x, [float(r["p99_us"]) / 1e3 for r in pts], "o-", color=color,
-                    label=f"{label} (p99)")
-            ax.plot(x, [float(r["p50_us"]) / 1e3 for r in pts], ".:", color=color,
-                    label=f"{label} (p50)")
+            ax.plot(
+                x,
+                [float(r["p99_us"]) / 1e3 for r in pts],
+                "o-",
+                color=color,
+                label=f"{label} (p99)",
+            )
+            ax.plot(
+                x,
+                [float(r["p50_us"]) / 1e3 for r in pts],
+                ".:",
+                color=color,
+                label=f"{label} (p50)",
+            )
             for r, xv in zip(pts, x, strict=True):
-                ax.annotate(f"c{r['concurrency']}", (xv, float(r["p99_us"]) / 1e3),
-                            textcoords="offset points", xytext=(4, 4), fontsize=7, color=color)
+                ax.annotate(
+                    f"c{r['concurrency']}",
+                    (xv, float(r["p99_us"]) / 1e3),
+                    textcoords="offset points",
+                    xytext=(4, 4),
+                    fontsize=7,
+                    color=color,
+                )
         ax.set_yscale("log")
         ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
         ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
@@ -66,8 +83,10 @@ def plot(rows: list[dict[str, str]], out_dir: Path) -> list[Path]:
         ax.set_xlabel("throughput (infer/s)")
         ax.set_ylabel("client latency (ms, log scale)")
         conc = sorted({int(r["concurrency"]) for pts in lines.values() for r in pts})
-        ax.set_title(f"{fam} over {PROTO_NAMES.get(proto, proto)}: latency vs throughput "
-                     f"(perf_analyzer, concurrency {'/'.join(map(str, conc))})")
+        ax.set_title(
+            f"{fam} over {PROTO_NAMES.get(proto, proto)}: latency vs throughput "
+            f"(perf_analyzer, concurrency {'/'.join(map(str, conc))})"
+        )
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         fig.tight_layout()

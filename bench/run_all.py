@@ -114,14 +114,20 @@ def machine_info(pa: Path) -> dict[str, str]:
         "onnxruntime": onnxruntime.__version__,
         "perf_analyzer": pa_version,
         "tritonlite": out([sys.executable, "-m", "tritonlite", "--version"]),
-        "git": out(["git", "rev-parse", "--short", "HEAD"]) + (
-            " (+ uncommitted changes)" if out(["git", "status", "--porcelain"]) else ""),
+        "git": out(["git", "rev-parse", "--short", "HEAD"])
+        + (" (+ uncommitted changes)" if out(["git", "status", "--porcelain"]) else ""),
     }
 
 
 # -- perf_analyzer blocks --------------------------------------------------------------------------
-def run_block(block: Block, server: TritonliteServer | TritonServer, pa: Path,
-              settings: Settings, protocols: tuple[str, ...], results: Path) -> list[Point]:
+def run_block(
+    block: Block,
+    server: TritonliteServer | TritonServer,
+    pa: Path,
+    settings: Settings,
+    protocols: tuple[str, ...],
+    results: Path,
+) -> list[Point]:
     points: list[Point] = []
     ports: dict[str, int] = {}
     reason = ""
@@ -129,8 +135,11 @@ def run_block(block: Block, server: TritonliteServer | TritonServer, pa: Path,
         ports = server.start()
     except (RuntimeError, subprocess.TimeoutExpired) as exc:
         reason = f"not run: server did not start ({str(exc).splitlines()[0][:100]})"
-    log(f"{block.server}: started (pid {server.pid}, ports {ports})" if ports
-        else f"{block.server}: {reason}")
+    log(
+        f"{block.server}: started (pid {server.pid}, ports {ports})"
+        if ports
+        else f"{block.server}: {reason}"
+    )
     try:
         for model, concurrencies in block.models.items():
             model_reason = reason
@@ -149,14 +158,21 @@ def run_block(block: Block, server: TritonliteServer | TritonServer, pa: Path,
                     else:
                         tag = f"{block.server}_{model}_{proto}_c{c}"
                         _, lines = run_point(
-                            pa, p, f"127.0.0.1:{ports[proto]}", settings,
-                            results / f".{tag}.csv", results / "logs" / f"{tag}.log")
+                            pa,
+                            p,
+                            f"127.0.0.1:{ports[proto]}",
+                            settings,
+                            results / f".{tag}.csv",
+                            results / "logs" / f"{tag}.log",
+                        )
                         if lines:
                             parts.append(lines)
                         if "metrics" in ports:
                             p.server_p99_us = server_p99_us(ports["metrics"], model)
-                        log(f"{tag}: {p.status}, {p.throughput:.0f} infer/s, p99 "
-                            f"{p.p99_us:.0f} us, batch {p.avg_batch:.1f} ({p.wall_s:.0f} s)")
+                        log(
+                            f"{tag}: {p.status}, {p.throughput:.0f} infer/s, p99 "
+                            f"{p.p99_us:.0f} us, batch {p.avg_batch:.1f} ({p.wall_s:.0f} s)"
+                        )
                     points.append(p)
                 write_merged_csv(results / f"perf_{block.server}_{model}_{proto}.csv", parts)
     finally:
@@ -166,8 +182,9 @@ def run_block(block: Block, server: TritonliteServer | TritonServer, pa: Path,
 
 def unready_reason(port: int, model: str) -> str:
     try:
-        req = urllib.request.Request(f"http://127.0.0.1:{port}/v2/repository/index", data=b"{}",
-                                     method="POST")
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v2/repository/index", data=b"{}", method="POST"
+        )
         with urllib.request.urlopen(req, timeout=10) as r:
             for entry in json.loads(r.read()):
                 if entry.get("name") == model:
@@ -184,8 +201,13 @@ def run_micro(script: str, args: list[str], results: Path, timeout_s: float = 30
         return f"_{script} is not in this tree yet: not run._"
     log(f"{script} {' '.join(args)}")
     try:
-        proc = subprocess.run([sys.executable, str(path), *args], capture_output=True, text=True,
-                              cwd=ROOT, timeout=timeout_s)
+        proc = subprocess.run(
+            [sys.executable, str(path), *args],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=timeout_s,
+        )
     except subprocess.TimeoutExpired:
         return f"_{script} timed out after {timeout_s:.0f} s._"
     (results / "logs").mkdir(parents=True, exist_ok=True)
@@ -208,38 +230,47 @@ def find(points: list[Point], server: str, model: str, proto: str, c: int) -> Po
 
 
 def table_points(points: list[Point]) -> list[str]:
-    out = ["| server | backend | model | protocol | conc. | infer/s | p50 µs | p99 µs | "
-           "avg batch | srv overhead µs | srv queue µs | srv compute in µs | "
-           "srv compute infer µs | srv compute out µs | load 1m | status |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| server | backend | model | protocol | conc. | infer/s | p50 µs | p99 µs | "
+        "avg batch | srv overhead µs | srv queue µs | srv compute in µs | "
+        "srv compute infer µs | srv compute out µs | load 1m | status |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for p in points:
         if not p.ok:
-            out.append(f"| {p.server} | {p.backend} | {p.model} | {p.protocol} | {p.concurrency} "
-                       f"| – | – | – | – | – | – | – | – | – | – | {p.status} |")
+            out.append(
+                f"| {p.server} | {p.backend} | {p.model} | {p.protocol} | {p.concurrency} "
+                f"| – | – | – | – | – | – | – | – | – | – | {p.status} |"
+            )
             continue
         out.append(
             f"| {p.server} | {p.backend} | {p.model} | {p.protocol} | {p.concurrency} | "
             f"{fmt(p.throughput, 1)} | {fmt(p.p50_us)} | {fmt(p.p99_us)} | {p.avg_batch:.2f} | "
             f"{fmt(p.server_overhead_us)} | {fmt(p.server_queue_us)} | "
             f"{fmt(p.server_compute_input_us)} | {fmt(p.server_compute_infer_us)} | "
-            f"{fmt(p.server_compute_output_us)} | {p.loadavg_1m:.1f} | {p.status} |")
+            f"{fmt(p.server_compute_output_us)} | {p.loadavg_1m:.1f} | {p.status} |"
+        )
     return out
 
 
 def table_batching(points: list[Point], protocols: tuple[str, ...]) -> list[str]:
     delay = models.MLP_QUEUE_DELAY_US
-    out = [f"MLP, dynamic batching on (`max_queue_delay_microseconds: {delay}`) vs off. "
-           "Goal: throughput ratio ≥ 3×; p99 (on) ≤ max_queue_delay + 2 × one batch's compute, "
-           "where one batch's compute is the server's compute input + infer + output per "
-           "request in the batching-on run (each request of a batch is charged its batch's "
-           "duration).", "",
-           "p99 is perf_analyzer's (client side: the closed-loop client threads share the "
-           "machine with the server); server p99 is the server's own request-duration summary "
-           "(tritonlite only: Triton's summary spans 60 s, so it would mix points).", "",
-           "| server | protocol | conc. | infer/s on | infer/s off | **on/off** | ≥ 3×? | "
-           "avg batch on | p99 µs on | p99 µs off | bound µs | p99 ≤ bound? | server p99 µs on "
-           "| server p99 ≤ bound? |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        f"MLP, dynamic batching on (`max_queue_delay_microseconds: {delay}`) vs off. "
+        "Goal: throughput ratio ≥ 3×; p99 (on) ≤ max_queue_delay + 2 × one batch's compute, "
+        "where one batch's compute is the server's compute input + infer + output per "
+        "request in the batching-on run (each request of a batch is charged its batch's "
+        "duration).",
+        "",
+        "p99 is perf_analyzer's (client side: the closed-loop client threads share the "
+        "machine with the server); server p99 is the server's own request-duration summary "
+        "(tritonlite only: Triton's summary spans 60 s, so it would mix points).",
+        "",
+        "| server | protocol | conc. | infer/s on | infer/s off | **on/off** | ≥ 3×? | "
+        "avg batch on | p99 µs on | p99 µs off | bound µs | p99 ≤ bound? | server p99 µs on "
+        "| server p99 ≤ bound? |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for server in ("tritonlite-onnx", "triton-python", "tritonlite-python"):
         for proto in protocols:
             for c in RATIO_CONCURRENCY:
@@ -248,29 +279,39 @@ def table_batching(points: list[Point], protocols: tuple[str, ...]) -> list[str]
                 if on is None or off is None:
                     continue
                 ratio = on.throughput / off.throughput if off.throughput else 0.0
-                batch = (on.server_compute_input_us + on.server_compute_infer_us
-                         + on.server_compute_output_us)
+                batch = (
+                    on.server_compute_input_us
+                    + on.server_compute_infer_us
+                    + on.server_compute_output_us
+                )
                 bound = delay + 2 * batch
                 out.append(
                     f"| {server} | {proto} | {c} | {fmt(on.throughput, 1)} | "
                     f"{fmt(off.throughput, 1)} | **{ratio:.2f}×** | "
                     f"{'yes' if ratio >= 3 else 'NO'} | {on.avg_batch:.1f} | {fmt(on.p99_us)} | "
                     f"{fmt(off.p99_us)} | {fmt(bound)} | {'yes' if on.p99_us <= bound else 'NO'} | "
-                    + (f"{fmt(on.server_p99_us)} | "
-                       f"{'yes' if on.server_p99_us <= bound else 'NO'} |"
-                       if on.server_p99_us else "– | – |"))
+                    + (
+                        f"{fmt(on.server_p99_us)} | "
+                        f"{'yes' if on.server_p99_us <= bound else 'NO'} |"
+                        if on.server_p99_us
+                        else "– | – |"
+                    )
+                )
     return out
 
 
 def table_vs_triton(points: list[Point], protocols: tuple[str, ...]) -> list[str]:
-    out = ["tritonlite / Triton at the same concurrency and client flags. Triton always ran the "
-           "**Python-backend twin** (model.py, numpy); `tritonlite-onnx` rows ran the ONNX twin "
-           "(ONNX Runtime), `tritonlite-python` rows the identical model.py files. Throughput "
-           "ratio > 1 and p99 ratio < 1 favour tritonlite.", "",
-           "| model | protocol | conc. | Triton (Python) infer/s | tritonlite (ONNX) infer/s "
-           "| **thr. ratio ONNX/Triton** | p99 ratio ONNX/Triton | tritonlite (Python) infer/s "
-           "| **thr. ratio Python/Triton** | p99 ratio Python/Triton |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        "tritonlite / Triton at the same concurrency and client flags. Triton always ran the "
+        "**Python-backend twin** (model.py, numpy); `tritonlite-onnx` rows ran the ONNX twin "
+        "(ONNX Runtime), `tritonlite-python` rows the identical model.py files. Throughput "
+        "ratio > 1 and p99 ratio < 1 favour tritonlite.",
+        "",
+        "| model | protocol | conc. | Triton (Python) infer/s | tritonlite (ONNX) infer/s "
+        "| **thr. ratio ONNX/Triton** | p99 ratio ONNX/Triton | tritonlite (Python) infer/s "
+        "| **thr. ratio Python/Triton** | p99 ratio Python/Triton |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for model in ("add_sub", "mlp", "mlp_nobatch"):
         for proto in protocols:
             for c in CONCURRENCY:
@@ -283,56 +324,89 @@ def table_vs_triton(points: list[Point], protocols: tuple[str, ...]) -> list[str
                     if p is None:
                         cells += ["–", "–", "–"]
                     else:
-                        cells += [fmt(p.throughput, 1), f"**{p.throughput / t.throughput:.2f}×**",
-                                  f"{p.p99_us / t.p99_us:.2f}×" if t.p99_us else "–"]
-                out.append(f"| {model} | {proto} | {c} | {fmt(t.throughput, 1)} | "
-                           f"{cells[0]} | {cells[1]} | {cells[2]} | {cells[3]} | {cells[4]} | "
-                           f"{cells[5]} |")
+                        cells += [
+                            fmt(p.throughput, 1),
+                            f"**{p.throughput / t.throughput:.2f}×**",
+                            f"{p.p99_us / t.p99_us:.2f}×" if t.p99_us else "–",
+                        ]
+                out.append(
+                    f"| {model} | {proto} | {c} | {fmt(t.throughput, 1)} | "
+                    f"{cells[0]} | {cells[1]} | {cells[2]} | {cells[3]} | {cells[4]} | "
+                    f"{cells[5]} |"
+                )
     return out
 
 
 def table_overhead(points: list[Point], protocols: tuple[str, ...]) -> list[str]:
-    out = ["add_sub at concurrency 1: perf_analyzer's server-side breakdown (from the statistics "
-           "extension). Goal for tritonlite: overhead + queue + compute input + compute output "
-           "≤ 30 µs.", "",
-           "| server | protocol | overhead µs | queue µs | compute input µs | compute infer µs "
-           "| compute output µs | **overhead+queue+in+out µs** | ≤ 30 µs? | client p50 µs |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        "add_sub at concurrency 1: perf_analyzer's server-side breakdown (from the statistics "
+        "extension). Goal for tritonlite: overhead + queue + compute input + compute output "
+        "≤ 30 µs.",
+        "",
+        "| server | protocol | overhead µs | queue µs | compute input µs | compute infer µs "
+        "| compute output µs | **overhead+queue+in+out µs** | ≤ 30 µs? | client p50 µs |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for server in ("tritonlite-onnx", "triton-python", "tritonlite-python"):
         for proto in protocols:
             p = find(points, server, "add_sub", proto, 1)
             if p is None:
                 continue
             total = p.server_non_compute_us
-            out.append(f"| {server} | {proto} | {fmt(p.server_overhead_us)} | "
-                       f"{fmt(p.server_queue_us)} | {fmt(p.server_compute_input_us)} | "
-                       f"{fmt(p.server_compute_infer_us)} | {fmt(p.server_compute_output_us)} | "
-                       f"**{fmt(total)}** | {'yes' if total <= 30 else 'NO'} | {fmt(p.p50_us)} |")
+            out.append(
+                f"| {server} | {proto} | {fmt(p.server_overhead_us)} | "
+                f"{fmt(p.server_queue_us)} | {fmt(p.server_compute_input_us)} | "
+                f"{fmt(p.server_compute_infer_us)} | {fmt(p.server_compute_output_us)} | "
+                f"**{fmt(total)}** | {'yes' if total <= 30 else 'NO'} | {fmt(p.p50_us)} |"
+            )
     return out
 
 
-def summary_markdown(points: list[Point], machine: dict[str, str], settings: Settings,
-                     protocols: tuple[str, ...], command: str, micro: dict[str, str],
-                     plots: list[Path]) -> str:
-    md = ["# tritonlite benchmark summary", "",
-          f"Command: `{command}`  ", f"Date: {machine['date']}  ",
-          f"Machine: {machine['nproc']} cores ({machine['cpu']}), {machine['memory']} RAM, "
-          f"{machine['os']}  ",
-          f"Software: Python {machine['python']}, numpy {machine['numpy']}, onnxruntime "
-          f"{machine['onnxruntime']}, {machine['perf_analyzer']}, {machine['tritonlite']}, "
-          f"git {machine['git']}  ",
-          f"perf_analyzer flags (every server): `-i http|grpc --concurrency-range C:C "
-          f"{' '.join(settings.flags())} -f ...` (synchronous client, one thread per request "
-          "in flight, batch size 1)", "",
-          "Server and perf_analyzer share the same cores; servers ran one at a time. Compare rows "
-          "of this run only. 1-minute load average at the start of the points: "
-          f"{load_range(points)} (on {machine['nproc']} cores; above the core count means other "
-          "work was competing).", "",
-          "## Dynamic batching on vs off (MLP)", "", *table_batching(points, protocols), "",
-          "## tritonlite vs Triton", "", *table_vs_triton(points, protocols), "",
-          "## Server-side overhead at concurrency 1 (add_sub)", "",
-          *table_overhead(points, protocols), "",
-          "## Every point", "", *table_points(points), ""]
+def summary_markdown(
+    points: list[Point],
+    machine: dict[str, str],
+    settings: Settings,
+    protocols: tuple[str, ...],
+    command: str,
+    micro: dict[str, str],
+    plots: list[Path],
+) -> str:
+    md = [
+        "# tritonlite benchmark summary",
+        "",
+        f"Command: `{command}`  ",
+        f"Date: {machine['date']}  ",
+        f"Machine: {machine['nproc']} cores ({machine['cpu']}), {machine['memory']} RAM, "
+        f"{machine['os']}  ",
+        f"Software: Python {machine['python']}, numpy {machine['numpy']}, onnxruntime "
+        f"{machine['onnxruntime']}, {machine['perf_analyzer']}, {machine['tritonlite']}, "
+        f"git {machine['git']}  ",
+        f"perf_analyzer flags (every server): `-i http|grpc --concurrency-range C:C "
+        f"{' '.join(settings.flags())} -f ...` (synchronous client, one thread per request "
+        "in flight, batch size 1)",
+        "",
+        "Server and perf_analyzer share the same cores; servers ran one at a time. Compare rows "
+        "of this run only. 1-minute load average at the start of the points: "
+        f"{load_range(points)} (on {machine['nproc']} cores; above the core count means other "
+        "work was competing).",
+        "",
+        "## Dynamic batching on vs off (MLP)",
+        "",
+        *table_batching(points, protocols),
+        "",
+        "## tritonlite vs Triton",
+        "",
+        *table_vs_triton(points, protocols),
+        "",
+        "## Server-side overhead at concurrency 1 (add_sub)",
+        "",
+        *table_overhead(points, protocols),
+        "",
+        "## Every point",
+        "",
+        *table_points(points),
+        "",
+    ]
     for title, text in micro.items():
         md += [f"## {title}", "", text, ""]
     if plots:
@@ -356,22 +430,34 @@ def write_summary_csv(path: Path, points: list[Point]) -> None:
 # -- main ------------------------------------------------------------------------------------------
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true",
-                    help="smoke run: concurrency 1 and 16, 1 s windows, no micro-benchmarks")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: concurrency 1 and 16, 1 s windows, no micro-benchmarks",
+    )
     ap.add_argument("--skip-triton", action="store_true", help="no real-Triton rows")
-    ap.add_argument("--skip-micro", action="store_true",
-                    help="skip bench_scheduler/bench_gather/bench_grpc/bench_cache")
-    ap.add_argument("--models", default="",
-                    help="only these models (comma-separated: add_sub,mlp,mlp_nobatch)")
-    ap.add_argument("--servers", default=",".join(SERVERS),
-                    help="which server blocks to run, in this order")
+    ap.add_argument(
+        "--skip-micro",
+        action="store_true",
+        help="skip bench_scheduler/bench_gather/bench_grpc/bench_cache",
+    )
+    ap.add_argument(
+        "--models", default="", help="only these models (comma-separated: add_sub,mlp,mlp_nobatch)"
+    )
+    ap.add_argument(
+        "--servers", default=",".join(SERVERS), help="which server blocks to run, in this order"
+    )
     ap.add_argument("--protocols", default=",".join(PROTOCOLS))
     ap.add_argument("--concurrency", default=",".join(map(str, CONCURRENCY)))
     ap.add_argument("--measurement-interval", type=int, default=2000, metavar="MS")
     ap.add_argument("--stability-percentage", type=int, default=50)
     ap.add_argument("--max-trials", type=int, default=6)
-    ap.add_argument("--triton-dir", type=Path, default=ROOT / ".tools" / "triton",
-                    help="tools/triton-reference.sh install dir (installed there if missing)")
+    ap.add_argument(
+        "--triton-dir",
+        type=Path,
+        default=ROOT / ".tools" / "triton",
+        help="tools/triton-reference.sh install dir (installed there if missing)",
+    )
     ap.add_argument("--results", type=Path, default=RESULTS)
     args = ap.parse_args()
     command = " ".join([".venv/bin/python", "bench/run_all.py", *sys.argv[1:]])
@@ -397,22 +483,38 @@ def main() -> int:
         onnx_repo = models.write_onnx_repo(Path(tmp) / "onnx")
         py_repo = models.write_python_repo(Path(tmp) / "python")
         blocks: list[tuple[Block, TritonliteServer | TritonServer]] = [
-            (Block("tritonlite-onnx", "onnxruntime",
-                   {"add_sub": conc, "mlp": conc, "mlp_nobatch": conc}),
-             TritonliteServer(onnx_repo, results / "logs" / "server_tritonlite-onnx.log",
-                              extra=SUMMARIES)),
+            (
+                Block(
+                    "tritonlite-onnx",
+                    "onnxruntime",
+                    {"add_sub": conc, "mlp": conc, "mlp_nobatch": conc},
+                ),
+                TritonliteServer(
+                    onnx_repo, results / "logs" / "server_tritonlite-onnx.log", extra=SUMMARIES
+                ),
+            ),
         ]
         if not args.skip_triton:
             py_models = {"add_sub": conc, "mlp": conc, "mlp_nobatch": ratio_conc}
-            blocks.append((Block("triton-python", "python", py_models),
-                           TritonServer(args.triton_dir.resolve(), py_repo)))
+            blocks.append(
+                (
+                    Block("triton-python", "python", py_models),
+                    TritonServer(args.triton_dir.resolve(), py_repo),
+                )
+            )
             # Python-backend models fail to load (UNAVAILABLE) while tritonlite lacks that
             # backend: don't exit, report why per model.
-            blocks.append((Block("tritonlite-python", "python", py_models),
-                           TritonliteServer(py_repo,
-                                            results / "logs" / "server_tritonlite-python.log",
-                                            extra=("--exit-on-error=false", *SUMMARIES),
-                                            ready_path="/v2/health/live")))
+            blocks.append(
+                (
+                    Block("tritonlite-python", "python", py_models),
+                    TritonliteServer(
+                        py_repo,
+                        results / "logs" / "server_tritonlite-python.log",
+                        extra=("--exit-on-error=false", *SUMMARIES),
+                        ready_path="/v2/health/live",
+                    ),
+                )
+            )
         wanted = args.servers.split(",")
         blocks.sort(key=lambda b: wanted.index(b[0].server) if b[0].server in wanted else 99)
         for block, server in blocks:
@@ -426,12 +528,15 @@ def main() -> int:
     micro: dict[str, str] = {}
     if not args.skip_micro:
         micro["Scheduler cost per request (bench_scheduler.py)"] = run_micro(
-            "bench_scheduler.py", [], results)
+            "bench_scheduler.py", [], results
+        )
         micro["Gather kernel (bench_gather.py)"] = run_micro("bench_gather.py", [], results)
         micro["gRPC front end vs bare grpc.aio echo (bench_grpc.py)"] = run_micro(
-            "bench_grpc.py", [], results)
+            "bench_grpc.py", [], results
+        )
         micro["Response cache hit vs execution (bench_cache.py)"] = run_micro(
-            "bench_cache.py", [], results)
+            "bench_cache.py", [], results
+        )
 
     write_summary_csv(results / "summary.csv", points)
     plots = plot.plot([{k: str(v) for k, v in p.row().items()} for p in points], results)

@@ -64,8 +64,12 @@ def _inputs(mod: Any, rng: np.random.Generator) -> tuple[list[Any], np.ndarray, 
 
 
 def _check(t: Tally, o0: Any, o1: Any, a: np.ndarray, b: np.ndarray) -> None:
-    if (o0 is not None and o1 is not None and np.array_equal(o0, a + b)
-            and np.array_equal(o1, a - b)):
+    if (
+        o0 is not None
+        and o1 is not None
+        and np.array_equal(o0, a + b)
+        and np.array_equal(o1, a - b)
+    ):
         t.ok += 1
     else:
         t.wrong += 1
@@ -109,8 +113,9 @@ def _worker(mode: str, url: str, n: int, bad_every: int, seed: int, progress: An
     progress.put(("done", mode, vars(t)))
 
 
-def _unary(t: Tally, mode: str, url: str, n: int, bad_every: int, rng: np.random.Generator,
-           progress: Any) -> None:
+def _unary(
+    t: Tally, mode: str, url: str, n: int, bad_every: int, rng: np.random.Generator, progress: Any
+) -> None:
     if mode == "grpc":
         import tritonclient.grpc as mod
     else:
@@ -158,8 +163,9 @@ def _unary(t: Tally, mode: str, url: str, n: int, bad_every: int, rng: np.random
         client.close()
 
 
-def _stream(t: Tally, url: dict[str, str], n: int, bad_every: int, rng: np.random.Generator,
-            progress: Any) -> None:
+def _stream(
+    t: Tally, url: dict[str, str], n: int, bad_every: int, rng: np.random.Generator, progress: Any
+) -> None:
     import tritonclient.grpc as mod
 
     client = mod.InferenceServerClient(url["grpc"])
@@ -224,9 +230,12 @@ def main() -> int:
     url = {"http": server.http_url, "shm": server.http_url, "grpc": server.grpc_url}
     per = args.requests // len(MODES)
     progress: Any = mp.get_context("spawn").Queue()
-    procs = [mp.get_context("spawn").Process(
-        target=_worker, args=(mode, url, per, args.bad_every, 1000 + k, progress))
-        for k, mode in enumerate(MODES)]
+    procs = [
+        mp.get_context("spawn").Process(
+            target=_worker, args=(mode, url, per, args.bad_every, 1000 + k, progress)
+        )
+        for k, mode in enumerate(MODES)
+    ]
     t0 = time.monotonic()
     for p in procs:
         p.start()
@@ -250,22 +259,31 @@ def main() -> int:
                 break
             samples.append((now - t0, _rss_kib(pid)))
             next_sample = now + args.sample_s
-            print(f"{now - t0:7.1f}s {count:>9,} requests  RSS {samples[-1][1] / 1024:.1f} MiB",
-                  flush=True)
+            print(
+                f"{now - t0:7.1f}s {count:>9,} requests  RSS {samples[-1][1] / 1024:.1f} MiB",
+                flush=True,
+            )
     for p in procs:
         p.join(30)
     elapsed = time.monotonic() - t0
     alive = server.proc.poll() is None
     end_rss = _rss_kib(pid) if alive else 0
     exit_code = server.stop()
-    total = {k: sum(r[k] for r in results.values())
-             for k in ("ok", "wrong", "lost", "bad_sent", "bad_5xx", "bad_ok")}
+    total = {
+        k: sum(r[k] for r in results.values())
+        for k in ("ok", "wrong", "lost", "bad_sent", "bad_5xx", "bad_ok")
+    }
     total["lost"] += sum(per for m in MODES if m not in results)
     warm_rss = warm_rss or samples[0][1]
     report = {
-        "frontend": args.frontend, "requests": per * len(MODES), "elapsed_s": round(elapsed, 1),
-        "rate_per_s": round(per * len(MODES) / elapsed, 1), "by_mode": results, **total,
-        "server_alive_at_end": alive, "server_exit_code": exit_code,
+        "frontend": args.frontend,
+        "requests": per * len(MODES),
+        "elapsed_s": round(elapsed, 1),
+        "rate_per_s": round(per * len(MODES) / elapsed, 1),
+        "by_mode": results,
+        **total,
+        "server_alive_at_end": alive,
+        "server_exit_code": exit_code,
         "rss_start_mib": round(samples[0][1] / 1024, 1),
         "rss_after_warmup_mib": round(warm_rss / 1024, 1),
         "rss_end_mib": round(end_rss / 1024, 1),
@@ -276,8 +294,14 @@ def main() -> int:
     print(json.dumps({k: v for k, v in report.items() if k != "rss_samples"}, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
-    failed = (total["wrong"] or total["lost"] or total["bad_5xx"] or total["bad_ok"]
-              or not alive or exit_code != 0)
+    failed = (
+        total["wrong"]
+        or total["lost"]
+        or total["bad_5xx"]
+        or total["bad_ok"]
+        or not alive
+        or exit_code != 0
+    )
     return 1 if failed else 0
 
 

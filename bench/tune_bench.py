@@ -39,19 +39,39 @@ def main() -> int:
     for model, extra in RUNS:
         if model not in ns.models.split(","):
             continue
-        cmd = [sys.executable, "-m", "tritonlite", "tune", "--model-repository", str(repo),
-               "--model", model, "--concurrency", "16", "--max-minutes", ns.max_minutes,
-               "--load", ns.load, "--output", str(out / model), *extra]
+        cmd = [
+            sys.executable,
+            "-m",
+            "tritonlite",
+            "tune",
+            "--model-repository",
+            str(repo),
+            "--model",
+            model,
+            "--concurrency",
+            "16",
+            "--max-minutes",
+            ns.max_minutes,
+            "--load",
+            ns.load,
+            "--output",
+            str(out / model),
+            *extra,
+        ]
         print("$", " ".join(cmd), flush=True)
         subprocess.run(cmd, check=True)
         s = json.loads((out / model / "summary.json").read_text())
         a, b = s["original"][-1], s["tuned"][-1]
         ratio = b["throughput"] / a["throughput"] if a["throughput"] else float("inf")
-        rows.append(f"| {model} | {a['throughput']:,.0f} | {a['p99_us'] / 1000:.1f} "
-                    f"| {b['throughput']:,.0f} | {b['p99_us'] / 1000:.1f} | {ratio:.2f}x "
-                    f"| {s['chosen']} | {s['elapsed_s']:.0f} s |")
-    print("| model | original infer/s | p99 ms | tuned infer/s | p99 ms | ratio | chosen "
-          "| tune time |")
+        rows.append(
+            f"| {model} | {a['throughput']:,.0f} | {a['p99_us'] / 1000:.1f} "
+            f"| {b['throughput']:,.0f} | {b['p99_us'] / 1000:.1f} | {ratio:.2f}x "
+            f"| {s['chosen']} | {s['elapsed_s']:.0f} s |"
+        )
+    print(
+        "| model | original infer/s | p99 ms | tuned infer/s | p99 ms | ratio | chosen "
+        "| tune time |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     return 0

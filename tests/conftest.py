@@ -51,8 +51,11 @@ from onnx_models import build_onnx_repo
 
 _STARTED = re.compile(r"Started (HTTPService|GRPCInferenceService|Metrics Service) at (\S+):(\d+)")
 _STARTUP_TIMEOUT_S = 90.0
-_SERVICE_FLAGS = (("--allow-http", "HTTPService"), ("--allow-grpc", "GRPCInferenceService"),
-                  ("--allow-metrics", "Metrics Service"))
+_SERVICE_FLAGS = (
+    ("--allow-http", "HTTPService"),
+    ("--allow-grpc", "GRPCInferenceService"),
+    ("--allow-metrics", "Metrics Service"),
+)
 _RUNNING: set[Server] = set()  # strong refs: a dropped Server must still be stopped
 
 
@@ -178,8 +181,9 @@ def _is_live(http_url: str, tls: bool = False) -> bool:
     ctx = ssl._create_unverified_context() if tls else None
     scheme = "https" if tls else "http"
     try:
-        with urllib.request.urlopen(f"{scheme}://{http_url}/v2/health/live", timeout=5,
-                                    context=ctx) as r:
+        with urllib.request.urlopen(
+            f"{scheme}://{http_url}/v2/health/live", timeout=5, context=ctx
+        ) as r:
             return bool(r.status == 200)
     except (urllib.error.URLError, OSError):  # refused, reset, timed out, non-200
         return False
@@ -206,12 +210,14 @@ def _transport_args(args: tuple[str, ...]) -> list[str]:
     frontend = _flag_value(args, "--frontend") or os.environ.get("TRITONLITE_TEST_FRONTEND")
     if frontend and _flag_value(args, "--frontend") is None:
         out += ["--frontend", frontend]
-    shared = (os.environ.get("TRITONLITE_TEST_SHARED_PORT") == "1"
-              and frontend in (None, "native")  # native is the default
-              and _flag_value(args, "--http-port") is None
-              and _flag_value(args, "--grpc-port") is None
-              and (_flag_value(args, "--allow-http") or "true") == "true"
-              and (_flag_value(args, "--allow-grpc") or "true") == "true")
+    shared = (
+        os.environ.get("TRITONLITE_TEST_SHARED_PORT") == "1"
+        and frontend in (None, "native")  # native is the default
+        and _flag_value(args, "--http-port") is None
+        and _flag_value(args, "--grpc-port") is None
+        and (_flag_value(args, "--allow-http") or "true") == "true"
+        and (_flag_value(args, "--allow-grpc") or "true") == "true"
+    )
     if shared:
         if frontend is None:
             out += ["--frontend", "native"]
@@ -228,15 +234,36 @@ def start_server(repo: Path | str, *args: str, env: dict[str, str] | None = None
     ``env`` adds to this process's environment. Raises RuntimeError, with the server's output,
     if it exits or is not live within 90 s.
     """
-    cmd = [sys.executable, "-m", "tritonlite", "--model-repository", str(repo),
-           *_transport_args(args), "--metrics-port", "0",
-           "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1", *args]
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env={**os.environ, **(env or {})})
+    cmd = [
+        sys.executable,
+        "-m",
+        "tritonlite",
+        "--model-repository",
+        str(repo),
+        *_transport_args(args),
+        "--metrics-port",
+        "0",
+        "--http-address",
+        "127.0.0.1",
+        "--grpc-address",
+        "127.0.0.1",
+        *args,
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, **(env or {})},
+    )
     server = Server(proc, cmd)
-    wanted = {service for flag, service in _SERVICE_FLAGS
-              if (_flag_value(args, flag) or "true").lower() in ("true", "1", "yes", "on")}
+    wanted = {
+        service
+        for flag, service in _SERVICE_FLAGS
+        if (_flag_value(args, flag) or "true").lower() in ("true", "1", "yes", "on")
+    }
     deadline = time.monotonic() + _STARTUP_TIMEOUT_S
     server.wait_for(wanted, deadline)
     mutual = (_flag_value(args, "--http-use-ssl-mutual") or "false").lower() in ("true", "1")
@@ -246,8 +273,10 @@ def start_server(repo: Path | str, *args: str, env: dict[str, str] | None = None
         while not _is_live(server.http_url, tls):
             if proc.poll() is not None or time.monotonic() > deadline:
                 server.stop()
-                raise RuntimeError(f"tritonlite is not live (exit code {proc.poll()}); "
-                                   f"command: {' '.join(cmd)}\n{server.output()}")
+                raise RuntimeError(
+                    f"tritonlite is not live (exit code {proc.poll()}); "
+                    f"command: {' '.join(cmd)}\n{server.output()}"
+                )
             time.sleep(0.05)
     return server
 
@@ -271,8 +300,10 @@ def perf_analyzer() -> str:
     """Path of Triton's perf_analyzer (installed by `make test`), or skip."""
     path = os.environ.get("PERF_ANALYZER", "")
     if not path or not os.access(path, os.X_OK):
-        pytest.skip("perf_analyzer not installed; run make test "
-                    "(it installs .tools/perf_analyzer and sets PERF_ANALYZER)")
+        pytest.skip(
+            "perf_analyzer not installed; run make test "
+            "(it installs .tools/perf_analyzer and sets PERF_ANALYZER)"
+        )
     return path
 
 
@@ -297,11 +328,21 @@ def server_factory() -> Iterator[Callable[..., Server]]:
 # staging, the cache's BYTES handling). The rest goes through the same twin code as these;
 # running it twice would double CI time and find nothing new. Paths relative to tests/.
 TWIN_PATHS = (
-    "scheduling/", "kernels/", "memory/", "frontends/", "backends/", "test_onnx_models.py",
-    "compat/test_http.py", "compat/test_grpc.py", "compat/test_grpc_stream.py",
-    "compat/test_http_batching.py", "compat/test_sequence_clients.py",
-    "compat/test_http_grpc_parity.py", "compat/test_python_models.py",
-    "compat/test_http_cache.py", "compat/test_http_expect.py",
+    "scheduling/",
+    "kernels/",
+    "memory/",
+    "frontends/",
+    "backends/",
+    "test_onnx_models.py",
+    "compat/test_http.py",
+    "compat/test_grpc.py",
+    "compat/test_grpc_stream.py",
+    "compat/test_http_batching.py",
+    "compat/test_sequence_clients.py",
+    "compat/test_http_grpc_parity.py",
+    "compat/test_python_models.py",
+    "compat/test_http_cache.py",
+    "compat/test_http_expect.py",
 )
 _TESTS = Path(__file__).parent
 

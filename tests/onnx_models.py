@@ -43,19 +43,50 @@ from tools.onnx_graphs import (  # noqa: E402
 )
 
 __all__ = [
-    "ADD_SUB_DTYPES", "FAILING_TABLE", "IDENTITY_DTYPES", "MLP_SMALL", "NUMPY_TYPES",
-    "ONNX_REPO_MODELS", "ONNX_TYPES", "add_sub", "build_onnx_repo", "config_dtype", "config_for",
-    "config_text", "failing", "identity", "identity_name", "mlp", "mlp_reference", "mlp_weights",
-    "model_files", "model_tensors", "sample", "wire_dtype", "write_add_sub", "write_identity",
-    "write_if_changed", "write_mlp", "write_model",
+    "ADD_SUB_DTYPES",
+    "FAILING_TABLE",
+    "IDENTITY_DTYPES",
+    "MLP_SMALL",
+    "NUMPY_TYPES",
+    "ONNX_REPO_MODELS",
+    "ONNX_TYPES",
+    "add_sub",
+    "build_onnx_repo",
+    "config_dtype",
+    "config_for",
+    "config_text",
+    "failing",
+    "identity",
+    "identity_name",
+    "mlp",
+    "mlp_reference",
+    "mlp_weights",
+    "model_files",
+    "model_tensors",
+    "sample",
+    "wire_dtype",
+    "write_add_sub",
+    "write_identity",
+    "write_if_changed",
+    "write_mlp",
+    "write_model",
 ]
 
 # numpy dtype of each Triton data type as tritonclient sends it (BYTES: object arrays of bytes;
 # BF16: ml_dtypes.bfloat16, which ONNX Runtime's Python API does not accept directly).
 NUMPY_TYPES: dict[str, object] = {
-    "BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32,
-    "UINT64": np.uint64, "INT8": np.int8, "INT16": np.int16, "INT32": np.int32,
-    "INT64": np.int64, "FP16": np.float16, "FP32": np.float32, "FP64": np.float64,
+    "BOOL": np.bool_,
+    "UINT8": np.uint8,
+    "UINT16": np.uint16,
+    "UINT32": np.uint32,
+    "UINT64": np.uint64,
+    "INT8": np.int8,
+    "INT16": np.int16,
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "FP16": np.float16,
+    "FP32": np.float32,
+    "FP64": np.float64,
     "BYTES": np.object_,
 }
 try:
@@ -129,10 +160,16 @@ def _models() -> dict[str, tuple[onnx.ModelProto, str]]:
 #:   [-4, 3] makes ONNX Runtime fail the run (a whole batch fails with it); max_batch_size 8,
 #:   ``dynamic_batching { }``.
 ONNX_REPO_MODELS: tuple[str, ...] = (
-    "add_sub", "add_sub_nobatch", "add_sub_int32",
+    "add_sub",
+    "add_sub_nobatch",
+    "add_sub_int32",
     *(identity_name(d) for d in IDENTITY_DTYPES),
-    "identity_variable", "identity_string_variable", "identity_nobatch",
-    "mlp", "mlp_nobatch", "failing",
+    "identity_variable",
+    "identity_string_variable",
+    "identity_nobatch",
+    "mlp",
+    "mlp_nobatch",
+    "failing",
 )
 
 

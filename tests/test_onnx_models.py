@@ -40,8 +40,7 @@ pytestmark = pytest.mark.timeout(120)
 def session(model: onnx.ModelProto) -> ort.InferenceSession:
     opts = ort.SessionOptions()
     opts.log_severity_level = 4  # the failing model's expected errors would be logged otherwise
-    return ort.InferenceSession(model.SerializeToString(), opts,
-                                providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
 def run_bf16(sess: ort.InferenceSession, x: np.ndarray) -> np.ndarray:
@@ -50,10 +49,18 @@ def run_bf16(sess: ort.InferenceSession, x: np.ndarray) -> np.ndarray:
     bits = np.ascontiguousarray(x).view(np.uint16)
     out = np.zeros_like(bits)
     binding = sess.io_binding()
-    binding.bind_ortvalue_input("INPUT0", ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
-        bits, onnx_element_type=onnx.TensorProto.BFLOAT16))
-    binding.bind_ortvalue_output("OUTPUT0", ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
-        out, onnx_element_type=onnx.TensorProto.BFLOAT16))
+    binding.bind_ortvalue_input(
+        "INPUT0",
+        ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
+            bits, onnx_element_type=onnx.TensorProto.BFLOAT16
+        ),
+    )
+    binding.bind_ortvalue_output(
+        "OUTPUT0",
+        ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
+            out, onnx_element_type=onnx.TensorProto.BFLOAT16
+        ),
+    )
     sess.run_with_iobinding(binding)
     return out.view(x.dtype)
 
@@ -115,8 +122,9 @@ def test_identity_with_a_variable_dim(shape: tuple[int, int]) -> None:
 def test_add_sub_adds_and_subtracts(dtype: str, batch: bool) -> None:
     shape = (2, 16) if batch else (16,)
     a, b = sample(dtype, shape, seed=1), sample(dtype, shape, seed=2)
-    out0, out1 = session(add_sub(dtype, batch=batch)).run(["OUTPUT0", "OUTPUT1"],
-                                                          {"INPUT0": a, "INPUT1": b})
+    out0, out1 = session(add_sub(dtype, batch=batch)).run(
+        ["OUTPUT0", "OUTPUT1"], {"INPUT0": a, "INPUT1": b}
+    )
     with np.errstate(over="ignore"):  # unsigned a - b wraps, as in numpy
         assert np.array_equal(out0, a + b)
         assert np.array_equal(out1, a - b)
@@ -143,9 +151,15 @@ def test_add_sub_config_is_tritons_simple_model() -> None:
         '  { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] },\n'
         '  { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 16 ] }\n'
         "]\n"
-        "dynamic_batching { }\n")
-    nobatch = config_for(add_sub(batch=False), max_batch_size=0, max_queue_delay_us=50,
-                         instance_count=2, extra="version_policy: { all { } }")
+        "dynamic_batching { }\n"
+    )
+    nobatch = config_for(
+        add_sub(batch=False),
+        max_batch_size=0,
+        max_queue_delay_us=50,
+        instance_count=2,
+        extra="version_policy: { all { } }",
+    )
     assert "max_batch_size: 0\n" in nobatch and "dims: [ 16 ]" in nobatch
     assert "instance_group [ { kind: KIND_CPU count: 2 } ]\n" in nobatch
     assert "dynamic_batching { max_queue_delay_microseconds: 50 }\n" in nobatch
@@ -195,7 +209,10 @@ def test_write_model_lays_out_a_triton_model_directory(tmp_path: Path) -> None:
     d = write_model(tmp_path, "m", m, config_for(m, max_batch_size=2), version=3)
     assert d == tmp_path / "m"
     assert sorted(p.relative_to(d).as_posix() for p in d.rglob("*")) == [
-        "3", "3/model.onnx", "config.pbtxt"]
+        "3",
+        "3/model.onnx",
+        "config.pbtxt",
+    ]
     assert onnx.load(str(d / "3" / "model.onnx")) == m
     bare = write_model(tmp_path, "auto", m, None)
     assert not (bare / "config.pbtxt").exists() and (bare / "1" / "model.onnx").is_file()
@@ -214,14 +231,17 @@ def test_write_if_changed_skips_identical_bytes(tmp_path: Path) -> None:
 def test_write_add_sub_with_labels(tmp_path: Path) -> None:
     d = write_add_sub(tmp_path, "classifier", 1, dims=4, label_file=["dog", "cat"])
     assert (d / "labels.txt").read_text() == "dog\ncat\n"
-    assert 'name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] label_filename: "labels.txt"' in (
-        d / "config.pbtxt").read_text()
+    assert (
+        'name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] label_filename: "labels.txt"'
+        in (d / "config.pbtxt").read_text()
+    )
 
 
 def test_shared_repository_models_load_and_match_their_configs(tmp_path: Path) -> None:
     repo = build_onnx_repo(tmp_path)
-    assert [p.name for p in sorted(repo.iterdir(), key=lambda p: ONNX_REPO_MODELS.index(p.name))
-            ] == list(ONNX_REPO_MODELS)
+    assert [
+        p.name for p in sorted(repo.iterdir(), key=lambda p: ONNX_REPO_MODELS.index(p.name))
+    ] == list(ONNX_REPO_MODELS)
     for name in ONNX_REPO_MODELS:
         text = (repo / name / "config.pbtxt").read_text()
         assert f'name: "{name}"' in text

@@ -162,9 +162,7 @@ def test_infer_request_from_our_pool_parses_with_tritonclient() -> None:
     assert theirs.outputs[0].parameters["classification"].int64_param == 3
     raw = np.frombuffer(theirs.raw_input_contents[0], dtype="<i4")
     assert raw.tolist() == list(range(16))
-    assert theirs.SerializeToString(deterministic=True) == req.SerializeToString(
-        deterministic=True
-    )
+    assert theirs.SerializeToString(deterministic=True) == req.SerializeToString(deterministic=True)
 
 
 def test_infer_response_from_our_pool_parses_with_tritonclient() -> None:
@@ -189,16 +187,20 @@ def test_service_has_tritons_name_and_methods() -> None:
     assert SERVICE_NAME == "inference.GRPCInferenceService"
     assert service.full_name == SERVICE_NAME
     theirs = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
-    ours_methods = {m.name: (m.input_type.full_name, m.output_type.full_name)
-                    for m in service.methods}
-    their_methods = {m.name: (m.input_type.full_name, m.output_type.full_name)
-                     for m in theirs.methods}
+    ours_methods = {
+        m.name: (m.input_type.full_name, m.output_type.full_name) for m in service.methods
+    }
+    their_methods = {
+        m.name: (m.input_type.full_name, m.output_type.full_name) for m in theirs.methods
+    }
     assert ours_methods == their_methods
 
 
 def test_descriptors_are_up_to_date() -> None:
     proc = subprocess.run(
         [sys.executable, str(ROOT / "tools" / "gen_proto.py"), "--check"],
-        cwd=ROOT, capture_output=True, timeout=60,
+        cwd=ROOT,
+        capture_output=True,
+        timeout=60,
     )
     assert proc.returncode == 0, proc.stderr.decode()

@@ -106,7 +106,7 @@ def module_exists(package_dir: Path, dotted: str) -> bool:
 
 def unit_of(package: str, module: str) -> tuple[int, str] | None:
     """(layer index, unit prefix) of ``module``; None when no layer names it."""
-    rel = module[len(package) + 1:] if module != package else ""
+    rel = module[len(package) + 1 :] if module != package else ""
     best: tuple[int, str] | None = None
     for index, (_, prefixes) in enumerate(LAYERS):
         for prefix in prefixes:

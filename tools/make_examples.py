@@ -49,8 +49,10 @@ from tools.onnx_graphs import (  # noqa: E402
 EXAMPLES: dict[str, tuple[Callable[[], onnx.ModelProto], dict[str, object]]] = {
     "add_sub": (add_sub, {"max_batch_size": 8, "dynamic_batching": True}),
     "add_sub_nobatch": (lambda: add_sub(batch=False), {"max_batch_size": 0}),
-    "identity_string": (lambda: identity("BYTES", (-1,)),
-                        {"max_batch_size": 8, "dynamic_batching": True}),
+    "identity_string": (
+        lambda: identity("BYTES", (-1,)),
+        {"max_batch_size": 8, "dynamic_batching": True},
+    ),
     "mlp": (mlp, {"max_batch_size": 64, "max_queue_delay_us": 100}),
 }
 
@@ -75,8 +77,11 @@ def static_dirs(source: Path = STATIC_DIR) -> list[Path]:
     """Every directory of the static model trees (git keeps an empty one by a dot-file)."""
     if not source.is_dir():
         return []
-    return [p.relative_to(source) for p in sorted(source.rglob("*"))
-            if p.is_dir() and not any(_skipped(part) for part in p.relative_to(source).parts)]
+    return [
+        p.relative_to(source)
+        for p in sorted(source.rglob("*"))
+        if p.is_dir() and not any(_skipped(part) for part in p.relative_to(source).parts)
+    ]
 
 
 def _skipped(name: str) -> bool:

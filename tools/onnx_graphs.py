@@ -52,8 +52,19 @@ _WIRE_BY_ONNX = {v: k for k, v in ONNX_TYPES.items()}
 #: Every Triton data type an ONNX Runtime Identity model can carry.
 IDENTITY_DTYPES: tuple[str, ...] = tuple(ONNX_TYPES)
 #: The data types ONNX Runtime's CPU Add and Sub kernels implement (no BOOL, no BF16).
-ADD_SUB_DTYPES: tuple[str, ...] = ("UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16",
-                                   "INT32", "INT64", "FP16", "FP32", "FP64")
+ADD_SUB_DTYPES: tuple[str, ...] = (
+    "UINT8",
+    "UINT16",
+    "UINT32",
+    "UINT64",
+    "INT8",
+    "INT16",
+    "INT32",
+    "INT64",
+    "FP16",
+    "FP32",
+    "FP64",
+)
 
 #: What ``failing`` looks values up in; an index outside [-4, 3] makes the run fail.
 FAILING_TABLE: tuple[float, ...] = (0.0, 10.0, 20.0, 30.0)
@@ -85,15 +96,19 @@ def _value(name: str, dtype: str, dims: Sequence[int], batch: bool) -> onnx.Valu
 
 
 def _model(graph: onnx.GraphProto) -> onnx.ModelProto:
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                              producer_name="tritonlite-tools")
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="tritonlite-tools"
+    )
     model.ir_version = IR_VERSION
     onnx.checker.check_model(model)
     return model
 
 
-def add_sub(dtype: str = "FP32", dims: Sequence[int] = (16,), batch: bool = True,
-            ) -> onnx.ModelProto:
+def add_sub(
+    dtype: str = "FP32",
+    dims: Sequence[int] = (16,),
+    batch: bool = True,
+) -> onnx.ModelProto:
     """Triton's classic ``simple`` (add_sub): OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1.
 
     ``dtype`` is one of ``ADD_SUB_DTYPES``; integer results wrap as numpy's do.
@@ -102,29 +117,49 @@ def add_sub(dtype: str = "FP32", dims: Sequence[int] = (16,), batch: bool = True
         raise ValueError(f"ONNX Runtime has no CPU Add/Sub for {dtype}")
     io = [_value(n, dtype, dims, batch) for n in ("INPUT0", "INPUT1", "OUTPUT0", "OUTPUT1")]
     graph = helper.make_graph(
-        [helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]),
-         helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"])],
-        "add_sub", io[:2], io[2:])
+        [
+            helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]),
+            helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"]),
+        ],
+        "add_sub",
+        io[:2],
+        io[2:],
+    )
     return _model(graph)
 
 
-def identity(dtype: str, dims: Sequence[int] = (4,), batch: bool = True,
-             name_in: str = "INPUT0", name_out: str = "OUTPUT0") -> onnx.ModelProto:
+def identity(
+    dtype: str,
+    dims: Sequence[int] = (4,),
+    batch: bool = True,
+    name_in: str = "INPUT0",
+    name_out: str = "OUTPUT0",
+) -> onnx.ModelProto:
     """OUTPUT0 = INPUT0 for any type in ``IDENTITY_DTYPES``; ``dims=(-1,)`` makes it variable."""
     graph = helper.make_graph(
-        [helper.make_node("Identity", [name_in], [name_out])], f"identity_{wire_dtype(dtype)}",
-        [_value(name_in, dtype, dims, batch)], [_value(name_out, dtype, dims, batch)])
+        [helper.make_node("Identity", [name_in], [name_out])],
+        f"identity_{wire_dtype(dtype)}",
+        [_value(name_in, dtype, dims, batch)],
+        [_value(name_out, dtype, dims, batch)],
+    )
     return _model(graph)
 
 
-def mlp_weights(layers: int = 4, width: int = 1024, seed: int = 0,
-                ) -> list[tuple[np.ndarray, np.ndarray]]:
+def mlp_weights(
+    layers: int = 4,
+    width: int = 1024,
+    seed: int = 0,
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """The (W, b) of each layer of ``mlp``: He-scaled, so activations neither vanish nor explode."""
     rng = np.random.default_rng(seed)
     scale = np.float32(np.sqrt(2.0 / width))
-    return [(rng.standard_normal((width, width), dtype=np.float32) * scale,
-             rng.standard_normal(width, dtype=np.float32) * np.float32(0.01))
-            for _ in range(layers)]
+    return [
+        (
+            rng.standard_normal((width, width), dtype=np.float32) * scale,
+            rng.standard_normal(width, dtype=np.float32) * np.float32(0.01),
+        )
+        for _ in range(layers)
+    ]
 
 
 def mlp_reference(x: np.ndarray, layers: int = 4, width: int = 1024, seed: int = 0) -> np.ndarray:
@@ -147,12 +182,19 @@ def mlp(layers: int = 4, width: int = 1024, batch: bool = True, seed: int = 0) -
     for i, (w, b) in enumerate(mlp_weights(layers, width, seed)):
         inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(b, f"b{i}")]
         y = "OUTPUT0" if i == layers - 1 else f"h{i}"
-        nodes += [helper.make_node("MatMul", [x, f"w{i}"], [f"mm{i}"]),
-                  helper.make_node("Add", [f"mm{i}", f"b{i}"], [f"add{i}"]),
-                  helper.make_node("Relu", [f"add{i}"], [y])]
+        nodes += [
+            helper.make_node("MatMul", [x, f"w{i}"], [f"mm{i}"]),
+            helper.make_node("Add", [f"mm{i}", f"b{i}"], [f"add{i}"]),
+            helper.make_node("Relu", [f"add{i}"], [y]),
+        ]
         x = y
-    graph = helper.make_graph(nodes, "mlp", [_value("INPUT0", "FP32", (width,), batch)],
-                              [_value("OUTPUT0", "FP32", (width,), batch)], initializer=inits)
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [_value("INPUT0", "FP32", (width,), batch)],
+        [_value("OUTPUT0", "FP32", (width,), batch)],
+        initializer=inits,
+    )
     return _model(graph)
 
 
@@ -165,9 +207,12 @@ def failing(batch: bool = True) -> onnx.ModelProto:
     """
     table = helper.make_tensor("TABLE", TensorProto.FLOAT, [len(FAILING_TABLE)], FAILING_TABLE)
     graph = helper.make_graph(
-        [helper.make_node("Gather", ["TABLE", "INPUT0"], ["OUTPUT0"], axis=0)], "failing",
-        [_value("INPUT0", "INT64", (1,), batch)], [_value("OUTPUT0", "FP32", (1,), batch)],
-        initializer=[table])
+        [helper.make_node("Gather", ["TABLE", "INPUT0"], ["OUTPUT0"], axis=0)],
+        "failing",
+        [_value("INPUT0", "INT64", (1,), batch)],
+        [_value("OUTPUT0", "FP32", (1,), batch)],
+        initializer=[table],
+    )
     return _model(graph)
 
 
@@ -177,11 +222,19 @@ def failing(batch: bool = True) -> onnx.ModelProto:
 Tensor = tuple[str, str, Sequence[int]] | tuple[str, str, Sequence[int], str]
 
 
-def config_text(inputs: Sequence[Tensor], outputs: Sequence[Tensor], *, max_batch_size: int,
-                name: str | None = None, platform: str | None = "onnxruntime_onnx",
-                backend: str | None = None, dynamic_batching: bool = False,
-                max_queue_delay_us: int | None = None, instance_count: int | None = None,
-                extra: str = "") -> str:
+def config_text(
+    inputs: Sequence[Tensor],
+    outputs: Sequence[Tensor],
+    *,
+    max_batch_size: int,
+    name: str | None = None,
+    platform: str | None = "onnxruntime_onnx",
+    backend: str | None = None,
+    dynamic_batching: bool = False,
+    max_queue_delay_us: int | None = None,
+    instance_count: int | None = None,
+    extra: str = "",
+) -> str:
     """config.pbtxt text for the given tensors.
 
     ``max_queue_delay_us`` implies ``dynamic_batching``; ``instance_count`` adds a KIND_CPU
@@ -194,9 +247,11 @@ def config_text(inputs: Sequence[Tensor], outputs: Sequence[Tensor], *, max_batc
         lines.append(f'backend: "{backend}"')
     lines.append(f"max_batch_size: {max_batch_size}")
     for kind, tensors in (("input", inputs), ("output", outputs)):
-        rows = [f'  {{ name: "{t[0]}" data_type: {config_dtype(t[1])} '
-                f'dims: [ {", ".join(map(str, t[2]))} ]{" " + t[3] if len(t) > 3 else ""} }}'
-                for t in tensors]
+        rows = [
+            f'  {{ name: "{t[0]}" data_type: {config_dtype(t[1])} '
+            f"dims: [ {', '.join(map(str, t[2]))} ]{' ' + t[3] if len(t) > 3 else ''} }}"
+            for t in tensors
+        ]
         lines.append(f"{kind} [\n" + ",\n".join(rows) + "\n]")
     if instance_count is not None:
         lines.append(f"instance_group [ {{ kind: KIND_CPU count: {instance_count} }} ]")
@@ -238,8 +293,10 @@ def config_for(model: onnx.ModelProto, *, max_batch_size: int, **kwargs: object)
 
 # --- model directories ---------------------------------------------------------------------------
 
-def model_files(name: str, onnx_model: onnx.ModelProto, config_pbtxt: str | None,
-                version: int = 1) -> dict[Path, bytes]:
+
+def model_files(
+    name: str, onnx_model: onnx.ModelProto, config_pbtxt: str | None, version: int = 1
+) -> dict[Path, bytes]:
     """The files of a model directory, relative to the repository, and their bytes."""
     files = {Path(name) / str(version) / "model.onnx": onnx_model.SerializeToString()}
     if config_pbtxt is not None:
@@ -272,8 +329,9 @@ def write_if_changed(path: Path, data: bytes) -> bool:
     return True
 
 
-def write_model(repo: Path, name: str, onnx_model: onnx.ModelProto, config_pbtxt: str | None,
-                version: int = 1) -> Path:
+def write_model(
+    repo: Path, name: str, onnx_model: onnx.ModelProto, config_pbtxt: str | None, version: int = 1
+) -> Path:
     """Write ``repo/name/config.pbtxt`` (unless None: Triton then auto-completes the config)
     and ``repo/name/version/model.onnx``; returns the model directory."""
     for rel, data in model_files(name, onnx_model, config_pbtxt, version).items():
@@ -283,9 +341,16 @@ def write_model(repo: Path, name: str, onnx_model: onnx.ModelProto, config_pbtxt
 
 # --- whole models in one call (what the test repositories and the examples use) ---------------
 
-def write_add_sub(repo: Path, name: str, max_batch_size: int, dims: int = 16,
-                  extra_config: str = "", label_file: list[str] | None = None,
-                  dtype: str = "FP32") -> Path:
+
+def write_add_sub(
+    repo: Path,
+    name: str,
+    max_batch_size: int,
+    dims: int = 16,
+    extra_config: str = "",
+    label_file: list[str] | None = None,
+    dtype: str = "FP32",
+) -> Path:
     """``add_sub`` over ``dtype[dims]``, batching when ``max_batch_size > 0``.
 
     ``label_file`` writes ``labels.txt`` and names it as OUTPUT0's ``label_filename`` (for the
@@ -297,21 +362,35 @@ def write_add_sub(repo: Path, name: str, max_batch_size: int, dims: int = 16,
         n, t, d = outputs[0][:3]
         outputs[0] = (n, t, d, 'label_filename: "labels.txt"')
         write_if_changed(Path(repo) / name / "labels.txt", ("\n".join(label_file) + "\n").encode())
-    config = config_text(inputs, outputs, max_batch_size=max_batch_size, platform=None,
-                         extra=extra_config)
+    config = config_text(
+        inputs, outputs, max_batch_size=max_batch_size, platform=None, extra=extra_config
+    )
     return write_model(repo, name, model, config)
 
 
-def write_identity(repo: Path, name: str, dtype: str, dims: Sequence[int], max_batch_size: int,
-                   extra_config: str = "") -> Path:
+def write_identity(
+    repo: Path,
+    name: str,
+    dtype: str,
+    dims: Sequence[int],
+    max_batch_size: int,
+    extra_config: str = "",
+) -> Path:
     """``identity`` of ``dtype[dims]``, batching when ``max_batch_size > 0``."""
     model = identity(dtype, dims, batch=max_batch_size > 0)
     config = config_for(model, max_batch_size=max_batch_size, platform=None, extra=extra_config)
     return write_model(repo, name, model, config)
 
 
-def write_mlp(repo: Path, name: str, max_batch_size: int = 64, layers: int = 4,
-              width: int = 1024, seed: int = 0, extra_config: str = "") -> Path:
+def write_mlp(
+    repo: Path,
+    name: str,
+    max_batch_size: int = 64,
+    layers: int = 4,
+    width: int = 1024,
+    seed: int = 0,
+    extra_config: str = "",
+) -> Path:
     """``mlp(layers, width, seed=seed)``, batching when ``max_batch_size > 0``."""
     model = mlp(layers, width, batch=max_batch_size > 0, seed=seed)
     config = config_for(model, max_batch_size=max_batch_size, platform=None, extra=extra_config)

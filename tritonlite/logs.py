@@ -43,8 +43,11 @@ def set_iso8601(iso8601: bool) -> None:
 
 def configure(verbose: int, iso8601: bool, log_file: str = "") -> None:
     """Log to stderr, or to ``log_file`` (appended) when one is given (``--log-file``)."""
-    handler: logging.Handler = (logging.FileHandler(log_file, encoding="utf-8") if log_file
-                                else logging.StreamHandler(sys.stderr))
+    handler: logging.Handler = (
+        logging.FileHandler(log_file, encoding="utf-8")
+        if log_file
+        else logging.StreamHandler(sys.stderr)
+    )
     handler.setFormatter(TritonFormatter(iso8601))
     root = logging.getLogger("tritonlite")
     root.handlers[:] = [handler]
@@ -63,9 +66,15 @@ class RateLimitedLog:
     any pending summaries now (at shutdown).
     """
 
-    def __init__(self, logger: logging.Logger, *, burst: int = 10, interval_s: float = 60.0,
-                 level: int = logging.INFO,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        logger: logging.Logger,
+        *,
+        burst: int = 10,
+        interval_s: float = 60.0,
+        level: int = logging.INFO,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._logger = logger
         self._burst = burst
         self._interval = interval_s
@@ -127,6 +136,11 @@ class RateLimitedLog:
     def _summarise(self, key: str, w: list[Any]) -> None:
         # the caller holds the lock; logging handlers never call back into this object
         if w[2]:
-            self._logger.log(self._level, "suppressed %d similar %s messages in the last %gs",
-                             w[2], key, self._interval)
+            self._logger.log(
+                self._level,
+                "suppressed %d similar %s messages in the last %gs",
+                w[2],
+                key,
+                self._interval,
+            )
             w[2] = 0

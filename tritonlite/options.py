@@ -10,10 +10,22 @@ SHM_POLICIES = ("local", "true", "false")
 FRONTENDS = ("native", "aio")
 GRPC_COMPRESSION_LEVELS = ("none", "low", "medium", "high")
 # Triton's default summary quantiles, (quantile, allowed error)
-DEFAULT_SUMMARY_QUANTILES = ((0.5, 0.05), (0.9, 0.01), (0.95, 0.001), (0.99, 0.001),
-                             (0.999, 0.001))
-DEFAULT_HISTOGRAM_BUCKETS_US = (100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0, 25000.0,
-                                50000.0, 100000.0, 250000.0, 500000.0, 1000000.0)
+DEFAULT_SUMMARY_QUANTILES = ((0.5, 0.05), (0.9, 0.01), (0.95, 0.001), (0.99, 0.001), (0.999, 0.001))
+DEFAULT_HISTOGRAM_BUCKETS_US = (
+    100.0,
+    250.0,
+    500.0,
+    1000.0,
+    2500.0,
+    5000.0,
+    10000.0,
+    25000.0,
+    50000.0,
+    100000.0,
+    250000.0,
+    500000.0,
+    1000000.0,
+)
 
 
 def _metrics_bool(key: str, value: str) -> bool:
@@ -64,7 +76,8 @@ class MetricsConfig:
                     if not colon or not 0.0 <= pair[0] <= 1.0 or not 0.0 <= pair[1] <= 1.0:
                         raise ValueError(
                             f"--metrics-config summary_quantiles expects <quantile>:<error> "
-                            f"pairs in [0, 1], got '{item}'")
+                            f"pairs in [0, 1], got '{item}'"
+                        )
                     pairs.append(pair)
                 values[key] = tuple(pairs)
             elif key == "histogram_buckets_us":
@@ -75,7 +88,8 @@ class MetricsConfig:
                 if not bounds or any(b <= a for a, b in zip(bounds, bounds[1:])) or bounds[0] < 0:
                     raise ValueError(
                         "--metrics-config histogram_buckets_us expects ascending bounds in "
-                        f"microseconds separated by ':', got '{value}'")
+                        f"microseconds separated by ':', got '{value}'"
+                    )
                 values[key] = bounds
             else:
                 raise ValueError(f"unknown --metrics-config setting '{key}'")
@@ -199,7 +213,8 @@ class ServerOptions:
         if not 0.0 <= self.memory_pressure_threshold <= 1.0:  # NaN fails too
             raise ValueError(
                 "--memory-pressure-threshold expects a fraction of the memory limit between 0 "
-                f"(off) and 1 (always under pressure), got {self.memory_pressure_threshold}")
+                f"(off) and 1 (always under pressure), got {self.memory_pressure_threshold}"
+            )
         self._check_grpc()
         self._check_http_tls()
         self._check_ports()
@@ -208,8 +223,12 @@ class ServerOptions:
     @property
     def shared_port(self) -> bool:
         """HTTP and gRPC on one listener: both allowed on the same non-zero port."""
-        return (self.allow_http and self.allow_grpc and self.http_port == self.grpc_port
-                and self.http_port != 0)
+        return (
+            self.allow_http
+            and self.allow_grpc
+            and self.http_port == self.grpc_port
+            and self.http_port != 0
+        )
 
     def _check_ports(self) -> None:
         if self.frontend not in FRONTENDS:
@@ -217,23 +236,39 @@ class ServerOptions:
         if not self.shared_port:
             return
         if self.frontend != "native":
-            raise ValueError("HTTP and gRPC on one port (--http-port equal to --grpc-port) "
-                             "needs --frontend=native")
+            raise ValueError(
+                "HTTP and gRPC on one port (--http-port equal to --grpc-port) "
+                "needs --frontend=native"
+            )
         if self.http_address != self.grpc_address:
             raise ValueError(
                 f"HTTP and gRPC share port {self.http_port} but not the address "
                 f"({self.http_address} vs {self.grpc_address}): give both the same "
-                "--http-address and --grpc-address")
+                "--http-address and --grpc-address"
+            )
         if self.http_use_ssl != self.grpc_use_ssl:
-            raise ValueError("HTTP and gRPC share a port: TLS must be on for both or for "
-                             "neither (--http-use-ssl, --grpc-use-ssl)")
+            raise ValueError(
+                "HTTP and gRPC share a port: TLS must be on for both or for "
+                "neither (--http-use-ssl, --grpc-use-ssl)"
+            )
         if self.http_use_ssl and (
-                (self.http_server_cert, self.http_server_key, self.http_root_cert,
-                 self.http_use_ssl_mutual)
-                != (self.grpc_server_cert, self.grpc_server_key, self.grpc_root_cert,
-                    self.grpc_use_ssl_mutual)):
-            raise ValueError("HTTP and gRPC share a port: their TLS certificates, keys and "
-                             "mutual settings must be the same")
+            (
+                self.http_server_cert,
+                self.http_server_key,
+                self.http_root_cert,
+                self.http_use_ssl_mutual,
+            )
+            != (
+                self.grpc_server_cert,
+                self.grpc_server_key,
+                self.grpc_root_cert,
+                self.grpc_use_ssl_mutual,
+            )
+        ):
+            raise ValueError(
+                "HTTP and gRPC share a port: their TLS certificates, keys and "
+                "mutual settings must be the same"
+            )
 
     def _check_http_tls(self) -> None:
         if self.http_use_ssl_mutual and not self.http_use_ssl:
@@ -248,16 +283,17 @@ class ServerOptions:
         if not levels or any(x not in ("OFF", "TIMESTAMPS", "TENSORS") for x in levels):
             raise ValueError(f"invalid trace level {list(levels)}: expected OFF, TIMESTAMPS")
         if "TENSORS" in levels:
-            raise ValueError("trace level TENSORS is not supported by tritonlite "
-                             "(TIMESTAMPS is)")
+            raise ValueError("trace level TENSORS is not supported by tritonlite (TIMESTAMPS is)")
         if not 0 <= self.trace_rate <= 2**32 - 1:
-            raise ValueError(f"the trace rate must be between 0 and 4294967295, got "
-                             f"{self.trace_rate}")
+            raise ValueError(
+                f"the trace rate must be between 0 and 4294967295, got {self.trace_rate}"
+            )
         if self.trace_count < -1:
             raise ValueError(f"the trace count must be >= -1, got {self.trace_count}")
         if self.trace_log_frequency < 0:
-            raise ValueError(f"the trace log frequency must be >= 0, got "
-                             f"{self.trace_log_frequency}")
+            raise ValueError(
+                f"the trace log frequency must be >= 0, got {self.trace_log_frequency}"
+            )
 
     def _check_grpc(self) -> None:
         if self.grpc_infer_response_compression_level not in GRPC_COMPRESSION_LEVELS:
@@ -275,8 +311,10 @@ class ServerOptions:
             ("--grpc-keepalive-time", self.grpc_keepalive_time_ms),
             ("--grpc-keepalive-timeout", self.grpc_keepalive_timeout_ms),
             ("--grpc-http2-max-pings-without-data", self.grpc_http2_max_pings_without_data),
-            ("--grpc-http2-min-recv-ping-interval-without-data",
-             self.grpc_http2_min_recv_ping_interval_without_data_ms),
+            (
+                "--grpc-http2-min-recv-ping-interval-without-data",
+                self.grpc_http2_min_recv_ping_interval_without_data_ms,
+            ),
             ("--grpc-http2-max-ping-strikes", self.grpc_http2_max_ping_strikes),
             ("--grpc-max-connection-age", self.grpc_max_connection_age_ms),
             ("--grpc-max-connection-age-grace", self.grpc_max_connection_age_grace_ms),

@@ -51,11 +51,14 @@ def compiled_paths() -> str:
 
 def model_table(rows: list[tuple[str, str, str]]) -> str:
     head = ("Model", "Version", "Status")
-    widths = [max(len(head[i]), *(len(r[i]) for r in rows)) if rows else len(head[i])
-              for i in range(3)]
+    widths = [
+        max(len(head[i]), *(len(r[i]) for r in rows)) if rows else len(head[i]) for i in range(3)
+    ]
     line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+
     def fmt(r: tuple[str, ...]) -> str:
         return "|" + "|".join(f" {c:<{w}} " for c, w in zip(r, widths)) + "|"
+
     return "\n".join([line, fmt(head), line, *(fmt(r) for r in rows), line])
 
 
@@ -81,8 +84,12 @@ class Server:
 
     async def start(self) -> None:
         opts = self.options
-        log.info("tritonlite %s (Triton %s API); compiled paths: %s",
-                 tritonlite.__version__, tritonlite.TRITON_VERSION, compiled_paths())
+        log.info(
+            "tritonlite %s (Triton %s API); compiled paths: %s",
+            tritonlite.__version__,
+            tritonlite.TRITON_VERSION,
+            compiled_paths(),
+        )
         failed = await self.core.start()
         log.info("\n%s", model_table(self.core.repository.model_table()))
         if failed and opts.exit_on_error:
@@ -96,8 +103,7 @@ class Server:
 
             address = opts.metrics_address or opts.http_address
             metrics_app = make_metrics_app(self.core, None, self.core.pressure)
-            self.metrics_port = await self._serve(metrics_app,
-                                                  address, opts.metrics_port, False)
+            self.metrics_port = await self._serve(metrics_app, address, opts.metrics_port, False)
             log.info("Started Metrics Service at %s:%d", address, self.metrics_port)
 
     async def _start_aio(self) -> None:
@@ -105,18 +111,24 @@ class Server:
         if opts.allow_grpc:
             from tritonlite.frontends.grpc.server import start_grpc
 
-            self._grpc, self.grpc_port = await start_grpc(self.core, opts,
-                                                          self._grpc_inflight)
-            log.info("Started GRPCInferenceService at %s:%d (grpc.aio)", opts.grpc_address,
-                     self.grpc_port)
+            self._grpc, self.grpc_port = await start_grpc(self.core, opts, self._grpc_inflight)
+            log.info(
+                "Started GRPCInferenceService at %s:%d (grpc.aio)",
+                opts.grpc_address,
+                self.grpc_port,
+            )
         if opts.allow_http:
             http = make_server(self.core, opts, self._http_inflight)
-            self.http_port = await self._serve(http, opts.http_address, opts.http_port,
-                                               opts.reuse_http_port, http_tls(opts))
+            self.http_port = await self._serve(
+                http, opts.http_address, opts.http_port, opts.reuse_http_port, http_tls(opts)
+            )
             self._http_runner = self._runners[-1]
             self._http_site = self._sites[-1]
-            log.info("Started HTTPService at %s:%d (aiohttp, HTTP/1.1)", opts.http_address,
-                     self.http_port)
+            log.info(
+                "Started HTTPService at %s:%d (aiohttp, HTTP/1.1)",
+                opts.http_address,
+                self.http_port,
+            )
 
     async def _start_native(self) -> None:
         try:
@@ -127,21 +139,39 @@ class Server:
         self._native = await start_native(self.core, opts)
         self.http_port, self.grpc_port = self._native.http_port, self._native.grpc_port
         tls = " over TLS" if opts.http_use_ssl or opts.grpc_use_ssl else ""
-        shared = (f" (native, one port{tls}: gRPC by the HTTP/2 preface or ALPN h2, "
-                  "else HTTP/1.1)") if opts.shared_port else ""
+        shared = (
+            (f" (native, one port{tls}: gRPC by the HTTP/2 preface or ALPN h2, else HTTP/1.1)")
+            if opts.shared_port
+            else ""
+        )
         if self.grpc_port is not None:
-            log.info("Started GRPCInferenceService at %s:%d%s", opts.grpc_address,
-                     self.grpc_port, shared or " (native, gRPC over HTTP/2)")
+            log.info(
+                "Started GRPCInferenceService at %s:%d%s",
+                opts.grpc_address,
+                self.grpc_port,
+                shared or " (native, gRPC over HTTP/2)",
+            )
         if self.http_port is not None:
-            log.info("Started HTTPService at %s:%d%s", opts.http_address, self.http_port,
-                     shared or " (native, HTTP/1.1)")
+            log.info(
+                "Started HTTPService at %s:%d%s",
+                opts.http_address,
+                self.http_port,
+                shared or " (native, HTTP/1.1)",
+            )
 
-    async def _serve(self, app: web.Application | web.Server, address: str, port: int,
-                     reuse: bool, ssl_context: ssl.SSLContext | None = None) -> int:
+    async def _serve(
+        self,
+        app: web.Application | web.Server,
+        address: str,
+        port: int,
+        reuse: bool,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> int:
         runner: web.BaseRunner = (
             web.ServerRunner(app, handle_signals=False, shutdown_timeout=1.0)
             if isinstance(app, web.Server)
-            else web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0))
+            else web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
+        )
         await runner.setup()
         sock = bind(address, port, reuse)
         site = web.SockSite(runner, sock, ssl_context=ssl_context)
@@ -221,9 +251,12 @@ class Server:
         busy = any(m.scheduler.inflight() for m in models)
         self.cut_off = bool(cut) or not streams_done or busy
         if self.cut_off:
-            log.error("failed to stop server: Exit timeout expired. Exiting immediately. "
-                      "%d request(s) and call(s) cut off%s", cut,
-                      "" if streams_done and not busy else "; model work still running")
+            log.error(
+                "failed to stop server: Exit timeout expired. Exiting immediately. "
+                "%d request(s) and call(s) cut off%s",
+                cut,
+                "" if streams_done and not busy else "; model work still running",
+            )
             core.shm.close()
             core.trace.close()
             await core.pressure.stop()
@@ -239,6 +272,7 @@ async def serve(options: ServerOptions) -> int:
     server = Server(options)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
+
     def on_signal() -> None:
         server.refuse_new()  # from this loop step on; what has begun is still served
         stop.set()
@@ -252,8 +286,9 @@ async def serve(options: ServerOptions) -> int:
         await server.stop()
         return 1
     await stop.wait()
-    log.info("signal received: draining in-flight requests (up to %.0f s)",
-             options.exit_timeout_secs)
+    log.info(
+        "signal received: draining in-flight requests (up to %.0f s)", options.exit_timeout_secs
+    )
     await server.stop()
     if server.cut_off:  # Triton exits 1 here; instance threads may still be inside a model
         logging.shutdown()

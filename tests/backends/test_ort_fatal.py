@@ -11,22 +11,28 @@ from tritonlite.backends.onnxruntime import run_error
 from tritonlite.contracts.errors import ErrorCode
 
 
-@pytest.mark.parametrize("exc", [
-    ort_state.EPFail("CUDA execution provider failed"),
-    ort_state.Fail("CUDA failure 700: an illegal memory access was encountered"),
-    ort_state.RuntimeException("CUDNN failure 4: CUDNN_STATUS_INTERNAL_ERROR"),
-])
+@pytest.mark.parametrize(
+    "exc",
+    [
+        ort_state.EPFail("CUDA execution provider failed"),
+        ort_state.Fail("CUDA failure 700: an illegal memory access was encountered"),
+        ort_state.RuntimeException("CUDNN failure 4: CUDNN_STATUS_INTERNAL_ERROR"),
+    ],
+)
 def test_session_breaking_failures_are_fatal(exc: Exception) -> None:
     err = run_error(exc)
     assert isinstance(err, BackendFatalError)
     assert err.code == ErrorCode.INTERNAL and err.message.startswith("onnx runtime error: ")
 
 
-@pytest.mark.parametrize("exc", [
-    ort_state.InvalidArgument("Got invalid dimensions for input: X"),
-    ort_state.Fail("Non-zero status code returned while running Add node"),
-    ort_state.RuntimeException("bad shape"),
-])
+@pytest.mark.parametrize(
+    "exc",
+    [
+        ort_state.InvalidArgument("Got invalid dimensions for input: X"),
+        ort_state.Fail("Non-zero status code returned while running Add node"),
+        ort_state.RuntimeException("bad shape"),
+    ],
+)
 def test_request_failures_fail_the_batch_only(exc: Exception) -> None:
     err = run_error(exc)
     assert not isinstance(err, BackendFatalError)

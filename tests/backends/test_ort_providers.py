@@ -16,11 +16,11 @@ def cfg(text: str = "") -> pb.ModelConfig:
     return text_format.Parse('name: "m"\n' + text, pb.ModelConfig())
 
 
-TRT = '''optimization { execution_accelerators { gpu_execution_accelerator: [ {
+TRT = """optimization { execution_accelerators { gpu_execution_accelerator: [ {
   name: "tensorrt"
   parameters { key: "precision_mode" value: "FP16" }
   parameters { key: "max_workspace_size_bytes" value: "1073741824" }
-  parameters { key: "trt_engine_cache_enable" value: "1" } } ] } }'''
+  parameters { key: "trt_engine_cache_enable" value: "1" } } ] } }"""
 
 
 def test_cpu_instances_use_the_cpu_provider_even_with_gpu_accelerators() -> None:
@@ -34,28 +34,54 @@ def test_gpu_instance_gets_cuda_on_its_device() -> None:
 
 def test_tensorrt_accelerator_options() -> None:
     got = providers_for(cfg(TRT), "GPU", 0, ALL)
-    assert got[0] == (TENSORRT, {"device_id": "0", "trt_fp16_enable": "True",
-                                 "trt_max_workspace_size": "1073741824",
-                                 "trt_engine_cache_enable": "1"})
+    assert got[0] == (
+        TENSORRT,
+        {
+            "device_id": "0",
+            "trt_fp16_enable": "True",
+            "trt_max_workspace_size": "1073741824",
+            "trt_engine_cache_enable": "1",
+        },
+    )
     assert [p for p, _ in got] == [TENSORRT, CUDA, CPU]
 
 
 def test_cuda_accelerator_passes_options() -> None:
-    text = ('optimization { execution_accelerators { gpu_execution_accelerator: [ { name: "cuda" '
-            'parameters { key: "cudnn_conv_algo_search" value: "HEURISTIC" } } ] } }')
+    text = (
+        'optimization { execution_accelerators { gpu_execution_accelerator: [ { name: "cuda" '
+        'parameters { key: "cudnn_conv_algo_search" value: "HEURISTIC" } } ] } }'
+    )
     assert providers_for(cfg(text), "GPU", 0, ALL)[0] == (
-        CUDA, {"device_id": "0", "cudnn_conv_algo_search": "HEURISTIC"})
+        CUDA,
+        {"device_id": "0", "cudnn_conv_algo_search": "HEURISTIC"},
+    )
 
 
-@pytest.mark.parametrize("text, available, code, message", [
-    ("", [CPU], ErrorCode.UNAVAILABLE, "no CUDA execution provider"),
-    (TRT, [CUDA, CPU], ErrorCode.UNAVAILABLE, "no TensorRT execution provider"),
-    (TRT.replace("FP16", "FP8"), ALL, ErrorCode.INVALID_ARG, "unsupported precision mode 'FP8'"),
-    (TRT.replace("trt_engine_cache_enable", "bogus"), ALL, ErrorCode.INVALID_ARG,
-     "unknown parameter 'bogus' is provided for TensorRT Execution Accelerator"),
-    (TRT.replace('"tensorrt"', '"magic"'), ALL, ErrorCode.INVALID_ARG,
-     "unknown Execution Accelerator 'magic' is requested"),
-])
+@pytest.mark.parametrize(
+    "text, available, code, message",
+    [
+        ("", [CPU], ErrorCode.UNAVAILABLE, "no CUDA execution provider"),
+        (TRT, [CUDA, CPU], ErrorCode.UNAVAILABLE, "no TensorRT execution provider"),
+        (
+            TRT.replace("FP16", "FP8"),
+            ALL,
+            ErrorCode.INVALID_ARG,
+            "unsupported precision mode 'FP8'",
+        ),
+        (
+            TRT.replace("trt_engine_cache_enable", "bogus"),
+            ALL,
+            ErrorCode.INVALID_ARG,
+            "unknown parameter 'bogus' is provided for TensorRT Execution Accelerator",
+        ),
+        (
+            TRT.replace('"tensorrt"', '"magic"'),
+            ALL,
+            ErrorCode.INVALID_ARG,
+            "unknown Execution Accelerator 'magic' is requested",
+        ),
+    ],
+)
 def test_refusals(text: str, available: list[str], code: ErrorCode, message: str) -> None:
     with pytest.raises(TritonliteError) as e:
         providers_for(cfg(text), "GPU", 0, available)
@@ -63,7 +89,9 @@ def test_refusals(text: str, available: list[str], code: ErrorCode, message: str
 
 
 def test_cpu_accelerators_are_refused() -> None:
-    text = ('optimization { execution_accelerators { '
-            'cpu_execution_accelerator: [ { name: "openvino" } ] } }')
+    text = (
+        "optimization { execution_accelerators { "
+        'cpu_execution_accelerator: [ { name: "openvino" } ] } }'
+    )
     with pytest.raises(TritonliteError, match="'openvino' of model 'm' is not supported"):
         providers_for(cfg(text), "CPU", 0, ALL)

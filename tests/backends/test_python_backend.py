@@ -74,8 +74,14 @@ class TritonPythonModel:
 """
 
 
-def write_model(repo: Path, name: str, code: str, config: str | None = ADD_SUB_CONFIG,
-                version: int = 1, files: dict[str, str] | None = None) -> Path:
+def write_model(
+    repo: Path,
+    name: str,
+    code: str,
+    config: str | None = ADD_SUB_CONFIG,
+    version: int = 1,
+    files: dict[str, str] | None = None,
+) -> Path:
     model_dir = repo / name
     vdir = model_dir / str(version)
     vdir.mkdir(parents=True, exist_ok=True)
@@ -91,8 +97,14 @@ def write_model(repo: Path, name: str, code: str, config: str | None = ADD_SUB_C
 
 def context(model_dir: Path, version: int = 1, auto: bool = True) -> ModelContext:
     cfg = model_config.load_model_config(model_dir, auto_completers=COMPLETERS if auto else None)
-    return ModelContext(model_dir.name, version, model_dir, model_dir / str(version), cfg,
-                        model_config.render_json_bytes(cfg).decode())
+    return ModelContext(
+        model_dir.name,
+        version,
+        model_dir,
+        model_dir / str(version),
+        cfg,
+        model_config.render_json_bytes(cfg).decode(),
+    )
 
 
 class OnThread:
@@ -156,8 +168,11 @@ def load() -> Any:
 def fp32_request(a: Any, b: Any, **kw: Any) -> InferRequest:
     a = np.asarray(a, dtype=np.float32)
     b = np.asarray(b, dtype=np.float32)
-    return InferRequest("m", inputs=[InferInput("INPUT0", "FP32", a.shape, a),
-                                     InferInput("INPUT1", "FP32", b.shape, b)], **kw)
+    return InferRequest(
+        "m",
+        inputs=[InferInput("INPUT0", "FP32", a.shape, a), InferInput("INPUT1", "FP32", b.shape, b)],
+        **kw,
+    )
 
 
 def run(inst: OnThread, *requests: InferRequest) -> list[Any]:
@@ -165,6 +180,7 @@ def run(inst: OnThread, *requests: InferRequest) -> list[Any]:
 
 
 # -- pb_utils helpers ------------------------------------------------------------------------
+
 
 def test_module_is_importable_under_triton_name() -> None:
     import triton_python_backend_utils
@@ -181,8 +197,9 @@ def test_constants() -> None:
     assert pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE == 2
 
 
-@pytest.mark.parametrize("items", [[b"a", b"", "h\u00e9", b"\x00\xff"],
-                                   [[b"x", b"yy"], [b"", b"z"]]])
+@pytest.mark.parametrize(
+    "items", [[b"a", b"", "h\u00e9", b"\x00\xff"], [[b"x", b"yy"], [b"", b"z"]]]
+)
 def test_serialize_deserialize_round_trip(items: list[Any]) -> None:
     arr = np.array(items, dtype=object)
     raw = pb_utils.serialize_byte_tensor(arr)
@@ -197,8 +214,10 @@ def test_serialize_deserialize_round_trip(items: list[Any]) -> None:
 def test_serialize_special_cases() -> None:
     assert pb_utils.serialize_byte_tensor(np.array([], dtype=object)) == ()
     assert pb_utils.serialize_byte_tensor(np.array([1, 2], dtype=np.int32)) is None
-    assert (pb_utils.serialize_byte_tensor(np.array([b"ab", b"c"]))
-            == b"\x02\x00\x00\x00ab\x01\x00\x00\x00c")
+    assert (
+        pb_utils.serialize_byte_tensor(np.array([b"ab", b"c"]))
+        == b"\x02\x00\x00\x00ab\x01\x00\x00\x00c"
+    )
     assert pb_utils.serialize_byte_tensor(np.array([3], dtype=object)) == b"\x01\x00\x00\x003"
     assert pb_utils.deserialize_bytes_tensor(b"").tolist() == []
     with pytest.raises(struct.error):
@@ -221,8 +240,10 @@ def test_dtype_tables() -> None:
 
 
 def test_config_lookups() -> None:
-    cfg = {"input": [{"name": "A", "data_type": "TYPE_FP32"}],
-           "output": [{"name": "B", "data_type": "TYPE_INT8"}]}
+    cfg = {
+        "input": [{"name": "A", "data_type": "TYPE_FP32"}],
+        "output": [{"name": "B", "data_type": "TYPE_INT8"}],
+    }
     assert pb_utils.get_input_config_by_name(cfg, "A") == {"name": "A", "data_type": "TYPE_FP32"}
     assert pb_utils.get_input_config_by_name(cfg, "B") is None
     assert pb_utils.get_output_config_by_name(cfg, "B")["data_type"] == "TYPE_INT8"
@@ -241,8 +262,9 @@ def test_tensor_basics() -> None:
         pb_utils.Tensor("U", np.array(["x"]))  # np.str_ arrays are refused, as by Triton 2.51
     t = pb_utils.Tensor("T", np.arange(6, dtype=np.int32).reshape(2, 3).T)
     assert t.as_numpy().flags.c_contiguous and t.shape() == [3, 2]
-    with pytest.raises(pb_utils.TritonModelException,
-                       match="Tensor name cannot be an empty string."):
+    with pytest.raises(
+        pb_utils.TritonModelException, match="Tensor name cannot be an empty string."
+    ):
         pb_utils.Tensor("", np.zeros(1))
     with pytest.raises(pb_utils.TritonModelException, match="NumPy dtype is not supported."):
         pb_utils.Tensor("C", np.zeros(1, dtype=np.complex64))
@@ -280,9 +302,19 @@ def test_triton_error() -> None:
     assert e.message() == "bad" and e.code() == pb_utils.TritonError.INTERNAL
     e = pb_utils.TritonError("nf", pb_utils.TritonError.NOT_FOUND)
     assert e.code() == pb_utils.TritonError.NOT_FOUND and e.code().name == "NOT_FOUND"
-    assert [int(getattr(pb_utils.TritonError, n)) for n in (
-        "UNKNOWN", "INTERNAL", "NOT_FOUND", "INVALID_ARG", "UNAVAILABLE", "UNSUPPORTED",
-        "ALREADY_EXISTS", "CANCELLED")] == list(range(8))  # TRITONSERVER_Error_Code
+    assert [
+        int(getattr(pb_utils.TritonError, n))
+        for n in (
+            "UNKNOWN",
+            "INTERNAL",
+            "NOT_FOUND",
+            "INVALID_ARG",
+            "UNAVAILABLE",
+            "UNSUPPORTED",
+            "ALREADY_EXISTS",
+            "CANCELLED",
+        )
+    ] == list(range(8))  # TRITONSERVER_Error_Code
     with pytest.raises(TypeError):
         pb_utils.TritonError(None)  # type: ignore[arg-type]
     exc = pb_utils.TritonModelException("boom")
@@ -299,8 +331,9 @@ def test_response() -> None:
     r = pb_utils.InferenceResponse([t])
     assert r.output_tensors() == [t] and not r.has_error() and r.error() is None
     assert r.parameters() == "{}"
-    r = pb_utils.InferenceResponse(output_tensors=[],
-                                   parameters={"a": 1, "b": "x", "c": True, "d": 0.5})
+    r = pb_utils.InferenceResponse(
+        output_tensors=[], parameters={"a": 1, "b": "x", "c": True, "d": 0.5}
+    )
     assert json.loads(r.parameters()) == {"a": 1, "b": "x", "c": True, "d": 0.5}
     err = pb_utils.TritonError("e", pb_utils.TritonError.INVALID_ARG)
     assert pb_utils.InferenceResponse(error=err).error() is err
@@ -343,13 +376,17 @@ def test_bls_and_model_management_without_a_server() -> None:
     assert resp.has_error() and "not running in this process" in resp.error().message()
     with pytest.raises(RuntimeError, match="no running event loop"):
         req.async_exec()
-    for call in (lambda: pb_utils.load_model("x"), lambda: pb_utils.unload_model("x"),
-                 lambda: pb_utils.is_model_ready("x")):
+    for call in (
+        lambda: pb_utils.load_model("x"),
+        lambda: pb_utils.unload_model("x"),
+        lambda: pb_utils.is_model_ready("x"),
+    ):
         with pytest.raises(pb_utils.TritonModelException, match="not running in this process"):
             call()
     with pytest.raises(pb_utils.TritonModelException, match="Correlation ID"):
-        pb_utils.InferenceRequest(model_name="m", inputs=[], requested_output_names=[],
-                                  correlation_id=1.5)  # type: ignore[arg-type]
+        pb_utils.InferenceRequest(
+            model_name="m", inputs=[], requested_output_names=[], correlation_id=1.5
+        )  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         pb_utils.InferenceRequest(model_name="m")
 
@@ -361,12 +398,19 @@ def test_logger_logs_with_the_callers_location(caplog: pytest.LogCaptureFixture)
         pb_utils.Logger.log_error("bad")
         pb_utils.Logger.log_verbose("detail")
         pb_utils.Logger.log("again", pb_utils.Logger.WARNING)
-    got = [(r.levelno, r.getMessage(), r.filename) for r in caplog.records
-           if r.name == "tritonlite.python"]
+    got = [
+        (r.levelno, r.getMessage(), r.filename)
+        for r in caplog.records
+        if r.name == "tritonlite.python"
+    ]
     here = Path(__file__).name
-    assert got == [(logging.INFO, "hello", here), (logging.WARNING, "careful", here),
-                   (logging.ERROR, "bad", here), (logging.DEBUG, "detail", here),
-                   (logging.WARNING, "again", here)]
+    assert got == [
+        (logging.INFO, "hello", here),
+        (logging.WARNING, "careful", here),
+        (logging.ERROR, "bad", here),
+        (logging.DEBUG, "detail", here),
+        (logging.WARNING, "again", here),
+    ]
 
 
 def test_metric_family_in_memory() -> None:
@@ -393,6 +437,7 @@ def test_get_model_dir_outside_a_model() -> None:
 
 # -- ModelConfig (auto_complete_config's argument) --------------------------------------------
 
+
 def model_cfg(**extra: Any) -> ModelConfig:
     base = {"name": "m", "max_batch_size": 0, "input": [], "output": []}
     base.update(extra)
@@ -409,30 +454,42 @@ def test_model_config_adds_and_merges() -> None:
     cfg.set_model_transaction_policy({"decoupled": False})
     d = cfg.as_dict()
     assert d["max_batch_size"] == 4 and d["dynamic_batching"] == {}
-    assert d["input"] == [{"name": "A", "data_type": "TYPE_FP32", "dims": [3], "optional": True},
-                          {"name": "B", "data_type": "TYPE_INT32", "dims": [-1]}]
+    assert d["input"] == [
+        {"name": "A", "data_type": "TYPE_FP32", "dims": [3], "optional": True},
+        {"name": "B", "data_type": "TYPE_INT32", "dims": [-1]},
+    ]
     assert d["output"] == [{"name": "C", "data_type": "TYPE_FP32", "dims": [3]}]
     assert d["model_transaction_policy"] == {"decoupled": False}
 
 
 def test_model_config_conflicts() -> None:
-    cfg = model_cfg(max_batch_size=8,
-                    input=[{"name": "A", "data_type": "TYPE_INT32", "dims": [3],
-                            "optional": False}],
-                    sequence_batching={})
-    with pytest.raises(ValueError, match="configuration specified max_batch_size 8, but in "
-                       "auto-complete-config function for model 'm' specified max_batch_size 4"):
+    cfg = model_cfg(
+        max_batch_size=8,
+        input=[{"name": "A", "data_type": "TYPE_INT32", "dims": [3], "optional": False}],
+        sequence_batching={},
+    )
+    with pytest.raises(
+        ValueError,
+        match="configuration specified max_batch_size 8, but in "
+        "auto-complete-config function for model 'm' specified max_batch_size 4",
+    ):
         cfg.set_max_batch_size(4)
-    with pytest.raises(ValueError, match="configuration expects datatype TYPE_INT32 for input "
-                       "'A', model provides TYPE_FP32"):
+    with pytest.raises(
+        ValueError,
+        match="configuration expects datatype TYPE_INT32 for input 'A', model provides TYPE_FP32",
+    ):
         cfg.add_input({"name": "A", "data_type": "TYPE_FP32", "dims": [3]})
-    with pytest.raises(ValueError, match=r"the model expects dims \[4\] but the model "
-                       r"configuration specifies dims \[3\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"the model expects dims \[4\] but the model "
+        r"configuration specifies dims \[3\]",
+    ):
         cfg.add_input({"name": "A", "data_type": "TYPE_INT32", "dims": [4]})
     with pytest.raises(ValueError, match="expects optional True"):
         cfg.add_input({"name": "A", "data_type": "TYPE_INT32", "dims": [3], "optional": True})
-    with pytest.raises(ValueError, match="contains property other than 'name', 'data_type', "
-                       "'dims' and 'optional'."):
+    with pytest.raises(
+        ValueError, match="contains property other than 'name', 'data_type', 'dims' and 'optional'."
+    ):
         cfg.add_input({"name": "X", "data_type": "TYPE_INT32", "dims": [3], "format": "x"})
     with pytest.raises(ValueError, match="is missing 'dims' property."):
         cfg.add_output({"name": "Y", "data_type": "TYPE_INT32"})
@@ -482,12 +539,18 @@ def bytes_request(value: bytes = b"x") -> InferRequest:
 def test_two_models_with_their_own_utils(tmp_path: Path, load: Any) -> None:
     dirs = {}
     for who in ("alpha", "beta"):
-        dirs[who] = write_model(tmp_path, who, UTILS_MODEL, UTILS_CONFIG, files={
-            "1/utils.py": f"WHO = 'utils-{who}'\n",
-            "1/helper.py": f"WHO = 'helper-{who}'\n",
-            "1/lazy.py": f"WHO = 'lazy-{who}'\n",
-            "1/lazy_init.py": f"WHO = 'init-{who}'\n",
-        })
+        dirs[who] = write_model(
+            tmp_path,
+            who,
+            UTILS_MODEL,
+            UTILS_CONFIG,
+            files={
+                "1/utils.py": f"WHO = 'utils-{who}'\n",
+                "1/helper.py": f"WHO = 'helper-{who}'\n",
+                "1/lazy.py": f"WHO = 'lazy-{who}'\n",
+                "1/lazy_init.py": f"WHO = 'init-{who}'\n",
+            },
+        )
     path_before = list(sys.path)
     a = load(dirs["alpha"]).instance()
     b = load(dirs["beta"]).instance()
@@ -516,8 +579,9 @@ def test_model_dir_is_appended_to_the_import_path(tmp_path: Path, load: Any) -> 
         def execute(self, requests):
             return [pb_utils.InferenceResponse([]) for _ in requests]
     """
-    model_dir = write_model(tmp_path, "m", code, UTILS_CONFIG,
-                            files={"shared_helper.py": "X = 1\n"})
+    model_dir = write_model(
+        tmp_path, "m", code, UTILS_CONFIG, files={"shared_helper.py": "X = 1\n"}
+    )
     inst = load(model_dir).instance()
     assert inst._model.tail == [str(model_dir / "1"), str(model_dir)]
     assert inst._model.name.endswith(".model")
@@ -563,22 +627,39 @@ def test_initialize_and_execute_share_one_thread(tmp_path: Path, load: Any) -> N
 
 
 LOAD_FAILURES = [
-    ("class TritonPythonModel:\n    def initialize(self, args):\n        raise ValueError('no')\n",
-     None, ErrorCode.INTERNAL, r"ValueError: no\n\nAt:\n  .*model\.py\(3\): initialize\n"),
-    ("x = 1\n", None, ErrorCode.INTERNAL,
-     r"AttributeError: module 'tritonlite_pymodel_m_1_\d+\.model' has no attribute "
-     r"'TritonPythonModel'"),
-    ("import no_such_module_here\n", None, ErrorCode.INTERNAL,
-     r"ModuleNotFoundError: No module named 'no_such_module_here'"),
-    ("class TritonPythonModel:\n    pass\n", UTILS_CONFIG
-     + 'parameters { key: "EXECUTION_ENV_PATH" value { string_value: "env.tar.gz" } }\n',
-     ErrorCode.INTERNAL, r"Failed to get the canonical path for .*/m/env\.tar\.gz\."),
+    (
+        "class TritonPythonModel:\n    def initialize(self, args):\n        raise ValueError('no')\n",
+        None,
+        ErrorCode.INTERNAL,
+        r"ValueError: no\n\nAt:\n  .*model\.py\(3\): initialize\n",
+    ),
+    (
+        "x = 1\n",
+        None,
+        ErrorCode.INTERNAL,
+        r"AttributeError: module 'tritonlite_pymodel_m_1_\d+\.model' has no attribute "
+        r"'TritonPythonModel'",
+    ),
+    (
+        "import no_such_module_here\n",
+        None,
+        ErrorCode.INTERNAL,
+        r"ModuleNotFoundError: No module named 'no_such_module_here'",
+    ),
+    (
+        "class TritonPythonModel:\n    pass\n",
+        UTILS_CONFIG
+        + 'parameters { key: "EXECUTION_ENV_PATH" value { string_value: "env.tar.gz" } }\n',
+        ErrorCode.INTERNAL,
+        r"Failed to get the canonical path for .*/m/env\.tar\.gz\.",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("code", "config", "error", "message"), LOAD_FAILURES)
-def test_load_failures(tmp_path: Path, code: str, config: str | None, error: ErrorCode,
-                       message: str) -> None:
+def test_load_failures(
+    tmp_path: Path, code: str, config: str | None, error: ErrorCode, message: str
+) -> None:
     model_dir = write_model(tmp_path, "m", code, config or UTILS_CONFIG)
     ctx = context(model_dir, auto=False)  # auto-complete imports model.py too: tested below
     with pytest.raises(TritonliteError) as info:
@@ -600,8 +681,12 @@ def test_missing_model_file(tmp_path: Path) -> None:
 
 
 def test_default_model_filename(tmp_path: Path, load: Any) -> None:
-    model_dir = write_model(tmp_path, "m", "raise RuntimeError('model.py is not the entry')\n",
-                            UTILS_CONFIG + 'default_model_filename: "entry.py"\n')
+    model_dir = write_model(
+        tmp_path,
+        "m",
+        "raise RuntimeError('model.py is not the entry')\n",
+        UTILS_CONFIG + 'default_model_filename: "entry.py"\n',
+    )
     (model_dir / "1" / "entry.py").write_text(textwrap.dedent(EXEC_MODEL))
     loaded = load(model_dir)
     assert loaded.backend.path.name == "entry.py"
@@ -611,12 +696,14 @@ def test_default_model_filename(tmp_path: Path, load: Any) -> None:
 
 def test_auto_complete_import_error_is_a_load_error(tmp_path: Path) -> None:
     model_dir = write_model(tmp_path, "m", "import no_such_module_here\n", UTILS_CONFIG)
-    with pytest.raises(TritonliteError, match="ModuleNotFoundError: No module named "
-                       "'no_such_module_here'"):
+    with pytest.raises(
+        TritonliteError, match="ModuleNotFoundError: No module named 'no_such_module_here'"
+    ):
         model_config.load_model_config(model_dir, auto_completers=COMPLETERS)
 
 
 # -- execute ---------------------------------------------------------------------------------
+
 
 def test_add_sub_execute_and_response_parameters(tmp_path: Path, load: Any) -> None:
     inst = load(write_model(tmp_path, "add_sub", ADD_SUB)).instance()
@@ -660,9 +747,17 @@ def test_request_view(tmp_path: Path, load: Any) -> None:
     r2.outputs = [RequestedOutput("OUT")]
     outs = run(inst, r1, r2)
     i1, i2 = (json.loads(o["OUT"][0]) for o in outs)
-    assert i1 == {"id": "rid", "corr": 42, "flags": 1, "timeout": 1234,
-                  "params": '{"custom":"v","k":3,"f":2.5,"b":true}',
-                  "requested": ["OTHER", "OUT"], "inputs": ["IN"], "type": "bytes", "n": 2}
+    assert i1 == {
+        "id": "rid",
+        "corr": 42,
+        "flags": 1,
+        "timeout": 1234,
+        "params": '{"custom":"v","k":3,"f":2.5,"b":true}',
+        "requested": ["OTHER", "OUT"],
+        "inputs": ["IN"],
+        "type": "bytes",
+        "n": 2,
+    }
     assert i2["corr"] == "corr-str" and i2["flags"] == 2 and i2["requested"] == ["OUT"]
     assert i2["id"] == "" and i2["params"] == "{}" and i2["timeout"] == 0
 
@@ -735,17 +830,20 @@ def test_execute_results(tmp_path: Path, load: Any) -> None:
     err = failure("raise")
     assert err.code == ErrorCode.INTERNAL
     assert re.fullmatch(
-        r".*message: ValueError: boom\n\nAt:\n  .*model\.py\(\d+\): execute\n", err.message,
-        re.S), err.message
+        r".*message: ValueError: boom\n\nAt:\n  .*model\.py\(\d+\): execute\n", err.message, re.S
+    ), err.message
     assert "TritonModelException: model said no" in failure("tme").message
     assert failure("short").message == prefix + (
         "Number of InferenceResponse objects do not match the number of InferenceRequest "
-        "objects. InferenceRequest(s) size is:2, and InferenceResponse(s) size is:0\n")
+        "objects. InferenceRequest(s) size is:2, and InferenceResponse(s) size is:0\n"
+    )
     assert failure("dict").message == prefix + (
-        "Expected a list in the execute return, found type '<class 'dict'>'.")
+        "Expected a list in the execute return, found type '<class 'dict'>'."
+    )
     assert failure("bad-element").message == prefix + (
         "Expected an 'InferenceResponse' object in the execute function return list, found "
-        "type '<class 'str'>'.")
+        "type '<class 'str'>'."
+    )
     assert "more than one response" in failure("sender-and-return").message
     # a BLS call's failure (here: no server in this process) is its response's, not the batch's
     assert not isinstance(run(inst, bytes_request(b"bls"))[0], TritonliteError)
@@ -853,19 +951,24 @@ def test_describe_lists_model_frames_innermost_first(tmp_path: Path) -> None:
 
 # -- outputs.py: what the backend returns becomes the response ------------------------------
 
+
 def test_build_response_keeps_parameters_and_allows_missing_outputs(tmp_path: Path) -> None:
     model_dir = write_model(tmp_path, "add_sub", ADD_SUB)
     cfg = model_config.load_model_config(model_dir)
     sig = Signature.from_config(cfg, model_dir)
     req = fp32_request([[1, 2, 3, 4]], [[1, 1, 1, 1]], id="r1")
-    produced = ModelOutputs({"OUTPUT0": np.ones((1, 4), np.float32),
-                             "EXTRA": np.ones(1, np.int8)}, parameters={"p": 1}, partial=True)
+    produced = ModelOutputs(
+        {"OUTPUT0": np.ones((1, 4), np.float32), "EXTRA": np.ones(1, np.int8)},
+        parameters={"p": 1},
+        partial=True,
+    )
     resp = build_response(sig, "1", req, produced, SharedMemoryManager())
     assert [o.name for o in resp.outputs] == ["OUTPUT0"] and resp.parameters == {"p": 1}
     assert resp.id == "r1"
     with pytest.raises(TritonliteError, match="was not produced"):
-        build_response(sig, "1", req, {"OUTPUT0": np.ones((1, 4), np.float32)},
-                       SharedMemoryManager())
+        build_response(
+            sig, "1", req, {"OUTPUT0": np.ones((1, 4), np.float32)}, SharedMemoryManager()
+        )
 
 
 # -- auto_complete_config ------------------------------------------------------------------
@@ -898,7 +1001,8 @@ def test_auto_complete_without_config(tmp_path: Path) -> None:
     doc = model_config.render_json(cfg)
     assert doc["backend"] == "python" and doc["max_batch_size"] == 4
     assert [(i["name"], i["data_type"], i["dims"]) for i in doc["input"]] == [
-        ("A", "TYPE_FP32", [3])]
+        ("A", "TYPE_FP32", [3])
+    ]
     assert [(o["name"], o["dims"]) for o in doc["output"]] == [("B", [3])]
     assert doc["dynamic_batching"]["preferred_batch_size"] == [4]
     assert "utils" not in sys.modules
@@ -922,7 +1026,8 @@ def test_auto_complete_conflict_is_a_load_error(tmp_path: Path) -> None:
     assert info.value.code == ErrorCode.INVALID_ARG
     assert info.value.message.startswith(
         "ValueError: unable to load model 'auto', configuration expects datatype TYPE_INT32 for "
-        "input 'A', model provides TYPE_FP32\n\nAt:\n")
+        "input 'A', model provides TYPE_FP32\n\nAt:\n"
+    )
     assert "auto_complete_config" in info.value.message
 
 
@@ -940,8 +1045,7 @@ def test_auto_complete_must_return_model_config(tmp_path: Path) -> None:
 
 def test_auto_complete_skipped_when_disabled_or_absent(tmp_path: Path) -> None:
     model_dir = write_model(tmp_path, "auto", AUTO_MODEL, config='backend: "python"\n')
-    cfg = model_config.load_model_config(model_dir, auto_complete=False,
-                                         auto_completers=COMPLETERS)
+    cfg = model_config.load_model_config(model_dir, auto_complete=False, auto_completers=COMPLETERS)
     assert cfg.max_batch_size == 0 and not cfg.input
     plain = write_model(tmp_path, "plain", "class TritonPythonModel:\n    pass\n", UTILS_CONFIG)
     cfg = model_config.load_model_config(plain, auto_completers=COMPLETERS)

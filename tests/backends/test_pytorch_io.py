@@ -41,8 +41,9 @@ def test_argument_count_must_match_with_triton_message() -> None:
     with pytest.raises(TritonliteError) as e:
         io.input_layout(["INPUT__0"], [], [], args("a", "b"), "m")
     assert e.value.code == ErrorCode.INVALID_ARG
-    assert e.value.message == ("unable to load model 'm', configuration expects 1 inputs, "
-                               "model provides 2")
+    assert e.value.message == (
+        "unable to load model 'm', configuration expects 1 inputs, model provides 2"
+    )
 
 
 def test_controls_need_named_index() -> None:
@@ -76,8 +77,9 @@ def test_output_positions() -> None:
 def test_datatype_and_string_rules() -> None:
     io.check_dtype("TYPE_FP32", "x", "input", "m")
     io.check_dtype("TYPE_STRING", "x", "input", "m")
-    with pytest.raises(TritonliteError,
-                       match="unsupported datatype TYPE_UINT32 for input 'x' for model 'm'"):
+    with pytest.raises(
+        TritonliteError, match="unsupported datatype TYPE_UINT32 for input 'x' for model 'm'"
+    ):
         io.check_dtype("TYPE_UINT32", "x", "input", "m")
     io.check_string_dims([-1], False, "x", "input", "m")
     io.check_string_dims([], True, "x", "input", "m")

@@ -45,11 +45,19 @@ MODELS = Path(__file__).resolve().parent / "models"
 RESULTS = ROOT / "bench" / "results" / "compare_triton.json"
 HOST = "127.0.0.1"
 # Headers whose presence or value a client reads; Date/Server/Connection are not compared.
-COMPARED_HEADERS = ("content-type", "inference-header-content-length", "content-encoding",
-                    "accept-encoding", "transfer-encoding")
+COMPARED_HEADERS = (
+    "content-type",
+    "inference-header-content-length",
+    "content-encoding",
+    "accept-encoding",
+    "transfer-encoding",
+)
 
-_ONNX_TYPE = {"TYPE_FP32": TensorProto.FLOAT, "TYPE_INT32": TensorProto.INT32,
-              "TYPE_STRING": TensorProto.STRING}
+_ONNX_TYPE = {
+    "TYPE_FP32": TensorProto.FLOAT,
+    "TYPE_INT32": TensorProto.INT32,
+    "TYPE_STRING": TensorProto.STRING,
+}
 
 
 # -- repositories ----------------------------------------------------------------------------------
@@ -81,8 +89,10 @@ def _onnx_twin(name: str, config_text: str, path: Path) -> None:
         return helper.make_tensor_value_info(n, _ONNX_TYPE[dtype], shape)
 
     if len(inputs) == 2:
-        nodes = [helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]),
-                 helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"])]
+        nodes = [
+            helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]),
+            helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"]),
+        ]
     else:
         nodes = [helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])]
     graph = helper.make_graph(nodes, name, [vinfo(i) for i in inputs], [vinfo(o) for o in outputs])
@@ -145,11 +155,26 @@ class Tritonlite:
         self.log_path = log_path
         self.port: int | None = None
         self._found = threading.Event()
-        cmd = [sys.executable, "-m", "tritonlite", "--model-repository", str(repo),
-               "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0",
-               "--http-address", HOST, "--grpc-address", HOST]
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE)
+        cmd = [
+            sys.executable,
+            "-m",
+            "tritonlite",
+            "--model-repository",
+            str(repo),
+            "--http-port",
+            "0",
+            "--grpc-port",
+            "0",
+            "--metrics-port",
+            "0",
+            "--http-address",
+            HOST,
+            "--grpc-address",
+            HOST,
+        ]
+        self.proc = subprocess.Popen(
+            cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
         threading.Thread(target=self._drain, daemon=True).start()
 
     def _drain(self) -> None:
@@ -192,9 +217,20 @@ class Triton:
     def start(self) -> int:
         http_port, grpc_port, metrics_port = _free_ports(3)
         run = subprocess.run(
-            ["bash", str(self.script), "start", str(self.tool_dir), str(self.repo),
-             str(http_port), str(grpc_port), str(metrics_port)],
-            capture_output=True, text=True, timeout=900)
+            [
+                "bash",
+                str(self.script),
+                "start",
+                str(self.tool_dir),
+                str(self.repo),
+                str(http_port),
+                str(grpc_port),
+                str(metrics_port),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         if run.returncode != 0:
             raise RuntimeError(f"tritonserver failed to start:\n{run.stdout}{run.stderr}")
         self.log = run.stdout.split()[-1]
@@ -202,8 +238,9 @@ class Triton:
         return http_port
 
     def stop(self) -> None:
-        subprocess.run(["bash", str(self.script), "stop", str(self.tool_dir)], timeout=60,
-                       check=False)
+        subprocess.run(
+            ["bash", str(self.script), "stop", str(self.tool_dir)], timeout=60, check=False
+        )
 
 
 # -- exchanges -------------------------------------------------------------------------------------
@@ -228,8 +265,12 @@ class Answer:
     body: bytes
 
     def record(self) -> dict[str, Any]:
-        return {"status": self.status, "reason": self.reason, "headers": self.headers,
-                "body": self.body.decode("utf-8", "backslashreplace")}
+        return {
+            "status": self.status,
+            "reason": self.reason,
+            "headers": self.headers,
+            "body": self.body.decode("utf-8", "backslashreplace"),
+        }
 
 
 def send(port: int, ex: Exchange) -> Answer:
@@ -253,9 +294,11 @@ def _json_body(doc: Any) -> bytes:
     return json.dumps(doc).encode()
 
 
-def _binary_request(inputs: list[httpclient.InferInput],
-                    outputs: list[httpclient.InferRequestedOutput] | None = None,
-                    **kw: Any) -> tuple[bytes, dict[str, str]]:
+def _binary_request(
+    inputs: list[httpclient.InferInput],
+    outputs: list[httpclient.InferRequestedOutput] | None = None,
+    **kw: Any,
+) -> tuple[bytes, dict[str, str]]:
     body, json_size = httpclient.InferenceServerClient.generate_request_body(inputs, outputs, **kw)
     headers = {"Content-Type": "application/octet-stream"}
     if json_size is not None:
@@ -335,17 +378,26 @@ def _outputs_at_dtype() -> tuple[str, Normalizer]:
 
 def _config_norms() -> list[tuple[str, Normalizer]]:
     # Fields that follow from the backend (python vs onnxruntime), not from the config text.
-    return [_mask("platform"), _mask("backend"), _mask("default_model_filename"),
-            _mask("runtime")]
+    return [_mask("platform"), _mask("backend"), _mask("default_model_filename"), _mask("runtime")]
 
 
 def _stats_norms() -> list[tuple[str, Normalizer]]:
-    per_stat = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output",
-                "cache_hit", "cache_miss")
+    per_stat = (
+        "success",
+        "fail",
+        "queue",
+        "compute_input",
+        "compute_infer",
+        "compute_output",
+        "cache_hit",
+        "cache_miss",
+    )
     norms = [_nonzero("model_stats.*.last_inference"), _mask("model_stats.*.memory_usage")]
     norms += [_nonzero(f"model_stats.*.inference_stats.{s}.ns") for s in per_stat]
-    norms += [_nonzero(f"model_stats.*.batch_stats.*.{s}.ns")
-              for s in ("compute_input", "compute_infer", "compute_output")]
+    norms += [
+        _nonzero(f"model_stats.*.batch_stats.*.{s}.ns")
+        for s in ("compute_input", "compute_infer", "compute_output")
+    ]
     return norms
 
 
@@ -355,8 +407,13 @@ def exchanges() -> list[Exchange]:
     def get(name: str, path: str, *norms: tuple[str, Normalizer]) -> None:
         ex.append(Exchange(name, "GET", path, normalize=list(norms)))
 
-    def post(name: str, path: str, body: bytes, headers: dict[str, str] | None = None,
-             *norms: tuple[str, Normalizer]) -> None:
+    def post(
+        name: str,
+        path: str,
+        body: bytes,
+        headers: dict[str, str] | None = None,
+        *norms: tuple[str, Normalizer],
+    ) -> None:
         extra = [_outputs_at_dtype()] if path.endswith("/infer") else []
         ex.append(Exchange(name, "POST", path, body, dict(headers or {}), list(norms) + extra))
 
@@ -370,8 +427,12 @@ def exchanges() -> list[Exchange]:
     for m in ("add_sub", "add_sub_nobatch", "add_sub_int32", "identity_bytes"):
         get(f"config {m}", f"/v2/models/{m}/config", *_config_norms())
     # identity_vardim leaves instance_group out: each backend picks its own default count.
-    get("config identity_vardim", "/v2/models/identity_vardim/config", *_config_norms(),
-        _mask("instance_group.*.count"))
+    get(
+        "config identity_vardim",
+        "/v2/models/identity_vardim/config",
+        *_config_norms(),
+        _mask("instance_group.*.count"),
+    )
     get("model ready", "/v2/models/add_sub/ready")
     get("model ready v1", "/v2/models/add_sub/versions/1/ready")
     get("model ready v2 (absent)", "/v2/models/add_sub/versions/2/ready")
@@ -384,11 +445,17 @@ def exchanges() -> list[Exchange]:
     fp = [float(x) for x in a]
     ones = [1.0] * 16
     infer = "/v2/models/add_sub/infer"
-    json_req: dict[str, Any] = {"id": "r1", "inputs": [
-        {"name": "INPUT0", "shape": [1, 16], "datatype": "FP32", "data": fp},
-        {"name": "INPUT1", "shape": [1, 16], "datatype": "FP32", "data": ones}],
-        "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": False}},
-                    {"name": "OUTPUT1", "parameters": {"binary_data": False}}]}
+    json_req: dict[str, Any] = {
+        "id": "r1",
+        "inputs": [
+            {"name": "INPUT0", "shape": [1, 16], "datatype": "FP32", "data": fp},
+            {"name": "INPUT1", "shape": [1, 16], "datatype": "FP32", "data": ones},
+        ],
+        "outputs": [
+            {"name": "OUTPUT0", "parameters": {"binary_data": False}},
+            {"name": "OUTPUT1", "parameters": {"binary_data": False}},
+        ],
+    }
     post("infer JSON", infer, _json_body(json_req), json_h)
     no_out = copy.deepcopy(json_req)
     del no_out["outputs"], no_out["id"]
@@ -401,37 +468,76 @@ def exchanges() -> list[Exchange]:
     nested["inputs"][1]["data"] = [ones]
     post("infer JSON, nested data", infer, _json_body(nested), json_h)
 
-    body, hdr = _binary_request(_fp32_inputs(2, True),
-                                [httpclient.InferRequestedOutput("OUTPUT0", binary_data=True),
-                                 httpclient.InferRequestedOutput("OUTPUT1", binary_data=True)],
-                                request_id="b7")
+    body, hdr = _binary_request(
+        _fp32_inputs(2, True),
+        [
+            httpclient.InferRequestedOutput("OUTPUT0", binary_data=True),
+            httpclient.InferRequestedOutput("OUTPUT1", binary_data=True),
+        ],
+        request_id="b7",
+    )
     post("infer binary (tritonclient body)", infer, body, hdr)
     body, hdr = _binary_request(_fp32_inputs(1, True), None, parameters=None)
     post("infer binary, no outputs listed", infer, body, hdr)
     post("infer binary, Accept-Encoding gzip", infer, body, {**hdr, "Accept-Encoding": "gzip"})
-    post("infer JSON, gzip request body", infer, gzip.compress(_json_body(no_out)),
-         {**json_h, "Content-Encoding": "gzip"})
-    post("infer JSON, deflate request body", infer, zlib.compress(_json_body(no_out)),
-         {**json_h, "Content-Encoding": "deflate"})
-    post("infer, unsupported Content-Encoding", infer, _json_body(no_out),
-         {**json_h, "Content-Encoding": "br"})
+    post(
+        "infer JSON, gzip request body",
+        infer,
+        gzip.compress(_json_body(no_out)),
+        {**json_h, "Content-Encoding": "gzip"},
+    )
+    post(
+        "infer JSON, deflate request body",
+        infer,
+        zlib.compress(_json_body(no_out)),
+        {**json_h, "Content-Encoding": "deflate"},
+    )
+    post(
+        "infer, unsupported Content-Encoding",
+        infer,
+        _json_body(no_out),
+        {**json_h, "Content-Encoding": "br"},
+    )
     body, hdr = _binary_request(_fp32_inputs(None, True))
     post("infer add_sub_nobatch binary", "/v2/models/add_sub_nobatch/infer", body, hdr)
-    int_req: dict[str, Any] = {"inputs": [
-        {"name": "INPUT0", "shape": [2, 4], "datatype": "INT32", "data": [1, 2, 3, 4, 5, 6, 7, -8]},
-        {"name": "INPUT1", "shape": [2, 4], "datatype": "INT32",
-         "data": [10, 20, 30, 40, 50, 60, 70, 80]}]}
+    int_req: dict[str, Any] = {
+        "inputs": [
+            {
+                "name": "INPUT0",
+                "shape": [2, 4],
+                "datatype": "INT32",
+                "data": [1, 2, 3, 4, 5, 6, 7, -8],
+            },
+            {
+                "name": "INPUT1",
+                "shape": [2, 4],
+                "datatype": "INT32",
+                "data": [10, 20, 30, 40, 50, 60, 70, 80],
+            },
+        ]
+    }
     post("infer INT32 JSON", "/v2/models/add_sub_int32/infer", _json_body(int_req), json_h)
 
     words = httpclient.InferInput("INPUT0", [1, 3], "BYTES")
     words.set_data_from_numpy(np.array([[b"hello", b"", "\u00e9t\u00e9".encode()]], dtype=object))
     body, hdr = _binary_request([words], [httpclient.InferRequestedOutput("OUTPUT0")])
     post("infer BYTES binary", "/v2/models/identity_bytes/infer", body, hdr)
-    bytes_json = {"inputs": [{"name": "INPUT0", "shape": [1, 2], "datatype": "BYTES",
-                              "data": ["hi", "\u00e9t\u00e9"]}]}
+    bytes_json = {
+        "inputs": [
+            {
+                "name": "INPUT0",
+                "shape": [1, 2],
+                "datatype": "BYTES",
+                "data": ["hi", "\u00e9t\u00e9"],
+            }
+        ]
+    }
     post("infer BYTES JSON", "/v2/models/identity_bytes/infer", _json_body(bytes_json), json_h)
-    var = {"inputs": [{"name": "INPUT0", "shape": [2, 3], "datatype": "FP32",
-                       "data": [1.5, 2, 3, 4, 5, 6]}]}
+    var = {
+        "inputs": [
+            {"name": "INPUT0", "shape": [2, 3], "datatype": "FP32", "data": [1.5, 2, 3, 4, 5, 6]}
+        ]
+    }
     post("infer variable dim", "/v2/models/identity_vardim/infer", _json_body(var), json_h)
     zero = {"inputs": [{"name": "INPUT0", "shape": [0, 3], "datatype": "FP32", "data": []}]}
     post("infer zero-size tensor", "/v2/models/identity_vardim/infer", _json_body(zero), json_h)
@@ -463,8 +569,12 @@ def exchanges() -> list[Exchange]:
     post("error: empty body", infer, b"", json_h)
     post("error: infer unknown model", "/v2/models/nope/infer", _json_body(no_out), json_h)
     body, hdr = _binary_request(_fp32_inputs(1, True))
-    post("error: header length past body", infer, body,
-         {**hdr, "Inference-Header-Content-Length": str(len(body) + 10)})
+    post(
+        "error: header length past body",
+        infer,
+        body,
+        {**hdr, "Inference-Header-Content-Length": str(len(body) + 10)},
+    )
     get("error: unknown route", "/v2/nothing/here")
     get("error: wrong method (GET infer)", infer)
     ex.append(Exchange("error: wrong method (DELETE /v2)", "DELETE", "/v2"))
@@ -474,15 +584,24 @@ def exchanges() -> list[Exchange]:
     get("stats all models", "/v2/models/stats", *_stats_norms(), _sorted_stats())
     get("stats unknown model", "/v2/models/nope/stats")
     post("repository index", "/v2/repository/index", b"", None, _sorted_index())
-    post("repository index ready", "/v2/repository/index", _json_body({"ready": True}), json_h,
-         _sorted_index())
+    post(
+        "repository index ready",
+        "/v2/repository/index",
+        _json_body({"ready": True}),
+        json_h,
+        _sorted_index(),
+    )
     get("system shm status", "/v2/systemsharedmemory/status")
     get("system shm status, unknown region", "/v2/systemsharedmemory/region/nope/status")
     post("system shm unregister all", "/v2/systemsharedmemory/unregister", b"")
     get("cuda shm status", "/v2/cudasharedmemory/status")
     post("cuda shm unregister all", "/v2/cudasharedmemory/unregister", b"")
-    post("system shm register, bad key", "/v2/systemsharedmemory/region/r0/register",
-         _json_body({"key": "/tritonlite_compare_absent", "offset": 0, "byte_size": 64}), json_h)
+    post(
+        "system shm register, bad key",
+        "/v2/systemsharedmemory/region/r0/register",
+        _json_body({"key": "/tritonlite_compare_absent", "offset": 0, "byte_size": 64}),
+        json_h,
+    )
     get("trace setting", "/v2/trace/setting", _mask("trace_file"))
     get("logging setting", "/v2/logging", _mask("log_file"))
     return ex
@@ -493,6 +612,7 @@ def _sorted_stats() -> tuple[str, Normalizer]:
         if isinstance(doc, dict) and isinstance(doc.get("model_stats"), list):
             doc["model_stats"].sort(key=lambda s: (s.get("name", ""), s.get("version", "")))
         return doc
+
     return "model_stats order", norm
 
 
@@ -501,6 +621,7 @@ def _sorted_index() -> tuple[str, Normalizer]:
         if isinstance(doc, list):
             doc.sort(key=lambda e: (e.get("name", ""), e.get("version", "")))
         return doc
+
     return "index order", norm
 
 
@@ -519,7 +640,7 @@ def _split_body(a: Answer) -> tuple[Any, bytes | None]:
     head_len = a.headers.get("inference-header-content-length")
     tail: bytes | None = None
     if head_len is not None and head_len.isdigit():
-        body, tail = body[:int(head_len)], body[int(head_len):]
+        body, tail = body[: int(head_len)], body[int(head_len) :]
     if not body:
         return None, tail
     try:
@@ -541,18 +662,28 @@ def _diff(t: Any, lt: Any, path: str = "") -> list[str]:
                 out += _diff(t[k], lt[k], p)
         return out
     scalar = (str, int, float, bool)
-    if isinstance(t, list) and isinstance(lt, list) and len(t) != len(lt) and \
-            all(isinstance(x, scalar) for x in t + lt):
+    if (
+        isinstance(t, list)
+        and isinstance(lt, list)
+        and len(t) != len(lt)
+        and all(isinstance(x, scalar) for x in t + lt)
+    ):
         only_t = [x for x in t if x not in lt]
         only_l = [x for x in lt if x not in t]
-        return [f"{path}: only in triton {json.dumps(only_t)}; "
-                f"only in tritonlite {json.dumps(only_l)}"]
+        return [
+            f"{path}: only in triton {json.dumps(only_t)}; only in tritonlite {json.dumps(only_l)}"
+        ]
     if isinstance(t, list) and isinstance(lt, list) and len(t) == len(lt):
         return [d for i, (x, y) in enumerate(zip(t, lt)) for d in _diff(x, y, f"{path}[{i}]")]
     if t == lt and type(t) is type(lt):
         return []
-    if isinstance(t, (int, float)) and isinstance(lt, (int, float)) and not isinstance(t, bool) \
-            and not isinstance(lt, bool) and float(t) == float(lt):
+    if (
+        isinstance(t, (int, float))
+        and isinstance(lt, (int, float))
+        and not isinstance(t, bool)
+        and not isinstance(lt, bool)
+        and float(t) == float(lt)
+    ):
         return []
     return [f"{path or 'body'}: triton {json.dumps(t)[:80]} vs tritonlite {json.dumps(lt)[:80]}"]
 
@@ -574,14 +705,19 @@ def compare(ex: Exchange, t: Answer, lt: Answer) -> dict[str, Any]:
             diffs.append(f"header {h}: {tv!r} vs {lv!r}")
             kinds.add("header")
     if ("content-length" in t.headers) != ("content-length" in lt.headers):
-        diffs.append(f"content-length present: {'content-length' in t.headers} vs "
-                     f"{'content-length' in lt.headers}")
+        diffs.append(
+            f"content-length present: {'content-length' in t.headers} vs "
+            f"{'content-length' in lt.headers}"
+        )
         kinds.add("header")
-    if ("inference-header-content-length" in t.headers) != \
-            ("inference-header-content-length" in lt.headers):
-        diffs.append("inference-header-content-length present: "
-                     f"{'inference-header-content-length' in t.headers} vs "
-                     f"{'inference-header-content-length' in lt.headers}")
+    if ("inference-header-content-length" in t.headers) != (
+        "inference-header-content-length" in lt.headers
+    ):
+        diffs.append(
+            "inference-header-content-length present: "
+            f"{'inference-header-content-length' in t.headers} vs "
+            f"{'inference-header-content-length' in lt.headers}"
+        )
         kinds.add("header")
     tj, ttail = _split_body(t)
     lj, ltail = _split_body(lt)
@@ -590,20 +726,31 @@ def compare(ex: Exchange, t: Answer, lt: Answer) -> dict[str, Any]:
     for label, norm in ex.normalize:
         before = (json.dumps(tj, sort_keys=True), json.dumps(lj, sort_keys=True))
         tj, lj = norm(tj), norm(lj)
-        if before != (json.dumps(tj, sort_keys=True), json.dumps(lj, sort_keys=True)) and \
-                json.dumps(tj_raw, sort_keys=True) != json.dumps(lj_raw, sort_keys=True):
+        if before != (
+            json.dumps(tj, sort_keys=True),
+            json.dumps(lj, sort_keys=True),
+        ) and json.dumps(tj_raw, sort_keys=True) != json.dumps(lj_raw, sort_keys=True):
             normalized.append(label)
     body_diffs = _diff(tj, lj)
     if body_diffs:
-        only_message = (isinstance(tj, dict) and isinstance(lj, dict) and set(tj) == {"error"}
-                        and set(lj) == {"error"})
+        only_message = (
+            isinstance(tj, dict)
+            and isinstance(lj, dict)
+            and set(tj) == {"error"}
+            and set(lj) == {"error"}
+        )
         kinds.add("message" if only_message else "body")
         diffs += body_diffs
     if ttail != ltail:
         kinds.add("binary")
-        diffs.append(f"binary tail: {len(ttail or b'')} vs {len(ltail or b'')} bytes"
-                     + (" (same length, different bytes)" if ttail and ltail and
-                        len(ttail) == len(ltail) else ""))
+        diffs.append(
+            f"binary tail: {len(ttail or b'')} vs {len(ltail or b'')} bytes"
+            + (
+                " (same length, different bytes)"
+                if ttail and ltail and len(ttail) == len(ltail)
+                else ""
+            )
+        )
     if not kinds:
         verdict = "yes*" if normalized else "yes"
     elif kinds <= {"message"}:
@@ -612,12 +759,21 @@ def compare(ex: Exchange, t: Answer, lt: Answer) -> dict[str, Any]:
         verdict = "hdr"
     else:
         verdict = "NO"
-    return {"exchange": ex.name, "request": {"method": ex.method, "path": ex.path,
-                                             "headers": ex.headers,
-                                             "body": ex.body.decode("utf-8", "backslashreplace")},
-            "triton": t.record(), "tritonlite": lt.record(), "verdict": verdict,
-            "differences": diffs, "normalized": normalized,
-            "raw_bodies_identical": t.body == lt.body}
+    return {
+        "exchange": ex.name,
+        "request": {
+            "method": ex.method,
+            "path": ex.path,
+            "headers": ex.headers,
+            "body": ex.body.decode("utf-8", "backslashreplace"),
+        },
+        "triton": t.record(),
+        "tritonlite": lt.record(),
+        "verdict": verdict,
+        "differences": diffs,
+        "normalized": normalized,
+        "raw_bodies_identical": t.body == lt.body,
+    }
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
@@ -630,22 +786,32 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     print("-" * (w + 80))
     for r in rows:
         d = "; ".join(r["differences"]) or (
-            "after normalizing " + ", ".join(r["normalized"]) if r["normalized"] else "")
-        print(f"{r['exchange']:<{w}} | {status(r['triton']):<24} | {status(r['tritonlite']):<24} |"
-              f" {r['verdict']:<5} | {d[:160]}")
+            "after normalizing " + ", ".join(r["normalized"]) if r["normalized"] else ""
+        )
+        print(
+            f"{r['exchange']:<{w}} | {status(r['triton']):<24} | {status(r['tritonlite']):<24} |"
+            f" {r['verdict']:<5} | {d[:160]}"
+        )
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
     print("-" * (w + 80))
-    print(f"{len(rows)} exchanges: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
-          + "\n  yes* = same after normalizing the named fields; text = only the wording of the"
-          "\n  error or reason phrase; hdr = headers (and wording) differ; NO = status, body, data")
+    print(
+        f"{len(rows)} exchanges: "
+        + ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
+        + "\n  yes* = same after normalizing the named fields; text = only the wording of the"
+        "\n  error or reason phrase; hdr = headers (and wording) differ; NO = status, body, data"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--triton-dir", type=Path, default=ROOT / ".tools" / "triton",
-                   help="where tools/triton-reference.sh installs tritonserver")
+    p.add_argument(
+        "--triton-dir",
+        type=Path,
+        default=ROOT / ".tools" / "triton",
+        help="where tools/triton-reference.sh installs tritonserver",
+    )
     p.add_argument("--keep", action="store_true", help="keep the generated repositories and logs")
     p.add_argument("--output", type=Path, default=RESULTS)
     args = p.parse_args(argv)
@@ -671,12 +837,15 @@ def main(argv: list[str] | None = None) -> int:
             t, lt = send(triton_port, ex), send(lite_port, ex)
             rows.append(compare(ex, t, lt))
         server = json.loads(send(triton_port, Exchange("v2", "GET", "/v2")).body)
-        print(f"triton: tritonserver {server.get('version')} (nvidia-pytriton wheel), Python "
-              "backend; tritonlite: ONNX Runtime backend\n")
+        print(
+            f"triton: tritonserver {server.get('version')} (nvidia-pytriton wheel), Python "
+            "backend; tritonlite: ONNX Runtime backend\n"
+        )
         print_table(rows)
         args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(
-            {"triton_version": server.get("version"), "exchanges": rows}, indent=1))
+        args.output.write_text(
+            json.dumps({"triton_version": server.get("version"), "exchanges": rows}, indent=1)
+        )
         print(f"\nraw comparison: {args.output}")
         return 0
     finally:

@@ -15,7 +15,7 @@ import tritonclient.grpc as grpcclient
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "tools" / "examples"
 
-TEXT_IO = '''
+TEXT_IO = """
 input [
   { name: "TEXT" data_type: TYPE_STRING dims: [ 1 ] },
   { name: "N" data_type: TYPE_INT32 dims: [ 1 ] optional: true }
@@ -24,13 +24,14 @@ output [
   { name: "TEXT" data_type: TYPE_STRING dims: [ 1 ] },
   { name: "I" data_type: TYPE_INT32 dims: [ -1 ] }
 ]
-'''
+"""
 
-DEC_CONFIG = 'backend: "python"\nmax_batch_size: 0\n' \
-    'model_transaction_policy { decoupled: true }\n' + TEXT_IO
+DEC_CONFIG = (
+    'backend: "python"\nmax_batch_size: 0\nmodel_transaction_policy { decoupled: true }\n' + TEXT_IO
+)
 
 # One behaviour per TEXT value; "report" answers with what earlier requests noted.
-DEC_MODEL = '''
+DEC_MODEL = """
 import json
 import threading
 import time
@@ -116,9 +117,9 @@ class TritonPythonModel:
             time.sleep(0.02)
         NOTES["cancelled"] = [sender.is_cancelled(), request.is_cancelled(), i]
         sender.send(flags=FINAL)
-'''
+"""
 
-ASYNC_MODEL = '''
+ASYNC_MODEL = """
 import asyncio
 
 import numpy as np
@@ -139,11 +140,11 @@ class TritonPythonModel:
                     raise RuntimeError("async boom")
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         return None
-'''
+"""
 
 PLAIN_CONFIG = 'backend: "python"\nmax_batch_size: 0\n' + TEXT_IO
 
-PLAIN_MODEL = '''
+PLAIN_MODEL = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -162,16 +163,16 @@ class TritonPythonModel:
                 pb_utils.Tensor("TEXT", np.array([echo], dtype=object)),
                 pb_utils.Tensor("I", np.array([1, 2, 3], dtype=np.int32))]))
         return out
-'''
+"""
 
-BATCHED_CONFIG = '''
+BATCHED_CONFIG = """
 backend: "python"
 max_batch_size: 4
 input [ { name: "X" data_type: TYPE_FP32 dims: [ 2 ] } ]
 output [ { name: "Y" data_type: TYPE_FP32 dims: [ 2 ] } ]
-'''
+"""
 
-BATCHED_MODEL = '''
+BATCHED_MODEL = """
 import triton_python_backend_utils as pb_utils
 
 
@@ -179,7 +180,7 @@ class TritonPythonModel:
     def execute(self, requests):
         return [pb_utils.InferenceResponse([pb_utils.Tensor(
             "Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() * 2)]) for r in requests]
-'''
+"""
 
 
 def _write(repo: Path, name: str, config: str, code: str) -> None:
@@ -211,10 +212,16 @@ class Stream:
         self.results: queue.Queue[tuple[Any, Any]] = queue.Queue()
         self.client.start_stream(callback=lambda result, error: self.results.put((result, error)))
 
-    def send(self, model: str, inputs: list[grpcclient.InferInput], request_id: str,
-             empty_final: bool = False) -> None:
-        self.client.async_stream_infer(model, inputs, request_id=request_id,
-                                       enable_empty_final_response=empty_final)
+    def send(
+        self,
+        model: str,
+        inputs: list[grpcclient.InferInput],
+        request_id: str,
+        empty_final: bool = False,
+    ) -> None:
+        self.client.async_stream_infer(
+            model, inputs, request_id=request_id, enable_empty_final_response=empty_final
+        )
 
     def take(self, timeout: float = 10.0) -> tuple[Any, Any]:
         return self.results.get(timeout=timeout)
@@ -230,8 +237,14 @@ class Stream:
                 count -= 1
         return got
 
-    def run(self, model: str, inputs: list[grpcclient.InferInput], empty_final: bool = True,
-            expect: int | None = None, timeout: float = 20.0) -> list[tuple[Any, Any]]:
+    def run(
+        self,
+        model: str,
+        inputs: list[grpcclient.InferInput],
+        empty_final: bool = True,
+        expect: int | None = None,
+        timeout: float = 20.0,
+    ) -> list[tuple[Any, Any]]:
         """Send one request; every message up to its final one (or the first ``expect``)."""
         self.send(model, inputs, "rs", empty_final)
         if expect is None:

@@ -25,13 +25,40 @@ from tools.onnx_graphs import write_add_sub, write_identity, write_mlp  # noqa: 
 if TYPE_CHECKING:
     from conftest import Server
 
-__all__ = ["DTYPES", "build_http_repo", "write_add_sub", "write_identity", "write_mlp",
-           "GUARD_MODEL", "PY_FP32_CONFIG", "SCALE_MODEL", "add_sub_inputs", "client_for",
-           "ensemble_step", "random_tensor", "run_perf_analyzer", "throughput",
-           "write_ensemble", "write_python_model"]
+__all__ = [
+    "DTYPES",
+    "build_http_repo",
+    "write_add_sub",
+    "write_identity",
+    "write_mlp",
+    "GUARD_MODEL",
+    "PY_FP32_CONFIG",
+    "SCALE_MODEL",
+    "add_sub_inputs",
+    "client_for",
+    "ensemble_step",
+    "random_tensor",
+    "run_perf_analyzer",
+    "throughput",
+    "write_ensemble",
+    "write_python_model",
+]
 
-DTYPES = ["BOOL", "INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64",
-          "FP16", "BF16", "FP32", "FP64"]
+DTYPES = [
+    "BOOL",
+    "INT8",
+    "INT16",
+    "INT32",
+    "INT64",
+    "UINT8",
+    "UINT16",
+    "UINT32",
+    "UINT64",
+    "FP16",
+    "BF16",
+    "FP32",
+    "FP64",
+]
 
 
 def build_http_repo(repo: Path) -> Path:
@@ -47,8 +74,9 @@ def build_http_repo(repo: Path) -> Path:
 
 
 # -- requests ----------------------------------------------------------------------------------
-def add_sub_inputs(mod: Any, a: np.ndarray[Any, Any], b: np.ndarray[Any, Any],
-                   binary: bool = True) -> list[Any]:
+def add_sub_inputs(
+    mod: Any, a: np.ndarray[Any, Any], b: np.ndarray[Any, Any], binary: bool = True
+) -> list[Any]:
     """``INPUT0`` = ``a``, ``INPUT1`` = ``b`` (FP32) as InferInputs of ``mod``.
 
     ``mod`` is ``tritonclient.http`` or ``tritonclient.grpc``; ``binary`` is HTTP's
@@ -83,17 +111,39 @@ def client_for(server: Server, protocol: str) -> tuple[Any, Any]:
 
 
 # -- perf_analyzer -----------------------------------------------------------------------------
-def run_perf_analyzer(binary: str, model: str, url: str, protocol: str, *args: str,
-                      stability: int = 500, max_trials: int = 5, timeout: float = 150,
-                      retry_unstable: bool = False) -> str:
+def run_perf_analyzer(
+    binary: str,
+    model: str,
+    url: str,
+    protocol: str,
+    *args: str,
+    stability: int = 500,
+    max_trials: int = 5,
+    timeout: float = 150,
+    retry_unstable: bool = False,
+) -> str:
     """Run perf_analyzer on ``model`` at ``url`` with 1 s windows and ``args``; its output.
 
     ``stability`` is ``--stability-percentage``, wide by default: perf_analyzer shares the CPU
     with the server. ``retry_unstable`` runs it once more when it found no stable measurement
     (never on any other failure). Asserts that it exited 0.
     """
-    cmd = [binary, "-m", model, "-u", url, "-i", protocol, "--measurement-interval", "1000",
-           "--stability-percentage", str(stability), "--max-trials", str(max_trials), *args]
+    cmd = [
+        binary,
+        "-m",
+        model,
+        "-u",
+        url,
+        "-i",
+        protocol,
+        "--measurement-interval",
+        "1000",
+        "--stability-percentage",
+        str(stability),
+        "--max-trials",
+        str(max_trials),
+        *args,
+    ]
     for _ in range(2 if retry_unstable else 1):
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         out = proc.stdout + proc.stderr
@@ -111,7 +161,7 @@ def throughput(out: str) -> float:
 
 
 # -- python models and ensembles ---------------------------------------------------------------
-SCALE_MODEL = '''
+SCALE_MODEL = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -124,10 +174,10 @@ class TritonPythonModel:
             out.append(pb_utils.InferenceResponse(
                 [pb_utils.Tensor("OUT", (2 * x).astype(np.float32))]))
         return out
-'''
+"""
 """Python model: ``OUT`` = 2 * ``IN``."""
 
-GUARD_MODEL = '''
+GUARD_MODEL = """
 import triton_python_backend_utils as pb_utils
 
 
@@ -142,16 +192,16 @@ class TritonPythonModel:
             else:
                 out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x)]))
         return out
-'''
+"""
 """Python model: ``OUT`` = ``IN``; a request with a negative element fails."""
 
-PY_FP32_CONFIG = '''
+PY_FP32_CONFIG = """
 backend: "python"
 max_batch_size: 8
 input [{ name: "IN" data_type: TYPE_FP32 dims: [4] }]
 output [{ name: "OUT" data_type: TYPE_FP32 dims: [4] }]
 instance_group [{ count: 1 kind: KIND_CPU }]
-'''
+"""
 """The config of ``SCALE_MODEL`` and ``GUARD_MODEL``: IN -> OUT, FP32 [4], batching to 8."""
 
 
@@ -169,18 +219,28 @@ def ensemble_step(model: str, inputs: dict[str, str], outputs: dict[str, str]) -
     return f'{{ model_name: "{model}" model_version: -1 {ins} {outs} }}'
 
 
-def write_ensemble(repo: Path, name: str, outputs: list[str], steps: list[str],
-                   max_batch_size: int = 8, dims: str = "[4]", extra: str = "") -> None:
+def write_ensemble(
+    repo: Path,
+    name: str,
+    outputs: list[str],
+    steps: list[str],
+    max_batch_size: int = 8,
+    dims: str = "[4]",
+    extra: str = "",
+) -> None:
     """An ensemble of ``steps`` with FP32 input ``X`` and FP32 ``outputs``, all of ``dims``.
 
     ``extra`` is appended to the config (``response_cache { enable: true }``, ...).
     """
     (repo / name / "1").mkdir(parents=True)
     outs = ", ".join(f'{{ name: "{o}" data_type: TYPE_FP32 dims: {dims} }}' for o in outputs)
-    (repo / name / "config.pbtxt").write_text(textwrap.dedent(f"""\
+    (repo / name / "config.pbtxt").write_text(
+        textwrap.dedent(f"""\
         platform: "ensemble"
         max_batch_size: {max_batch_size}
         input [{{ name: "X" data_type: TYPE_FP32 dims: {dims} }}]
         output [{outs}]
         ensemble_scheduling {{ step [ {", ".join(steps)} ] }}
-        """) + extra)
+        """)
+        + extra
+    )

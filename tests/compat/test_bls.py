@@ -29,15 +29,15 @@ from test_sequence import write_acc_onnx  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 
-DRIVER_CONFIG = '''
+DRIVER_CONFIG = """
 backend: "python"
 max_batch_size: 0
 input [ { name: "CASE" data_type: TYPE_STRING dims: [ 1 ] } ]
 output [ { name: "REPORT" data_type: TYPE_STRING dims: [ 1 ] } ]
 instance_group [ { count: 1 kind: KIND_CPU } ]
-'''
+"""
 
-COMMON = '''
+COMMON = """
 import asyncio
 import json
 import numpy as np
@@ -80,9 +80,11 @@ def answer(requests, run):
         out.append(pb_utils.InferenceResponse([pb_utils.Tensor(
             "REPORT", np.array([json.dumps(report)], dtype=object))]))
     return out
-'''
+"""
 
-SYNC_DRIVER = COMMON + '''
+SYNC_DRIVER = (
+    COMMON
+    + """
 
 def onnx_all_outputs():
     return describe(request("add_sub", add_sub_inputs()).exec())
@@ -226,9 +228,12 @@ def self_call():
 class TritonPythonModel:
     def execute(self, requests):
         return answer(requests, lambda case: globals()[case]())
-'''
+"""
+)
 
-ASYNC_DRIVER = COMMON + '''
+ASYNC_DRIVER = (
+    COMMON
+    + """
 
 class TritonPythonModel:
     async def execute(self, requests):
@@ -274,17 +279,18 @@ class TritonPythonModel:
         it = await request("repeat", [pb_utils.Tensor("N", np.array([2], np.int32))]
                            ).async_exec(decoupled=True)
         return {"iterator": type(it).__name__, "items": [describe(x) for x in it]}
-'''
+"""
+)
 
-ECHO_CONFIG = '''
+ECHO_CONFIG = """
 backend: "python"
 max_batch_size: 0
 input [ { name: "IN" data_type: TYPE_STRING dims: [ -1 ] } ]
 output [ { name: "OUT" data_type: TYPE_STRING dims: [ -1 ] },
          { name: "INFO" data_type: TYPE_STRING dims: [ 1 ] } ]
-'''
+"""
 
-ECHO = '''
+ECHO = """
 import json
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -310,17 +316,17 @@ class TritonPythonModel:
                 pb_utils.Tensor("OUT", x),
                 pb_utils.Tensor("INFO", np.array([json.dumps(info)], dtype=object))]))
         return out
-'''
+"""
 
-REPEAT_CONFIG = '''
+REPEAT_CONFIG = """
 backend: "python"
 max_batch_size: 0
 model_transaction_policy { decoupled: true }
 input [ { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "I" data_type: TYPE_INT32 dims: [ 1 ] } ]
-'''
+"""
 
-REPEAT = '''
+REPEAT = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -335,19 +341,19 @@ class TritonPythonModel:
                     [pb_utils.Tensor("I", np.array([i], np.int32))]))
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         return None
-'''
+"""
 
 
-SLOW_CONFIG = '''
+SLOW_CONFIG = """
 backend: "python"
 max_batch_size: 1
 dynamic_batching { default_queue_policy { allow_timeout_override: true } }
 input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
 output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
 instance_group [ { count: 1 kind: KIND_CPU } ]
-'''
+"""
 
-SLOW = '''
+SLOW = """
 import os
 import time
 import triton_python_backend_utils as pb_utils
@@ -361,7 +367,7 @@ class TritonPythonModel:
         os.remove(marker)
         return [pb_utils.InferenceResponse([pb_utils.Tensor(
             "OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())]) for r in requests]
-'''
+"""
 
 
 def _python_model(repo: Path, name: str, config: str, code: str) -> None:
@@ -373,8 +379,9 @@ def _python_model(repo: Path, name: str, config: str, code: str) -> None:
 def build_repo(repo: Path) -> Path:
     write_add_sub(repo, "add_sub", 8, dims=4, extra_config="dynamic_batching { }\n")
     write_identity(repo, "identity_string", "BYTES", [4], 8)
-    write_add_sub(repo, "add_sub_cached", 8, dims=4,
-                  extra_config="response_cache { enable: true }\n")
+    write_add_sub(
+        repo, "add_sub_cached", 8, dims=4, extra_config="response_cache { enable: true }\n"
+    )
     write_acc_onnx(repo, "acc_onnx")
     _python_model(repo, "echo", ECHO_CONFIG, ECHO)
     _python_model(repo, "repeat", REPEAT_CONFIG, REPEAT)
@@ -409,19 +416,23 @@ def ok(report: dict[str, Any]) -> dict[str, Any]:
     return report["outputs"]  # type: ignore[no-any-return]
 
 
-NOT_READY = ("Model {0} - Error when running inference: Failed for execute the inference "
-             "request. Model '{0}' is not ready.")
+NOT_READY = (
+    "Model {0} - Error when running inference: Failed for execute the inference "
+    "request. Model '{0}' is not ready."
+)
 PREFIX = "Model add_sub - Error when running inference: "
 NO_ID = "[request id: <id_unknown>] "  # (Triton's core prefixes a request's validation errors)
 
 
 # -- requests and responses -----------------------------------------------------------------------
 
+
 def test_bls_to_onnx_returns_every_output_when_none_are_requested(server: Server) -> None:
     outs = ok(run_case(server, "onnx_all_outputs"))
     assert outs == {
         "OUTPUT0": {"shape": [1, 4], "dtype": "float32", "data": [[2.0, 3.0, 4.0, 5.0]]},
-        "OUTPUT1": {"shape": [1, 4], "dtype": "float32", "data": [[0.0, 1.0, 2.0, 3.0]]}}
+        "OUTPUT1": {"shape": [1, 4], "dtype": "float32", "data": [[0.0, 1.0, 2.0, 3.0]]},
+    }
 
 
 def test_bls_requested_outputs_only(server: Server) -> None:
@@ -430,8 +441,11 @@ def test_bls_requested_outputs_only(server: Server) -> None:
 
 def test_bls_to_python_model_passes_bytes_parameters_and_request_fields(server: Server) -> None:
     outs = ok(run_case(server, "python_target"))
-    assert outs["OUT"] == {"shape": [3], "dtype": "object",
-                           "data": ["ab\x00c", "h\u00e9".encode().decode("latin-1"), ""]}
+    assert outs["OUT"] == {
+        "shape": [3],
+        "dtype": "object",
+        "data": ["ab\x00c", "h\u00e9".encode().decode("latin-1"), ""],
+    }
     info = json.loads(outs["INFO"]["data"][0])
     # the target sees the parameters as Triton hands them on: compact JSON
     assert json.loads(info["parameters"]) == {"k": "v", "n": 3, "t": True, "f": 0.5}
@@ -474,22 +488,36 @@ def test_bls_sequence_reaches_the_sequence_batcher(server: Server) -> None:
     assert sums == [1.0, 3.0, 6.0, 1.0, 3.0, 6.0]
     assert report["without_start"]["error"] == (
         "Model acc_onnx - Error when running inference: inference request for sequence 78 to "
-        "model 'acc_onnx' must specify the START flag on the first request of the sequence")
+        "model 'acc_onnx' must specify the START flag on the first request of the sequence"
+    )
 
 
 # -- errors ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("case, message", [
-    ("unknown_model", NOT_READY.format("nope")),
-    ("unknown_version", NOT_READY.format("add_sub")),
-    ("bad_dtype", PREFIX + NO_ID + "inference input 'INPUT0' data-type is 'INT32', but model "
-                                   "'add_sub' expects 'FP32'"),
-    ("bad_shape", PREFIX + NO_ID + "unexpected shape for input 'INPUT0' for model 'add_sub'. "
-                                   "Expected [-1,4], got [1,3]"),
-    ("missing_input", PREFIX + NO_ID + "expected 2 inputs but got 1 inputs for model 'add_sub'"),
-    ("unknown_output", PREFIX + "unexpected inference output 'NOPE' for model 'add_sub'"),
-    ("target_error_response", "no good"),
-])
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("unknown_model", NOT_READY.format("nope")),
+        ("unknown_version", NOT_READY.format("add_sub")),
+        (
+            "bad_dtype",
+            PREFIX + NO_ID + "inference input 'INPUT0' data-type is 'INT32', but model "
+            "'add_sub' expects 'FP32'",
+        ),
+        (
+            "bad_shape",
+            PREFIX + NO_ID + "unexpected shape for input 'INPUT0' for model 'add_sub'. "
+            "Expected [-1,4], got [1,3]",
+        ),
+        (
+            "missing_input",
+            PREFIX + NO_ID + "expected 2 inputs but got 1 inputs for model 'add_sub'",
+        ),
+        ("unknown_output", PREFIX + "unexpected inference output 'NOPE' for model 'add_sub'"),
+        ("target_error_response", "no good"),
+    ],
+)
 def test_bls_errors_come_back_in_the_response(server: Server, case: str, message: str) -> None:
     report = run_case(server, case)
     assert report["error"] is not None and report["error"].startswith(message), report
@@ -501,24 +529,29 @@ def test_bls_target_exception_message(server: Server) -> None:
     report = run_case(server, "target_raises")
     assert report["error"].startswith(
         "Failed to process the request(s) for model 'echo_0', message: ValueError: echo was "
-        "asked to fail"), report
+        "asked to fail"
+    ), report
 
 
 def test_bls_constructor_validation(server: Server) -> None:
     r = run_case(server, "constructor_errors")
     for key in ("no_model", "inputs_arrays", "outputs_str", "version_none", "timeout_negative"):
         assert r[key]["raised"] == "TypeError", (key, r[key])
-    assert r["cid_float"] == {"raised": "TritonModelException",
-                              "message": "Correlation ID must be integer or string"}
+    assert r["cid_float"] == {
+        "raised": "TritonModelException",
+        "message": "Correlation ID must be integer or string",
+    }
     assert r["cid_negative"]["raised"] == "TritonModelException"
-    assert r["params_list"] == {"raised": "TritonModelException",
-                                "message": "Expect dict, got <class 'list'>"}
+    assert r["params_list"] == {
+        "raised": "TritonModelException",
+        "message": "Expect dict, got <class 'list'>",
+    }
     assert r["params_bad_json"]["raised"] == "TritonModelException"
     assert r["params_value"]["message"].startswith(
-        "Expect parameters values to have type bool/int/float/str")
+        "Expect parameters values to have type bool/int/float/str"
+    )
     assert r["defaults"]["value"] == repr(["", 0, 0, 0, "{}", ["A", "B"]])
-    assert r["async_without_loop"] == {"raised": "RuntimeError",
-                                       "message": "no running event loop"}
+    assert r["async_without_loop"] == {"raised": "RuntimeError", "message": "no running event loop"}
 
 
 def test_bad_bls_calls_leave_the_server_serving(server: Server) -> None:
@@ -528,6 +561,7 @@ def test_bad_bls_calls_leave_the_server_serving(server: Server) -> None:
 
 
 # -- statistics -----------------------------------------------------------------------------------
+
 
 def test_composing_model_statistics_count_bls_requests(server: Server) -> None:
     client = httpclient.InferenceServerClient(server.http_url)
@@ -550,8 +584,10 @@ def test_bls_goes_through_the_response_cache(server: Server) -> None:
 
     def counts() -> tuple[int, int]:
         stats = client.get_inference_statistics("add_sub_cached")["model_stats"][0]
-        return (stats["inference_stats"]["cache_hit"]["count"],
-                stats["inference_stats"]["cache_miss"]["count"])
+        return (
+            stats["inference_stats"]["cache_hit"]["count"],
+            stats["inference_stats"]["cache_miss"]["count"],
+        )
 
     before = counts()
     first, second = run_case(server, "cached")
@@ -562,6 +598,7 @@ def test_bls_goes_through_the_response_cache(server: Server) -> None:
 
 
 # -- async execute --------------------------------------------------------------------------------
+
 
 def test_async_exec_gathers_concurrent_requests(server: Server) -> None:
     report = run_case(server, "gather", "bls_async")
@@ -597,8 +634,10 @@ def test_bls_timeout_is_the_request_timeout_a_client_sets(server: Server, repo: 
         assert time.monotonic() < deadline, "slow never started"
         time.sleep(0.005)
     try:
-        direct: dict[str, Any] = {"error": None, "outputs": client.infer(
-            "slow", inputs(), timeout=50000).as_numpy("OUT").tolist()}
+        direct: dict[str, Any] = {
+            "error": None,
+            "outputs": client.infer("slow", inputs(), timeout=50000).as_numpy("OUT").tolist(),
+        }
     except Exception as exc:
         direct = {"error": str(exc)}
     first.get_result()
@@ -612,6 +651,7 @@ def test_bls_timeout_is_the_request_timeout_a_client_sets(server: Server, repo: 
 
 # -- decoupled ------------------------------------------------------------------------------------
 
+
 def test_decoupled_bls(server: Server) -> None:
     report = run_case(server, "decoupled")
     assert report["iterator"] == "ResponseIterator"
@@ -622,7 +662,8 @@ def test_decoupled_bls(server: Server) -> None:
         "Model repeat - Error when running inference: Model repeat is using the decoupled. The "
         "current BLS request call doesn't support models using the decoupled transaction "
         "policy. Please use 'decoupled=True' argument to the 'exec' or 'async_exec' calls for "
-        "decoupled models.'")
+        "decoupled models.'"
+    )
     assert [list(r["outputs"]) for r in report["plain_model"]] == [["OUTPUT0", "OUTPUT1"]]
     assert [r["error"] for r in report["unknown"]] == [NOT_READY.format("nope")]
 
@@ -635,6 +676,7 @@ def test_async_decoupled_bls(server: Server) -> None:
 
 # -- model management -----------------------------------------------------------------------------
 
+
 def test_model_management_respects_the_control_mode(server: Server) -> None:
     r = run_case(server, "management")
     assert r["ready"] == {"value": "True"} and r["ready_v1"] == {"value": "True"}
@@ -642,15 +684,17 @@ def test_model_management_respects_the_control_mode(server: Server) -> None:
     assert r["ready_bad_version"]["message"] == (
         "Failed to check model readiness: Failed to process the request for model 'bls_0_0', "
         "message: failed to get model version from specified version string 'x' (details: "
-        "stol), version should be an integral value > 0")
+        "stol), version should be an integral value > 0"
+    )
     for key, verb in (("load", "load"), ("unload", "unload")):
         assert r[key]["raised"] == "TritonModelException"
         assert r[key]["message"].startswith(
             f"Failed to {verb} model: Failed to process the request for model 'bls_0_0', "
-            "message: explicit model load / unload is not allowed"), r[key]
+            "message: explicit model load / unload is not allowed"
+        ), r[key]
 
 
-MANAGER = '''
+MANAGER = """
 import json
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -688,21 +732,27 @@ class TritonPythonModel:
         report["infer_after_unload"] = gone.error().message()
         return [pb_utils.InferenceResponse([pb_utils.Tensor(
             "REPORT", np.array([json.dumps(report)], dtype=object))]) for _ in requests]
-'''
+"""
 
 
 def test_model_management_in_explicit_mode(tmp_path: Path, server_factory: Any) -> None:
     write_add_sub(tmp_path, "add_sub", 8, dims=4)
     _python_model(tmp_path, "manager", DRIVER_CONFIG, MANAGER)
-    s = server_factory(tmp_path, "--model-control-mode=explicit", "--load-model=manager",
-                       "--allow-metrics=false", "--allow-grpc=false")
+    s = server_factory(
+        tmp_path,
+        "--model-control-mode=explicit",
+        "--load-model=manager",
+        "--allow-metrics=false",
+        "--allow-grpc=false",
+    )
     client = httpclient.InferenceServerClient(s.http_url)
     r = run_case(s, "", "manager")
     assert r["ready_at_start"] is False
     assert r["ready_after_load"] is True and r["reloaded_ready"] is True
     assert r["infer"] == [[2.0, 2.0, 2.0, 2.0]]
     assert r["load_unknown"].startswith(
-        "Failed to load model: Failed to process the request for model 'manager_0_0', message: ")
+        "Failed to load model: Failed to process the request for model 'manager_0_0', message: "
+    )
     assert "'nope'" in r["load_unknown"]
     assert "file keys must start with 'file:'" in r["bad_file_key"]
     assert r["ready_after_unload"] is False
@@ -711,6 +761,7 @@ def test_model_management_in_explicit_mode(tmp_path: Path, server_factory: Any) 
 
 
 # -- a model calling itself -----------------------------------------------------------------------
+
 
 def test_self_call_blocks_only_the_caller(tmp_path: Path) -> None:
     build_repo(tmp_path)
@@ -743,6 +794,7 @@ def test_self_call_blocks_only_the_caller(tmp_path: Path) -> None:
 
 # -- in-process contracts -------------------------------------------------------------------------
 
+
 def test_response_tensors_view_the_response_arrays() -> None:
     from tritonlite.contracts.types import InferOutput, InferResponse
     from tritonlite.inprocess import bls
@@ -750,8 +802,16 @@ def test_response_tensors_view_the_response_arrays() -> None:
     writable = np.arange(4, dtype=np.float32)
     frozen = np.arange(3, dtype=np.int64)
     frozen.flags.writeable = False
-    resp = bls.pb_response(InferResponse("m", "1", outputs=[
-        InferOutput("A", "FP32", (4,), writable), InferOutput("B", "INT64", (3,), frozen)]))
+    resp = bls.pb_response(
+        InferResponse(
+            "m",
+            "1",
+            outputs=[
+                InferOutput("A", "FP32", (4,), writable),
+                InferOutput("B", "INT64", (3,), frozen),
+            ],
+        )
+    )
     a, b = resp.output_tensors()
     assert a.as_numpy() is writable  # no copy
     got = b.as_numpy()
@@ -767,21 +827,20 @@ def test_blocking_calls_are_refused_on_the_server_loop(tmp_path: Path) -> None:
     from tritonlite.options import ServerOptions
 
     async def main() -> Any:
-        core = InferenceCore(ServerOptions(model_repositories=(tmp_path,)),
-                             in_process=InProcessServer)
+        core = InferenceCore(
+            ServerOptions(model_repositories=(tmp_path,)), in_process=InProcessServer
+        )
         await core.start()
         # a python model's backend attaches this when it loads; the repository is empty
         pb_utils.attach_server(core.repository.server)
         try:
-            req = pb_utils.InferenceRequest(model_name="m", inputs=[],
-                                            requested_output_names=[])
+            req = pb_utils.InferenceRequest(model_name="m", inputs=[], requested_output_names=[])
             with pytest.raises(pb_utils.TritonModelException, match="event loop thread"):
                 req.exec()
             with pytest.raises(pb_utils.TritonModelException, match="event loop thread"):
                 pb_utils.is_model_ready("m")
             # from another thread the same calls reach the core
-            return await asyncio.to_thread(
-                lambda: (req.exec(), pb_utils.is_model_ready("m")))
+            return await asyncio.to_thread(lambda: (req.exec(), pb_utils.is_model_ready("m")))
         finally:
             await core.stop()
 

@@ -46,9 +46,11 @@ def text_inputs(text: str, n: int | None = None) -> list[grpcclient.InferInput]:
 
 
 def repeat_inputs(values: list[int], delays: list[int], wait: int = 0) -> list[Any]:
-    arrays = (("IN", np.array(values, np.int32), "INT32"),
-              ("DELAY", np.array(delays, np.uint32), "UINT32"),
-              ("WAIT", np.array([wait], np.uint32), "UINT32"))
+    arrays = (
+        ("IN", np.array(values, np.int32), "INT32"),
+        ("DELAY", np.array(delays, np.uint32), "UINT32"),
+        ("WAIT", np.array([wait], np.uint32), "UINT32"),
+    )
     out = []
     for name, arr, dt in arrays:
         i = grpcclient.InferInput(name, list(arr.shape), dt)
@@ -79,7 +81,7 @@ def stream(server: Any) -> Iterator[Stream]:
 
 def notes(stream: Stream) -> dict[str, Any]:
     stream.send("dec", text_inputs("report"), "report")
-    (result, error), = stream.until_final()
+    ((result, error),) = stream.until_final()
     assert error is None
     return json.loads(result.as_numpy("TEXT")[0])  # type: ignore[no-any-return]
 
@@ -111,8 +113,11 @@ def test_responses_of_concurrent_requests_interleave(stream: Stream) -> None:
     stream.send("repeat", repeat_inputs([1, 2], [0, 600]), "slow", empty_final=True)
     stream.send("repeat", repeat_inputs([9], [150]), "quick", empty_final=True)
     got = stream.until_final(2, timeout=15)
-    order = [(r.get_response().id, r.as_numpy("OUT").tolist()) for r, _ in got
-             if r.as_numpy("OUT") is not None]
+    order = [
+        (r.get_response().id, r.as_numpy("OUT").tolist())
+        for r, _ in got
+        if r.as_numpy("OUT") is not None
+    ]
     assert order == [("slow", [1]), ("quick", [9]), ("slow", [2])]
 
 
@@ -125,17 +130,24 @@ def test_error_responses_mid_stream_keep_it_open(stream: Stream) -> None:
     assert texts(stream.until_final()) == ["last0"]
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("raise", "ValueError: boom"),
-    ("return", "Python model 'dec_0' is using the decoupled mode and the execute function "
-               "must return None."),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("raise", "ValueError: boom"),
+        (
+            "return",
+            "Python model 'dec_0' is using the decoupled mode and the execute function "
+            "must return None.",
+        ),
+    ],
+)
 def test_execute_failures_end_the_request(stream: Stream, text: str, message: str) -> None:
     stream.send("dec", text_inputs(text), text, empty_final=True)
     result, error = stream.take()
     assert result is None
     assert error.message().startswith(
-        f"Failed to process the request(s) for model 'dec_0', message: {message}")
+        f"Failed to process the request(s) for model 'dec_0', message: {message}"
+    )
     stream.send("dec", text_inputs("count", 1), "after", empty_final=True)
     assert texts(stream.until_final()) == ["count0", None]
 
@@ -144,13 +156,19 @@ def test_sender_misuse_gets_tritons_messages(stream: Stream) -> None:
     stream.send("dec", text_inputs("misuse"), "m", empty_final=True)
     assert texts(stream.until_final()) == [None]
     got = notes(stream)
-    assert got["badflag"] == "TritonModelException: Unable to send response. Unsupported flag " \
+    assert (
+        got["badflag"] == "TritonModelException: Unable to send response. Unsupported flag "
         "provided."
-    assert got["noresp"] == "TritonModelException: Inference Response object must be provided " \
+    )
+    assert (
+        got["noresp"] == "TritonModelException: Inference Response object must be provided "
         "when the response flags is set to zero."
+    )
     assert got["final"] == "ok"
-    assert got["after"] == "TritonModelException: Unable to send response. Response sender " \
+    assert (
+        got["after"] == "TritonModelException: Unable to send response. Response sender "
         "has been closed."
+    )
 
 
 def test_sender_used_from_a_thread_after_execute_returns(stream: Stream) -> None:
@@ -193,8 +211,9 @@ def test_model_infer_and_http_infer_refuse_decoupled_models(server: Any) -> None
     with pytest.raises(InferenceServerException) as info:
         g.infer("repeat", repeat_inputs([1], [0]))
     assert info.value.status() == "StatusCode.UNIMPLEMENTED"
-    assert info.value.message() == ("ModelInfer RPC doesn't support models with decoupled "
-                                    "transaction policy")
+    assert info.value.message() == (
+        "ModelInfer RPC doesn't support models with decoupled transaction policy"
+    )
     g.close()
     h = httpclient.InferenceServerClient(server.http_url)
     inp = httpclient.InferInput("TEXT", [1], "BYTES")
@@ -202,8 +221,9 @@ def test_model_infer_and_http_infer_refuse_decoupled_models(server: Any) -> None
     with pytest.raises(InferenceServerException) as info:
         h.infer("dec", [inp])
     assert info.value.status() == "501"
-    assert info.value.message() == ("HTTP end point doesn't support models with decoupled "
-                                    "transaction policy")
+    assert info.value.message() == (
+        "HTTP end point doesn't support models with decoupled transaction policy"
+    )
     assert h.is_model_ready("dec")
     h.close()
 
@@ -211,9 +231,10 @@ def test_model_infer_and_http_infer_refuse_decoupled_models(server: Any) -> None
 def test_bad_inputs_are_errors_on_the_stream(stream: Stream) -> None:
     stream.send("repeat", repeat_inputs([1, 2], [0]), "x", empty_final=True)
     assert texts([stream.take()]) == [
-        ("error", "expected DELAY to have 2 elements (one per IN element), got 1")]
+        ("error", "expected DELAY to have 2 elements (one per IN element), got 1")
+    ]
     stream.send("dec", [], "y")
-    (result, error), = [stream.take()]
+    ((result, error),) = [stream.take()]
     assert result is None and "expected number of inputs" in error.message()
 
 
@@ -227,20 +248,48 @@ def test_statistics_count_each_request_once(server: Any, stream: Stream) -> None
     after = g.get_inference_statistics("repeat", as_json=True)["model_stats"][0]
     g.close()
     success = int(after["inference_stats"]["success"]["count"]) - int(
-        before["inference_stats"]["success"].get("count", 0))
+        before["inference_stats"]["success"].get("count", 0)
+    )
     assert success == 6  # one per request (counted when execute returns), not per response
     assert int(after["execution_count"]) - int(before.get("execution_count", 0)) == 6
 
 
-def test_perf_analyzer_streams_a_decoupled_model(perf_analyzer: str, server: Any,
-                                                 tmp_path: Path) -> None:
+def test_perf_analyzer_streams_a_decoupled_model(
+    perf_analyzer: str, server: Any, tmp_path: Path
+) -> None:
     data = tmp_path / "data.json"
-    data.write_text(json.dumps({"data": [{
-        "IN": {"content": [1, 2, 3], "shape": [3]}, "DELAY": {"content": [0, 0, 0], "shape": [3]},
-        "WAIT": {"content": [0], "shape": [1]}}]}))
-    cmd = [perf_analyzer, "-m", "repeat", "-u", server.grpc_url, "-i", "grpc", "--streaming",
-           "--async", "--input-data", str(data), "--measurement-interval", "1000",
-           "--stability-percentage", "80", "--max-trials", "10"]
+    data.write_text(
+        json.dumps(
+            {
+                "data": [
+                    {
+                        "IN": {"content": [1, 2, 3], "shape": [3]},
+                        "DELAY": {"content": [0, 0, 0], "shape": [3]},
+                        "WAIT": {"content": [0], "shape": [1]},
+                    }
+                ]
+            }
+        )
+    )
+    cmd = [
+        perf_analyzer,
+        "-m",
+        "repeat",
+        "-u",
+        server.grpc_url,
+        "-i",
+        "grpc",
+        "--streaming",
+        "--async",
+        "--input-data",
+        str(data),
+        "--measurement-interval",
+        "1000",
+        "--stability-percentage",
+        "80",
+        "--max-trials",
+        "10",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=50)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out

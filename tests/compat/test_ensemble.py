@@ -50,11 +50,15 @@ def build_repo(repo: Path) -> Path:
     write_add_sub(repo, "add_sub", 8, dims=4, extra_config="dynamic_batching { }\n")
     write_ensemble(repo, "fan", ["S", "E"], FAN_STEPS)
     write_ensemble(repo, "guarded", ["Y"], [ensemble_step("guard", {"IN": "X"}, {"OUT": "Y"})])
-    write_ensemble(repo, "fan_nobatch", ["S"], [
-        FAN_STEPS[0], ensemble_step("add_sub", {"INPUT0": "X", "INPUT1": "M"}, {"OUTPUT0": "S"})],
-        max_batch_size=0, dims="[1, 4]")
-    write_ensemble(repo, "broken", ["Y"],
-                   [ensemble_step("nonexistent", {"IN": "X"}, {"OUT": "Y"})])
+    write_ensemble(
+        repo,
+        "fan_nobatch",
+        ["S"],
+        [FAN_STEPS[0], ensemble_step("add_sub", {"INPUT0": "X", "INPUT1": "M"}, {"OUTPUT0": "S"})],
+        max_batch_size=0,
+        dims="[1, 4]",
+    )
+    write_ensemble(repo, "broken", ["Y"], [ensemble_step("nonexistent", {"IN": "X"}, {"OUT": "Y"})])
     return repo
 
 
@@ -70,8 +74,9 @@ def server(repo: Path) -> Iterator[Server]:
     s.stop()
 
 
-def _infer(server: Server, protocol: str, model: str, x: np.ndarray,
-           outputs: list[str] | None = None) -> Any:
+def _infer(
+    server: Server, protocol: str, model: str, x: np.ndarray, outputs: list[str] | None = None
+) -> Any:
     client, mod = client_for(server, protocol)
     inp = mod.InferInput("X", list(x.shape), "FP32")
     inp.set_data_from_numpy(x)
@@ -92,8 +97,11 @@ def test_fan_out_fan_in(server: Server, protocol: str) -> None:
     assert (resp["model_name"] if protocol == "http" else resp.model_name) == "fan"
     # as Triton's ensemble responses: the request's sequence parameters
     if protocol == "http":
-        assert resp["parameters"] == {"sequence_id": 0, "sequence_start": False,
-                                      "sequence_end": False}
+        assert resp["parameters"] == {
+            "sequence_id": 0,
+            "sequence_start": False,
+            "sequence_end": False,
+        }
     else:
         assert resp.parameters["sequence_start"].bool_param is False
         assert resp.parameters["sequence_id"].int64_param == 0
@@ -130,8 +138,12 @@ def test_bad_input_is_rejected_by_the_ensemble(server: Server, protocol: str) ->
     client, mod = client_for(server, protocol)
     bad = mod.InferInput("X", [1, 5], "FP32")
     bad.set_data_from_numpy(np.ones((1, 5), np.float32))
-    with pytest.raises(InferenceServerException, match=re.escape(
-            "unexpected shape for input 'X' for model 'fan'. Expected [-1,4], got [1,5]")):
+    with pytest.raises(
+        InferenceServerException,
+        match=re.escape(
+            "unexpected shape for input 'X' for model 'fan'. Expected [-1,4], got [1,5]"
+        ),
+    ):
         client.infer("fan", [bad])
     wrong = mod.InferInput("X", [1, 4], "INT32")
     wrong.set_data_from_numpy(np.ones((1, 4), np.int32))
@@ -145,7 +157,8 @@ def test_missing_composing_model_fails_only_that_ensemble(server: Server) -> Non
     rows = {r["name"]: r for r in client.get_model_repository_index()}
     assert rows["broken"]["state"] == "UNAVAILABLE"
     assert rows["broken"]["reason"] == (
-        "ensemble broken contains models that are not available or ambiguous: nonexistent")
+        "ensemble broken contains models that are not available or ambiguous: nonexistent"
+    )
     for name in ("fan", "guarded", "fan_nobatch", "scale", "add_sub", "guard"):
         assert rows[name]["state"] == "READY", rows[name]
     assert not client.is_model_ready("broken")
@@ -158,7 +171,10 @@ def test_metadata_and_config(server: Server) -> None:
     assert [o["name"] for o in meta["outputs"]] == ["S", "E"]
     cfg = client.get_model_config("fan")
     assert [s["model_name"] for s in cfg["ensemble_scheduling"]["step"]] == [
-        "scale", "add_sub", "scale"]
+        "scale",
+        "add_sub",
+        "scale",
+    ]
     assert cfg["model_transaction_policy"] == {"decoupled": False}
     assert cfg["instance_group"] == []
 
@@ -168,7 +184,8 @@ def _stats(client: Any, name: str) -> dict[str, Any]:
 
 
 def test_statistics_for_ensemble_and_composing_models(
-        repo: Path, server_factory: Callable[..., Server]) -> None:
+    repo: Path, server_factory: Callable[..., Server]
+) -> None:
     s = server_factory(repo, "--allow-metrics=false", "--exit-on-error=false")
     client = httpclient.InferenceServerClient(s.http_url)
     for _ in range(3):
@@ -193,8 +210,9 @@ def test_statistics_for_ensemble_and_composing_models(
     assert guard["fail"]["count"] == 0 and guard["success"]["count"] == 1
 
 
-def test_explicit_load_and_unload_dependents(repo: Path,
-                                             server_factory: Callable[..., Server]) -> None:
+def test_explicit_load_and_unload_dependents(
+    repo: Path, server_factory: Callable[..., Server]
+) -> None:
     s = server_factory(repo, "--model-control-mode=explicit", "--allow-metrics=false")
     client = httpclient.InferenceServerClient(s.http_url)
     client.load_model("fan")  # loads scale and add_sub too, as Triton does
@@ -214,37 +232,54 @@ def test_explicit_load_and_unload_dependents(repo: Path,
     client.load_model("fan")
     client.unload_model("fan", unload_dependents=True)
     assert client.is_model_ready("scale") and not client.is_model_ready("add_sub")
-    with pytest.raises(InferenceServerException, match=re.escape(
-            "ensemble broken contains models that are not available or ambiguous: nonexistent")):
+    with pytest.raises(
+        InferenceServerException,
+        match=re.escape(
+            "ensemble broken contains models that are not available or ambiguous: nonexistent"
+        ),
+    ):
         client.load_model("broken")
     assert client.is_model_ready("scale")
 
 
 def test_composing_model_load_failure_names_the_cause(
-        tmp_path: Path, server_factory: Callable[..., Server]) -> None:
+    tmp_path: Path, server_factory: Callable[..., Server]
+) -> None:
     repo = tmp_path / "repo"
     (repo / "bad" / "1").mkdir(parents=True)
     (repo / "bad" / "1" / "model.py").write_text("raise RuntimeError('cannot import me')\n")
     (repo / "bad" / "config.pbtxt").write_text(PY_FP32_CONFIG)
     write_ensemble(repo, "uses_bad", ["Y"], [ensemble_step("bad", {"IN": "X"}, {"OUT": "Y"})])
     write_python_model(repo, "ok", SCALE_MODEL, PY_FP32_CONFIG)
-    s = server_factory(repo, "--allow-metrics=false", "--allow-grpc=false",
-                       "--exit-on-error=false")
+    s = server_factory(repo, "--allow-metrics=false", "--allow-grpc=false", "--exit-on-error=false")
     client = httpclient.InferenceServerClient(s.http_url)
     rows = {r["name"]: r for r in client.get_model_repository_index()}
     reason = rows["uses_bad"]["reason"]
-    assert reason.startswith("ensemble 'uses_bad' depends on 'bad' which has no loaded version. "
-                             "Model 'bad' loading failed with error: "), reason
+    assert reason.startswith(
+        "ensemble 'uses_bad' depends on 'bad' which has no loaded version. "
+        "Model 'bad' loading failed with error: "
+    ), reason
     assert "cannot import me" in reason
     assert rows["ok"]["state"] == "READY"
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
-def test_perf_analyzer_profiles_the_ensemble(perf_analyzer: str, server: Server,
-                                             protocol: str) -> None:
+def test_perf_analyzer_profiles_the_ensemble(
+    perf_analyzer: str, server: Server, protocol: str
+) -> None:
     url = server.http_url if protocol == "http" else server.grpc_url
-    out = run_perf_analyzer(perf_analyzer, "fan", url, protocol, "--shape", "X:4",
-                            stability=80, max_trials=10, timeout=80, retry_unstable=True)
+    out = run_perf_analyzer(
+        perf_analyzer,
+        "fan",
+        url,
+        protocol,
+        "--shape",
+        "X:4",
+        stability=80,
+        max_trials=10,
+        timeout=80,
+        retry_unstable=True,
+    )
     assert throughput(out) > 0, out
     # perf_analyzer read the composing models' configs and statistics
     assert "Composing models:" in out, out

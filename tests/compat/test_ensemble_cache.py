@@ -39,16 +39,25 @@ pytestmark = pytest.mark.timeout(120)
 
 CACHED = "response_cache { enable: true }\n"
 
+
 def _step(model: str, inp: str, out: str) -> str:
     return ensemble_step(model, {"IN": inp}, {"OUT": out})
 
 
 def build_repo(repo: Path) -> Path:
-    for name, code, extra in (("scale", SCALE_MODEL, ""), ("scale_cached", SCALE_MODEL, CACHED),
-                              ("guard", GUARD_MODEL, "")):
+    for name, code, extra in (
+        ("scale", SCALE_MODEL, ""),
+        ("scale_cached", SCALE_MODEL, CACHED),
+        ("guard", GUARD_MODEL, ""),
+    ):
         write_python_model(repo, name, code, PY_FP32_CONFIG + extra)
-    write_ensemble(repo, "twice", ["Y", "M"], [_step("scale", "X", "M"), _step("scale", "M", "Y")],
-                   extra=CACHED)
+    write_ensemble(
+        repo,
+        "twice",
+        ["Y", "M"],
+        [_step("scale", "X", "M"), _step("scale", "M", "Y")],
+        extra=CACHED,
+    )
     write_ensemble(repo, "guarded", ["Y"], [_step("guard", "X", "Y")], extra=CACHED)
     write_ensemble(repo, "over_cached", ["Y"], [_step("scale_cached", "X", "Y")])
     return repo
@@ -70,8 +79,9 @@ def _client(server: Server, protocol: str) -> tuple[Any, Any]:
     return grpcclient.InferenceServerClient(server.grpc_url), grpcclient
 
 
-def infer(server: Server, protocol: str, model: str, x: np.ndarray,
-          outputs: list[str] | None = None) -> Any:
+def infer(
+    server: Server, protocol: str, model: str, x: np.ndarray, outputs: list[str] | None = None
+) -> Any:
     client, mod = _client(server, protocol)
     inp = mod.InferInput("X", list(x.shape), "FP32")
     inp.set_data_from_numpy(x)
@@ -89,9 +99,14 @@ def stats(server: Server, model: str) -> dict[str, Any]:
     finally:
         client.close()
     inf = s["inference_stats"]
-    return {"success": inf["success"]["count"], "fail": inf["fail"]["count"],
-            "hit": inf["cache_hit"]["count"], "miss": inf["cache_miss"]["count"],
-            "executions": s["execution_count"], "inferences": s["inference_count"]}
+    return {
+        "success": inf["success"]["count"],
+        "fail": inf["fail"]["count"],
+        "hit": inf["cache_hit"]["count"],
+        "miss": inf["cache_miss"]["count"],
+        "executions": s["execution_count"],
+        "inferences": s["inference_count"],
+    }
 
 
 X = np.arange(8, dtype=np.float32).reshape(2, 4)
@@ -104,8 +119,14 @@ def test_second_identical_request_is_a_hit_on_both_front_ends(server: Server) ->
     again = infer(server, "grpc", "twice", X)  # one cache serves both front ends
     np.testing.assert_allclose(again.as_numpy("Y"), 4 * X)
     np.testing.assert_allclose(again.as_numpy("M"), 2 * X)
-    assert stats(server, "twice") == {"success": 2, "fail": 0, "hit": 1, "miss": 1,
-                                      "executions": 1, "inferences": 2}
+    assert stats(server, "twice") == {
+        "success": 2,
+        "fail": 0,
+        "hit": 1,
+        "miss": 1,
+        "executions": 1,
+        "inferences": 2,
+    }
     # the hit ran no step: scale ran twice (two steps) for the first request only
     assert stats(server, "scale")["success"] == 2
     infer(server, "http", "twice", X)
@@ -133,20 +154,32 @@ def test_a_different_input_or_output_set_is_a_miss(server: Server) -> None:
 def test_a_failing_step_is_never_cached(server: Server, protocol: str) -> None:
     bad = -np.ones((1, 4), np.float32)
     for _ in range(2):
-        with pytest.raises(InferenceServerException,
-                           match="in ensemble 'guarded', .*negative input is not allowed"):
+        with pytest.raises(
+            InferenceServerException, match="in ensemble 'guarded', .*negative input is not allowed"
+        ):
             infer(server, protocol, "guarded", bad)
-    assert stats(server, "guarded") == {"success": 0, "fail": 2, "hit": 0, "miss": 0,
-                                        "executions": 0, "inferences": 0}
+    assert stats(server, "guarded") == {
+        "success": 0,
+        "fail": 2,
+        "hit": 0,
+        "miss": 0,
+        "executions": 0,
+        "inferences": 0,
+    }
     # the step ran both times; its error response is a success in guard's own statistics,
     # as Triton counts a model's error responses (only raised errors are failures)
     assert stats(server, "guard")["success"] == 2 and stats(server, "guard")["fail"] == 0
     good = np.ones((1, 4), np.float32)
     for _ in range(2):
         np.testing.assert_allclose(infer(server, protocol, "guarded", good).as_numpy("Y"), good)
-    assert stats(server, "guarded") | {"fail": 2} == {"success": 2, "fail": 2, "hit": 1,
-                                                      "miss": 1, "executions": 1,
-                                                      "inferences": 1}
+    assert stats(server, "guarded") | {"fail": 2} == {
+        "success": 2,
+        "fail": 2,
+        "hit": 1,
+        "miss": 1,
+        "executions": 1,
+        "inferences": 1,
+    }
 
 
 def test_a_bad_request_reaches_neither_the_cache_nor_the_steps(server: Server) -> None:
@@ -159,8 +192,14 @@ def test_a_bad_request_reaches_neither_the_cache_nor_the_steps(server: Server) -
     with pytest.raises(InferenceServerException, match="unexpected inference output 'Z'"):
         client.infer("twice", [_x(X)], outputs=[httpclient.InferRequestedOutput("Z")])
     client.close()
-    assert stats(server, "twice") == {"success": 0, "fail": 0, "hit": 0, "miss": 0,
-                                      "executions": 0, "inferences": 0}
+    assert stats(server, "twice") == {
+        "success": 0,
+        "fail": 0,
+        "hit": 0,
+        "miss": 0,
+        "executions": 0,
+        "inferences": 0,
+    }
     assert stats(server, "scale")["success"] == 0
 
 
@@ -174,10 +213,22 @@ def test_a_composing_model_caches_on_its_own(server: Server) -> None:
     for _ in range(3):
         np.testing.assert_allclose(infer(server, "http", "over_cached", X).as_numpy("Y"), 2 * X)
     # the ensemble is not cached: it runs its step each time, and that step hits
-    assert stats(server, "over_cached") == {"success": 3, "fail": 0, "hit": 0, "miss": 0,
-                                            "executions": 3, "inferences": 6}
-    assert stats(server, "scale_cached") == {"success": 3, "fail": 0, "hit": 2, "miss": 1,
-                                             "executions": 1, "inferences": 2}
+    assert stats(server, "over_cached") == {
+        "success": 3,
+        "fail": 0,
+        "hit": 0,
+        "miss": 0,
+        "executions": 3,
+        "inferences": 6,
+    }
+    assert stats(server, "scale_cached") == {
+        "success": 3,
+        "fail": 0,
+        "hit": 2,
+        "miss": 1,
+        "executions": 1,
+        "inferences": 2,
+    }
 
 
 @pytest.fixture()
@@ -191,6 +242,12 @@ def test_without_a_server_cache_nothing_is_cached(uncached_server: Server) -> No
     for _ in range(2):
         infer(uncached_server, "http", "twice", X)
         infer(uncached_server, "http", "over_cached", X)
-    assert stats(uncached_server, "twice") == {"success": 2, "fail": 0, "hit": 0, "miss": 0,
-                                               "executions": 2, "inferences": 4}
+    assert stats(uncached_server, "twice") == {
+        "success": 2,
+        "fail": 0,
+        "hit": 0,
+        "miss": 0,
+        "executions": 2,
+        "inferences": 4,
+    }
     assert stats(uncached_server, "scale_cached")["executions"] == 2

@@ -23,7 +23,7 @@ from conftest import Server, start_server
 from support.reference import ReferenceTriton, require_reference
 from tritonclient.utils import InferenceServerException
 
-OPT_ADD = '''
+OPT_ADD = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -37,7 +37,7 @@ class TritonPythonModel:
             s = a + (b.as_numpy() if b is not None else 100)
             out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", s.astype(np.float32))]))
         return out
-'''
+"""
 """``OUT = A + B``, or ``A + 100`` when the optional ``B`` is not sent."""
 
 
@@ -49,8 +49,10 @@ def _step(inputs: dict[str, str], outputs: dict[str, str]) -> str:
 
 ENSEMBLES = {  # name -> ((input, optional)..., steps)
     "ens_opt": ((("X", False), ("Y", True)), [_step({"A": "X", "B": "Y"}, {"OUT": "Z"})]),
-    "ens_two": ((("X", False), ("Y", True)), [_step({"A": "X", "B": "Y"}, {"OUT": "T"}),
-                                              _step({"A": "T", "B": "Y"}, {"OUT": "Z"})]),
+    "ens_two": (
+        (("X", False), ("Y", True)),
+        [_step({"A": "X", "B": "Y"}, {"OUT": "T"}), _step({"A": "T", "B": "Y"}, {"OUT": "Z"})],
+    ),
     "ens_unmapped": ((("X", False),), [_step({"A": "X"}, {"OUT": "Z"})]),
     "ens_all_optional": ((("X", True), ("Y", True)), [_step({"A": "X", "B": "Y"}, {"OUT": "Z"})]),
 }
@@ -59,21 +61,26 @@ ENSEMBLES = {  # name -> ((input, optional)..., steps)
 def write_repo(repo: Path) -> Path:
     (repo / "opt_add" / "1").mkdir(parents=True)
     (repo / "opt_add" / "1" / "model.py").write_text(textwrap.dedent(OPT_ADD))
-    (repo / "opt_add" / "config.pbtxt").write_text(textwrap.dedent('''\
+    (repo / "opt_add" / "config.pbtxt").write_text(
+        textwrap.dedent("""\
         backend: "python"
         max_batch_size: 8
         input [{ name: "A" data_type: TYPE_FP32 dims: [4] },
                { name: "B" data_type: TYPE_FP32 dims: [4] optional: true }]
         output [{ name: "OUT" data_type: TYPE_FP32 dims: [4] }]
-        '''))
+        """)
+    )
     for name, (inputs, steps) in ENSEMBLES.items():
         (repo / name / "1").mkdir(parents=True)
-        ins = ", ".join(f'{{ name: "{n}" data_type: TYPE_FP32 dims: [4]'
-                        f'{" optional: true" if opt else ""} }}' for n, opt in inputs)
+        ins = ", ".join(
+            f'{{ name: "{n}" data_type: TYPE_FP32 dims: [4]{" optional: true" if opt else ""} }}'
+            for n, opt in inputs
+        )
         (repo / name / "config.pbtxt").write_text(
             f'platform: "ensemble"\nmax_batch_size: 8\ninput [{ins}]\n'
             'output [{ name: "Z" data_type: TYPE_FP32 dims: [4] }]\n'
-            f'ensemble_scheduling {{ step [ {", ".join(steps)} ] }}\n')
+            f"ensemble_scheduling {{ step [ {', '.join(steps)} ] }}\n"
+        )
     return repo
 
 
@@ -91,14 +98,21 @@ def server(repo: Path) -> Iterator[Server]:
 
 @pytest.fixture(scope="module")
 def triton(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceTriton]:
-    t = ReferenceTriton(require_reference(), repo,
-                        log=tmp_path_factory.mktemp("triton_log") / "triton.log")
+    t = ReferenceTriton(
+        require_reference(), repo, log=tmp_path_factory.mktemp("triton_log") / "triton.log"
+    )
     yield t
     t.stop()
 
 
-def outcome(http_url: str, grpc_url: str, protocol: str, model: str, given: dict[str, float],
-            request_id: str = "") -> tuple[Any, ...]:
+def outcome(
+    http_url: str,
+    grpc_url: str,
+    protocol: str,
+    model: str,
+    given: dict[str, float],
+    request_id: str = "",
+) -> tuple[Any, ...]:
     """("ok", Z's first row) or ("error", message): the same on both protocols."""
     mod: Any = httpclient if protocol == "http" else grpcclient
     client = mod.InferenceServerClient(http_url if protocol == "http" else grpc_url)
@@ -117,8 +131,10 @@ def outcome(http_url: str, grpc_url: str, protocol: str, model: str, given: dict
     return "ok", result.as_numpy("Z")[0].tolist()
 
 
-DEADLOCK = ("in ensemble '{}', [request id: {}] unexpected deadlock, at least one output is not "
-            "set while no more ensemble steps can be made")
+DEADLOCK = (
+    "in ensemble '{}', [request id: {}] unexpected deadlock, at least one output is not "
+    "set while no more ensemble steps can be made"
+)
 
 # name -> (model, inputs given, request id, what Triton 2.51 answers: the error's HTTP status
 # and gRPC code where it fails)
@@ -128,18 +144,31 @@ CASES: dict[str, tuple[str, dict[str, float], str, tuple[Any, ...]]] = {
     "left_out_for_two_steps": ("ens_two", {"X": 1.0}, "", ("ok", [201.0] * 4)),
     "given_to_two_steps": ("ens_two", {"X": 1.0, "Y": 2.0}, "", ("ok", [5.0] * 4)),
     "step_input_not_mapped": ("ens_unmapped", {"X": 1.0}, "", ("ok", [101.0] * 4)),
-    "only_the_optional_one": ("ens_opt", {"Y": 2.0}, "",
-                              ("error", ("400", "INVALID_ARGUMENT"),
-                               DEADLOCK.format("ens_opt", "<id_unknown>"))),
-    "only_the_optional_one_with_id": ("ens_two", {"Y": 2.0}, "e1",
-                                      ("error", ("400", "INVALID_ARGUMENT"),
-                                       DEADLOCK.format("ens_two", "e1"))),
+    "only_the_optional_one": (
+        "ens_opt",
+        {"Y": 2.0},
+        "",
+        ("error", ("400", "INVALID_ARGUMENT"), DEADLOCK.format("ens_opt", "<id_unknown>")),
+    ),
+    "only_the_optional_one_with_id": (
+        "ens_two",
+        {"Y": 2.0},
+        "e1",
+        ("error", ("400", "INVALID_ARGUMENT"), DEADLOCK.format("ens_two", "e1")),
+    ),
     "all_optional_one_given": ("ens_all_optional", {"X": 1.0}, "", ("ok", [101.0] * 4)),
-    "all_optional_none_given": ("ens_all_optional", {}, "", (
-        "error", ("400", "INVALID_ARGUMENT"),
-        "in ensemble 'ens_all_optional', [request id: <id_unknown>] expected number of inputs "
-        "between 1 and 2 but got 0 inputs for model 'opt_add'. Got input(s) [], but missing "
-        "required input(s) ['A']. Please provide all required input(s).")),
+    "all_optional_none_given": (
+        "ens_all_optional",
+        {},
+        "",
+        (
+            "error",
+            ("400", "INVALID_ARGUMENT"),
+            "in ensemble 'ens_all_optional', [request id: <id_unknown>] expected number of inputs "
+            "between 1 and 2 but got 0 inputs for model 'opt_add'. Got input(s) [], but missing "
+            "required input(s) ['A']. Please provide all required input(s).",
+        ),
+    ),
 }
 
 
@@ -164,11 +193,14 @@ def test_required_step_input_left_out(server: Server, protocol: str) -> None:
     just ``B``. Triton counts inputs only and runs the model without its required ``A`` (here
     it fails in model code, 500); tritonlite refuses the step as Triton words a count error."""
     got = outcome(server.http_url, server.grpc_url, protocol, "ens_all_optional", {"Y": 2.0})
-    assert got == ("error", "400" if protocol == "http" else "INVALID_ARGUMENT",
-                   "in ensemble 'ens_all_optional', [request id: <id_unknown>] expected number "
-                   "of inputs between 1 and 2 but got 1 inputs for model 'opt_add'. Got input(s) "
-                   "['B'], but missing required input(s) ['A']. Please provide all required "
-                   "input(s).")
+    assert got == (
+        "error",
+        "400" if protocol == "http" else "INVALID_ARGUMENT",
+        "in ensemble 'ens_all_optional', [request id: <id_unknown>] expected number "
+        "of inputs between 1 and 2 but got 1 inputs for model 'opt_add'. Got input(s) "
+        "['B'], but missing required input(s) ['A']. Please provide all required "
+        "input(s).",
+    )
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])

@@ -95,7 +95,12 @@ def test_examples_answer(server: Server, protocol: str) -> None:
     seq = 1000 + (protocol == "grpc")
     totals = []
     for i, v in enumerate([1.0, 2.0, 4.5]):
-        r = client.infer("accumulator", [_input(mod, "INPUT", np.array([[v]], np.float32))],
-                         sequence_id=seq, sequence_start=i == 0, sequence_end=i == 2)
+        r = client.infer(
+            "accumulator",
+            [_input(mod, "INPUT", np.array([[v]], np.float32))],
+            sequence_id=seq,
+            sequence_start=i == 0,
+            sequence_end=i == 2,
+        )
         totals.append(float(r.as_numpy("OUTPUT")[0, 0]))
     assert totals == [1.0, 3.0, 7.5]

@@ -27,7 +27,7 @@ from tritonclient.utils import InferenceServerException
 
 pytestmark = pytest.mark.timeout(120)
 
-MODEL = '''
+MODEL = """
 import os
 import sys
 import time
@@ -53,19 +53,19 @@ class TritonPythonModel:
                 pb_utils.Tensor("OUTPUT0", x),
                 pb_utils.Tensor("WHO", np.array([self.name.encode()], dtype=object))]))
         return out
-'''
+"""
 
-CONFIG = '''
+CONFIG = """
 backend: "python"
 max_batch_size: 0
 input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] }} ]
 output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] }},
          {{ name: "WHO" data_type: TYPE_STRING dims: [ 1 ] }} ]
 instance_group [ {{ count: {count} kind: KIND_CPU }} ]
-'''
+"""
 
 # Instance 0 of this one fails fatally on every request it gets.
-FLAKY = '''
+FLAKY = """
 import sys
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -82,7 +82,7 @@ class TritonPythonModel:
             pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()),
             pb_utils.Tensor("WHO", np.array([self.name.encode()], dtype=object))])
             for r in requests]
-'''
+"""
 
 
 def _write(repo: Path, name: str, model: str, count: int) -> None:
@@ -144,7 +144,8 @@ def _wait(pred: Callable[[], object], timeout: float = 20.0) -> None:
 
 
 def test_instance_0_always_fails_instance_1_keeps_serving(
-        server: Server, client: httpclient.InferenceServerClient) -> None:
+    server: Server, client: httpclient.InferenceServerClient
+) -> None:
     failures, served = [], []
     for _ in range(12):
         try:
@@ -160,25 +161,30 @@ def test_instance_0_always_fails_instance_1_keeps_serving(
     assert "instance 0 always dies" in exc.message()
     assert client.is_server_ready()
     # The failed instance is rebuilt in the background (and fails again when next used).
-    _wait(lambda: _metric(_metrics(server), "tritonlite_instance_rebuilds",
-                          instance="flaky_0_0") >= 1)
+    _wait(
+        lambda: _metric(_metrics(server), "tritonlite_instance_rebuilds", instance="flaky_0_0") >= 1
+    )
     text = _metrics(server)
     assert _metric(text, "tritonlite_instance_failovers", instance="flaky_0_0") >= len(failures)
     assert _metric(text, "tritonlite_instance_failovers", instance="flaky_0_1") == 0
     assert _metric(text, "tritonlite_instance_healthy", instance="flaky_0_1") == 1
-    assert _metric(text, "nv_inference_request_failure", model="flaky",
-                   reason="BACKEND") == len(failures)
+    assert _metric(text, "nv_inference_request_failure", model="flaky", reason="BACKEND") == len(
+        failures
+    )
     assert _metric(text, "nv_inference_request_success", model="flaky") == len(served)
     assert "instance flaky_0_0 rebuilt and back in rotation" in server.output()
 
 
 def test_single_instance_fatal_error_makes_model_unready_until_rebuilt(
-        server: Server, client: httpclient.InferenceServerClient, repo: Path) -> None:
+    server: Server, client: httpclient.InferenceServerClient, repo: Path
+) -> None:
     marker = repo / "solo" / "broken"
     marker.write_text("")  # rebuild attempts fail while it exists
     try:
-        with pytest.raises(InferenceServerException,
-                           match="model instance 'solo_0_0' failed and was taken out of rotation"):
+        with pytest.raises(
+            InferenceServerException,
+            match="model instance 'solo_0_0' failed and was taken out of rotation",
+        ):
             _infer(client, "solo", -1.0)
         assert not client.is_model_ready("solo")
         assert not client.is_server_ready()  # strict readiness follows
@@ -201,7 +207,8 @@ def test_single_instance_fatal_error_makes_model_unready_until_rebuilt(
 
 
 def test_hung_instance_is_cut_off_by_the_execution_timeout(
-        server: Server, client: httpclient.InferenceServerClient) -> None:
+    server: Server, client: httpclient.InferenceServerClient
+) -> None:
     start = time.monotonic()
     with pytest.raises(InferenceServerException) as err:
         _infer(client, "pair", 60.0)  # hangs far past --backend-execution-timeout=1.5
@@ -214,28 +221,41 @@ def test_hung_instance_is_cut_off_by_the_execution_timeout(
     for _ in range(4):
         assert _infer(client, "pair", 0.0).as_numpy("OUTPUT0")[0] == 0.0
     text = _metrics(server)
-    assert sum(_metric(text, "tritonlite_instance_failovers", instance=f"pair_0_{k}")
-               for k in (0, 1)) == 1
-    _wait(lambda: sum(_metric(_metrics(server), "tritonlite_instance_healthy",
-                              instance=f"pair_0_{k}") for k in (0, 1)) == 2)
+    assert (
+        sum(_metric(text, "tritonlite_instance_failovers", instance=f"pair_0_{k}") for k in (0, 1))
+        == 1
+    )
+    _wait(
+        lambda: (
+            sum(
+                _metric(_metrics(server), "tritonlite_instance_healthy", instance=f"pair_0_{k}")
+                for k in (0, 1)
+            )
+            == 2
+        )
+    )
     assert _metric(_metrics(server), "nv_inference_pending_request_count", model="pair") == 0
 
 
 def _raw_http_request(server: Server, model: str, body: bytes) -> socket.socket:
     host, port = server.http_url.split(":")
     sock = socket.create_connection((host, int(port)), timeout=10)
-    sock.sendall(f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: x\r\n"
-                 f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-                 .encode() + body)
+    sock.sendall(
+        f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: x\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
     return sock
 
 
 def test_client_disconnect_mid_request_leaks_nothing(
-        server: Server, client: httpclient.InferenceServerClient) -> None:
+    server: Server, client: httpclient.InferenceServerClient
+) -> None:
     body = b'{"inputs":[{"name":"INPUT0","shape":[1],"datatype":"FP32","data":[0.5]}]}'
     socks = [_raw_http_request(server, "pair", body) for _ in range(3)]  # one waits in queue
-    _wait(lambda: _metric(_metrics(server), "nv_inference_pending_request_count",
-                          model="pair") >= 1)
+    _wait(
+        lambda: _metric(_metrics(server), "nv_inference_pending_request_count", model="pair") >= 1
+    )
     for s in socks:
         s.close()  # gone while the model sleeps / the request is queued
     g = grpcclient.InferenceServerClient(server.grpc_url)
@@ -245,17 +265,23 @@ def test_client_disconnect_mid_request_leaks_nothing(
         with pytest.raises(InferenceServerException) as err:
             g.infer("pair", [i], client_timeout=0.1)  # the client gives up and cancels
         assert "Deadline" in err.value.message() or err.value.status() == str(
-            grpc.StatusCode.DEADLINE_EXCEEDED)
+            grpc.StatusCode.DEADLINE_EXCEEDED
+        )
         # Everything it was doing finishes or is dropped; nothing stays pending.
-        _wait(lambda: _metric(_metrics(server), "nv_inference_pending_request_count",
-                              model="pair") == 0)
+        _wait(
+            lambda: (
+                _metric(_metrics(server), "nv_inference_pending_request_count", model="pair") == 0
+            )
+        )
         _wait(lambda: _infer(client, "pair", 0.0).as_numpy("OUTPUT0")[0] == 0.0)
         i.set_data_from_numpy(np.array([0.0], dtype=np.float32))
         assert g.infer("pair", [i]).as_numpy("OUTPUT0")[0] == 0.0
     finally:
         g.close()
     text = _metrics(server)
-    assert sum(_metric(text, "tritonlite_instance_healthy", instance=f"pair_0_{k}")
-               for k in (0, 1)) == 2
+    assert (
+        sum(_metric(text, "tritonlite_instance_healthy", instance=f"pair_0_{k}") for k in (0, 1))
+        == 2
+    )
     assert server.proc.poll() is None
     assert "Traceback" not in server.output()

@@ -18,8 +18,10 @@ from decoupled_repo import build_decoupled_repo
 
 pytestmark = pytest.mark.timeout(60)
 
-ONE = ("generate expects model to produce exactly 1 response, use generate stream for model "
-       "that generates various number of responses")
+ONE = (
+    "generate expects model to produce exactly 1 response, use generate stream for model "
+    "that generates various number of responses"
+)
 
 
 @pytest.fixture(scope="module")
@@ -47,43 +49,65 @@ def events(body: bytes) -> list[Any]:
     assert body.endswith(b"\n\n") or body == b"", body
     chunks = [c for c in body.split(b"\n\n") if c]
     assert all(c.startswith(b"data: ") for c in chunks), body
-    return [json.loads(c[len(b"data: "):]) for c in chunks]
+    return [json.loads(c[len(b"data: ") :]) for c in chunks]
 
 
 SSE = "text/event-stream; charset=utf-8"
 
 
 def test_generate_on_a_non_decoupled_model(server: Any) -> None:
-    status, ctype, body = post(server, "/v2/models/plain/generate",
-                               {"TEXT": "hi", "parameters": {"a": 1, "b": "x"}, "extra": 1.5})
+    status, ctype, body = post(
+        server,
+        "/v2/models/plain/generate",
+        {"TEXT": "hi", "parameters": {"a": 1, "b": "x"}, "extra": 1.5},
+    )
     assert (status, ctype.split(";")[0]) == (200, "application/json")
     # keys sorted; one-element outputs unwrapped; other keys reach the model as parameters
-    assert body == (b'{"I":[1,2,3],"TEXT":"hi|{\\"a\\":1,\\"b\\":\\"x\\",\\"extra\\":1.5}",'
-                    b'"model_name":"plain","model_version":"1"}')
+    assert body == (
+        b'{"I":[1,2,3],"TEXT":"hi|{\\"a\\":1,\\"b\\":\\"x\\",\\"extra\\":1.5}",'
+        b'"model_name":"plain","model_version":"1"}'
+    )
 
 
 def test_generate_stream_on_a_non_decoupled_model(server: Any) -> None:
-    status, ctype, body = post(server, "/v2/models/plain/versions/1/generate_stream",
-                               {"TEXT": ["hi"], "id": "r7"})
+    status, ctype, body = post(
+        server, "/v2/models/plain/versions/1/generate_stream", {"TEXT": ["hi"], "id": "r7"}
+    )
     assert (status, ctype) == (200, SSE)
-    assert events(body) == [{"I": [1, 2, 3], "TEXT": 'hi|{"id":"r7"}', "id": "r7",
-                             "model_name": "plain", "model_version": "1"}]
+    assert events(body) == [
+        {
+            "I": [1, 2, 3],
+            "TEXT": 'hi|{"id":"r7"}',
+            "id": "r7",
+            "model_name": "plain",
+            "model_version": "1",
+        }
+    ]
 
 
 def test_generate_stream_on_a_decoupled_model(server: Any) -> None:
-    status, ctype, body = post(server, "/v2/models/repeat/generate_stream",
-                               {"IN": [1, 2, 3], "DELAY": [0, 0, 0], "WAIT": 0})
+    status, ctype, body = post(
+        server,
+        "/v2/models/repeat/generate_stream",
+        {"IN": [1, 2, 3], "DELAY": [0, 0, 0], "WAIT": 0},
+    )
     assert (status, ctype) == (200, SSE)
-    assert events(body) == [{"IDX": i, "OUT": v, "model_name": "repeat", "model_version": "1"}
-                            for i, v in enumerate([1, 2, 3])]  # the flags-only final: nothing
+    assert events(body) == [
+        {"IDX": i, "OUT": v, "model_name": "repeat", "model_version": "1"}
+        for i, v in enumerate([1, 2, 3])
+    ]  # the flags-only final: nothing
 
 
 def test_generate_on_a_decoupled_model_needs_exactly_one_response(server: Any) -> None:
-    status, _, body = post(server, "/v2/models/dec/generate", {"TEXT": "last", "N": 1,
-                                                               "id": "q"})
+    status, _, body = post(server, "/v2/models/dec/generate", {"TEXT": "last", "N": 1, "id": "q"})
     assert status == 200
-    assert json.loads(body) == {"I": 0, "TEXT": "last0", "id": "q", "model_name": "dec",
-                                "model_version": "1"}
+    assert json.loads(body) == {
+        "I": 0,
+        "TEXT": "last0",
+        "id": "q",
+        "model_name": "dec",
+        "model_version": "1",
+    }
     for n in (0, 3):
         status, _, body = post(server, "/v2/models/dec/generate", {"TEXT": "count", "N": n})
         assert (status, json.loads(body)) == (200, {"error": ONE})  # Triton's status too
@@ -92,12 +116,13 @@ def test_generate_on_a_decoupled_model_needs_exactly_one_response(server: Any) -
 def test_stream_errors_as_events(server: Any) -> None:
     status, ctype, body = post(server, "/v2/models/dec/generate_stream", {"TEXT": "err"})
     assert (status, ctype) == (200, SSE)
-    assert [e.get("TEXT", e.get("error")) for e in events(body)] == [
-        "err0", "bad chunk 1", "err2"]
+    assert [e.get("TEXT", e.get("error")) for e in events(body)] == ["err0", "bad chunk 1", "err2"]
     # an error first fixes the status at 400, for model errors of either kind of model
-    for model, text, message in (("dec", "raise", "ValueError: boom"),
-                                 ("plain", "fail", "asked to fail"),
-                                 ("dec", "errfinal", "no luck")):
+    for model, text, message in (
+        ("dec", "raise", "ValueError: boom"),
+        ("plain", "fail", "asked to fail"),
+        ("dec", "errfinal", "no luck"),
+    ):
         status, ctype, body = post(server, f"/v2/models/{model}/generate_stream", {"TEXT": text})
         assert (status, ctype) == (400, SSE), body
         (event,) = events(body)
@@ -108,43 +133,75 @@ def test_stream_errors_as_events(server: Any) -> None:
 
 
 def test_zero_responses_stream_nothing(server: Any) -> None:
-    status, ctype, body = post(server, "/v2/models/dec/generate_stream", {"TEXT": "count",
-                                                                          "N": 0})
+    status, ctype, body = post(server, "/v2/models/dec/generate_stream", {"TEXT": "count", "N": 0})
     assert (status, ctype, body) == (200, SSE, b"")
 
 
 def test_batching_model_gets_a_batch_of_one(server: Any) -> None:
     status, _, body = post(server, "/v2/models/batched/generate", {"X": [1.5, 2]})
-    assert (status, json.loads(body)) == (200, {"Y": [3.0, 4.0], "model_name": "batched",
-                                                "model_version": "1"})
+    assert (status, json.loads(body)) == (
+        200,
+        {"Y": [3.0, 4.0], "model_name": "batched", "model_version": "1"},
+    )
 
 
-@pytest.mark.parametrize(("path", "body", "status", "message"), [
-    ("/v2/models/nope/generate", {"TEXT": "x"}, 404,
-     "Request for unknown model: 'nope' is not found"),
-    ("/v2/models/plain/versions/7/generate_stream", {"TEXT": "x"}, 404,
-     "Request for unknown model: 'plain' version 7 is not found"),
-    ("/v2/models/plain/generate_stream", {}, 400, "expected number of inputs between 1 and 2"),
-    ("/v2/models/plain/generate", b"not json", 400, "failed to parse the request JSON buffer"),
-    ("/v2/models/plain/generate", b"", 400, "failed to parse the request JSON buffer"),
-    ("/v2/models/plain/generate", [1], 400, "generate request must be a JSON object"),
-    ("/v2/models/plain/generate", {"TEXT": ["a", "b"]}, 400,
-     "The schema can not convert input 'TEXT' to tensor with proper shape"),
-    ("/v2/models/plain/generate", {"TEXT": 5}, 400, "expected strings"),
-    ("/v2/models/plain/generate", {"TEXT": "a", "N": "x"}, 400, "expected integers"),
-    ("/v2/models/plain/generate", {"TEXT": "a", "N": 1.5}, 400, "expected integers"),
-    ("/v2/models/plain/generate", {"TEXT": "a", "N": 2 ** 40}, 400, "out of range"),
-    ("/v2/models/repeat/generate_stream", {"IN": [1], "DELAY": [-1], "WAIT": 0}, 400,
-     "out of range"),
-    ("/v2/models/plain/generate", {"TEXT": "a", "parameters": 5}, 400,
-     "Expected JSON object for keyword: 'parameters'"),
-    ("/v2/models/plain/generate", {"TEXT": "a", "parameters": {"x": [1]}}, 400,
-     "Converting keyword: 'parameters': parameter 'x' has invalid type. It should be either "
-     "'int', 'bool', or 'string'."),
-    ("/v2/models/plain/generate_stream", {"TEXT": "a", "extra": {"k": 1}}, 400,
-     "parameter 'extra' has invalid type."),
-    ("/v2/models/plain/generate", {"TEXT": "a", "id": 5}, 400, "Unable to parse 'id'"),
-])
+@pytest.mark.parametrize(
+    ("path", "body", "status", "message"),
+    [
+        (
+            "/v2/models/nope/generate",
+            {"TEXT": "x"},
+            404,
+            "Request for unknown model: 'nope' is not found",
+        ),
+        (
+            "/v2/models/plain/versions/7/generate_stream",
+            {"TEXT": "x"},
+            404,
+            "Request for unknown model: 'plain' version 7 is not found",
+        ),
+        ("/v2/models/plain/generate_stream", {}, 400, "expected number of inputs between 1 and 2"),
+        ("/v2/models/plain/generate", b"not json", 400, "failed to parse the request JSON buffer"),
+        ("/v2/models/plain/generate", b"", 400, "failed to parse the request JSON buffer"),
+        ("/v2/models/plain/generate", [1], 400, "generate request must be a JSON object"),
+        (
+            "/v2/models/plain/generate",
+            {"TEXT": ["a", "b"]},
+            400,
+            "The schema can not convert input 'TEXT' to tensor with proper shape",
+        ),
+        ("/v2/models/plain/generate", {"TEXT": 5}, 400, "expected strings"),
+        ("/v2/models/plain/generate", {"TEXT": "a", "N": "x"}, 400, "expected integers"),
+        ("/v2/models/plain/generate", {"TEXT": "a", "N": 1.5}, 400, "expected integers"),
+        ("/v2/models/plain/generate", {"TEXT": "a", "N": 2**40}, 400, "out of range"),
+        (
+            "/v2/models/repeat/generate_stream",
+            {"IN": [1], "DELAY": [-1], "WAIT": 0},
+            400,
+            "out of range",
+        ),
+        (
+            "/v2/models/plain/generate",
+            {"TEXT": "a", "parameters": 5},
+            400,
+            "Expected JSON object for keyword: 'parameters'",
+        ),
+        (
+            "/v2/models/plain/generate",
+            {"TEXT": "a", "parameters": {"x": [1]}},
+            400,
+            "Converting keyword: 'parameters': parameter 'x' has invalid type. It should be either "
+            "'int', 'bool', or 'string'.",
+        ),
+        (
+            "/v2/models/plain/generate_stream",
+            {"TEXT": "a", "extra": {"k": 1}},
+            400,
+            "parameter 'extra' has invalid type.",
+        ),
+        ("/v2/models/plain/generate", {"TEXT": "a", "id": 5}, 400, "Unable to parse 'id'"),
+    ],
+)
 def test_bad_requests(server: Any, path: str, body: Any, status: int, message: str) -> None:
     got, ctype, data = post(server, path, body)
     assert (got, ctype.split(";")[0]) == (status, "application/json"), data

@@ -52,13 +52,21 @@ def post(url: str, path: str, body: bytes) -> tuple[int, str]:
 def test_repeated_keys_are_400(server: Server, path: str) -> None:
     url = server.http_url
     assert post(url, path, b'{"IN": [1], "IN": [2]}') == (
-        400, "[request id: <id_unknown>] input 'IN' already exists in request")
+        400,
+        "[request id: <id_unknown>] input 'IN' already exists in request",
+    )
     assert post(url, path, b'{"id": "r1", "IN": [1], "IN": [2]}') == (
-        400, "[request id: r1] input 'IN' already exists in request")
+        400,
+        "[request id: r1] input 'IN' already exists in request",
+    )
     assert post(url, path, b'{"IN": [1], "x": 1, "x": 2}') == (
-        400, "[request id: <id_unknown>] duplicate key 'x' in the request JSON")
+        400,
+        "[request id: <id_unknown>] duplicate key 'x' in the request JSON",
+    )
     assert post(url, path, b'{"IN": [1], "parameters": {"a": 1, "a": 2}}') == (
-        400, "[request id: <id_unknown>] duplicate key 'a' in the request JSON")
+        400,
+        "[request id: <id_unknown>] duplicate key 'a' in the request JSON",
+    )
     assert post(url, path, b'{"IN": [1], "x": 1, "parameters": {"x": 2}}') == (200, "")
     assert post(url, path, b'{"IN": [1]}') == (200, "")
 
@@ -68,6 +76,8 @@ def test_repeated_input_as_triton(repo: Path) -> None:
     try:
         for path in PATHS:
             assert post(ref.http_url, path, b'{"IN": [1], "IN": [2]}') == (
-                400, "[request id: <id_unknown>] input 'IN' already exists in request")
+                400,
+                "[request id: <id_unknown>] input 'IN' already exists in request",
+            )
     finally:
         ref.stop()

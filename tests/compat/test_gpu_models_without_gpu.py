@@ -15,8 +15,10 @@ from repos import write_add_sub
 
 from tritonlite.gpu.devices import visible_gpus
 
-pytestmark = [pytest.mark.timeout(120),
-              pytest.mark.skipif(visible_gpus() > 0, reason="this machine has a CUDA device")]
+pytestmark = [
+    pytest.mark.timeout(120),
+    pytest.mark.skipif(visible_gpus() > 0, reason="this machine has a CUDA device"),
+]
 
 GPU_GROUP = "instance_group [ { kind: KIND_GPU gpus: [ 0 ] } ]\n"
 
@@ -27,7 +29,8 @@ def _plan_model(repo: Path, name: str, extra: str = "") -> None:
     (repo / name / "config.pbtxt").write_text(
         'platform: "tensorrt_plan"\nmax_batch_size: 8\n'
         'input { name: "x" data_type: TYPE_FP32 dims: [ 4 ] }\n'
-        'output { name: "y" data_type: TYPE_FP32 dims: [ 4 ] }\n' + extra)
+        'output { name: "y" data_type: TYPE_FP32 dims: [ 4 ] }\n' + extra
+    )
 
 
 @pytest.fixture(scope="module")

@@ -25,8 +25,13 @@ SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
-_ARGS = ("--frontend=aio", "--model-control-mode=explicit", "--load-model=add_sub",
-         "--allow-http=false", "--allow-metrics=false")
+_ARGS = (
+    "--frontend=aio",
+    "--model-control-mode=explicit",
+    "--load-model=add_sub",
+    "--allow-http=false",
+    "--allow-metrics=false",
+)
 
 
 def _repo(repo: Path) -> Path:
@@ -54,25 +59,28 @@ def test_check_is_serving_for_any_service_name(server: Server) -> None:
 
 def test_check_rejects_an_unparseable_request(server: Server) -> None:
     with grpc.insecure_channel(server.grpc_url) as ch:
-        check = ch.unary_unary("/grpc.health.v1.Health/Check",
-                               request_serializer=lambda b: b, response_deserializer=lambda b: b)
+        check = ch.unary_unary(
+            "/grpc.health.v1.Health/Check",
+            request_serializer=lambda b: b,
+            response_deserializer=lambda b: b,
+        )
         with pytest.raises(grpc.RpcError) as info:
             check(b"\x0a\xff", timeout=10)
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "failed to parse the HealthCheckRequest message" in (info.value.details() or "")
-        assert health_pb2_grpc.HealthStub(ch).Check(
-            health_pb2.HealthCheckRequest(), timeout=10).status == SERVING
+        assert (
+            health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=10).status
+            == SERVING
+        )
 
 
-def test_watch_follows_readiness(tmp_path: Path,
-                                 server_factory: Callable[..., Server]) -> None:
+def test_watch_follows_readiness(tmp_path: Path, server_factory: Callable[..., Server]) -> None:
     """A failed load makes the server unready until the model loads (Triton's rule); the
     watch sees SERVING, NOT_SERVING, SERVING and stays open until cancelled."""
     server = server_factory(_repo(tmp_path), *_ARGS)
     client = grpcclient.InferenceServerClient(server.grpc_url)
     with grpc.insecure_channel(server.grpc_url) as ch:
-        watch = health_pb2_grpc.HealthStub(ch).Watch(health_pb2.HealthCheckRequest(),
-                                                     timeout=60)
+        watch = health_pb2_grpc.HealthStub(ch).Watch(health_pb2.HealthCheckRequest(), timeout=60)
         try:
             assert next(watch).status == SERVING
             with pytest.raises(InferenceServerException):
@@ -90,4 +98,3 @@ def test_watch_follows_readiness(tmp_path: Path,
         assert info.value.code() == grpc.StatusCode.CANCELLED
     assert client.is_server_live()
     client.close()
-

@@ -86,8 +86,9 @@ def test_stream_order_ids_and_final_flag(client: grpcclient.InferenceServerClien
     sizes = [1 << 20, 1, 300_000, 16, 5, 1 << 18, 2] * 4
     for k, n in enumerate(sizes):
         if n == 16:
-            client.async_stream_infer("add_sub", add_sub_inputs(grpcclient, A, B),
-                                      request_id=str(k))
+            client.async_stream_infer(
+                "add_sub", add_sub_inputs(grpcclient, A, B), request_id=str(k)
+            )
         else:
             client.async_stream_infer("identity_variable", variable_input(n), request_id=str(k))
     results = got.take(len(sizes))
@@ -110,8 +111,9 @@ def test_stream_errors_keep_the_stream_open(client: grpcclient.InferenceServerCl
     client.start_stream(got)
     client.async_stream_infer("add_sub", add_sub_inputs(grpcclient, A, B), request_id="ok1")
     client.async_stream_infer("nope", add_sub_inputs(grpcclient, A, B), request_id="bad1")
-    client.async_stream_infer("add_sub", add_sub_inputs(grpcclient, A, B[:, :8].copy()),
-                              request_id="bad2")
+    client.async_stream_infer(
+        "add_sub", add_sub_inputs(grpcclient, A, B[:, :8].copy()), request_id="bad2"
+    )
     client.async_stream_infer("add_sub", add_sub_inputs(grpcclient, A, B), request_id="ok2")
     (r1, e1), (r2, e2), (r3, e3), (r4, e4) = got.take(4)
     client.stop_stream()
@@ -148,8 +150,9 @@ def test_stream_triton_grpc_error_ends_the_stream(client: grpcclient.InferenceSe
 def test_cpp_style_requests(stub: Any) -> None:
     # perf_analyzer / the C++ client send triton_enable_empty_final_response on every
     # request; a non-decoupled model still answers exactly once, with the final flag.
-    reqs = [raw_request(rid=str(k), triton_enable_empty_final_response=bool(k % 2))
-            for k in range(6)]
+    reqs = [
+        raw_request(rid=str(k), triton_enable_empty_final_response=bool(k % 2)) for k in range(6)
+    ]
     responses = list(stub.ModelStreamInfer(iter(reqs), timeout=30))
     assert [r.infer_response.id for r in responses] == [str(k) for k in range(6)]
     for r in responses:
@@ -196,8 +199,9 @@ def test_cancellation(stub: Any, client: grpcclient.InferenceServerClient) -> No
     np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), A + B)
 
 
-def test_stream_compression_and_many_streams(client: grpcclient.InferenceServerClient,
-                                             server: Any) -> None:
+def test_stream_compression_and_many_streams(
+    client: grpcclient.InferenceServerClient, server: Any
+) -> None:
     got = Collector()
     client.start_stream(got, compression_algorithm="gzip")
     for k in range(5):
@@ -211,8 +215,9 @@ def test_stream_compression_and_many_streams(client: grpcclient.InferenceServerC
         c.start_stream(col)
     for k in range(25):
         for j, c in enumerate(clients):
-            c.async_stream_infer("add_sub", add_sub_inputs(grpcclient, A + j, B),
-                                 request_id=f"{j}-{k}")
+            c.async_stream_infer(
+                "add_sub", add_sub_inputs(grpcclient, A + j, B), request_id=f"{j}-{k}"
+            )
     for j, (c, col) in enumerate(zip(clients, collectors)):
         results = col.take(25)
         assert [r.get_response().id for r, _ in results] == [f"{j}-{k}" for k in range(25)]
@@ -225,6 +230,7 @@ def test_aio_stream_infer(server: Any) -> None:
     async def main() -> None:
         c = aioclient.InferenceServerClient(server.grpc_url)
         try:
+
             async def requests() -> Any:
                 for k in range(30):
                     inputs = []

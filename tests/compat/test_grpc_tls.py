@@ -45,9 +45,13 @@ def _infer(c: grpcclient.InferenceServerClient) -> np.ndarray:
 
 
 def _tls_flags(certs: dict[str, str]) -> list[str]:
-    return ["--allow-http=false", "--allow-metrics=false", "--grpc-use-ssl=true",
-            f"--grpc-server-cert={certs['server.pem']}",
-            f"--grpc-server-key={certs['server.key']}"]
+    return [
+        "--allow-http=false",
+        "--allow-metrics=false",
+        "--grpc-use-ssl=true",
+        f"--grpc-server-cert={certs['server.pem']}",
+        f"--grpc-server-key={certs['server.key']}",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -59,15 +63,20 @@ def tls_server(repo: Path, certs: dict[str, str]) -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def mtls_server(repo: Path, certs: dict[str, str]) -> Iterator[Any]:
-    s = start_server(repo, *_tls_flags(certs), "--grpc-use-ssl-mutual=true",
-                     f"--grpc-root-cert={certs['ca.pem']}")
+    s = start_server(
+        repo,
+        *_tls_flags(certs),
+        "--grpc-use-ssl-mutual=true",
+        f"--grpc-root-cert={certs['ca.pem']}",
+    )
     yield s
     s.stop()
 
 
 def test_tls(tls_server: Any, certs: dict[str, str]) -> None:
-    c = grpcclient.InferenceServerClient(tls_server.grpc_url, ssl=True,
-                                         root_certificates=certs["ca.pem"])
+    c = grpcclient.InferenceServerClient(
+        tls_server.grpc_url, ssl=True, root_certificates=certs["ca.pem"]
+    )
     try:
         assert c.is_server_ready()
         np.testing.assert_array_equal(_infer(c), A + A)
@@ -77,8 +86,9 @@ def test_tls(tls_server: Any, certs: dict[str, str]) -> None:
 
 def test_tls_localhost_name(tls_server: Any, certs: dict[str, str]) -> None:
     port = tls_server.grpc_url.rsplit(":", 1)[1]
-    c = grpcclient.InferenceServerClient(f"localhost:{port}", ssl=True,
-                                         root_certificates=certs["ca.pem"])
+    c = grpcclient.InferenceServerClient(
+        f"localhost:{port}", ssl=True, root_certificates=certs["ca.pem"]
+    )
     try:
         assert c.is_server_live()
     finally:
@@ -91,8 +101,9 @@ def test_tls_rejects_plaintext_and_untrusted(tls_server: Any, certs: dict[str, s
         plain.is_server_live(client_timeout=10)
     assert e.value.status() == str(grpc.StatusCode.UNAVAILABLE)
     plain.close()
-    untrusted = grpcclient.InferenceServerClient(tls_server.grpc_url, ssl=True,
-                                                 root_certificates=certs["other.pem"])
+    untrusted = grpcclient.InferenceServerClient(
+        tls_server.grpc_url, ssl=True, root_certificates=certs["other.pem"]
+    )
     with pytest.raises(InferenceServerException) as e:
         untrusted.is_server_live(client_timeout=10)
     assert e.value.status() == str(grpc.StatusCode.UNAVAILABLE)
@@ -101,18 +112,24 @@ def test_tls_rejects_plaintext_and_untrusted(tls_server: Any, certs: dict[str, s
 
 def test_mutual_tls(mtls_server: Any, certs: dict[str, str]) -> None:
     c = grpcclient.InferenceServerClient(
-        mtls_server.grpc_url, ssl=True, root_certificates=certs["ca.pem"],
-        private_key=certs["client.key"], certificate_chain=certs["client.pem"])
+        mtls_server.grpc_url,
+        ssl=True,
+        root_certificates=certs["ca.pem"],
+        private_key=certs["client.key"],
+        certificate_chain=certs["client.pem"],
+    )
     try:
         np.testing.assert_array_equal(_infer(c), A + A)
     finally:
         c.close()
 
 
-def test_mutual_tls_rejects_client_without_certificate(mtls_server: Any,
-                                                       certs: dict[str, str]) -> None:
-    c = grpcclient.InferenceServerClient(mtls_server.grpc_url, ssl=True,
-                                         root_certificates=certs["ca.pem"])
+def test_mutual_tls_rejects_client_without_certificate(
+    mtls_server: Any, certs: dict[str, str]
+) -> None:
+    c = grpcclient.InferenceServerClient(
+        mtls_server.grpc_url, ssl=True, root_certificates=certs["ca.pem"]
+    )
     try:
         with pytest.raises(InferenceServerException) as e:
             c.is_server_live(client_timeout=10)
@@ -121,8 +138,12 @@ def test_mutual_tls_rejects_client_without_certificate(mtls_server: Any,
         c.close()
     # a certificate the server's root did not sign is refused too
     wrong = grpcclient.InferenceServerClient(
-        mtls_server.grpc_url, ssl=True, root_certificates=certs["ca.pem"],
-        private_key=certs["other.key"], certificate_chain=certs["other.pem"])
+        mtls_server.grpc_url,
+        ssl=True,
+        root_certificates=certs["ca.pem"],
+        private_key=certs["other.key"],
+        certificate_chain=certs["other.pem"],
+    )
     try:
         with pytest.raises(InferenceServerException):
             wrong.is_server_live(client_timeout=10)
@@ -130,15 +151,29 @@ def test_mutual_tls_rejects_client_without_certificate(mtls_server: Any,
         wrong.close()
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--grpc-use-ssl=true"], "--grpc-use-ssl requires --grpc-server-cert"),
-    (["--grpc-use-ssl-mutual=true", "--grpc-server-cert=/x", "--grpc-server-key=/y"],
-     "--grpc-use-ssl-mutual requires --grpc-root-cert"),
-    (["--grpc-use-ssl=true", "--grpc-server-cert=/no/such.pem", "--grpc-server-key=/no/such.key"],
-     "/no/such.pem"),
-    (["--grpc-infer-response-compression-level=max"], "--grpc-infer-response-compression-level"),
-    (["--grpc-keepalive-time=-5"], "--grpc-keepalive-time"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--grpc-use-ssl=true"], "--grpc-use-ssl requires --grpc-server-cert"),
+        (
+            ["--grpc-use-ssl-mutual=true", "--grpc-server-cert=/x", "--grpc-server-key=/y"],
+            "--grpc-use-ssl-mutual requires --grpc-root-cert",
+        ),
+        (
+            [
+                "--grpc-use-ssl=true",
+                "--grpc-server-cert=/no/such.pem",
+                "--grpc-server-key=/no/such.key",
+            ],
+            "/no/such.pem",
+        ),
+        (
+            ["--grpc-infer-response-compression-level=max"],
+            "--grpc-infer-response-compression-level",
+        ),
+        (["--grpc-keepalive-time=-5"], "--grpc-keepalive-time"),
+    ],
+)
 def test_bad_grpc_flags_fail_the_start(repo: Path, flags: list[str], message: str) -> None:
     with pytest.raises(RuntimeError) as e:
         start_server(repo, "--allow-http=false", "--allow-metrics=false", *flags)

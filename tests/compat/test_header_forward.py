@@ -57,8 +57,12 @@ def seen(result: Any) -> dict[str, Any]:
     return dict(json.loads(result.as_numpy("PARAMS")[0]))
 
 
-def http_infer(url: str, headers: dict[str, str], params: dict[str, Any] | None = None,
-               path: str = "/v2/models/params/infer") -> dict[str, Any]:
+def http_infer(
+    url: str,
+    headers: dict[str, str],
+    params: dict[str, Any] | None = None,
+    path: str = "/v2/models/params/infer",
+) -> dict[str, Any]:
     client = httpclient.InferenceServerClient(url)
     try:
         inp = httpclient.InferInput("IN", [1], "FP32")
@@ -68,8 +72,9 @@ def http_infer(url: str, headers: dict[str, str], params: dict[str, Any] | None 
         client.close()
 
 
-def grpc_infer(url: str, headers: dict[str, str],
-               params: dict[str, Any] | None = None) -> dict[str, Any]:
+def grpc_infer(
+    url: str, headers: dict[str, str], params: dict[str, Any] | None = None
+) -> dict[str, Any]:
     client = grpcclient.InferenceServerClient(url)
     try:
         inp = grpcclient.InferInput("IN", [1], "FP32")
@@ -83,8 +88,9 @@ def grpc_stream(url: str, headers: dict[str, str], n: int = 2) -> list[dict[str,
     client = grpcclient.InferenceServerClient(url)
     results: queue.Queue[Any] = queue.Queue()
     try:
-        client.start_stream(lambda result, error: results.put(error or result),
-                            headers=dict(headers))
+        client.start_stream(
+            lambda result, error: results.put(error or result), headers=dict(headers)
+        )
         inp = grpcclient.InferInput("IN", [1], "FP32")
         inp.set_data_from_numpy(np.float32([1]))
         for _ in range(n):
@@ -100,8 +106,7 @@ def generate(url: str, headers: dict[str, str]) -> dict[str, Any]:
     host, port = url.rsplit(":", 1)
     conn = http.client.HTTPConnection(host, int(port), timeout=30)
     try:
-        conn.request("POST", "/v2/models/params/generate", body=b'{"IN": [1.0]}',
-                     headers=headers)
+        conn.request("POST", "/v2/models/params/generate", body=b'{"IN": [1.0]}', headers=headers)
         resp = conn.getresponse()
         body = json.loads(resp.read())
         assert resp.status == 200, body
@@ -116,7 +121,9 @@ def test_http_headers_become_parameters(server: Server) -> None:
     assert http_infer(server.http_url, {"MY_Upper": "u"}) == {"my_upper": "u"}
     # a header wins over a request parameter of the same name
     assert http_infer(server.http_url, {"my_a": "header"}, {"my_a": "body", "k": 2}) == {
-        "my_a": "header", "k": 2}
+        "my_a": "header",
+        "k": 2,
+    }
     assert generate(server.http_url, HEADERS) == {}  # Triton 2.51 forwards on /infer only
 
     async def run() -> None:
@@ -133,8 +140,7 @@ def test_http_headers_become_parameters(server: Server) -> None:
 
 def test_grpc_metadata_becomes_parameters(server: Server) -> None:
     assert grpc_infer(server.grpc_url, HEADERS) == FORWARDED
-    assert grpc_infer(server.grpc_url, {"my_a": "header"}, {"my_a": "body"}) == {
-        "my_a": "header"}
+    assert grpc_infer(server.grpc_url, {"my_a": "header"}, {"my_a": "body"}) == {"my_a": "header"}
     assert grpc_stream(server.grpc_url, HEADERS) == [FORWARDED, FORWARDED]
 
     async def run() -> None:
@@ -184,11 +190,13 @@ def test_same_as_triton(repo: Path) -> None:
     ours = start_tritonlite(repo, "native", *FLAGS)
     try:
         for server in (ref, ours):
-            got = (http_infer(server.http_url, HEADERS),
-                   http_infer(server.http_url, {"my_a": "header"}, {"k": 2}),
-                   grpc_infer(server.grpc_url, HEADERS),
-                   grpc_stream(server.grpc_url, HEADERS),
-                   generate(server.http_url, HEADERS))
+            got = (
+                http_infer(server.http_url, HEADERS),
+                http_infer(server.http_url, {"my_a": "header"}, {"k": 2}),
+                grpc_infer(server.grpc_url, HEADERS),
+                grpc_stream(server.grpc_url, HEADERS),
+                generate(server.http_url, HEADERS),
+            )
             if server is ref:
                 theirs = got
             else:

@@ -47,8 +47,13 @@ def client(server: Any) -> httpclient.InferenceServerClient:
     c.close()
 
 
-def raw(server: Any, method: str, path: str, body: bytes | str | None = None,
-        headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+def raw(
+    server: Any,
+    method: str,
+    path: str,
+    body: bytes | str | None = None,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, dict[str, str], bytes]:
     host, port = server.http_url.split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=30)
     try:
@@ -90,19 +95,31 @@ def test_server_metadata(client: httpclient.InferenceServerClient) -> None:
     md = client.get_server_metadata()
     assert md["name"] == "triton"
     assert isinstance(md["version"], str)
-    for ext in ("binary_tensor_data", "statistics", "model_repository", "system_shared_memory",
-                "classification", "model_configuration"):
+    for ext in (
+        "binary_tensor_data",
+        "statistics",
+        "model_repository",
+        "system_shared_memory",
+        "classification",
+        "model_configuration",
+    ):
         assert ext in md["extensions"]
 
 
 def test_model_metadata(client: httpclient.InferenceServerClient) -> None:
     md = client.get_model_metadata("add_sub")
     assert md == {
-        "name": "add_sub", "versions": ["1"], "platform": "onnxruntime_onnx",
-        "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [-1, 16]},
-                   {"name": "INPUT1", "datatype": "FP32", "shape": [-1, 16]}],
-        "outputs": [{"name": "OUTPUT0", "datatype": "FP32", "shape": [-1, 16]},
-                    {"name": "OUTPUT1", "datatype": "FP32", "shape": [-1, 16]}],
+        "name": "add_sub",
+        "versions": ["1"],
+        "platform": "onnxruntime_onnx",
+        "inputs": [
+            {"name": "INPUT0", "datatype": "FP32", "shape": [-1, 16]},
+            {"name": "INPUT1", "datatype": "FP32", "shape": [-1, 16]},
+        ],
+        "outputs": [
+            {"name": "OUTPUT0", "datatype": "FP32", "shape": [-1, 16]},
+            {"name": "OUTPUT1", "datatype": "FP32", "shape": [-1, 16]},
+        ],
     }
     nb = client.get_model_metadata("add_sub_nobatch", "1")
     assert nb["inputs"][0]["shape"] == [16]
@@ -127,12 +144,16 @@ def test_model_config_json(client: httpclient.InferenceServerClient, server: Any
 # -- inference -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("binary_in", [True, False])
 @pytest.mark.parametrize("binary_out", [True, False])
-def test_infer_add_sub(client: httpclient.InferenceServerClient, binary_in: bool,
-                       binary_out: bool) -> None:
-    outputs = [httpclient.InferRequestedOutput("OUTPUT0", binary_data=binary_out),
-               httpclient.InferRequestedOutput("OUTPUT1", binary_data=not binary_out)]
-    r = client.infer("add_sub", add_sub_inputs(httpclient, A, B, binary_in), outputs=outputs,
-                     request_id="42")
+def test_infer_add_sub(
+    client: httpclient.InferenceServerClient, binary_in: bool, binary_out: bool
+) -> None:
+    outputs = [
+        httpclient.InferRequestedOutput("OUTPUT0", binary_data=binary_out),
+        httpclient.InferRequestedOutput("OUTPUT1", binary_data=not binary_out),
+    ]
+    r = client.infer(
+        "add_sub", add_sub_inputs(httpclient, A, B, binary_in), outputs=outputs, request_id="42"
+    )
     np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), A + B)
     np.testing.assert_array_equal(r.as_numpy("OUTPUT1"), A - B)
     resp = r.get_response()
@@ -151,8 +172,11 @@ def test_infer_no_outputs_listed_is_all_binary(client: httpclient.InferenceServe
 
 
 def test_infer_only_requested_output(client: httpclient.InferenceServerClient) -> None:
-    r = client.infer("add_sub", add_sub_inputs(httpclient, A, B),
-                     outputs=[httpclient.InferRequestedOutput("OUTPUT1")])
+    r = client.infer(
+        "add_sub",
+        add_sub_inputs(httpclient, A, B),
+        outputs=[httpclient.InferRequestedOutput("OUTPUT1")],
+    )
     assert [o["name"] for o in r.get_response()["outputs"]] == ["OUTPUT1"]
     assert r.as_numpy("OUTPUT0") is None
 
@@ -170,12 +194,11 @@ def test_infer_nobatch(client: httpclient.InferenceServerClient) -> None:
     np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + b)
 
 
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("binary", [True, False])
-def test_identity_every_dtype(client: httpclient.InferenceServerClient, dtype: str,
-                              binary: bool) -> None:
+def test_identity_every_dtype(
+    client: httpclient.InferenceServerClient, dtype: str, binary: bool
+) -> None:
     from tritonclient.utils import triton_to_np_dtype
 
     np_dtype = triton_to_np_dtype(dtype)
@@ -205,9 +228,13 @@ def test_bytes(client: httpclient.InferenceServerClient, binary: bool) -> None:
 def test_zero_element_tensor(client: httpclient.InferenceServerClient) -> None:
     z = np.zeros((0, 16), dtype=np.float32)
     # A batch of 0 leaves Triton 2.51 no batch dimension: it sizes the inner shape, and refuses
-    with pytest.raises(InferenceServerException, match=re.escape(
+    with pytest.raises(
+        InferenceServerException,
+        match=re.escape(
             "[request id: <id_unknown>] input byte size mismatch for input 'INPUT1' for model "
-            "'add_sub'. Expected 64, got 0")):
+            "'add_sub'. Expected 64, got 0"
+        ),
+    ):
         client.infer("add_sub", add_sub_inputs(httpclient, z, z))
     var = np.zeros((1, 0), dtype=np.float32)
     inp = httpclient.InferInput("INPUT0", [1, 0], "FP32")
@@ -226,40 +253,77 @@ def test_variable_dims(client: httpclient.InferenceServerClient) -> None:
 
 def test_raw_binary_request(server: Any) -> None:
     data = np.arange(5, dtype=np.float32)
-    status, headers, body = raw(server, "POST", "/v2/models/identity_variable/infer",
-                                data.tobytes(), {"Inference-Header-Content-Length": "0"})
+    status, headers, body = raw(
+        server,
+        "POST",
+        "/v2/models/identity_variable/infer",
+        data.tobytes(),
+        {"Inference-Header-Content-Length": "0"},
+    )
     assert status == 200, body
     n = int(headers["inference-header-content-length"])
     doc = json.loads(body[:n])
     assert doc["outputs"][0]["shape"] == [1, 5]
     np.testing.assert_array_equal(np.frombuffer(body[n:], np.float32), data)
-    r = raw(server, "POST", "/v2/models/add_sub/infer", data.tobytes(),
-            {"Inference-Header-Content-Length": "0"})
+    r = raw(
+        server,
+        "POST",
+        "/v2/models/add_sub/infer",
+        data.tobytes(),
+        {"Inference-Header-Content-Length": "0"},
+    )
     assert r[0] == 400 and "1 input" in error_of(r)
 
 
 @pytest.mark.parametrize("req_alg", [None, "gzip", "deflate"])
 @pytest.mark.parametrize("resp_alg", [None, "gzip", "deflate"])
-def test_compression(client: httpclient.InferenceServerClient, req_alg: str | None,
-                     resp_alg: str | None) -> None:
-    r = client.infer("add_sub", add_sub_inputs(httpclient, A, B),
-                     request_compression_algorithm=req_alg,
-                     response_compression_algorithm=resp_alg)
+def test_compression(
+    client: httpclient.InferenceServerClient, req_alg: str | None, resp_alg: str | None
+) -> None:
+    r = client.infer(
+        "add_sub",
+        add_sub_inputs(httpclient, A, B),
+        request_compression_algorithm=req_alg,
+        response_compression_algorithm=resp_alg,
+    )
     np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), A + B)
 
 
 def test_compression_headers(server: Any) -> None:
-    body = json.dumps({"inputs": [
-        {"name": "INPUT0", "shape": [1, 16], "datatype": "FP32", "data": A.reshape(-1).tolist()},
-        {"name": "INPUT1", "shape": [1, 16], "datatype": "FP32", "data": B.reshape(-1).tolist()},
-    ]}).encode()
-    status, headers, out = raw(server, "POST", "/v2/models/add_sub/infer", gzip.compress(body),
-                               {"Content-Encoding": "gzip",
-                                "Accept-Encoding": "deflate;q=0.5, gzip;q=0.9"})
+    body = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "INPUT0",
+                    "shape": [1, 16],
+                    "datatype": "FP32",
+                    "data": A.reshape(-1).tolist(),
+                },
+                {
+                    "name": "INPUT1",
+                    "shape": [1, 16],
+                    "datatype": "FP32",
+                    "data": B.reshape(-1).tolist(),
+                },
+            ]
+        }
+    ).encode()
+    status, headers, out = raw(
+        server,
+        "POST",
+        "/v2/models/add_sub/infer",
+        gzip.compress(body),
+        {"Content-Encoding": "gzip", "Accept-Encoding": "deflate;q=0.5, gzip;q=0.9"},
+    )
     assert status == 200 and headers["content-encoding"] == "gzip"
     assert json.loads(gzip.decompress(out))["outputs"][0]["data"][:2] == [2.0, 3.0]
-    status, headers, out = raw(server, "POST", "/v2/models/add_sub/infer", zlib.compress(body),
-                               {"Content-Encoding": "deflate", "Accept-Encoding": "deflate"})
+    status, headers, out = raw(
+        server,
+        "POST",
+        "/v2/models/add_sub/infer",
+        zlib.compress(body),
+        {"Content-Encoding": "deflate", "Accept-Encoding": "deflate"},
+    )
     assert status == 200 and headers["content-encoding"] == "deflate"
     assert json.loads(zlib.decompress(out))["model_name"] == "add_sub"
 
@@ -267,32 +331,47 @@ def test_compression_headers(server: Any) -> None:
 def test_classification(client: httpclient.InferenceServerClient) -> None:
     a = np.array([[0.5, 3.25, -1.0, 2.0] + [0.0] * 12, [9.0] + [0.0] * 15], dtype=np.float32)
     zeros = np.zeros_like(a)
-    r = client.infer("add_sub", add_sub_inputs(httpclient, a, zeros),
-                     outputs=[httpclient.InferRequestedOutput("OUTPUT0", class_count=2)])
+    r = client.infer(
+        "add_sub",
+        add_sub_inputs(httpclient, a, zeros),
+        outputs=[httpclient.InferRequestedOutput("OUTPUT0", class_count=2)],
+    )
     got = r.as_numpy("OUTPUT0")
     assert got.shape == (2, 2)
     assert list(got[0]) == [b"3.250000:1", b"2.000000:3"]
     assert got[1][0] == b"9.000000:0"
-    r = client.infer("add_sub", add_sub_inputs(httpclient, a, zeros),
-                     outputs=[httpclient.InferRequestedOutput("OUTPUT0", binary_data=False,
-                                                              class_count=1)])
+    r = client.infer(
+        "add_sub",
+        add_sub_inputs(httpclient, a, zeros),
+        outputs=[httpclient.InferRequestedOutput("OUTPUT0", binary_data=False, class_count=1)],
+    )
     assert r.get_response()["outputs"][0]["datatype"] == "BYTES"
-    labels = client.infer("classifier",
-                          add_sub_inputs(httpclient, a[:1, :4].copy(), zeros[:1, :4].copy()),
-                          outputs=[httpclient.InferRequestedOutput("OUTPUT0", class_count=2)])
+    labels = client.infer(
+        "classifier",
+        add_sub_inputs(httpclient, a[:1, :4].copy(), zeros[:1, :4].copy()),
+        outputs=[httpclient.InferRequestedOutput("OUTPUT0", class_count=2)],
+    )
     assert list(labels.as_numpy("OUTPUT0")[0]) == [b"3.250000:1:cat", b"2.000000:3:fish"]
 
 
 def test_nobatch_classification(client: httpclient.InferenceServerClient) -> None:
     a = np.arange(16, dtype=np.float32)
-    r = client.infer("add_sub_nobatch", add_sub_inputs(httpclient, a, np.zeros_like(a)),
-                     outputs=[httpclient.InferRequestedOutput("OUTPUT0", class_count=3)])
+    r = client.infer(
+        "add_sub_nobatch",
+        add_sub_inputs(httpclient, a, np.zeros_like(a)),
+        outputs=[httpclient.InferRequestedOutput("OUTPUT0", class_count=3)],
+    )
     assert list(r.as_numpy("OUTPUT0")) == [b"15.000000:15", b"14.000000:14", b"13.000000:13"]
 
 
 def test_custom_parameters(client: httpclient.InferenceServerClient) -> None:
-    r = client.infer("add_sub", add_sub_inputs(httpclient, A, B),
-                     parameters={"k": 1, "s": "x", "b": True, "f": 0.5}, priority=1, timeout=1000)
+    r = client.infer(
+        "add_sub",
+        add_sub_inputs(httpclient, A, B),
+        parameters={"k": 1, "s": "x", "b": True, "f": 0.5},
+        priority=1,
+        timeout=1000,
+    )
     np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), A + B)
     with pytest.raises(InferenceServerException, match="reserved"):
         client.infer("add_sub", add_sub_inputs(httpclient, A, B), parameters={"triton_x": 1})
@@ -311,7 +390,8 @@ def test_aio_client(server: Any) -> None:
                 i.set_data_from_numpy(arr)
                 inputs.append(i)
             results = await asyncio.gather(
-                *(c.infer("add_sub", inputs, request_id=str(k)) for k in range(20)))
+                *(c.infer("add_sub", inputs, request_id=str(k)) for k in range(20))
+            )
             for k, r in enumerate(results):
                 assert r.get_response()["id"] == str(k)
                 np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), A + B)
@@ -333,8 +413,16 @@ def test_statistics(client: httpclient.InferenceServerClient) -> None:
     assert len(st) == 1
     s = st[0]
     assert s["version"] == "1" and s["inference_count"] >= 3 and s["execution_count"] >= 3
-    for key in ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output",
-                "cache_hit", "cache_miss"):
+    for key in (
+        "success",
+        "fail",
+        "queue",
+        "compute_input",
+        "compute_infer",
+        "compute_output",
+        "cache_hit",
+        "cache_miss",
+    ):
         assert isinstance(s["inference_stats"][key]["count"], int)
         assert isinstance(s["inference_stats"][key]["ns"], int)
     assert s["inference_stats"]["success"]["count"] >= 3
@@ -388,7 +476,8 @@ def test_system_shared_memory(client: httpclient.InferenceServerClient) -> None:
         assert all(set(o) == {"name", "datatype", "shape"} for o in out)
         np.testing.assert_array_equal(shm.get_contents_as_numpy(hout, np.float32, [1, 16]), A + B)
         np.testing.assert_array_equal(
-            shm.get_contents_as_numpy(hout, np.float32, [1, 16], offset=64), A - B)
+            shm.get_contents_as_numpy(hout, np.float32, [1, 16], offset=64), A - B
+        )
         # out of range input and output ranges, unknown regions
         bad = httpclient.InferInput("INPUT0", [1, 16], "FP32")
         bad.set_shared_memory("tl_in", 64, offset=100)
@@ -420,12 +509,18 @@ def test_system_shared_memory(client: httpclient.InferenceServerClient) -> None:
     assert client.get_system_shared_memory_status() == []
 
 
-def test_cuda_shared_memory_without_gpu(client: httpclient.InferenceServerClient,
-                                        server: Any) -> None:
+def test_cuda_shared_memory_without_gpu(
+    client: httpclient.InferenceServerClient, server: Any
+) -> None:
     client.unregister_cuda_shared_memory()
     assert client.get_cuda_shared_memory_status() == []
-    body = json.dumps({"raw_handle": {"b64": base64.b64encode(b"\0" * 64).decode()},
-                       "device_id": 0, "byte_size": 64})
+    body = json.dumps(
+        {
+            "raw_handle": {"b64": base64.b64encode(b"\0" * 64).decode()},
+            "device_id": 0,
+            "byte_size": 64,
+        }
+    )
     r = raw(server, "POST", "/v2/cudasharedmemory/region/r/register", body)
     assert r[0] == 501 and "CUDA" in error_of(r)
 
@@ -468,7 +563,8 @@ LENGTH = "Inference-Header-Content-Length"
 def _binary_input0(declared: int, sent: int) -> tuple[bytes, dict[str, str]]:
     """A body whose INPUT0 says ``declared`` binary bytes follow the JSON; ``sent`` do."""
     head = _json_infer([dict(GOOD0, data=None), GOOD1]).replace(
-        '"data": null', f'"parameters": {{"binary_data_size": {declared}}}')
+        '"data": null', f'"parameters": {{"binary_data_size": {declared}}}'
+    )
     return head.encode() + b"\0" * sent, {LENGTH: str(len(head))}
 
 
@@ -479,76 +575,225 @@ BAD_REQUESTS: list[tuple[str, str, str | bytes, dict[str, str], int, str]] = [
     ("id not string", INFER, _json_infer([GOOD0, GOOD1], id=5), {}, 400, "'id'"),
     ("unknown model", "/v2/models/nope/infer", GOOD, {}, 404, "unknown model: 'nope'"),
     ("unknown version", "/v2/models/add_sub/versions/9/infer", GOOD, {}, 404, "version 9"),
-    ("unknown input", INFER, _json_infer([GOOD0, dict(GOOD1, name="INPUTX")]), {}, 400,
-     "unexpected inference input 'INPUTX'"),
+    (
+        "unknown input",
+        INFER,
+        _json_infer([GOOD0, dict(GOOD1, name="INPUTX")]),
+        {},
+        400,
+        "unexpected inference input 'INPUTX'",
+    ),
     ("missing input", INFER, _json_infer([GOOD0]), {}, 400, "expected 2 inputs but got 1"),
     ("duplicate input", INFER, _json_infer([GOOD0, GOOD0]), {}, 400, "INPUT0"),
-    ("unknown output", INFER, _json_infer([GOOD0, GOOD1], outputs=[{"name": "NOPE"}]), {},
-     400, "unexpected inference output 'NOPE'"),
-    ("wrong datatype", INFER, _json_infer([dict(GOOD0, datatype="FP64"), GOOD1]), {}, 400,
-     "data-type is 'FP64', but model 'add_sub' expects 'FP32'"),
-    ("invalid datatype", INFER, _json_infer([dict(GOOD0, datatype="FLOAT"), GOOD1]), {}, 400,
-     "invalid datatype"),
-    ("wrong shape", INFER, _json_infer([dict(GOOD0, shape=[1, 8], data=[1.0] * 8), GOOD1]), {},
-     400, "unexpected shape for input 'INPUT0'"),
-    ("negative shape", INFER, _json_infer([dict(GOOD0, shape=[-1, 16]), GOOD1]), {}, 400,
-     "non-negative"),
-    ("element count", INFER, _json_infer([dict(GOOD0, data=[1.0] * 15), GOOD1]), {}, 400,
-     "shape does not match"),
-    ("wrong json type", INFER, _json_infer([dict(GOOD0, data=["a"] * 16), GOOD1]), {}, 400,
-     "expected numbers"),
-    ("batch too big", INFER,
-     _json_infer([dict(GOOD0, shape=[9, 16], data=[1.0] * 144),
-                  dict(GOOD1, shape=[9, 16], data=[1.0] * 144)]), {},
-     400, "batch-size must be <= 8"),
-    ("batch mismatch", INFER,
-     _json_infer([dict(GOOD0, shape=[2, 16], data=[1.0] * 32), GOOD1]), {}, 400,
-     "batch size does not match"),
-    ("two data sources", INFER,
-     _json_infer([dict(GOOD0, parameters={"binary_data_size": 64}), GOOD1]), {}, 400,
-     "only one of"),
+    (
+        "unknown output",
+        INFER,
+        _json_infer([GOOD0, GOOD1], outputs=[{"name": "NOPE"}]),
+        {},
+        400,
+        "unexpected inference output 'NOPE'",
+    ),
+    (
+        "wrong datatype",
+        INFER,
+        _json_infer([dict(GOOD0, datatype="FP64"), GOOD1]),
+        {},
+        400,
+        "data-type is 'FP64', but model 'add_sub' expects 'FP32'",
+    ),
+    (
+        "invalid datatype",
+        INFER,
+        _json_infer([dict(GOOD0, datatype="FLOAT"), GOOD1]),
+        {},
+        400,
+        "invalid datatype",
+    ),
+    (
+        "wrong shape",
+        INFER,
+        _json_infer([dict(GOOD0, shape=[1, 8], data=[1.0] * 8), GOOD1]),
+        {},
+        400,
+        "unexpected shape for input 'INPUT0'",
+    ),
+    (
+        "negative shape",
+        INFER,
+        _json_infer([dict(GOOD0, shape=[-1, 16]), GOOD1]),
+        {},
+        400,
+        "non-negative",
+    ),
+    (
+        "element count",
+        INFER,
+        _json_infer([dict(GOOD0, data=[1.0] * 15), GOOD1]),
+        {},
+        400,
+        "shape does not match",
+    ),
+    (
+        "wrong json type",
+        INFER,
+        _json_infer([dict(GOOD0, data=["a"] * 16), GOOD1]),
+        {},
+        400,
+        "expected numbers",
+    ),
+    (
+        "batch too big",
+        INFER,
+        _json_infer(
+            [
+                dict(GOOD0, shape=[9, 16], data=[1.0] * 144),
+                dict(GOOD1, shape=[9, 16], data=[1.0] * 144),
+            ]
+        ),
+        {},
+        400,
+        "batch-size must be <= 8",
+    ),
+    (
+        "batch mismatch",
+        INFER,
+        _json_infer([dict(GOOD0, shape=[2, 16], data=[1.0] * 32), GOOD1]),
+        {},
+        400,
+        "batch size does not match",
+    ),
+    (
+        "two data sources",
+        INFER,
+        _json_infer([dict(GOOD0, parameters={"binary_data_size": 64}), GOOD1]),
+        {},
+        400,
+        "only one of",
+    ),
     ("header larger than body", INFER, GOOD, {LENGTH: "100000"}, 400, "out of range"),
     ("header not a number", INFER, GOOD, {LENGTH: "abc"}, 400, LENGTH),
-    ("leftover binary bytes", INFER, GOOD.encode() + b"\0" * 8, {LENGTH: str(len(GOOD))}, 400,
-     "unexpected additional input data"),
-    ("binary size disagrees with shape", INFER, *_binary_input0(60, 60),
-     400, "input byte size mismatch for input 'INPUT0' for model 'add_sub'. Expected 64, got 60"),
-    ("binary shorter than declared", INFER, *_binary_input0(64, 10),
-     400, "unexpected size for input 'INPUT0'"),
-    ("undecodable gzip", INFER, b"not gzip at all", {"Content-Encoding": "gzip"}, 400,
-     "decompress"),
-    ("unsupported encoding", INFER, GOOD, {"Content-Encoding": "br"},
-     501, "Unsupported compression type"),
-    ("bad sequence_id", INFER, _json_infer([GOOD0, GOOD1], parameters={"sequence_id": [1]}),
-     {}, 400, "sequence_id"),
-    ("bad parameter type", INFER, _json_infer([GOOD0, GOOD1], parameters={"p": {"a": 1}}),
-     {}, 400, "parameter 'p'"),
-    ("bad binary_data flag", INFER,
-     _json_infer([GOOD0, GOOD1],
-                 outputs=[{"name": "OUTPUT0", "parameters": {"binary_data": "yes"}}]), {}, 400,
-     "binary_data"),
-    ("shm offset without region", INFER,
-     _json_infer([dict(GOOD0, parameters={"shared_memory_offset": 0}), GOOD1]), {}, 400,
-     "without a region"),
+    (
+        "leftover binary bytes",
+        INFER,
+        GOOD.encode() + b"\0" * 8,
+        {LENGTH: str(len(GOOD))},
+        400,
+        "unexpected additional input data",
+    ),
+    (
+        "binary size disagrees with shape",
+        INFER,
+        *_binary_input0(60, 60),
+        400,
+        "input byte size mismatch for input 'INPUT0' for model 'add_sub'. Expected 64, got 60",
+    ),
+    (
+        "binary shorter than declared",
+        INFER,
+        *_binary_input0(64, 10),
+        400,
+        "unexpected size for input 'INPUT0'",
+    ),
+    (
+        "undecodable gzip",
+        INFER,
+        b"not gzip at all",
+        {"Content-Encoding": "gzip"},
+        400,
+        "decompress",
+    ),
+    (
+        "unsupported encoding",
+        INFER,
+        GOOD,
+        {"Content-Encoding": "br"},
+        501,
+        "Unsupported compression type",
+    ),
+    (
+        "bad sequence_id",
+        INFER,
+        _json_infer([GOOD0, GOOD1], parameters={"sequence_id": [1]}),
+        {},
+        400,
+        "sequence_id",
+    ),
+    (
+        "bad parameter type",
+        INFER,
+        _json_infer([GOOD0, GOOD1], parameters={"p": {"a": 1}}),
+        {},
+        400,
+        "parameter 'p'",
+    ),
+    (
+        "bad binary_data flag",
+        INFER,
+        _json_infer(
+            [GOOD0, GOOD1], outputs=[{"name": "OUTPUT0", "parameters": {"binary_data": "yes"}}]
+        ),
+        {},
+        400,
+        "binary_data",
+    ),
+    (
+        "shm offset without region",
+        INFER,
+        _json_infer([dict(GOOD0, parameters={"shared_memory_offset": 0}), GOOD1]),
+        {},
+        400,
+        "without a region",
+    ),
     ("bad version string", "/v2/models/add_sub/versions/x1/infer", GOOD, {}, 404, "Not Found"),
     ("unknown route", "/v2/nothing/here", "", {}, 404, "Not Found"),
-    ("unknown model route", "/v2/models/add_sub/versions/1/trace/setting", "", {}, 404,
-     "Not Found"),
-    ("load non-string param", "/v2/repository/models/add_sub/load",
-     '{"parameters": {"config": 5}}', {}, 400, "must be a string"),
-    ("load with repository name", "/v2/repository/r1/models/add_sub/load", "", {}, 501,
-     "'repository_name' specification is not supported"),
-    ("shm register without key", "/v2/systemsharedmemory/region/x/register",
-     '{"byte_size": 8}', {}, 400, "'key'"),
-    ("cuda register bad base64", "/v2/cudasharedmemory/region/x/register",
-     '{"raw_handle": {"b64": "***"}, "device_id": 0, "byte_size": 8}', {}, 400, "base64"),
+    (
+        "unknown model route",
+        "/v2/models/add_sub/versions/1/trace/setting",
+        "",
+        {},
+        404,
+        "Not Found",
+    ),
+    (
+        "load non-string param",
+        "/v2/repository/models/add_sub/load",
+        '{"parameters": {"config": 5}}',
+        {},
+        400,
+        "must be a string",
+    ),
+    (
+        "load with repository name",
+        "/v2/repository/r1/models/add_sub/load",
+        "",
+        {},
+        501,
+        "'repository_name' specification is not supported",
+    ),
+    (
+        "shm register without key",
+        "/v2/systemsharedmemory/region/x/register",
+        '{"byte_size": 8}',
+        {},
+        400,
+        "'key'",
+    ),
+    (
+        "cuda register bad base64",
+        "/v2/cudasharedmemory/region/x/register",
+        '{"raw_handle": {"b64": "***"}, "device_id": 0, "byte_size": 8}',
+        {},
+        400,
+        "base64",
+    ),
     ("logging bad type", "/v2/logging", '{"log_info": "yes"}', {}, 400, "log_info"),
 ]
 
 
 @pytest.mark.parametrize("case", BAD_REQUESTS, ids=[c[0] for c in BAD_REQUESTS])
-def test_bad_requests(server: Any, client: httpclient.InferenceServerClient,
-                      case: tuple[Any, ...]) -> None:
+def test_bad_requests(
+    server: Any, client: httpclient.InferenceServerClient, case: tuple[Any, ...]
+) -> None:
     _, path, body, headers, status, message = case
     r = raw(server, "POST", path, body, headers)
     assert r[0] == status, r
@@ -579,21 +824,38 @@ def test_non_utf8_bytes_are_refused(client: httpclient.InferenceServerClient) ->
 
 def test_bytes_binary_malformed(server: Any) -> None:
     blob = serialize_byte_tensor(np.array([b"ab", b"c", b"d", b"e"], dtype=object)).item()[:-2]
-    head = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 4], "datatype": "BYTES",
-                                   "parameters": {"binary_data_size": len(blob)}}]})
-    r = raw(server, "POST", "/v2/models/identity_string/infer", head.encode() + blob,
-            {"Inference-Header-Content-Length": str(len(head))})
+    head = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "INPUT0",
+                    "shape": [1, 4],
+                    "datatype": "BYTES",
+                    "parameters": {"binary_data_size": len(blob)},
+                }
+            ]
+        }
+    )
+    r = raw(
+        server,
+        "POST",
+        "/v2/models/identity_string/infer",
+        head.encode() + blob,
+        {"Inference-Header-Content-Length": str(len(head))},
+    )
     assert r[0] == 400 and error_of(r) == (
         "[request id: <id_unknown>] incomplete string length indicator for inference input "
         "'INPUT0' for model 'identity_string', expecting 4 bytes but only 3 bytes available. "
-        "Please make sure the string length indicator is in one buffer.")
+        "Please make sure the string length indicator is in one buffer."
+    )
 
 
 # -- request size limits ---------------------------------------------------------------------------
 def test_body_limit_default_and_raised(repo: Path) -> None:
     big = np.zeros((1, 9 * 1024 * 1024), dtype=np.float32)  # 36 MiB
-    s = start_server(repo, "--allow-grpc=false", "--allow-metrics=false",
-                     "--http-max-input-size=16777216")
+    s = start_server(
+        repo, "--allow-grpc=false", "--allow-metrics=false", "--http-max-input-size=16777216"
+    )
     try:
         c = httpclient.InferenceServerClient(s.http_url, network_timeout=120)
         inp = httpclient.InferInput("INPUT0", list(big.shape), "FP32")
@@ -603,8 +865,9 @@ def test_body_limit_default_and_raised(repo: Path) -> None:
         assert c.is_server_ready()
     finally:
         s.stop()
-    s = start_server(repo, "--allow-grpc=false", "--allow-metrics=false",
-                     "--http-max-input-size=2200000000")
+    s = start_server(
+        repo, "--allow-grpc=false", "--allow-metrics=false", "--http-max-input-size=2200000000"
+    )
     try:
         c = httpclient.InferenceServerClient(s.http_url, network_timeout=120)
         np.testing.assert_array_equal(c.infer("identity_variable", [inp]).as_numpy("OUTPUT0"), big)

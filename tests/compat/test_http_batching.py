@@ -19,11 +19,18 @@ pytestmark = pytest.mark.timeout(90)
 def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
     repo = tmp_path_factory.mktemp("batching")
     # A long delay with a preferred size: 8 requests in flight always form two batches of 4.
-    write_add_sub(repo, "batched", 8, extra_config=(
-        "instance_group [{ count: 1 kind: KIND_CPU }]\n"
-        "dynamic_batching { preferred_batch_size: [4] max_queue_delay_microseconds: 30000000 }\n"))
-    write_add_sub(repo, "unbatched", 8,
-                  extra_config="instance_group [{ count: 2 kind: KIND_CPU }]\n")
+    write_add_sub(
+        repo,
+        "batched",
+        8,
+        extra_config=(
+            "instance_group [{ count: 1 kind: KIND_CPU }]\n"
+            "dynamic_batching { preferred_batch_size: [4] max_queue_delay_microseconds: 30000000 }\n"
+        ),
+    )
+    write_add_sub(
+        repo, "unbatched", 8, extra_config="instance_group [{ count: 2 kind: KIND_CPU }]\n"
+    )
     s = start_server(repo, "--allow-grpc=false", "--allow-metrics=false")
     yield s
     s.stop()
@@ -32,6 +39,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
 async def _burst(url: str, model: str, n: int) -> list[np.ndarray]:
     c = aioclient.InferenceServerClient(url)
     try:
+
         async def one(k: int) -> np.ndarray:
             a = np.full((1, 16), k, dtype=np.float32)
             ins = []
@@ -42,6 +50,7 @@ async def _burst(url: str, model: str, n: int) -> list[np.ndarray]:
             r = await c.infer(model, ins, request_id=str(k))
             assert r.get_response()["id"] == str(k)
             return r.as_numpy("OUTPUT0")
+
         return await asyncio.gather(*(one(k) for k in range(n)))
     finally:
         await c.close()

@@ -41,15 +41,18 @@ def _repo(root: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def cache_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    s = start_server(_repo(tmp_path_factory.mktemp("cache_repo")),
-                     "--cache-config", "local,size=1048576")
+    s = start_server(
+        _repo(tmp_path_factory.mktemp("cache_repo")), "--cache-config", "local,size=1048576"
+    )
     yield s
     s.stop()
 
 
 def _inputs(mod: Any, a: np.ndarray = A, b: np.ndarray = B, binary: bool = True) -> list[Any]:
-    ins = [mod.InferInput("INPUT0", list(a.shape), "FP32"),
-           mod.InferInput("INPUT1", list(b.shape), "FP32")]
+    ins = [
+        mod.InferInput("INPUT0", list(a.shape), "FP32"),
+        mod.InferInput("INPUT1", list(b.shape), "FP32"),
+    ]
     if mod is httpclient:
         ins[0].set_data_from_numpy(a, binary_data=binary)
         ins[1].set_data_from_numpy(b, binary_data=binary)
@@ -113,8 +116,9 @@ def test_one_cache_for_both_front_ends_and_each_requests_output_form(cache_serve
     r = g.infer("cached", _inputs(grpcclient, a=a))
     np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + B)
     # HTTP hit of the gRPC miss, with JSON outputs and JSON inputs.
-    json_out = [httpclient.InferRequestedOutput(n, binary_data=False)
-                for n in ("OUTPUT0", "OUTPUT1")]
+    json_out = [
+        httpclient.InferRequestedOutput(n, binary_data=False) for n in ("OUTPUT0", "OUTPUT1")
+    ]
     r = h.infer("cached", _inputs(httpclient, a=a, binary=False), outputs=json_out)
     assert all("data" in o for o in r.get_response()["outputs"])
     np.testing.assert_array_equal(r.as_numpy("OUTPUT1"), a - B)
@@ -135,11 +139,14 @@ def test_a_hit_writes_shared_memory_outputs(cache_server: Server) -> None:
         c.infer("cached", _inputs(httpclient, a=a), outputs=outs)
         after = _stats(c, "cached")
         assert after["execution_count"] == before["execution_count"]
-        assert (after["inference_stats"]["cache_hit"]["count"]
-                == before["inference_stats"]["cache_hit"]["count"] + 1)
+        assert (
+            after["inference_stats"]["cache_hit"]["count"]
+            == before["inference_stats"]["cache_hit"]["count"] + 1
+        )
         np.testing.assert_array_equal(shm.get_contents_as_numpy(handle, np.float32, [1, 16]), a + B)
         np.testing.assert_array_equal(
-            shm.get_contents_as_numpy(handle, np.float32, [1, 16], offset=64), a - B)
+            shm.get_contents_as_numpy(handle, np.float32, [1, 16], offset=64), a - B
+        )
     finally:
         c.unregister_system_shared_memory("tl_cache_out")
         shm.destroy_shared_memory_region(handle)
@@ -193,15 +200,24 @@ def test_deprecated_byte_size_flag(tmp_path: Path) -> None:
         s.stop()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--cache-config", "local,size=1024", "--response-cache-byte-size", "1024"],
-     "Incompatible flags --response-cache-byte-size and --cache-config both provided"),
-    (["--cache-config", "redis,host=localhost"], "unsupported cache 'redis'"),
-    (["--cache-config", "local,size=lots"], "expects an integer byte count"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--cache-config", "local,size=1024", "--response-cache-byte-size", "1024"],
+            "Incompatible flags --response-cache-byte-size and --cache-config both provided",
+        ),
+        (["--cache-config", "redis,host=localhost"], "unsupported cache 'redis'"),
+        (["--cache-config", "local,size=lots"], "expects an integer byte count"),
+    ],
+)
 def test_bad_cache_flags_are_refused(tmp_path: Path, args: list[str], message: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "tritonlite", "--model-repository", str(tmp_path),
-                           *args], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tritonlite", "--model-repository", str(tmp_path), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode != 0
     assert message in proc.stderr
 
@@ -209,14 +225,22 @@ def test_bad_cache_flags_are_refused(tmp_path: Path, args: list[str], message: s
 def test_sequence_model_with_the_cache_fails_to_load_with_tritons_message(tmp_path: Path) -> None:
     write_add_sub(tmp_path, "seq", 8, extra_config="sequence_batching { }\n" + CACHED)
     write_add_sub(tmp_path, "plain", 8)
-    s = start_server(tmp_path, "--allow-grpc=false", "--exit-on-error=false",
-                     "--strict-readiness=false", "--cache-config", "local,size=65536")
+    s = start_server(
+        tmp_path,
+        "--allow-grpc=false",
+        "--exit-on-error=false",
+        "--strict-readiness=false",
+        "--cache-config",
+        "local,size=65536",
+    )
     try:
         c = httpclient.InferenceServerClient(s.http_url)
         index = {m["name"]: m for m in c.get_model_repository_index()}
         assert index["seq"]["state"] == "UNAVAILABLE"
-        assert ("Response Cache does not currently support model seq with sequence batching "
-                "scheduler. Please disable the response cache.") in index["seq"]["reason"]
+        assert (
+            "Response Cache does not currently support model seq with sequence batching "
+            "scheduler. Please disable the response cache."
+        ) in index["seq"]["reason"]
         with pytest.raises(InferenceServerException):
             c.infer("seq", _inputs(httpclient))
     finally:

@@ -12,9 +12,14 @@ import pytest
 
 pytestmark = pytest.mark.timeout(60)
 
-BODY = orjson.dumps({"inputs": [
-    {"name": n, "shape": [1, 16], "datatype": "FP32", "data": list(range(16))}
-    for n in ("INPUT0", "INPUT1")]})
+BODY = orjson.dumps(
+    {
+        "inputs": [
+            {"name": n, "shape": [1, 16], "datatype": "FP32", "data": list(range(16))}
+            for n in ("INPUT0", "INPUT1")
+        ]
+    }
+)
 
 
 def _connect(server: Any) -> socket.socket:
@@ -24,9 +29,11 @@ def _connect(server: Any) -> socket.socket:
 
 
 def _head(expect: str, length: int) -> bytes:
-    return (b"POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: t\r\n"
-            b"Content-Type: application/json\r\nContent-Length: %d\r\nExpect: %s\r\n\r\n"
-            % (length, expect.encode()))
+    return (
+        b"POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: t\r\n"
+        b"Content-Type: application/json\r\nContent-Length: %d\r\nExpect: %s\r\n\r\n"
+        % (length, expect.encode())
+    )
 
 
 def _response(s: socket.socket) -> tuple[bytes, bytes]:
@@ -34,8 +41,11 @@ def _response(s: socket.socket) -> tuple[bytes, bytes]:
     while b"\r\n\r\n" not in data:
         data += s.recv(65536)
     head, _, body = data.partition(b"\r\n\r\n")
-    length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                  if line.lower().startswith(b"content-length:"))
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
     while len(body) < length:
         body += s.recv(65536)
     return head, body

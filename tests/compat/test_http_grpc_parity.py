@@ -25,10 +25,16 @@ B = np.full((1, 16), 2.0, dtype=np.float32)
 RNG = np.random.default_rng(11)
 
 # gRPC status -> the HTTP status of the same Triton error code (PROTOCOL §0.3)
-_HTTP_OF = {"StatusCode.INVALID_ARGUMENT": "400", "StatusCode.UNKNOWN": "400",
-            "StatusCode.ALREADY_EXISTS": "400", "StatusCode.CANCELLED": "400",
-            "StatusCode.NOT_FOUND": "404", "StatusCode.UNAVAILABLE": "503",
-            "StatusCode.UNIMPLEMENTED": "501", "StatusCode.INTERNAL": "500"}
+_HTTP_OF = {
+    "StatusCode.INVALID_ARGUMENT": "400",
+    "StatusCode.UNKNOWN": "400",
+    "StatusCode.ALREADY_EXISTS": "400",
+    "StatusCode.CANCELLED": "400",
+    "StatusCode.NOT_FOUND": "404",
+    "StatusCode.UNAVAILABLE": "503",
+    "StatusCode.UNIMPLEMENTED": "501",
+    "StatusCode.INTERNAL": "500",
+}
 
 
 class Proto:
@@ -37,8 +43,13 @@ class Proto:
     def __init__(self, name: str, mod: Any, client: Any) -> None:
         self.name, self.mod, self.client = name, mod, client
 
-    def infer(self, model: str, inputs: list[tuple[str, np.ndarray, str]],
-              outputs: list[tuple[str, int]] | None = None, **kw: Any) -> dict[str, np.ndarray]:
+    def infer(
+        self,
+        model: str,
+        inputs: list[tuple[str, np.ndarray, str]],
+        outputs: list[tuple[str, int]] | None = None,
+        **kw: Any,
+    ) -> dict[str, np.ndarray]:
         ins = []
         for name, arr, dt in inputs:
             i = self.mod.InferInput(name, list(arr.shape), dt)
@@ -49,8 +60,11 @@ class Proto:
             outs = [self.mod.InferRequestedOutput(n, class_count=k) for n, k in outputs]
         r = self.client.infer(model, ins, outputs=outs, **kw)
         resp = r.get_response()
-        names = ([o["name"] for o in resp["outputs"]] if self.name == "http"
-                 else [o.name for o in resp.outputs])
+        names = (
+            [o["name"] for o in resp["outputs"]]
+            if self.name == "http"
+            else [o.name for o in resp.outputs]
+        )
         return {n: r.as_numpy(n) for n in names}
 
     def call(self, method: str, *args: Any, **kw: Any) -> Any:
@@ -78,8 +92,10 @@ def config_summary(p: Proto, model: str) -> Any:
     cfg = p.call("get_model_config", model)
     cfg = _ints(cfg["config"] if p.name == "grpc" else cfg)
     return {
-        "name": cfg["name"], "max_batch_size": cfg.get("max_batch_size", 0),
-        "platform": cfg.get("platform"), "backend": cfg.get("backend"),
+        "name": cfg["name"],
+        "max_batch_size": cfg.get("max_batch_size", 0),
+        "platform": cfg.get("platform"),
+        "backend": cfg.get("backend"),
         "input": [(t["name"], t["data_type"], t["dims"]) for t in cfg["input"]],
         "output": [(t["name"], t["data_type"], t["dims"]) for t in cfg["output"]],
         "dynamic_batching": "dynamic_batching" in cfg,
@@ -113,8 +129,10 @@ def log_settings(p: Proto) -> Any:
 def trace_settings(p: Proto, model: str = "") -> Any:
     s = p.call("get_trace_settings", model)
     if p.name == "grpc":
-        return {k: v.get("value", []) if k == "trace_level" else "".join(v.get("value", []))
-                for k, v in s["settings"].items()}
+        return {
+            k: v.get("value", []) if k == "trace_level" else "".join(v.get("value", []))
+            for k, v in s["settings"].items()
+        }
     return s
 
 
@@ -135,8 +153,9 @@ def _identity(dtype: str) -> Callable[[Proto], Any]:
     return lambda p: p.infer(f"identity_{dtype.lower()}", [("INPUT0", data, dtype)])
 
 
-def _add_sub(a: np.ndarray = A, b: np.ndarray = B, model: str = "add_sub",
-             adt: str = "FP32", **kw: Any) -> Callable[[Proto], Any]:
+def _add_sub(
+    a: np.ndarray = A, b: np.ndarray = B, model: str = "add_sub", adt: str = "FP32", **kw: Any
+) -> Callable[[Proto], Any]:
     return lambda p: p.infer(model, [("INPUT0", a, adt), ("INPUT1", b, "FP32")], **kw)
 
 
@@ -152,16 +171,22 @@ CASES: dict[str, Callable[[Proto], Any]] = {
     "one output": _add_sub(outputs=[("OUTPUT1", 0)]),
     "classification": _add_sub(_CLS, np.zeros_like(_CLS), outputs=[("OUTPUT0", 2)]),
     "classification with labels": lambda p: p.infer(
-        "classifier", [("INPUT0", _CLS[:1, :4].copy(), "FP32"),
-                       ("INPUT1", np.zeros((1, 4), np.float32), "FP32")],
-        outputs=[("OUTPUT0", 3)]),
+        "classifier",
+        [("INPUT0", _CLS[:1, :4].copy(), "FP32"), ("INPUT1", np.zeros((1, 4), np.float32), "FP32")],
+        outputs=[("OUTPUT0", 3)],
+    ),
     **{f"identity {dt}": _identity(dt) for dt in DTYPES},
     "bytes": lambda p: p.infer("identity_string", [("INPUT0", _STRINGS, "BYTES")]),
     "zero elements": _add_sub(np.zeros((0, 16), np.float32), np.zeros((0, 16), np.float32)),
-    "variable dims": lambda p: p.infer("identity_variable",
-                                       [("INPUT0", np.arange(7, dtype=np.float32)[None], "FP32")]),
-    "parameters": _add_sub(parameters={"k": 1, "s": "x", "b": True, "f": 0.5}, priority=1,
-                           timeout=100_000, request_id="77"),
+    "variable dims": lambda p: p.infer(
+        "identity_variable", [("INPUT0", np.arange(7, dtype=np.float32)[None], "FP32")]
+    ),
+    "parameters": _add_sub(
+        parameters={"k": 1, "s": "x", "b": True, "f": 0.5},
+        priority=1,
+        timeout=100_000,
+        request_id="77",
+    ),
     # errors: the same class and message on both
     "unknown model": _add_sub(model="nope"),
     "unknown version": _add_sub(model_version="9"),
@@ -172,8 +197,9 @@ CASES: dict[str, Callable[[Proto], Any]] = {
     "missing input": lambda p: p.infer("add_sub", [("INPUT0", A, "FP32")]),
     "unknown input": lambda p: p.infer("add_sub", [("INPUT0", A, "FP32"), ("INPUTX", B, "FP32")]),
     "unknown output": _add_sub(outputs=[("NOPE", 0)]),
-    "classification of nobatch": _add_sub(A.reshape(16), B.reshape(16), "add_sub_nobatch",
-                                          outputs=[("OUTPUT0", 3)]),
+    "classification of nobatch": _add_sub(
+        A.reshape(16), B.reshape(16), "add_sub_nobatch", outputs=[("OUTPUT0", 3)]
+    ),
     # the other extensions
     "metadata": lambda p: metadata(p, "add_sub"),
     "metadata nobatch": lambda p: metadata(p, "add_sub_nobatch"),

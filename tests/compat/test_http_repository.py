@@ -37,8 +37,13 @@ def repo(tmp_path: Path) -> Path:
 
 
 def test_explicit_mode_load_unload(repo: Path) -> None:
-    s = start_server(repo, "--allow-grpc=false", "--allow-metrics=false",
-                     "--model-control-mode=explicit", "--load-model=add_sub")
+    s = start_server(
+        repo,
+        "--allow-grpc=false",
+        "--allow-metrics=false",
+        "--model-control-mode=explicit",
+        "--load-model=add_sub",
+    )
     try:
         c = httpclient.InferenceServerClient(s.http_url)
         index = {m["name"]: m for m in c.get_model_repository_index()}
@@ -67,47 +72,67 @@ def test_explicit_mode_load_unload(repo: Path) -> None:
 
 
 def test_load_with_config_and_file_overrides(repo: Path, tmp_path: Path) -> None:
-    s = start_server(repo, "--allow-grpc=false", "--allow-metrics=false",
-                     "--model-control-mode=explicit")
+    s = start_server(
+        repo, "--allow-grpc=false", "--allow-metrics=false", "--model-control-mode=explicit"
+    )
     try:
         c = httpclient.InferenceServerClient(s.http_url)
         cfg = c.get_model_repository_index()
         assert all("state" not in m for m in cfg)
         # config override: same files, new max_batch_size
-        override = {"max_batch_size": 2, "input": [
-            {"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [16]},
-            {"name": "INPUT1", "data_type": "TYPE_FP32", "dims": [16]}],
-            "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [16]},
-                       {"name": "OUTPUT1", "data_type": "TYPE_FP32", "dims": [16]}]}
+        override = {
+            "max_batch_size": 2,
+            "input": [
+                {"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [16]},
+                {"name": "INPUT1", "data_type": "TYPE_FP32", "dims": [16]},
+            ],
+            "output": [
+                {"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [16]},
+                {"name": "OUTPUT1", "data_type": "TYPE_FP32", "dims": [16]},
+            ],
+        }
         c.load_model("add_sub", config=json.dumps(override))
         assert c.get_model_config("add_sub")["max_batch_size"] == 2
         # file override: a model built elsewhere, served under a new name
         src = tmp_path / "src"
         write_add_sub(src, "built", 4, dims=4)
         onnx_bytes = (src / "built" / "1" / "model.onnx").read_bytes()
-        new_cfg = {"backend": "onnxruntime", "max_batch_size": 4, "input": [
-            {"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [4]},
-            {"name": "INPUT1", "data_type": "TYPE_FP32", "dims": [4]}],
-            "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [4]},
-                       {"name": "OUTPUT1", "data_type": "TYPE_FP32", "dims": [4]}]}
-        c.load_model("from_files", config=json.dumps(new_cfg),
-                     files={"file:1/model.onnx": onnx_bytes})
+        new_cfg = {
+            "backend": "onnxruntime",
+            "max_batch_size": 4,
+            "input": [
+                {"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [4]},
+                {"name": "INPUT1", "data_type": "TYPE_FP32", "dims": [4]},
+            ],
+            "output": [
+                {"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [4]},
+                {"name": "OUTPUT1", "data_type": "TYPE_FP32", "dims": [4]},
+            ],
+        }
+        c.load_model(
+            "from_files", config=json.dumps(new_cfg), files={"file:1/model.onnx": onnx_bytes}
+        )
         np.testing.assert_array_equal(_infer_add_sub(c, "from_files", 4), np.full((1, 4), 2.0))
         # path escapes, bad base64, non-string values, files without config
         for key in ("file:../escape.onnx", "file:/abs/model.onnx", "file:1/../../x"):
             with pytest.raises(InferenceServerException, match="invalid file override path"):
                 c.load_model("evil", config=json.dumps(new_cfg), files={key: b"x"})
-        body = json.dumps({"parameters": {"config": json.dumps(new_cfg),
-                                          "file:1/model.onnx": "!!!"}})
+        body = json.dumps(
+            {"parameters": {"config": json.dumps(new_cfg), "file:1/model.onnx": "!!!"}}
+        )
         r = c._post("v2/repository/models/bad64/load", body, None, None)
         assert r.status_code == 400 and b"base64" in r.read()
-        r = c._post("v2/repository/models/x/load",
-                    json.dumps({"parameters": {
-                        "file:1/model.onnx": base64.b64encode(b"x").decode()}}),
-                    None, None)
+        r = c._post(
+            "v2/repository/models/x/load",
+            json.dumps({"parameters": {"file:1/model.onnx": base64.b64encode(b"x").decode()}}),
+            None,
+            None,
+        )
         assert r.status_code == 400 and b"'config'" in r.read()
-        with pytest.raises(InferenceServerException,
-                           match="failed to load 'add_sub', failed to poll from model repository"):
+        with pytest.raises(
+            InferenceServerException,
+            match="failed to load 'add_sub', failed to poll from model repository",
+        ):
             c.load_model("add_sub", config="{not json")
         assert c.is_model_ready("add_sub")  # failed reload keeps the old version serving
     finally:
@@ -122,7 +147,8 @@ def test_version_policy_and_versions(tmp_path: Path) -> None:
     (repo / "multi" / "007").mkdir()  # leading zero: ignored
     cfg = (repo / "multi" / "config.pbtxt").read_text()
     (repo / "multi" / "config.pbtxt").write_text(
-        cfg + "version_policy { specific { versions: [1, 3] } }\n")
+        cfg + "version_policy { specific { versions: [1, 3] } }\n"
+    )
     write_add_sub(repo, "latest", 8)
     shutil.copytree(repo / "latest" / "1", repo / "latest" / "5")
     s = start_server(repo, "--allow-grpc=false", "--allow-metrics=false")
@@ -141,8 +167,9 @@ def test_exit_on_error(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     write_add_sub(repo, "good", 8)
     (repo / "broken" / "1").mkdir(parents=True)
-    (repo / "broken" / "config.pbtxt").write_text('backend: "onnxruntime"\nmax_batch_size: 0\n'
-                                                   'input [{ name: "X" }]\nnot_a_field: 1\n')
+    (repo / "broken" / "config.pbtxt").write_text(
+        'backend: "onnxruntime"\nmax_batch_size: 0\ninput [{ name: "X" }]\nnot_a_field: 1\n'
+    )
     with pytest.raises(RuntimeError):
         start_server(repo, "--allow-grpc=false", "--allow-metrics=false")
     s = start_server(repo, "--allow-grpc=false", "--allow-metrics=false", "--exit-on-error=false")
@@ -155,8 +182,13 @@ def test_exit_on_error(tmp_path: Path) -> None:
         assert row == {"name": "broken"}  # Triton's row for a config that does not parse
     finally:
         s.stop()
-    s = start_server(repo, "--allow-grpc=false", "--allow-metrics=false", "--exit-on-error=false",
-                     "--strict-readiness=false")
+    s = start_server(
+        repo,
+        "--allow-grpc=false",
+        "--allow-metrics=false",
+        "--exit-on-error=false",
+        "--strict-readiness=false",
+    )
     try:
         assert httpclient.InferenceServerClient(s.http_url).is_server_ready()
     finally:
@@ -166,8 +198,13 @@ def test_exit_on_error(tmp_path: Path) -> None:
 def test_poll_mode(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     write_add_sub(repo, "first", 8)
-    s = start_server(repo, "--allow-grpc=false", "--allow-metrics=false",
-                     "--model-control-mode=poll", "--repository-poll-secs=0.2")
+    s = start_server(
+        repo,
+        "--allow-grpc=false",
+        "--allow-metrics=false",
+        "--model-control-mode=poll",
+        "--repository-poll-secs=0.2",
+    )
     try:
         c = httpclient.InferenceServerClient(s.http_url)
         assert c.is_model_ready("first")

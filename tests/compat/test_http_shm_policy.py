@@ -21,8 +21,9 @@ pytestmark = pytest.mark.timeout(60)
 def test_false_refuses_every_client(tmp_path: Path) -> None:
     write_add_sub(tmp_path, "add_sub", 8)
     handle = shm.create_shared_memory_region("p", "/tl_policy", 64)
-    s = start_server(tmp_path, "--allow-grpc=false", "--allow-metrics=false",
-                     "--allow-client-shm=false")
+    s = start_server(
+        tmp_path, "--allow-grpc=false", "--allow-metrics=false", "--allow-client-shm=false"
+    )
     try:
         c = httpclient.InferenceServerClient(s.http_url)
         with pytest.raises(InferenceServerException, match="allow-client-shm=false"):
@@ -34,8 +35,10 @@ def test_false_refuses_every_client(tmp_path: Path) -> None:
         shm.destroy_shared_memory_region(handle)
 
 
-@pytest.mark.parametrize("policy,local,allowed", [
-    ("local", True, True), ("local", False, False), ("true", False, True), ("false", True, False)])
+@pytest.mark.parametrize(
+    "policy,local,allowed",
+    [("local", True, True), ("local", False, False), ("true", False, True), ("false", True, False)],
+)
 def test_policy_by_peer(tmp_path: Path, policy: str, local: bool, allowed: bool) -> None:
     handle = shm.create_shared_memory_region("p", "/tl_policy_peer", 64)
     core = InferenceCore(ServerOptions(model_repositories=(tmp_path,), allow_client_shm=policy))

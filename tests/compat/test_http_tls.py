@@ -35,9 +35,13 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _flags(certs: dict[str, str]) -> list[str]:
-    return ["--allow-grpc=false", "--allow-metrics=false", "--http-use-ssl=true",
-            f"--http-server-cert={certs['server.pem']}",
-            f"--http-server-key={certs['server.key']}"]
+    return [
+        "--allow-grpc=false",
+        "--allow-metrics=false",
+        "--http-use-ssl=true",
+        f"--http-server-cert={certs['server.pem']}",
+        f"--http-server-key={certs['server.key']}",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +53,9 @@ def tls_server(repo: Path, certs: dict[str, str]) -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def mtls_server(repo: Path, certs: dict[str, str]) -> Iterator[Any]:
-    s = start_server(repo, *_flags(certs), "--http-use-ssl-mutual=true",
-                     f"--http-root-cert={certs['ca.pem']}")
+    s = start_server(
+        repo, *_flags(certs), "--http-use-ssl-mutual=true", f"--http-root-cert={certs['ca.pem']}"
+    )
     yield s
     s.stop()
 
@@ -64,8 +69,9 @@ def _infer(c: httpclient.InferenceServerClient) -> np.ndarray:
     return c.infer("add_sub", inputs).as_numpy("OUTPUT0")
 
 
-def _client(url: str, ca: str, cert: str | None = None,
-            key: str | None = None) -> httpclient.InferenceServerClient:
+def _client(
+    url: str, ca: str, cert: str | None = None, key: str | None = None
+) -> httpclient.InferenceServerClient:
     def factory() -> ssl.SSLContext:
         ctx = ssl.create_default_context(cafile=ca)
         if cert is not None:
@@ -89,8 +95,9 @@ def test_tls_refuses_plaintext_and_untrusted(tls_server: Any, certs: dict[str, s
         urllib.request.urlopen(f"http://{tls_server.http_url}/v2/health/live", timeout=10)
     ctx = ssl.create_default_context(cafile=certs["other.pem"])
     with pytest.raises(urllib.error.URLError) as e:
-        urllib.request.urlopen(f"https://{tls_server.http_url}/v2/health/live", timeout=10,
-                               context=ctx)
+        urllib.request.urlopen(
+            f"https://{tls_server.http_url}/v2/health/live", timeout=10, context=ctx
+        )
     assert isinstance(e.value.reason, ssl.SSLCertVerificationError)
     assert tls_server.proc.poll() is None
 
@@ -103,8 +110,9 @@ def test_mutual_tls(mtls_server: Any, certs: dict[str, str]) -> None:
         c.close()
     ctx = ssl.create_default_context(cafile=certs["ca.pem"])  # no client certificate
     with pytest.raises((urllib.error.URLError, ConnectionError, ssl.SSLError)):
-        urllib.request.urlopen(f"https://{mtls_server.http_url}/v2/health/live", timeout=10,
-                               context=ctx)
+        urllib.request.urlopen(
+            f"https://{mtls_server.http_url}/v2/health/live", timeout=10, context=ctx
+        )
 
 
 def test_flag_errors(repo: Path, certs: dict[str, str]) -> None:

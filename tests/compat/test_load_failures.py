@@ -57,20 +57,31 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (no_version / "config.pbtxt").write_text(PY_FP32_CONFIG)
         write_python_model(r, f"bad_syntax_{proto}", OK_MODEL, "this is { not valid")
         write_python_model(r, f"bad_field_{proto}", OK_MODEL, PY_FP32_CONFIG + "not_a_field: 1\n")
-        write_python_model(r, f"bad_gpu_{proto}", OK_MODEL, PY_FP32_CONFIG.replace(
-            "kind: KIND_CPU", "kind: KIND_GPU gpus: [ 99 ]"))
-        write_python_model(r, f"two_bad_{proto}", BAD_INIT,
-                           PY_FP32_CONFIG + "version_policy { all { } }\n")
+        write_python_model(
+            r,
+            f"bad_gpu_{proto}",
+            OK_MODEL,
+            PY_FP32_CONFIG.replace("kind: KIND_CPU", "kind: KIND_GPU gpus: [ 99 ]"),
+        )
+        write_python_model(
+            r, f"two_bad_{proto}", BAD_INIT, PY_FP32_CONFIG + "version_policy { all { } }\n"
+        )
         (r / f"two_bad_{proto}" / "2").mkdir()
         (r / f"two_bad_{proto}" / "2" / "model.py").write_text(
-            BAD_INIT.replace("refused", "also refused"))
+            BAD_INIT.replace("refused", "also refused")
+        )
     return r
 
 
 @pytest.fixture(scope="module")
 def server(repo: Path) -> Iterator[Server]:
-    s = start_server(repo, "--allow-metrics=false", "--model-control-mode=explicit",
-                     "--load-model=ok", "--load-model=reloaded")
+    s = start_server(
+        repo,
+        "--allow-metrics=false",
+        "--model-control-mode=explicit",
+        "--load-model=ok",
+        "--load-model=reloaded",
+    )
     yield s
     s.stop()
 
@@ -85,21 +96,26 @@ def _load_error(server: Server, protocol: str, name: str) -> InferenceServerExce
 
 def _index_rows(server: Server, protocol: str, name: str) -> list[dict[str, Any]]:
     client, _ = client_for(server, protocol)
-    index = (client.get_model_repository_index() if protocol == "http"
-             else client.get_model_repository_index(as_json=True).get("models", []))
+    index = (
+        client.get_model_repository_index()
+        if protocol == "http"
+        else client.get_model_repository_index(as_json=True).get("models", [])
+    )
     return [row for row in index if row["name"] == name]
 
 
-def _assert_version_failure(server: Server, protocol: str, name: str, internal: str,
-                            tail: str) -> None:
+def _assert_version_failure(
+    server: Server, protocol: str, name: str, internal: str, tail: str
+) -> None:
     """The load answer is the envelope around the index reason, which reads ``internal`` up to
     its traceback and ends with ``tail``."""
     message = _load_error(server, protocol, name).message()
     assert message.startswith(_envelope(name) + internal), message
     assert message.endswith(tail + ";\n"), message
-    reason = message[len(_envelope(name)):-len(";\n")]
+    reason = message[len(_envelope(name)) : -len(";\n")]
     assert _index_rows(server, protocol, name) == [
-        {"name": name, "version": "1", "state": "UNAVAILABLE", "reason": reason}]
+        {"name": name, "version": "1", "state": "UNAVAILABLE", "reason": reason}
+    ]
     client, _ = client_for(server, protocol)
     assert not client.is_model_ready(name)
 
@@ -108,29 +124,38 @@ def _assert_version_failure(server: Server, protocol: str, name: str, internal: 
 def test_initialize_raises(server: Server, repo: Path, protocol: str) -> None:
     name = f"bad_init_{protocol}"
     _assert_version_failure(
-        server, protocol, name,
+        server,
+        protocol,
+        name,
         "Internal: RuntimeError: initialize refused to start\n\nAt:\n",
-        f"{repo / name / '1' / 'model.py'}(6): initialize\n")
+        f"{repo / name / '1' / 'model.py'}(6): initialize\n",
+    )
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_auto_complete_raises_fails_version_1(server: Server, repo: Path, protocol: str) -> None:
     name = f"bad_autocomplete_{protocol}"
     _assert_version_failure(
-        server, protocol, name,
+        server,
+        protocol,
+        name,
         f"Internal: ValueError: input 'IN' in auto-complete-config function for model '{name}' "
         "is missing 'data_type' property.\n\nAt:\n",
-        f"{repo / name / '1' / 'model.py'}(7): auto_complete_config\n")
+        f"{repo / name / '1' / 'model.py'}(7): auto_complete_config\n",
+    )
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_auto_complete_conflicting_config(server: Server, repo: Path, protocol: str) -> None:
     name = f"bad_conflict_{protocol}"
     _assert_version_failure(
-        server, protocol, name,
+        server,
+        protocol,
+        name,
         f"Internal: ValueError: model '{name}', tensor 'IN': the model expects dims [2] but the "
         "model configuration specifies dims [4]\n\nAt:\n",
-        f"{repo / name / '1' / 'model.py'}(7): auto_complete_config\n")
+        f"{repo / name / '1' / 'model.py'}(7): auto_complete_config\n",
+    )
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -144,9 +169,12 @@ def test_missing_model_file(server: Server, repo: Path, protocol: str) -> None:
 def test_corrupt_onnx_model(server: Server, repo: Path, protocol: str) -> None:
     name = f"corrupt_onnx_{protocol}"
     _assert_version_failure(
-        server, protocol, name,
+        server,
+        protocol,
+        name,
         f"Internal: unable to read ONNX model '{repo / name / '1' / 'model.onnx'}': ",
-        "Protobuf parsing failed.")
+        "Protobuf parsing failed.",
+    )
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -154,9 +182,13 @@ def test_invalid_config_fails_version_1(server: Server, protocol: str) -> None:
     """The server's own config checks fail each version's load with INVALID_ARG."""
     name = f"bad_gpu_{protocol}"
     _assert_version_failure(
-        server, protocol, name,
+        server,
+        protocol,
+        name,
         f"Invalid argument: instance group {name}_0 of model {name} specifies invalid or "
-        "unsupported gpu id 99.", "")
+        "unsupported gpu id 99.",
+        "",
+    )
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -167,13 +199,17 @@ def test_every_failed_version_is_named(server: Server, protocol: str) -> None:
     assert len(clauses) == 3 and clauses[2] == "", message
     assert clauses[0].startswith(_envelope(name) + "Internal: RuntimeError: initialize refused")
     assert clauses[1].startswith(
-        "version 2 is at UNAVAILABLE state: Internal: RuntimeError: initialize also refused")
+        "version 2 is at UNAVAILABLE state: Internal: RuntimeError: initialize also refused"
+    )
     rows = _index_rows(server, protocol, name)
-    assert [(r["version"], r["state"]) for r in rows] == [("1", "UNAVAILABLE"),
-                                                          ("2", "UNAVAILABLE")]
+    assert [(r["version"], r["state"]) for r in rows] == [
+        ("1", "UNAVAILABLE"),
+        ("2", "UNAVAILABLE"),
+    ]
     assert [r["reason"].split("\n")[0] for r in rows] == [
         "Internal: RuntimeError: initialize refused to start",
-        "Internal: RuntimeError: initialize also refused to start"]
+        "Internal: RuntimeError: initialize also refused to start",
+    ]
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -193,8 +229,7 @@ def test_unparsable_config_fails_the_poll(server: Server, protocol: str, kind: s
         client.load_model("ok", config="{not json")
     assert e.value.message() == "failed to load 'ok', failed to poll from model repository"
     assert client.is_model_ready("ok")  # a failed reload keeps the old version serving
-    assert _index_rows(server, protocol, "ok") == [
-        {"name": "ok", "version": "1", "state": "READY"}]
+    assert _index_rows(server, protocol, "ok") == [{"name": "ok", "version": "1", "state": "READY"}]
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -202,7 +237,8 @@ def test_no_version_under_the_policy(server: Server, protocol: str) -> None:
     name = f"no_version_{protocol}"
     assert _load_error(server, protocol, name).message() == (
         f"load failed for model '{name}': at least one version must be available under the "
-        f"version policy of model '{name}'\n")
+        f"version policy of model '{name}'\n"
+    )
 
 
 def test_failed_reload_keeps_the_serving_version(server: Server, repo: Path) -> None:
@@ -210,13 +246,15 @@ def test_failed_reload_keeps_the_serving_version(server: Server, repo: Path) -> 
     for protocol in PROTOCOLS:
         model_py.write_text(BAD_INIT)
         message = _load_error(server, protocol, "reloaded").message()
-        assert message.startswith(_envelope("reloaded") + "Internal: RuntimeError: initialize "
-                                  "refused to start\n\nAt:\n"), message
+        assert message.startswith(
+            _envelope("reloaded") + "Internal: RuntimeError: initialize refused to start\n\nAt:\n"
+        ), message
         assert message.endswith(";\n"), message
         client, _ = client_for(server, protocol)
         assert client.is_model_ready("reloaded")
         assert _index_rows(server, protocol, "reloaded") == [
-            {"name": "reloaded", "version": "1", "state": "READY"}]
+            {"name": "reloaded", "version": "1", "state": "READY"}
+        ]
         model_py.write_text(OK_MODEL)
         client.load_model("reloaded")
         assert client.is_model_ready("reloaded")
@@ -227,5 +265,4 @@ def test_good_model_still_loads(server: Server, protocol: str) -> None:
     client, _ = client_for(server, protocol)
     client.load_model("ok")
     assert client.is_model_ready("ok")
-    assert _index_rows(server, protocol, "ok") == [
-        {"name": "ok", "version": "1", "state": "READY"}]
+    assert _index_rows(server, protocol, "ok") == [{"name": "ok", "version": "1", "state": "READY"}]

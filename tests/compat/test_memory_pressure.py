@@ -54,22 +54,29 @@ def _inputs(mod: Any, a: np.ndarray[Any, Any] = A) -> list[Any]:
 
 def _infer(server: Server, a: np.ndarray[Any, Any] = A, grpc: bool = False) -> None:
     if grpc:
-        r: Any = grpcclient.InferenceServerClient(server.grpc_url).infer("cached",
-                                                                         _inputs(grpcclient, a))
+        r: Any = grpcclient.InferenceServerClient(server.grpc_url).infer(
+            "cached", _inputs(grpcclient, a)
+        )
     else:
-        r = httpclient.InferenceServerClient(server.http_url).infer("cached",
-                                                                    _inputs(httpclient, a))
+        r = httpclient.InferenceServerClient(server.http_url).infer(
+            "cached", _inputs(httpclient, a)
+        )
     np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + B)
     np.testing.assert_array_equal(r.as_numpy("OUTPUT1"), a - B)
 
 
 def _counts(server: Server) -> tuple[int, int, int, int]:
     """(success, cache hits, cache misses, executions) from the statistics extension."""
-    s = httpclient.InferenceServerClient(server.http_url).get_inference_statistics(
-        "cached")["model_stats"][0]
+    s = httpclient.InferenceServerClient(server.http_url).get_inference_statistics("cached")[
+        "model_stats"
+    ][0]
     inf = s["inference_stats"]
-    return (int(inf["success"]["count"]), int(inf["cache_hit"]["count"]),
-            int(inf["cache_miss"]["count"]), int(s["execution_count"]))
+    return (
+        int(inf["success"]["count"]),
+        int(inf["cache_hit"]["count"]),
+        int(inf["cache_miss"]["count"]),
+        int(s["execution_count"]),
+    )
 
 
 def _scrape(server: Server) -> tuple[str, dict[tuple[str, str], float]]:
@@ -113,10 +120,14 @@ def test_under_pressure_the_counts_keep_growing_with_traffic(pressed: Server) ->
     for _ in range(4):
         _infer(pressed, a)
     _, after = _scrape(pressed)
-    assert (after[("tritonlite_shed_total", "cache_insert")]
-            == before[("tritonlite_shed_total", "cache_insert")] + 4)
-    assert (after[("tritonlite_shed_total", "histogram")]
-            == before[("tritonlite_shed_total", "histogram")] + 4)
+    assert (
+        after[("tritonlite_shed_total", "cache_insert")]
+        == before[("tritonlite_shed_total", "cache_insert")] + 4
+    )
+    assert (
+        after[("tritonlite_shed_total", "histogram")]
+        == before[("tritonlite_shed_total", "histogram")] + 4
+    )
     assert _histogram_count(after) == _histogram_count(before) == 0
     assert after[("tritonlite_memory_pressure", "")] == 1
 
@@ -151,16 +162,30 @@ def test_the_default_threshold_monitors_without_shedding_here(repo: Path) -> Non
         s.stop()
 
 
-@pytest.mark.parametrize("value, message", [
-    ("2", "--memory-pressure-threshold expects a fraction of the memory limit between 0"),
-    ("-1", "--memory-pressure-threshold expects a fraction of the memory limit between 0"),
-    ("lots", "invalid float value: 'lots'"),
-])
-def test_a_bad_threshold_stops_the_server_before_it_starts(repo: Path, value: str,
-                                                           message: str) -> None:
-    r = subprocess.run([sys.executable, "-m", "tritonlite", "--model-repository", str(repo),
-                        f"--memory-pressure-threshold={value}"],
-                       capture_output=True, text=True, timeout=60)
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("2", "--memory-pressure-threshold expects a fraction of the memory limit between 0"),
+        ("-1", "--memory-pressure-threshold expects a fraction of the memory limit between 0"),
+        ("lots", "invalid float value: 'lots'"),
+    ],
+)
+def test_a_bad_threshold_stops_the_server_before_it_starts(
+    repo: Path, value: str, message: str
+) -> None:
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tritonlite",
+            "--model-repository",
+            str(repo),
+            f"--memory-pressure-threshold={value}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode != 0
     assert message in r.stderr
     assert "Started" not in r.stderr

@@ -132,10 +132,15 @@ def test_metrics_equal_the_statistics(server: Server) -> None:
         for family, key in DURATIONS.items():
             assert per_model(fams[family])[model] == inf[key]["ns"] // 1000, (family, model)
     assert count["identity_int32"] == 3 and execs["identity_int32"] == 1
-    failures = [s for s in fams["nv_inference_request_failure"].samples
-                if s.labels["model"] == "add_sub"]
-    assert sorted(s.labels["reason"] for s in failures) == ["BACKEND", "CANCELED", "OTHER",
-                                                            "REJECTED"]
+    failures = [
+        s for s in fams["nv_inference_request_failure"].samples if s.labels["model"] == "add_sub"
+    ]
+    assert sorted(s.labels["reason"] for s in failures) == [
+        "BACKEND",
+        "CANCELED",
+        "OTHER",
+        "REJECTED",
+    ]
     assert per_model(fams["nv_inference_pending_request_count"])["add_sub"] == 0
     assert not any(n.startswith("nv_cache") for n in fams)  # no cache on this server
     assert not any("summary" in n or "histogram" in n for n in fams)
@@ -143,8 +148,10 @@ def test_metrics_equal_the_statistics(server: Server) -> None:
 
 def test_triton_help_strings_and_plain_decimal_values(server: Server) -> None:
     text = scrape(server)
-    assert ("# HELP nv_inference_request_success Number of successful inference requests, "
-            "all batch sizes") in text
+    assert (
+        "# HELP nv_inference_request_success Number of successful inference requests, "
+        "all batch sizes"
+    ) in text
     assert "# HELP nv_cpu_utilization CPU utilization rate [0.0 - 1.0]" in text
     assert "# TYPE nv_inference_request_success counter" in text
     for line in text.splitlines():
@@ -174,8 +181,9 @@ def test_gpu_families_are_absent_without_nvml(server: Server) -> None:
     if nvml is not None:
         nvml.nvmlShutdown()
         pytest.skip("NVML sees a GPU here: the GPU families depend on the machine")
-    assert not any(n.startswith("nv_gpu") or n == "nv_energy_consumption"
-                   for n in families(scrape(server)))
+    assert not any(
+        n.startswith("nv_gpu") or n == "nv_energy_consumption" for n in families(scrape(server))
+    )
 
 
 def test_only_get_on_metrics_with_an_optional_trailing_slash(server: Server) -> None:
@@ -194,8 +202,11 @@ def test_failures_count_by_reason(server: Server) -> None:
     with pytest.raises(InferenceServerException):
         h.infer("add_sub", _add_sub_inputs(httpclient, True, 1.0)[:1])  # validation: not counted
     fams = families(scrape(server))
-    fails = sum(s.value for s in fams["nv_inference_request_failure"].samples
-                if s.labels["model"] == "add_sub")
+    fails = sum(
+        s.value
+        for s in fams["nv_inference_request_failure"].samples
+        if s.labels["model"] == "add_sub"
+    )
     assert fails == before == stats(server)["add_sub"]["inference_stats"]["fail"]["count"]
 
 
@@ -203,8 +214,13 @@ def test_failures_count_by_reason(server: Server) -> None:
 
 
 def test_counter_latencies_false_drops_the_duration_counters(repo: Path) -> None:
-    s = start_server(repo, "--metrics-config", "counter_latencies=false", "--allow-grpc=false",
-                     "--allow-cpu-metrics=false")
+    s = start_server(
+        repo,
+        "--metrics-config",
+        "counter_latencies=false",
+        "--allow-grpc=false",
+        "--allow-cpu-metrics=false",
+    )
     try:
         h = httpclient.InferenceServerClient(s.http_url)
         h.infer("add_sub", _add_sub_inputs(httpclient, True, 1.0))
@@ -217,22 +233,33 @@ def test_counter_latencies_false_drops_the_duration_counters(repo: Path) -> None
 
 
 def test_summaries_with_configured_quantiles(repo: Path) -> None:
-    s = start_server(repo, "--allow-grpc=false", "--metrics-config", "summary_latencies=true",
-                     "--metrics-config", "summary_quantiles=0.5:0.05,0.99:0.001")
+    s = start_server(
+        repo,
+        "--allow-grpc=false",
+        "--metrics-config",
+        "summary_latencies=true",
+        "--metrics-config",
+        "summary_quantiles=0.5:0.05,0.99:0.001",
+    )
     try:
         run_traffic_http(s, 20)
         fams = families(scrape(s))
         st = stats(s)["add_sub"]["inference_stats"]
-        for name, key in (("nv_inference_request_summary_us", "success"),
-                          ("nv_inference_queue_summary_us", "queue"),
-                          ("nv_inference_compute_input_summary_us", "compute_input"),
-                          ("nv_inference_compute_infer_summary_us", "compute_infer"),
-                          ("nv_inference_compute_output_summary_us", "compute_output")):
+        for name, key in (
+            ("nv_inference_request_summary_us", "success"),
+            ("nv_inference_queue_summary_us", "queue"),
+            ("nv_inference_compute_input_summary_us", "compute_input"),
+            ("nv_inference_compute_infer_summary_us", "compute_infer"),
+            ("nv_inference_compute_output_summary_us", "compute_output"),
+        ):
             fam = fams[name]
             assert fam.type == "summary"
             assert per_model(fam, "_count")["add_sub"] == st[key]["count"] == 20
-            qs = {sm.labels["quantile"]: sm.value for sm in fam.samples
-                  if sm.name == name and sm.labels["model"] == "add_sub"}
+            qs = {
+                sm.labels["quantile"]: sm.value
+                for sm in fam.samples
+                if sm.name == name and sm.labels["model"] == "add_sub"
+            }
             assert set(qs) == {"0.5", "0.99"}
             assert 0 <= qs["0.5"] <= qs["0.99"] <= per_model(fam, "_sum")["add_sub"]
         assert "nv_inference_request_duration_us" in fams  # counters stay on
@@ -247,23 +274,35 @@ def run_traffic_http(server: Server, n: int) -> None:
 
 
 def test_histograms_with_configured_buckets(repo: Path) -> None:
-    s = start_server(repo, "--allow-grpc=false", "--metrics-config", "histogram_latencies=true",
-                     "--metrics-config", "histogram_buckets_us=50:500:5000:50000")
+    s = start_server(
+        repo,
+        "--allow-grpc=false",
+        "--metrics-config",
+        "histogram_latencies=true",
+        "--metrics-config",
+        "histogram_buckets_us=50:500:5000:50000",
+    )
     try:
         run_traffic_http(s, 10)
         fams = families(scrape(s))
         st = stats(s)["add_sub"]["inference_stats"]
         fam = fams["nv_inference_request_histogram_us"]
         assert fam.type == "histogram"
-        buckets = [(sm.labels["le"], sm.value) for sm in fam.samples
-                   if sm.name.endswith("_bucket") and sm.labels["model"] == "add_sub"]
+        buckets = [
+            (sm.labels["le"], sm.value)
+            for sm in fam.samples
+            if sm.name.endswith("_bucket") and sm.labels["model"] == "add_sub"
+        ]
         assert [le for le, _ in buckets] == ["50", "500", "5000", "50000", "+Inf"]
         counts = [v for _, v in buckets]
         assert counts == sorted(counts) and counts[-1] == st["success"]["count"] == 10
         assert per_model(fam, "_count")["add_sub"] == 10
-        for name in ("nv_inference_queue_histogram_us", "nv_inference_compute_input_histogram_us",
-                     "nv_inference_compute_infer_histogram_us",
-                     "nv_inference_compute_output_histogram_us"):
+        for name in (
+            "nv_inference_queue_histogram_us",
+            "nv_inference_compute_input_histogram_us",
+            "nv_inference_compute_infer_histogram_us",
+            "nv_inference_compute_output_histogram_us",
+        ):
             assert per_model(fams[name], "_count")["add_sub"] == 10
         assert not any("summary" in n for n in fams)
     finally:
@@ -276,8 +315,9 @@ def test_allow_metrics_false_and_metrics_address(repo: Path) -> None:
         assert "Metrics Service" not in s.ports
     finally:
         s.stop()
-    s = start_server(repo, "--allow-grpc=false", "--http-address=0.0.0.0",
-                     "--metrics-address=127.0.0.1")
+    s = start_server(
+        repo, "--allow-grpc=false", "--http-address=0.0.0.0", "--metrics-address=127.0.0.1"
+    )
     try:
         assert s.hosts["Metrics Service"] == "127.0.0.1"
         assert s.hosts["HTTPService"] == "0.0.0.0"
@@ -286,23 +326,37 @@ def test_allow_metrics_false_and_metrics_address(repo: Path) -> None:
         s.stop()
 
 
-@pytest.mark.parametrize("setting, message", [
-    ("summary_latencies=maybe", "expects true or false"),
-    ("summary_quantiles=0.5", "<quantile>:<error>"),
-    ("histogram_buckets_us=5:1", "ascending"),
-    ("bogus=1", "unknown --metrics-config setting 'bogus'"),
-    ("nogroup", "<setting>=<value>"),
-])
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        ("summary_latencies=maybe", "expects true or false"),
+        ("summary_quantiles=0.5", "<quantile>:<error>"),
+        ("histogram_buckets_us=5:1", "ascending"),
+        ("bogus=1", "unknown --metrics-config setting 'bogus'"),
+        ("nogroup", "<setting>=<value>"),
+    ],
+)
 def test_bad_metrics_config_is_refused(setting: str, message: str) -> None:
     with pytest.raises(SystemExit, match=re.escape(message)):
         options_from_args(["--model-repository", "/tmp", "--metrics-config", setting])
 
 
 def test_metrics_flags_reach_the_options() -> None:
-    o = options_from_args(["--model-repository", "/tmp", "--allow-cpu-metrics=false",
-                           "--allow-gpu-metrics", "false", "--metrics-interval-ms", "250",
-                           "--metrics-config", "summary_latencies=true",
-                           "--metrics-config", "histogram_latencies=true"])
+    o = options_from_args(
+        [
+            "--model-repository",
+            "/tmp",
+            "--allow-cpu-metrics=false",
+            "--allow-gpu-metrics",
+            "false",
+            "--metrics-interval-ms",
+            "250",
+            "--metrics-config",
+            "summary_latencies=true",
+            "--metrics-config",
+            "histogram_latencies=true",
+        ]
+    )
     assert (o.allow_cpu_metrics, o.allow_gpu_metrics, o.metrics_interval_ms) == (False, False, 250)
     assert o.metrics_config.summary_latencies and o.metrics_config.histogram_latencies
     assert o.metrics_config.summary_quantiles == DEFAULT_SUMMARY_QUANTILES
@@ -400,9 +454,11 @@ class FakeNvml:
 
 
 def _collect(gpu: GpuSampler | None) -> str:
-    core = SimpleNamespace(options=ServerOptions(model_repositories=(Path("/tmp"),)),
-                           repository=SimpleNamespace(ready_models=lambda: [], models={}),
-                           cache=None)
+    core = SimpleNamespace(
+        options=ServerOptions(model_repositories=(Path("/tmp"),)),
+        repository=SimpleNamespace(ready_models=lambda: [], models={}),
+        cache=None,
+    )
     samplers = Samplers(cpu=False, gpu=False, interval_ms=1000)
     samplers.gpu = gpu
     return render(list(_Collector(core, samplers).collect())).decode()  # type: ignore[arg-type]
@@ -434,7 +490,8 @@ def test_gpu_collector_with_a_fake_nvml() -> None:
 def test_gpu_sampler_honours_cuda_visible_devices() -> None:
     assert [r.uuid for r in GpuSampler(FakeNvml(), visible="1").readings] == ["GPU-bbbb-1111"]
     assert [r.uuid for r in GpuSampler(FakeNvml(), visible="GPU-aaaa").readings] == [
-        "GPU-aaaa-0000"]
+        "GPU-aaaa-0000"
+    ]
     assert GpuSampler(FakeNvml(), visible="").readings == []
     assert "nv_gpu" not in _collect(None)
 

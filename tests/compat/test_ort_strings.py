@@ -64,15 +64,17 @@ def test_bytes_that_are_not_utf8_are_refused(server: Server, protocol: str) -> N
 
 def test_only_the_request_with_bad_bytes_fails_in_a_batch(onnx_repo: Path) -> None:
     model_dir = onnx_repo / "identity_string"
-    cfg = model_config.load_model_config(model_dir, model_name="identity_string",
-                                         auto_completers=AUTO_COMPLETERS)
+    cfg = model_config.load_model_config(
+        model_dir, model_name="identity_string", auto_completers=AUTO_COMPLETERS
+    )
     ctx = ModelContext("identity_string", 1, model_dir, model_dir / "1", cfg, "{}")
     backend = OnnxRuntimeBackend(ctx)
     instance = backend.new_instance(InstanceSpec("identity_string_0", "CPU", 0))
     try:
-        requests = [InferRequest("identity_string", inputs=[InferInput("INPUT0", "BYTES", (1, 4),
-                                                                       data)])
-                    for data in (GOOD, BAD, GOOD[:, ::-1].copy())]
+        requests = [
+            InferRequest("identity_string", inputs=[InferInput("INPUT0", "BYTES", (1, 4), data)])
+            for data in (GOOD, BAD, GOOD[:, ::-1].copy())
+        ]
         results = instance.execute(requests, ExecTiming())
         assert isinstance(results[1], TritonliteError)
         assert results[1].code == ErrorCode.INVALID_ARG

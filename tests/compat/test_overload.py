@@ -26,7 +26,7 @@ from tritonclient.utils import InferenceServerException
 
 pytestmark = pytest.mark.timeout(120)
 
-SLOW = '''
+SLOW = """
 import time
 import triton_python_backend_utils as pb_utils
 
@@ -37,25 +37,25 @@ class TritonPythonModel:
         return [pb_utils.InferenceResponse(
             [pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())])
             for r in requests]
-'''
+"""
 
-BOUNDED = '''
+BOUNDED = """
 backend: "python"
 max_batch_size: 1
 input { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] }
 output { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] }
 instance_group [ { count: 1 kind: KIND_CPU } ]
 dynamic_batching { default_queue_policy { max_queue_size: 2 } }
-'''
+"""
 
-DECOUPLED_CACHED = '''
+DECOUPLED_CACHED = """
 backend: "python"
 max_batch_size: 0
 model_transaction_policy { decoupled: true }
 response_cache { enable: true }
 input { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] }
 output { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] }
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +79,9 @@ def _rejected(server: Server, model: str) -> int:
     return 0
 
 
-async def _one(client: aioclient.InferenceServerClient, value: float
-               ) -> tuple[float, float | InferenceServerException]:
+async def _one(
+    client: aioclient.InferenceServerClient, value: float
+) -> tuple[float, float | InferenceServerException]:
     inp = aioclient.InferInput("IN", [1, 1], "FP32")
     inp.set_data_from_numpy(np.array([[value]], dtype=np.float32))
     t0 = time.monotonic()
@@ -144,8 +145,9 @@ def test_grpc_sees_unavailable_for_a_full_queue(server: Server) -> None:
         outcomes = list(pool.map(one, range(6)))
     shed = [o for o in outcomes if o != "ok"]
     assert shed and outcomes.count("ok") >= 3, outcomes
-    assert all(o.startswith("StatusCode.UNAVAILABLE") and "Exceeds maximum queue size" in o
-               for o in shed), outcomes
+    assert all(
+        o.startswith("StatusCode.UNAVAILABLE") and "Exceeds maximum queue size" in o for o in shed
+    ), outcomes
 
 
 def test_a_decoupled_model_asking_for_the_cache_fails_to_load(server: Server) -> None:
@@ -153,8 +155,10 @@ def test_a_decoupled_model_asking_for_the_cache_fails_to_load(server: Server) ->
     try:
         index = {m["name"]: m for m in h.get_model_repository_index()}
         assert index["dec_cached"]["state"] == "UNAVAILABLE"
-        assert "Response Cache does not currently support model dec_cached with 'decoupled'" \
-            in index["dec_cached"]["reason"], index["dec_cached"]
+        assert (
+            "Response Cache does not currently support model dec_cached with 'decoupled'"
+            in index["dec_cached"]["reason"]
+        ), index["dec_cached"]
         assert h.is_model_ready("bounded")
     finally:
         h.close()

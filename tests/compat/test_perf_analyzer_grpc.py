@@ -29,14 +29,31 @@ def run_pa(binary: str, server: Any, *args: str) -> str:
     # --stability-percentage: perf_analyzer shares this 2-core machine with the server (and
     # with whatever else runs), so windows are allowed to differ a lot; one retry when even
     # that is not stable enough, never on any other failure.
-    return run_perf_analyzer(binary, "add_sub", server.grpc_url, "grpc", *args, stability=80,
-                             max_trials=10, timeout=80, retry_unstable=True)
+    return run_perf_analyzer(
+        binary,
+        "add_sub",
+        server.grpc_url,
+        "grpc",
+        *args,
+        stability=80,
+        max_trials=10,
+        timeout=80,
+        retry_unstable=True,
+    )
 
 
-@pytest.mark.parametrize("extra", [
-    [], ["--async"], ["--streaming"], ["--shared-memory=system"],
-    ["--async", "--streaming", "--concurrency-range", "4"], ["-b", "4", "--async"],
-], ids=["sync", "async", "streaming", "shm", "streaming-concurrency4", "batch4-async"])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [],
+        ["--async"],
+        ["--streaming"],
+        ["--shared-memory=system"],
+        ["--async", "--streaming", "--concurrency-range", "4"],
+        ["-b", "4", "--async"],
+    ],
+    ids=["sync", "async", "streaming", "shm", "streaming-concurrency4", "batch4-async"],
+)
 def test_perf_analyzer_grpc(perf_analyzer: str, server: Any, extra: list[str]) -> None:
     out = run_pa(perf_analyzer, server, *extra)
     assert throughput(out) > 0
@@ -48,8 +65,13 @@ def test_perf_analyzer_grpc(perf_analyzer: str, server: Any, extra: list[str]) -
 def test_perf_analyzer_grpc_shm_leaves_no_regions(perf_analyzer: str, server: Any) -> None:
     import tritonclient.grpc as grpcclient
 
-    run_pa(perf_analyzer, server, "--shared-memory=system", "--output-shared-memory-size=1024",
-           "--streaming")
+    run_pa(
+        perf_analyzer,
+        server,
+        "--shared-memory=system",
+        "--output-shared-memory-size=1024",
+        "--streaming",
+    )
     c = grpcclient.InferenceServerClient(server.grpc_url)
     assert c.get_system_shared_memory_status().regions == {}
     assert c.get_cuda_shared_memory_status().regions == {}

@@ -25,10 +25,17 @@ def run_pa(binary: str, server: Any, *args: str) -> str:
     return run_perf_analyzer(binary, "add_sub", server.http_url, "http", *args)
 
 
-@pytest.mark.parametrize("extra", [[], ["--shared-memory=system"], ["-b", "4"],
-                                   ["--concurrency-range", "4"], ["--input-tensor-format=json",
-                                                                  "--output-tensor-format=json"]],
-                         ids=["plain", "shm", "batch4", "concurrency4", "json"])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [],
+        ["--shared-memory=system"],
+        ["-b", "4"],
+        ["--concurrency-range", "4"],
+        ["--input-tensor-format=json", "--output-tensor-format=json"],
+    ],
+    ids=["plain", "shm", "batch4", "concurrency4", "json"],
+)
 def test_perf_analyzer_http(perf_analyzer: str, server: Any, extra: list[str]) -> None:
     out = run_pa(perf_analyzer, server, *extra)
     assert throughput(out) > 0

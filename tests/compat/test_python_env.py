@@ -41,7 +41,7 @@ pytestmark = pytest.mark.timeout(300)  # the first run builds the numpy<2 enviro
 
 PROTOCOLS = ["http", "grpc"]
 
-NUMPY1_MODEL = '''
+NUMPY1_MODEL = """
 import json
 
 import numpy as np
@@ -78,9 +78,9 @@ class TritonPythonModel:
 
     def finalize(self):
         print("finalized under numpy", np.__version__)
-'''
+"""
 
-CONFIG = '''
+CONFIG = """
 backend: "python"
 max_batch_size: 8
 input [{{ name: "IN" data_type: TYPE_FP32 dims: [4] }}]
@@ -90,9 +90,9 @@ output [{{ name: "OUT" data_type: TYPE_FP32 dims: [4] }},
 instance_group [{{ count: 1 kind: KIND_CPU }}]
 dynamic_batching {{ max_queue_delay_microseconds: {delay} }}
 {env}
-'''
+"""
 
-CRASHY_MODEL = '''
+CRASHY_MODEL = """
 import os
 import time
 
@@ -116,18 +116,18 @@ class TritonPythonModel:
             pid = np.full((x.shape[0], 1), os.getpid(), dtype=np.int64)
             out.append(pb_utils.InferenceResponse([pb_utils.Tensor("PID", pid)]))
         return out
-'''
+"""
 
-CRASHY_CONFIG = '''
+CRASHY_CONFIG = """
 backend: "python"
 max_batch_size: 8
 input [{ name: "IN" data_type: TYPE_FP32 dims: [4] }]
 output [{ name: "PID" data_type: TYPE_INT64 dims: [1] }]
 instance_group [{ count: 1 kind: KIND_CPU }]
 parameters { key: "EXECUTION_ENV_PATH" value: { string_value: "$$TRITON_MODEL_DIRECTORY/env" } }
-'''
+"""
 
-ECHO_MODEL = '''
+ECHO_MODEL = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -147,9 +147,9 @@ class TritonPythonModel:
             except TypeError:  # Triton 2.51 has no response parameters
                 out.append(pb_utils.InferenceResponse(tensors))
         return out
-'''
+"""
 
-ECHO_CONFIG = '''
+ECHO_CONFIG = """
 backend: "python"
 max_batch_size: 0
 input [{ name: "TEXT" data_type: TYPE_STRING dims: [-1] },
@@ -158,9 +158,9 @@ output [{ name: "TEXT_OUT" data_type: TYPE_STRING dims: [-1] },
         { name: "BIG_OUT" data_type: TYPE_FP32 dims: [-1] }]
 instance_group [{ count: 2 kind: KIND_CPU }]
 parameters { key: "EXECUTION_ENV_PATH" value: { string_value: "@ENV@" } }
-'''
+"""
 
-AUTO_MODEL = '''
+AUTO_MODEL = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -182,9 +182,9 @@ class TritonPythonModel:
         return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", (
             pb_utils.get_input_tensor_by_name(r, "IN").as_numpy() * SCALE).astype(np.float32))])
             for r in requests]
-'''
+"""
 
-AUTO_BAD_MODEL = '''
+AUTO_BAD_MODEL = """
 class TritonPythonModel:
     @staticmethod
     def auto_complete_config(auto_complete_model_config):
@@ -193,9 +193,9 @@ class TritonPythonModel:
 
     def execute(self, requests):
         return []
-'''
+"""
 
-BLS_MODEL = '''
+BLS_MODEL = """
 import asyncio
 
 import numpy as np
@@ -239,17 +239,17 @@ class TritonPythonModel:
                 pb_utils.Tensor("PARTS", np.array([b",".join(texts)] * x.shape[0],
                                                   dtype=np.object_).reshape(-1, 1))]))
         return responses
-'''
+"""
 
-BLS_CONFIG = '''
+BLS_CONFIG = """
 backend: "python"
 max_batch_size: 8
 input [{ name: "IN" data_type: TYPE_FP32 dims: [4] }]
 output [{ name: "OUT" data_type: TYPE_FP32 dims: [4] },
         { name: "PARTS" data_type: TYPE_STRING dims: [1] }]
-'''
+"""
 
-BAD_INIT_MODEL = '''
+BAD_INIT_MODEL = """
 import numpy as np
 
 
@@ -259,25 +259,39 @@ class TritonPythonModel:
 
     def execute(self, requests):
         return []
-'''
+"""
 
 
 def _env_param(value: str) -> str:
-    return (f'parameters {{ key: "EXECUTION_ENV_PATH" value: {{ string_value: "{value}" }} }}')
+    return f'parameters {{ key: "EXECUTION_ENV_PATH" value: {{ string_value: "{value}" }} }}'
 
 
 def _build_np1_env(python: str, dest: Path) -> None:
     """A venv of ``python`` with numpy<2 at ``dest`` (built beside it, then renamed there)."""
     tmp = Path(tempfile.mkdtemp(prefix=dest.name + ".", dir=dest.parent))
     try:
-        subprocess.run([python, "-m", "venv", str(tmp)], check=True, timeout=180,
-                       capture_output=True)
-        pip = subprocess.run([str(tmp / "bin" / "python"), "-m", "pip", "install", "-q",
-                              "--disable-pip-version-check", "numpy<2"],
-                             capture_output=True, text=True, timeout=600)
+        subprocess.run(
+            [python, "-m", "venv", str(tmp)], check=True, timeout=180, capture_output=True
+        )
+        pip = subprocess.run(
+            [
+                str(tmp / "bin" / "python"),
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--disable-pip-version-check",
+                "numpy<2",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         if pip.returncode != 0:
-            pytest.skip("cannot build an environment with numpy<2 (pip cannot reach an index "
-                        f"or has no numpy<2 wheel): {(pip.stderr or pip.stdout).strip()[-400:]}")
+            pytest.skip(
+                "cannot build an environment with numpy<2 (pip cannot reach an index "
+                f"or has no numpy<2 wheel): {(pip.stderr or pip.stdout).strip()[-400:]}"
+            )
         tmp.rename(dest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -293,9 +307,16 @@ def _cached_np1_env(python: str, version: str) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (dest / "bin" / "python").exists():
             _build_np1_env(python, dest)
-    probe = subprocess.run([str(dest / "bin" / "python"), "-c",
-                            "import numpy, sys; print(numpy.__version__, sys.version)"],
-                           capture_output=True, text=True, timeout=120)
+    probe = subprocess.run(
+        [
+            str(dest / "bin" / "python"),
+            "-c",
+            "import numpy, sys; print(numpy.__version__, sys.version)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert probe.returncode == 0 and probe.stdout.startswith("1."), probe
     assert probe.stdout.split()[1].startswith(version + "."), probe
     return dest
@@ -317,8 +338,13 @@ def py38_env() -> Path:
     candidates.append(shutil.which("python3.8"))  # (a pyenv shim may not run: probed below)
 
     def runs(python: str | None) -> bool:
-        return bool(python) and subprocess.run(
-            [str(python), "-c", "import venv"], capture_output=True, timeout=60).returncode == 0
+        return (
+            bool(python)
+            and subprocess.run(
+                [str(python), "-c", "import venv"], capture_output=True, timeout=60
+            ).returncode
+            == 0
+        )
 
     found = next((c for c in candidates if runs(c)), None)
     if found is None:
@@ -329,10 +355,15 @@ def py38_env() -> Path:
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory, np1_env: Path) -> Path:
     r = tmp_path_factory.mktemp("python_env")
-    write_python_model(r, "np1_dir", NUMPY1_MODEL,
-                       CONFIG.format(delay=0, env=_env_param(str(np1_env))))
-    write_python_model(r, "np1_tar", NUMPY1_MODEL, CONFIG.format(
-        delay=200000, env=_env_param("$$TRITON_MODEL_DIRECTORY/env.tar.gz")))
+    write_python_model(
+        r, "np1_dir", NUMPY1_MODEL, CONFIG.format(delay=0, env=_env_param(str(np1_env)))
+    )
+    write_python_model(
+        r,
+        "np1_tar",
+        NUMPY1_MODEL,
+        CONFIG.format(delay=200000, env=_env_param("$$TRITON_MODEL_DIRECTORY/env.tar.gz")),
+    )
     # A tarred venv, as a user would ship one next to config.pbtxt (bin/python stays a link).
     with tarfile.open(r / "np1_tar" / "env.tar.gz", "w:gz", compresslevel=1) as tar:
         tar.add(np1_env, arcname=".")
@@ -347,30 +378,55 @@ def repo(tmp_path_factory: pytest.TempPathFactory, np1_env: Path) -> Path:
         write_python_model(r, name, code, DEC_CONFIG)
         write_python_model(r, f"{name}_env", code, DEC_CONFIG + _env_param(str(np1_env)))
     write_python_model(r, "bls_env", BLS_MODEL, BLS_CONFIG + _env_param(str(np1_env)))
-    write_python_model(r, "bad_init", BAD_INIT_MODEL, CONFIG.format(
-        delay=0, env=_env_param(str(np1_env))))
-    write_python_model(r, "missing_env", NUMPY1_MODEL, CONFIG.format(
-        delay=0, env=_env_param("$$TRITON_MODEL_DIRECTORY/missing.tar.gz")))
-    write_python_model(r, "not_an_env", NUMPY1_MODEL, CONFIG.format(
-        delay=0, env=_env_param("$$TRITON_MODEL_DIRECTORY/config.pbtxt")))
+    write_python_model(
+        r, "bad_init", BAD_INIT_MODEL, CONFIG.format(delay=0, env=_env_param(str(np1_env)))
+    )
+    write_python_model(
+        r,
+        "missing_env",
+        NUMPY1_MODEL,
+        CONFIG.format(delay=0, env=_env_param("$$TRITON_MODEL_DIRECTORY/missing.tar.gz")),
+    )
+    write_python_model(
+        r,
+        "not_an_env",
+        NUMPY1_MODEL,
+        CONFIG.format(delay=0, env=_env_param("$$TRITON_MODEL_DIRECTORY/config.pbtxt")),
+    )
     return r
 
 
 @pytest.fixture(scope="module")
 def server(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     cache = tmp_path_factory.mktemp("env_cache")
-    s = start_server(repo, "--allow-metrics=false", "--model-control-mode=explicit",
-                     "--load-model=np1_dir", "--load-model=np1_tar", "--load-model=crashy",
-                     "--load-model=echo", "--load-model=auto_env", "--load-model=dec",
-                     "--load-model=dec_env", "--load-model=dec_async",
-                     "--load-model=dec_async_env", "--load-model=bls_env",
-                     env={"TRITONLITE_PYTHON_ENV_CACHE": str(cache)})
+    s = start_server(
+        repo,
+        "--allow-metrics=false",
+        "--model-control-mode=explicit",
+        "--load-model=np1_dir",
+        "--load-model=np1_tar",
+        "--load-model=crashy",
+        "--load-model=echo",
+        "--load-model=auto_env",
+        "--load-model=dec",
+        "--load-model=dec_env",
+        "--load-model=dec_async",
+        "--load-model=dec_async_env",
+        "--load-model=bls_env",
+        env={"TRITONLITE_PYTHON_ENV_CACHE": str(cache)},
+    )
     yield s
     s.stop()
 
 
-def _infer(server: Server, protocol: str, model: str, x: np.ndarray,
-           request_id: str = "", parameters: dict[str, str] | None = None) -> dict[str, Any]:
+def _infer(
+    server: Server,
+    protocol: str,
+    model: str,
+    x: np.ndarray,
+    request_id: str = "",
+    parameters: dict[str, str] | None = None,
+) -> dict[str, Any]:
     client, mod = client_for(server, protocol)
     inp = mod.InferInput("IN", list(x.shape), "FP32")
     inp.set_data_from_numpy(x)
@@ -383,8 +439,7 @@ def _infer(server: Server, protocol: str, model: str, x: np.ndarray,
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 @pytest.mark.parametrize("model", ["np1_dir", "np1_tar"])
-def test_numpy1_model_runs_in_its_environment(server: Server, protocol: str,
-                                              model: str) -> None:
+def test_numpy1_model_runs_in_its_environment(server: Server, protocol: str, model: str) -> None:
     x = np.array([[1.0, -0.0, 2.5, 1e30]], dtype=np.float32)
     out = _infer(server, protocol, model, x, request_id="r-7", parameters={"k": "v"})
     np.testing.assert_array_equal(out["OUT"], x * 2)
@@ -402,7 +457,8 @@ def test_model_errors_reach_the_client(server: Server, protocol: str) -> None:
         _infer(server, protocol, "np1_dir", np.full((1, 4), 13, dtype=np.float32))
     assert e.value.message().startswith(
         "Failed to process the request(s) for model 'np1_dir_0_0', message: "
-        "TritonModelException: thirteen is unlucky"), e.value.message()
+        "TritonModelException: thirteen is unlucky"
+    ), e.value.message()
     assert "model.py(" in e.value.message()  # the model's frames, as Triton's stub reports
     out = _infer(server, protocol, "np1_dir", np.ones((1, 4), dtype=np.float32))
     np.testing.assert_array_equal(out["OUT"], np.full((1, 4), 2, dtype=np.float32))
@@ -450,7 +506,8 @@ def test_requests_are_batched_and_counted(server: Server) -> None:
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_without_the_parameter_the_load_error_names_the_numpy_api(
-        server: Server, protocol: str) -> None:
+    server: Server, protocol: str
+) -> None:
     client, _ = client_for(server, protocol)
     with pytest.raises(InferenceServerException) as e:
         client.load_model("np1_in_process")
@@ -461,13 +518,21 @@ def test_without_the_parameter_the_load_error_names_the_numpy_api(
     assert not client.is_model_ready("np1_in_process")
 
 
-@pytest.mark.parametrize(("model", "expected"), [
-    ("bad_init", "RuntimeError: initialize refused under numpy 1."),
-    ("missing_env", "Internal: Failed to get the canonical path for {repo}/missing_env/"
-                    "missing.tar.gz.;"),  # Triton 2.51's message
-    ("not_an_env", "EXECUTION_ENV_PATH of model 'not_an_env': '{repo}/not_an_env/config.pbtxt'"
-                   " is neither a directory nor a tar archive"),
-])
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        ("bad_init", "RuntimeError: initialize refused under numpy 1."),
+        (
+            "missing_env",
+            "Internal: Failed to get the canonical path for {repo}/missing_env/missing.tar.gz.;",
+        ),  # Triton 2.51's message
+        (
+            "not_an_env",
+            "EXECUTION_ENV_PATH of model 'not_an_env': '{repo}/not_an_env/config.pbtxt'"
+            " is neither a directory nor a tar archive",
+        ),
+    ],
+)
 def test_load_failures(server: Server, repo: Path, model: str, expected: str) -> None:
     client, _ = client_for(server, "http")
     with pytest.raises(InferenceServerException) as e:
@@ -479,36 +544,55 @@ def test_load_failures(server: Server, repo: Path, model: str, expected: str) ->
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_auto_complete_runs_in_the_environment(server: Server, repo: Path,
-                                               protocol: str) -> None:
+def test_auto_complete_runs_in_the_environment(server: Server, repo: Path, protocol: str) -> None:
     client, mod = client_for(server, protocol)
     config = client.get_model_config("auto_env")
-    config = config if protocol == "http" else json.loads(
-        __import__("google.protobuf.json_format").protobuf.json_format.MessageToJson(
-            config.config, preserving_proto_field_name=True))
+    config = (
+        config
+        if protocol == "http"
+        else json.loads(
+            __import__("google.protobuf.json_format").protobuf.json_format.MessageToJson(
+                config.config, preserving_proto_field_name=True
+            )
+        )
+    )
     assert config["max_batch_size"] == 4 and "dynamic_batching" in config
     assert [i["name"] for i in config["input"]] == ["IN"]
     inp = mod.InferInput("IN", [2, 4], "FP32")
     inp.set_data_from_numpy(np.ones((2, 4), dtype=np.float32))
-    np.testing.assert_array_equal(client.infer("auto_env", [inp]).as_numpy("OUT"),
-                                  np.full((2, 4), 3, dtype=np.float32))
+    np.testing.assert_array_equal(
+        client.infer("auto_env", [inp]).as_numpy("OUT"), np.full((2, 4), 3, dtype=np.float32)
+    )
     with pytest.raises(InferenceServerException) as e:
         client.load_model("auto_bad")
     message = e.value.message()
     assert message.startswith(
         "load failed for model 'auto_bad': version 1 is at UNAVAILABLE state: Internal: "
         "ValueError: input 'IN' in auto-complete-config function for model 'auto_bad' is "
-        "missing 'data_type' property.\n\nAt:\n"), message
+        "missing 'data_type' property.\n\nAt:\n"
+    ), message
     assert message.endswith(f"{repo}/auto_bad/1/model.py(5): auto_complete_config\n;\n")
 
 
-DECOUPLED_CASES = [("count", 2), ("last", 3), ("err", None), ("errfinal", None), ("thread", 2),
-                   ("raise", None), ("return", None), ("count", 0), ("misuse", None),
-                   ("report", None)]
+DECOUPLED_CASES = [
+    ("count", 2),
+    ("last", 3),
+    ("err", None),
+    ("errfinal", None),
+    ("thread", 2),
+    ("raise", None),
+    ("return", None),
+    ("count", 0),
+    ("misuse", None),
+    ("report", None),
+]
 
 
-def _stream_messages(server: Server, model: str, cases: list[tuple[str, int | None]],
-                     ) -> list[Any]:
+def _stream_messages(
+    server: Server,
+    model: str,
+    cases: list[tuple[str, int | None]],
+) -> list[Any]:
     """Each case's messages on one stream: (request id, final, TEXT, I) or the error text,
     with ``model`` written as "M" (the two models' names differ)."""
     stream = Stream(server.grpc_url)
@@ -532,9 +616,14 @@ def _stream_messages(server: Server, model: str, cases: list[tuple[str, int | No
                 r = result.get_response()
                 text_out = result.as_numpy("TEXT")
                 i_out = result.as_numpy("I")
-                out.append((r.id, is_final(result),
-                            None if text_out is None else text_out.tolist(),
-                            None if i_out is None else i_out.tolist()))
+                out.append(
+                    (
+                        r.id,
+                        is_final(result),
+                        None if text_out is None else text_out.tolist(),
+                        None if i_out is None else i_out.tolist(),
+                    )
+                )
                 if is_final(result):
                     break
     finally:
@@ -552,13 +641,13 @@ def test_decoupled_models_stream_the_same_in_an_environment(server: Server, mode
     assert ours == _stream_messages(server, model, cases)
     assert any(m[0] == "error" for m in ours) and len(ours) > len(cases)
     client = httpclient.InferenceServerClient(server.http_url)
-    stats = [client.get_inference_statistics(m)["model_stats"][0]
-             for m in (f"{model}_env", model)]
+    stats = [client.get_inference_statistics(m)["model_stats"][0] for m in (f"{model}_env", model)]
     for key in ("inference_count", "execution_count"):
         assert stats[0][key] == stats[1][key], key
     for key in ("success", "fail"):
-        assert stats[0]["inference_stats"][key]["count"] == \
-            stats[1]["inference_stats"][key]["count"], key
+        assert (
+            stats[0]["inference_stats"][key]["count"] == stats[1]["inference_stats"][key]["count"]
+        ), key
     assert stats[0]["response_stats"].keys() == stats[1]["response_stats"].keys()
 
 
@@ -570,7 +659,9 @@ def test_cancelling_a_stream_reaches_the_environment(server: Server) -> None:
         inputs[0].set_data_from_numpy(np.array([b"cancel"], dtype=object))
         s.send("dec_env", inputs, "c", empty_final=False)
         assert [s.take(timeout=30)[0].as_numpy("TEXT").tolist() for _ in range(2)] == [
-            [b"tick0"], [b"tick1"]]
+            [b"tick0"],
+            [b"tick1"],
+        ]
         s.client.stop_stream(cancel_requests=True)
     finally:
         s.client.close()
@@ -580,7 +671,7 @@ def test_cancelling_a_stream_reaches_the_environment(server: Server) -> None:
         try:
             inputs[0].set_data_from_numpy(np.array([b"report"], dtype=object))
             check.send("dec_env", inputs, "report")
-            (result, error), = check.until_final(timeout=30)
+            ((result, error),) = check.until_final(timeout=30)
             assert error is None
             return json.loads(result.as_numpy("TEXT")[0])  # type: ignore[no-any-return]
         finally:
@@ -607,15 +698,18 @@ def test_decoupled_worker_killed_mid_stream_ends_the_request(server: Server) -> 
             result, error = stream.take(timeout=30)
             if error is not None:
                 break
-        assert error.message() == ("the python process of model instance 'dec_env_0' exited "
-                                   "before the request's final response"), error.message()
-        wait_until(lambda: len(re.findall(r"'dec_env_0' runs in ", server.output())) > len(pids),
-                   timeout=60)
+        assert error.message() == (
+            "the python process of model instance 'dec_env_0' exited "
+            "before the request's final response"
+        ), error.message()
+        wait_until(
+            lambda: len(re.findall(r"'dec_env_0' runs in ", server.output())) > len(pids),
+            timeout=60,
+        )
         inputs[0].set_data_from_numpy(np.array([b"last"], dtype=object))
         stream.send("dec_env", inputs, "after", empty_final=True)
         got = stream.until_final(1, timeout=30)
-        assert [r.as_numpy("TEXT").tolist() for r, _ in got] == [[b"last0"], [b"last1"],
-                                                                   [b"last2"]]
+        assert [r.as_numpy("TEXT").tolist() for r, _ in got] == [[b"last0"], [b"last1"], [b"last2"]]
     finally:
         stream.close()
 
@@ -649,8 +743,9 @@ def _wait_ready(server: Server) -> None:
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_worker_killed_mid_request_fails_it_and_restarts(server: Server, repo: Path,
-                                                         protocol: str) -> None:
+def test_worker_killed_mid_request_fails_it_and_restarts(
+    server: Server, repo: Path, protocol: str
+) -> None:
     _wait_ready(server)
     first = _pid(server)
     busy = repo / "crashy" / "1" / "busy"
@@ -679,8 +774,9 @@ def test_a_worker_that_dies_idle_is_replaced_at_once(server: Server) -> None:
     _wait_ready(server)
     first = _pid(server)
     os.kill(first, signal.SIGKILL)
-    wait_until(lambda: f"'crashy_0_0' (pid {first}) exited while idle" in server.output(),
-               timeout=60)
+    wait_until(
+        lambda: f"'crashy_0_0' (pid {first}) exited while idle" in server.output(), timeout=60
+    )
     _wait_ready(server)
     assert _pid(server) != first
 
@@ -707,11 +803,13 @@ def test_unload_finalizes_in_the_environment(server: Server) -> None:
     assert out["NUMPY"][0, 0].startswith(b"1.")
 
 
-def test_an_older_python_runs_the_worker(tmp_path: Path, py38_env: Path,
-                                         server_factory: Callable[..., Server]) -> None:
+def test_an_older_python_runs_the_worker(
+    tmp_path: Path, py38_env: Path, server_factory: Callable[..., Server]
+) -> None:
     """The environment's interpreter need not be the server's: Python 3.8 with numpy 1.x."""
-    write_python_model(tmp_path, "old", NUMPY1_MODEL,
-                       CONFIG.format(delay=0, env=_env_param(str(py38_env))))
+    write_python_model(
+        tmp_path, "old", NUMPY1_MODEL, CONFIG.format(delay=0, env=_env_param(str(py38_env)))
+    )
     server = server_factory(tmp_path, "--allow-metrics=false", "--allow-grpc=false")
     out = _infer(server, "http", "old", np.ones((2, 4), dtype=np.float32))
     np.testing.assert_array_equal(out["OUT"], np.full((2, 4), 2, dtype=np.float32))
@@ -721,6 +819,7 @@ def test_an_older_python_runs_the_worker(tmp_path: Path, py38_env: Path,
 
 
 # -- the same requests against real Triton 2.51 ------------------------------------------------
+
 
 def _models_ready(client: httpclient.InferenceServerClient, models: tuple[str, ...]) -> bool:
     try:
@@ -732,11 +831,15 @@ def _models_ready(client: httpclient.InferenceServerClient, models: tuple[str, .
 @pytest.fixture(scope="module")
 def triton(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceTriton]:
     models = ("np1_dir", "np1_tar", "echo", "auto_env")
-    r = ReferenceTriton(require_reference(), repo, "--model-control-mode=explicit",
-                        *[f"--load-model={m}" for m in models], timeout=180,
-                        log=tmp_path_factory.mktemp("triton_log") / "triton.log",
-                        ready=lambda ref: _models_ready(
-                            httpclient.InferenceServerClient(ref.http_url), models))
+    r = ReferenceTriton(
+        require_reference(),
+        repo,
+        "--model-control-mode=explicit",
+        *[f"--load-model={m}" for m in models],
+        timeout=180,
+        log=tmp_path_factory.mktemp("triton_log") / "triton.log",
+        ready=lambda ref: _models_ready(httpclient.InferenceServerClient(ref.http_url), models),
+    )
     yield r
     r.stop()
 
@@ -748,8 +851,7 @@ class _Url:
 
 def _outcome(target: Any, protocol: str, model: str, x: np.ndarray) -> Any:
     try:
-        out = _infer(target, protocol, model, x, request_id="cmp",
-                     parameters={"k": "v", "n": "1"})
+        out = _infer(target, protocol, model, x, request_id="cmp", parameters={"k": "v", "n": "1"})
     except InferenceServerException as exc:
         return ("error", exc.status(), exc.message())
     request_id, params = out.pop("TAG")[0, 0].decode().split("|", 1)
@@ -777,8 +879,7 @@ def test_same_as_triton(server: Server, triton: ReferenceTriton, repo: Path, pro
         inputs[0].set_data_from_numpy(text)
         inputs[1].set_data_from_numpy(big)
         result = c.infer("echo", inputs)
-        answers.append((result.as_numpy("TEXT_OUT").tolist(),
-                        result.as_numpy("BIG_OUT").tolist()))
+        answers.append((result.as_numpy("TEXT_OUT").tolist(), result.as_numpy("BIG_OUT").tolist()))
     assert answers[0] == answers[1]
     answers = []
     for c in (client, ref):

@@ -35,8 +35,22 @@ def _raised(code: str) -> BaseException:
     raise AssertionError("no exception")
 
 
-@pytest.mark.parametrize("name", ["NINF", "float_", "PINF", "NaN", "Inf", "product",
-                                  "cumproduct", "alltrue", "sometrue", "in1d", "string_"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "NINF",
+        "float_",
+        "PINF",
+        "NaN",
+        "Inf",
+        "product",
+        "cumproduct",
+        "alltrue",
+        "sometrue",
+        "in1d",
+        "string_",
+    ],
+)
 def test_numpy2_hint_names_the_api(name: str) -> None:
     exc = _raised(f"np.{name}")
     text = describe(exc)
@@ -46,14 +60,23 @@ def test_numpy2_hint_names_the_api(name: str) -> None:
 
 
 def test_numpy2_hint_follows_chained_exceptions() -> None:
-    exc = _raised("try:\n    np.NINF\nexcept AttributeError as e:\n"
-                  "    raise RuntimeError('initialize failed') from e\n")
+    exc = _raised(
+        "try:\n    np.NINF\nexcept AttributeError as e:\n"
+        "    raise RuntimeError('initialize failed') from e\n"
+    )
     assert isinstance(exc, RuntimeError)
     assert "`np.NINF`" in python_env.numpy2_hint(exc)
 
 
-@pytest.mark.parametrize("code", ["np.no_such_thing", "object().NINF", "1 / 0",
-                                  "raise AttributeError(\"module 'numpy' has no attribute 'x'\")"])
+@pytest.mark.parametrize(
+    "code",
+    [
+        "np.no_such_thing",
+        "object().NINF",
+        "1 / 0",
+        "raise AttributeError(\"module 'numpy' has no attribute 'x'\")",
+    ],
+)
 def test_no_hint_for_other_errors(code: str) -> None:
     assert python_env.numpy2_hint(_raised(code)) == ""
 
@@ -74,14 +97,22 @@ def test_resolve_a_directory_relative_or_expanded(tmp_path: Path) -> None:
         assert env.root == model_dir / "env" and env.python == python
 
 
-@pytest.mark.parametrize(("value", "expected"), [
-    ("", "EXECUTION_ENV_PATH of model 'm' is empty"),
-    ("nope.tar.gz", "Failed to get the canonical path for {d}/nope.tar.gz."),
-    ("plain.txt", "EXECUTION_ENV_PATH of model 'm': '{d}/plain.txt' is neither a directory nor "
-                  "a tar archive (e.g. a conda-pack .tar.gz)"),
-    ("empty", "EXECUTION_ENV_PATH of model 'm': the environment '{d}/empty' has no "
-              "bin/python3"),
-])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("", "EXECUTION_ENV_PATH of model 'm' is empty"),
+        ("nope.tar.gz", "Failed to get the canonical path for {d}/nope.tar.gz."),
+        (
+            "plain.txt",
+            "EXECUTION_ENV_PATH of model 'm': '{d}/plain.txt' is neither a directory nor "
+            "a tar archive (e.g. a conda-pack .tar.gz)",
+        ),
+        (
+            "empty",
+            "EXECUTION_ENV_PATH of model 'm': the environment '{d}/empty' has no bin/python3",
+        ),
+    ],
+)
 def test_resolve_failures(tmp_path: Path, value: str, expected: str) -> None:
     (tmp_path / "plain.txt").write_text("not a tarball")
     (tmp_path / "empty").mkdir()
@@ -113,8 +144,7 @@ def tar_filters(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
 
 
 @pytest.mark.usefixtures("tar_filters")
-def test_tarball_unpacked_once_by_content(tmp_path: Path,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tarball_unpacked_once_by_content(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cache = tmp_path / "cache"
     monkeypatch.setenv(python_env.CACHE_VARIABLE, str(cache))
     members = {"bin/python3": b"#!/bin/sh\n", "lib/x.py": b"x = 1\n"}
@@ -131,8 +161,9 @@ def test_tarball_unpacked_once_by_content(tmp_path: Path,
 
 
 @pytest.mark.usefixtures("tar_filters")
-def test_tarball_escaping_its_directory_is_refused(tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tarball_escaping_its_directory_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(python_env.CACHE_VARIABLE, str(tmp_path / "cache"))
     _tarball(tmp_path / "evil.tar.gz", {"../escaped": b"x", "bin/python3": b""})
     with pytest.raises(TritonliteError, match="cannot unpack"):
@@ -165,16 +196,19 @@ def test_tensors_cross_the_socket_intact() -> None:
         descs.append(packer.add("big", big))
         import threading
 
-        sender = threading.Thread(target=send_message,
-                                  args=(ours, {"tensors": descs}, packer.blobs))
+        sender = threading.Thread(
+            target=send_message, args=(ours, {"tensors": descs}, packer.blobs)
+        )
         sender.start()
         meta, buf = recv_message(theirs)
         sender.join()
         got = [unpack(d, buf) for d in meta["tensors"]]
         for want, have in zip([*ARRAYS, big], got):
             if want.dtype.kind in "OSU":
-                encoded = [x if isinstance(x, bytes) else str(x).encode() for x in
-                           want.reshape(-1).tolist()]
+                encoded = [
+                    x if isinstance(x, bytes) else str(x).encode()
+                    for x in want.reshape(-1).tolist()
+                ]
                 assert have.reshape(-1).tolist() == encoded and have.shape == want.shape
             else:
                 assert have.dtype == want.dtype.newbyteorder("=") and have.dtype.isnative
@@ -187,10 +221,12 @@ def test_tensors_cross_the_socket_intact() -> None:
 
 def test_a_description_outside_its_message_is_refused() -> None:
     with pytest.raises(ValueError, match="lies outside its message"):
-        unpack({"name": "x", "dtype": "<f4", "shape": [4], "offset": 8, "nbytes": 16},
-               bytearray(16))
+        unpack(
+            {"name": "x", "dtype": "<f4", "shape": [4], "offset": 8, "nbytes": 16}, bytearray(16)
+        )
     with pytest.raises(ValueError, match="16 bytes for shape"):
-        unpack({"name": "x", "dtype": "<f4", "shape": [3], "offset": 0, "nbytes": 16},
-               bytearray(16))
+        unpack(
+            {"name": "x", "dtype": "<f4", "shape": [3], "offset": 0, "nbytes": 16}, bytearray(16)
+        )
     with pytest.raises(TypeError, match="cannot cross"):
         Packer().add("v", np.zeros(2, dtype="V4"))

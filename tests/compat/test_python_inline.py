@@ -21,7 +21,7 @@ from repos import write_python_model
 
 pytestmark = pytest.mark.timeout(90)
 
-WHERE = '''
+WHERE = """
 import threading
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -37,34 +37,46 @@ class TritonPythonModel:
         return [pb_utils.InferenceResponse(
             [pb_utils.Tensor("OUT", np.array([info.encode()], dtype=object))])
             for _ in requests]
-'''
+"""
 
-CONFIG = '''
+CONFIG = """
 backend: "python"
 max_batch_size: 0
 input { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] }
 output { name: "OUT" data_type: TYPE_STRING dims: [ 1 ] }
-'''
+"""
 
 # Slow only off the loop thread: how a fast model looks on its instance thread while the busy loop
 # holds the GIL. And one that is slow everywhere.
 EXECUTE = "    def execute(self, requests):\n"
-SLOW_ON_THREAD = WHERE.replace(EXECUTE, EXECUTE + """\
+SLOW_ON_THREAD = WHERE.replace(
+    EXECUTE,
+    EXECUTE
+    + """\
         if threading.current_thread() is not threading.main_thread():
             import time
             time.sleep(0.001)
-""")
-SLOW = WHERE.replace(EXECUTE, EXECUTE + """\
+""",
+)
+SLOW = WHERE.replace(
+    EXECUTE,
+    EXECUTE
+    + """\
         import time
         time.sleep(0.001)
-""")
+""",
+)
 # Fast, but every 8th execute takes 4 ms (a batch preempted on a busy machine looks like this).
-SPIKY = WHERE.replace(EXECUTE, EXECUTE + """\
+SPIKY = WHERE.replace(
+    EXECUTE,
+    EXECUTE
+    + """\
         self.calls = getattr(self, "calls", 0) + 1
         if self.calls % 8 == 0:
             import time
             time.sleep(0.004)
-""")
+""",
+)
 assert SLOW_ON_THREAD != WHERE and SLOW != WHERE and SPIKY != WHERE
 
 OPT_OUT = 'parameters { key: "TRITONLITE_INLINE_EXECUTE" value { string_value: "false" } }\n'

@@ -53,7 +53,7 @@ class TritonPythonModel:
         print("Cleaning up...")
 '''
 
-ADD_SUB_CONFIG = '''
+ADD_SUB_CONFIG = """
 name: "{name}"
 backend: "python"
 max_batch_size: {mbs}
@@ -63,16 +63,16 @@ output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }},
          {{ name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] }} ]
 instance_group [ {{ count: {count} kind: KIND_CPU }} ]
 {extra}
-'''
+"""
 
-STRINGS_CONFIG = '''
+STRINGS_CONFIG = """
 backend: "python"
 max_batch_size: 0
 input { name: "IN" data_type: TYPE_STRING dims: [ -1 ] }
 output { name: "OUT" data_type: TYPE_STRING dims: [ -1 ] }
-'''
+"""
 
-BYTES_MODEL = '''
+BYTES_MODEL = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -92,9 +92,9 @@ class TritonPythonModel:
                 out = np.array([x[::-1] for x in items], dtype=object)
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", out)]))
         return responses
-'''
+"""
 
-ERRORS_MODEL = '''
+ERRORS_MODEL = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -120,9 +120,9 @@ class TritonPythonModel:
                     [pb_utils.Tensor("OUT", np.array([b"fine"], dtype=object))],
                     parameters={"note": "ok", "count": 3, "exact": True, "ratio": 0.5}))
         return responses
-'''
+"""
 
-UTILS_MODEL = '''
+UTILS_MODEL = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
 import utils
@@ -132,9 +132,9 @@ class TritonPythonModel:
     def execute(self, requests):
         return [pb_utils.InferenceResponse([pb_utils.Tensor(
             "OUT", np.array([utils.greeting().encode()], dtype=object))]) for _ in requests]
-'''
+"""
 
-AUTO_MODEL = '''
+AUTO_MODEL = """
 import triton_python_backend_utils as pb_utils
 
 
@@ -150,9 +150,9 @@ class TritonPythonModel:
     def execute(self, requests):
         return [pb_utils.InferenceResponse([pb_utils.Tensor(
             "Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() * 10)]) for r in requests]
-'''
+"""
 
-ASYNC_MODEL = '''
+ASYNC_MODEL = """
 import asyncio
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -166,9 +166,9 @@ class TritonPythonModel:
             return pb_utils.InferenceResponse([pb_utils.Tensor(
                 "OUT", np.array([b"async:" + x for x in items], dtype=object))])
         return list(await asyncio.gather(*(one(r) for r in requests)))
-'''
+"""
 
-ARGS_MODEL = '''
+ARGS_MODEL = """
 import json
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -186,9 +186,9 @@ class TritonPythonModel:
 
     def is_ready(self):
         return True
-'''
+"""
 
-NOT_READY_MODEL = '''
+NOT_READY_MODEL = """
 import triton_python_backend_utils as pb_utils
 
 
@@ -198,9 +198,9 @@ class TritonPythonModel:
 
     def execute(self, requests):
         return [pb_utils.InferenceResponse([]) for _ in requests]
-'''
+"""
 
-BATCH_MODEL = '''
+BATCH_MODEL = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -211,22 +211,23 @@ class TritonPythonModel:
         return [pb_utils.InferenceResponse([pb_utils.Tensor(
             "OUT", np.full_like(pb_utils.get_input_tensor_by_name(r, "IN").as_numpy(),
                                 len(requests)))]) for r in requests]
-'''
+"""
 
-BATCH_CONFIG = '''
+BATCH_CONFIG = """
 backend: "python"
 max_batch_size: 8
 input { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] }
 output { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }
 instance_group [ { count: 1 kind: KIND_CPU } ]
 dynamic_batching { max_queue_delay_microseconds: 50000 }
-'''
+"""
 
 DECOUPLED_CONFIG = STRINGS_CONFIG + "model_transaction_policy { decoupled: true }\n"
 
 
-def _write(repo: Path, name: str, code: str, config: str | None,
-           files: dict[str, str] | None = None) -> None:
+def _write(
+    repo: Path, name: str, code: str, config: str | None, files: dict[str, str] | None = None
+) -> None:
     vdir = repo / name / "1"
     vdir.mkdir(parents=True)
     (vdir / "model.py").write_text(textwrap.dedent(code))
@@ -239,15 +240,25 @@ def _write(repo: Path, name: str, code: str, config: str | None,
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = tmp_path_factory.mktemp("python_repo")
-    _write(repo, "add_sub", ADD_SUB, ADD_SUB_CONFIG.format(name="add_sub", mbs=8, count=2,
-                                                           extra=""))
-    _write(repo, "add_sub_nobatch", ADD_SUB, ADD_SUB_CONFIG.format(
-        name="add_sub_nobatch", mbs=0, count=1, extra=""))
+    _write(
+        repo, "add_sub", ADD_SUB, ADD_SUB_CONFIG.format(name="add_sub", mbs=8, count=2, extra="")
+    )
+    _write(
+        repo,
+        "add_sub_nobatch",
+        ADD_SUB,
+        ADD_SUB_CONFIG.format(name="add_sub_nobatch", mbs=0, count=1, extra=""),
+    )
     _write(repo, "strings", BYTES_MODEL, STRINGS_CONFIG)
     _write(repo, "errors", ERRORS_MODEL, STRINGS_CONFIG)
     for who in ("left", "right"):
-        _write(repo, f"utils_{who}", UTILS_MODEL, STRINGS_CONFIG,
-               files={"1/utils.py": f"def greeting():\n    return 'hello from {who}'\n"})
+        _write(
+            repo,
+            f"utils_{who}",
+            UTILS_MODEL,
+            STRINGS_CONFIG,
+            files={"1/utils.py": f"def greeting():\n    return 'hello from {who}'\n"},
+        )
     _write(repo, "auto", AUTO_MODEL, None)
     _write(repo, "async_model", ASYNC_MODEL, STRINGS_CONFIG)
     _write(repo, "args", ARGS_MODEL, STRINGS_CONFIG)
@@ -259,8 +270,13 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(repo: Path) -> Any:
-    s = start_server(repo, "--allow-grpc=false", "--allow-metrics=false",
-                     "--exit-on-error=false", "--strict-readiness=false")
+    s = start_server(
+        repo,
+        "--allow-grpc=false",
+        "--allow-metrics=false",
+        "--exit-on-error=false",
+        "--strict-readiness=false",
+    )
     yield s
     s.stop()
 
@@ -291,8 +307,9 @@ def _fp32(a: np.ndarray, b: np.ndarray, binary: bool = True) -> list[httpclient.
 def test_add_sub(client: Any, binary: bool) -> None:
     a = np.arange(8, dtype=np.float32).reshape(2, 4)
     b = np.ones((2, 4), dtype=np.float32)
-    outputs = [httpclient.InferRequestedOutput(n, binary_data=binary)
-               for n in ("OUTPUT0", "OUTPUT1")]
+    outputs = [
+        httpclient.InferRequestedOutput(n, binary_data=binary) for n in ("OUTPUT0", "OUTPUT1")
+    ]
     r = client.infer("add_sub", _fp32(a, b, binary), outputs=outputs, request_id="7")
     np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + b)
     np.testing.assert_array_equal(r.as_numpy("OUTPUT1"), a - b)
@@ -321,18 +338,23 @@ def test_metadata_and_config(client: Any) -> None:
 @pytest.mark.parametrize("binary", [True, False])
 def test_bytes_round_trip(client: Any, binary: bool) -> None:
     # JSON carries UTF-8 text only (and the model reverses bytes): binary gets arbitrary bytes.
-    values = ([b"abc", b"", "h\u00e9llo".encode(), b"\x00\x01\xff"] if binary
-              else [b"abc", b"", b"x y"])
-    r = client.infer("strings", _strings(values, binary),
-                     outputs=[httpclient.InferRequestedOutput("OUT", binary_data=binary)])
+    values = (
+        [b"abc", b"", "h\u00e9llo".encode(), b"\x00\x01\xff"] if binary else [b"abc", b"", b"x y"]
+    )
+    r = client.infer(
+        "strings",
+        _strings(values, binary),
+        outputs=[httpclient.InferRequestedOutput("OUT", binary_data=binary)],
+    )
     got = [v if isinstance(v, bytes) else v.encode() for v in r.as_numpy("OUT").tolist()]
     assert got == [v[::-1] for v in values]  # the client gives JSON BYTES back as str
     assert r.get_response()["outputs"][0]["datatype"] == "BYTES"
 
 
 def test_bytes_outputs_from_str_and_bytes_arrays(client: Any) -> None:
-    r = client.infer("strings", _strings([b"ab", "\u00e9t\u00e9".encode()]),
-                     parameters={"as_str": True})
+    r = client.infer(
+        "strings", _strings([b"ab", "\u00e9t\u00e9".encode()]), parameters={"as_str": True}
+    )
     assert r.as_numpy("OUT").tolist() == [b"AB", "\u00c9T\u00c9".encode()]
     r = client.infer("strings", _strings([b"ab", b"cde"]), parameters={"as_bytes_": True})
     assert r.as_numpy("OUT").tolist() == [b"ba", b"edc"]
@@ -353,8 +375,10 @@ def test_exception_in_execute_is_a_500(client: Any) -> None:
         client.infer("errors", _strings([b"raise"]))
     assert info.value.status() == "500"
     msg = info.value.message()
-    assert msg.startswith("Failed to process the request(s) for model 'errors_0', message: "
-                          "RuntimeError: the model broke\n\nAt:\n"), msg
+    assert msg.startswith(
+        "Failed to process the request(s) for model 'errors_0', message: "
+        "RuntimeError: the model broke\n\nAt:\n"
+    ), msg
     assert "model.py" in msg
     r = client.infer("errors", _strings([b"after"]))  # the instance keeps serving
     assert r.as_numpy("OUT").tolist() == [b"fine"]
@@ -381,9 +405,11 @@ def test_auto_complete_config(client: Any) -> None:
     cfg = client.get_model_config("auto")
     assert cfg["max_batch_size"] == 8
     assert [(i["name"], i["data_type"], i["dims"]) for i in cfg["input"]] == [
-        ("X", "TYPE_INT32", [2])]
+        ("X", "TYPE_INT32", [2])
+    ]
     assert [(o["name"], o["data_type"], o["dims"]) for o in cfg["output"]] == [
-        ("Y", "TYPE_INT32", [2])]
+        ("Y", "TYPE_INT32", [2])
+    ]
     assert cfg["dynamic_batching"]["preferred_batch_size"] == [8]
     x = np.array([[1, 2], [3, 4]], dtype=np.int32)
     i = httpclient.InferInput("X", [2, 2], "INT32")
@@ -429,12 +455,14 @@ def test_decoupled_model_loads_and_infer_refuses_it(client: Any) -> None:
 async def _burst(url: str, n: int) -> list[int]:
     c = aioclient.InferenceServerClient(url)
     try:
+
         async def one(k: int) -> int:
             i = aioclient.InferInput("IN", [1, 1], "INT32")
             i.set_data_from_numpy(np.array([[k]], dtype=np.int32))
             r = await c.infer("batcher", [i], request_id=str(k))
             assert r.get_response()["id"] == str(k)
             return int(r.as_numpy("OUT")[0, 0])
+
         return list(await asyncio.gather(*(one(k) for k in range(n))))
     finally:
         await c.close()

@@ -19,7 +19,7 @@ from tritonclient.utils import InferenceServerException
 
 pytestmark = pytest.mark.timeout(90)
 
-MODEL = '''
+MODEL = """
 import triton_python_backend_utils as pb_utils
 
 
@@ -36,14 +36,14 @@ class TritonPythonModel:
             else:
                 out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x)]))
         return out
-'''
+"""
 
-CONFIG = '''
+CONFIG = """
 backend: "python"
 max_batch_size: 0
 input { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] }
 output { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +71,8 @@ def test_error_responses_are_successes_and_raised_errors_failures(server: Server
         assert messages[1] == messages[2] == "answered with an error"
         assert messages[3].startswith(  # the instance name, as in Triton
             "Failed to process the request(s) for model 'outcomes_0', message: "
-            "TritonModelException: raised by the model"), messages[3]
+            "TritonModelException: raised by the model"
+        ), messages[3]
         st = client.get_inference_statistics("outcomes")["model_stats"][0]
     finally:
         client.close()

@@ -81,56 +81,129 @@ def _model(repo: Path, name: str, module: type[torch.nn.Module], config: str) ->
     (repo / name / "config.pbtxt").write_text(f'platform: "pytorch_libtorch"\n{config}')
 
 
-DTYPES = {"TYPE_INT64": np.int64, "TYPE_INT32": np.int32, "TYPE_FP16": np.float16,
-          "TYPE_FP64": np.float64, "TYPE_BOOL": np.bool_, "TYPE_UINT8": np.uint8,
-          "TYPE_INT8": np.int8, "TYPE_INT16": np.int16}
+DTYPES = {
+    "TYPE_INT64": np.int64,
+    "TYPE_INT32": np.int32,
+    "TYPE_FP16": np.float16,
+    "TYPE_FP64": np.float64,
+    "TYPE_BOOL": np.bool_,
+    "TYPE_UINT8": np.uint8,
+    "TYPE_INT8": np.int8,
+    "TYPE_INT16": np.int16,
+}
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
     repo = tmp_path_factory.mktemp("pt_repo")
-    _model(repo, "add_sub_pt", AddSub,
-           "max_batch_size: 8\ndynamic_batching { }\n"
-           + _io("input", "INPUT__0", "TYPE_FP32", "4") + _io("input", "INPUT__1", "TYPE_FP32", "4")
-           + _io("output", "OUTPUT__0", "TYPE_FP32", "4")
-           + _io("output", "OUTPUT__1", "TYPE_FP32", "4")
-           + "instance_group [ { count: 2 kind: KIND_CPU } ]\n")
+    _model(
+        repo,
+        "add_sub_pt",
+        AddSub,
+        "max_batch_size: 8\ndynamic_batching { }\n"
+        + _io("input", "INPUT__0", "TYPE_FP32", "4")
+        + _io("input", "INPUT__1", "TYPE_FP32", "4")
+        + _io("output", "OUTPUT__0", "TYPE_FP32", "4")
+        + _io("output", "OUTPUT__1", "TYPE_FP32", "4")
+        + "instance_group [ { count: 2 kind: KIND_CPU } ]\n",
+    )
     # forward(x, y): config lists y first; inputs are matched by argument name
-    _model(repo, "by_name", Sub, "max_batch_size: 0\n" + _io("input", "y", "TYPE_FP32", "3")
-           + _io("input", "x", "TYPE_FP32", "3") + _io("output", "z", "TYPE_FP32", "3"))
+    _model(
+        repo,
+        "by_name",
+        Sub,
+        "max_batch_size: 0\n"
+        + _io("input", "y", "TYPE_FP32", "3")
+        + _io("input", "x", "TYPE_FP32", "3")
+        + _io("output", "z", "TYPE_FP32", "3"),
+    )
     # names that are neither arguments nor <name>__<index>: config order
-    _model(repo, "by_order", Sub, "max_batch_size: 0\n" + _io("input", "FIRST", "TYPE_FP32", "3")
-           + _io("input", "SECOND", "TYPE_FP32", "3") + _io("output", "OUT", "TYPE_FP32", "3"))
-    _model(repo, "dict_in", DictSub, "max_batch_size: 0\n" + _io("input", "b", "TYPE_FP32", "2")
-           + _io("input", "a", "TYPE_FP32", "2") + _io("output", "OUTPUT__0", "TYPE_FP32", "2"))
-    _model(repo, "upper", Upper, "max_batch_size: 0\n"
-           + _io("input", "INPUT__0", "TYPE_STRING", "-1")
-           + _io("output", "OUTPUT__0", "TYPE_STRING", "-1"))
+    _model(
+        repo,
+        "by_order",
+        Sub,
+        "max_batch_size: 0\n"
+        + _io("input", "FIRST", "TYPE_FP32", "3")
+        + _io("input", "SECOND", "TYPE_FP32", "3")
+        + _io("output", "OUT", "TYPE_FP32", "3"),
+    )
+    _model(
+        repo,
+        "dict_in",
+        DictSub,
+        "max_batch_size: 0\n"
+        + _io("input", "b", "TYPE_FP32", "2")
+        + _io("input", "a", "TYPE_FP32", "2")
+        + _io("output", "OUTPUT__0", "TYPE_FP32", "2"),
+    )
+    _model(
+        repo,
+        "upper",
+        Upper,
+        "max_batch_size: 0\n"
+        + _io("input", "INPUT__0", "TYPE_STRING", "-1")
+        + _io("output", "OUTPUT__0", "TYPE_STRING", "-1"),
+    )
     for dtype in [*DTYPES, "TYPE_BF16"]:
-        _model(repo, f"identity_{dtype[5:].lower()}", Identity,
-               "max_batch_size: 4\n" + _io("input", "INPUT__0", dtype, "-1")
-               + _io("output", "OUTPUT__0", dtype, "-1"))
-    _model(repo, "matvec", MatVec, "max_batch_size: 0\n"
-           + _io("input", "INPUT__0", "TYPE_FP32", "-1, -1")
-           + _io("output", "OUTPUT__0", "TYPE_FP32", "-1, 3"))
+        _model(
+            repo,
+            f"identity_{dtype[5:].lower()}",
+            Identity,
+            "max_batch_size: 4\n"
+            + _io("input", "INPUT__0", dtype, "-1")
+            + _io("output", "OUTPUT__0", dtype, "-1"),
+        )
+    _model(
+        repo,
+        "matvec",
+        MatVec,
+        "max_batch_size: 0\n"
+        + _io("input", "INPUT__0", "TYPE_FP32", "-1, -1")
+        + _io("output", "OUTPUT__0", "TYPE_FP32", "-1, 3"),
+    )
     # must fail per request
-    _model(repo, "wrong_type", ToDouble, "max_batch_size: 0\n"
-           + _io("input", "INPUT__0", "TYPE_FP32", "2")
-           + _io("output", "OUTPUT__0", "TYPE_FP32", "2"))
-    _model(repo, "missing_index", Identity, "max_batch_size: 0\n"
-           + _io("input", "INPUT__0", "TYPE_FP32", "2")
-           + _io("output", "OUTPUT__1", "TYPE_FP32", "2"))
+    _model(
+        repo,
+        "wrong_type",
+        ToDouble,
+        "max_batch_size: 0\n"
+        + _io("input", "INPUT__0", "TYPE_FP32", "2")
+        + _io("output", "OUTPUT__0", "TYPE_FP32", "2"),
+    )
+    _model(
+        repo,
+        "missing_index",
+        Identity,
+        "max_batch_size: 0\n"
+        + _io("input", "INPUT__0", "TYPE_FP32", "2")
+        + _io("output", "OUTPUT__1", "TYPE_FP32", "2"),
+    )
     # must fail to load, leaving the rest serving
-    _model(repo, "too_few_inputs", AddSub, "max_batch_size: 0\n"
-           + _io("input", "INPUT__0", "TYPE_FP32", "2")
-           + _io("output", "OUTPUT__0", "TYPE_FP32", "2"))
-    _model(repo, "bad_dtype", Identity, "max_batch_size: 0\n"
-           + _io("input", "INPUT__0", "TYPE_UINT32", "2")
-           + _io("output", "OUTPUT__0", "TYPE_UINT32", "2"))
-    _model(repo, "gpu_kind", Identity, "max_batch_size: 0\n"
-           + _io("input", "INPUT__0", "TYPE_FP32", "2")
-           + _io("output", "OUTPUT__0", "TYPE_FP32", "2")
-           + "instance_group [ { kind: KIND_GPU gpus: [ 0 ] } ]\n")
+    _model(
+        repo,
+        "too_few_inputs",
+        AddSub,
+        "max_batch_size: 0\n"
+        + _io("input", "INPUT__0", "TYPE_FP32", "2")
+        + _io("output", "OUTPUT__0", "TYPE_FP32", "2"),
+    )
+    _model(
+        repo,
+        "bad_dtype",
+        Identity,
+        "max_batch_size: 0\n"
+        + _io("input", "INPUT__0", "TYPE_UINT32", "2")
+        + _io("output", "OUTPUT__0", "TYPE_UINT32", "2"),
+    )
+    _model(
+        repo,
+        "gpu_kind",
+        Identity,
+        "max_batch_size: 0\n"
+        + _io("input", "INPUT__0", "TYPE_FP32", "2")
+        + _io("output", "OUTPUT__0", "TYPE_FP32", "2")
+        + "instance_group [ { kind: KIND_GPU gpus: [ 0 ] } ]\n",
+    )
     # a torch.export program with a dynamic batch dimension
     (repo / "exported" / "1").mkdir(parents=True)
     x = torch.ones(2, 4)
@@ -139,9 +212,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
     torch.export.save(program, str(repo / "exported" / "1" / "model.pt2"))
     (repo / "exported" / "config.pbtxt").write_text(
         'platform: "pytorch_libtorch"\ndefault_model_filename: "model.pt2"\nmax_batch_size: 8\n'
-        "dynamic_batching { }\n" + _io("input", "a", "TYPE_FP32", "4")
-        + _io("input", "b", "TYPE_FP32", "4") + _io("output", "OUTPUT__0", "TYPE_FP32", "4")
-        + _io("output", "OUTPUT__1", "TYPE_FP32", "4"))
+        "dynamic_batching { }\n"
+        + _io("input", "a", "TYPE_FP32", "4")
+        + _io("input", "b", "TYPE_FP32", "4")
+        + _io("output", "OUTPUT__0", "TYPE_FP32", "4")
+        + _io("output", "OUTPUT__1", "TYPE_FP32", "4")
+    )
     s = start_server(repo, "--exit-on-error=false")
     yield s
     s.stop()
@@ -232,13 +308,16 @@ def test_identity_every_dtype(server: Any, dtype: str) -> None:
     res = _infer(http(server), httpclient, f"identity_{dtype[5:].lower()}", {"INPUT__0": arr}, wire)
     out = res.as_numpy("OUTPUT__0")
     assert out.dtype == arr.dtype and out.shape == arr.shape
-    np.testing.assert_array_equal(out.astype(np.float64) if dtype == "TYPE_BF16" else out,
-                                  arr.astype(np.float64) if dtype == "TYPE_BF16" else arr)
+    np.testing.assert_array_equal(
+        out.astype(np.float64) if dtype == "TYPE_BF16" else out,
+        arr.astype(np.float64) if dtype == "TYPE_BF16" else arr,
+    )
 
 
 def test_dynamic_batching_splits_outputs_per_request(server: Any) -> None:
     async def run() -> None:
         async with aioclient.InferenceServerClient(server.http_url) as client:
+
             async def one(i: int) -> None:
                 a = np.full((1, 4), float(i), dtype=np.float32)
                 b = np.ones((1, 4), dtype=np.float32)
@@ -272,17 +351,21 @@ def test_runtime_error_fails_request_and_server_keeps_serving(server: Any) -> No
 def test_output_type_mismatch_message(server: Any) -> None:
     with pytest.raises(InferenceServerException) as e:
         _infer(http(server), httpclient, "wrong_type", {"INPUT__0": np.ones(2, np.float32)}, "FP32")
-    assert ("configuration expects datatype TYPE_FP32 for output 'OUTPUT__0', model provides "
-            "TYPE_FP64") in str(e.value)
+    assert (
+        "configuration expects datatype TYPE_FP32 for output 'OUTPUT__0', model provides TYPE_FP64"
+    ) in str(e.value)
     assert e.value.status() == "400"
 
 
 def test_missing_output_index_message(server: Any) -> None:
     with pytest.raises(InferenceServerException) as e:
-        _infer(http(server), httpclient, "missing_index", {"INPUT__0": np.ones(2, np.float32)},
-               "FP32")
-    assert ("The output OUTPUT__1 in the model configuration refers to an output index which "
-            "doesn't exist. This model has 1 outputs") in str(e.value)
+        _infer(
+            http(server), httpclient, "missing_index", {"INPUT__0": np.ones(2, np.float32)}, "FP32"
+        )
+    assert (
+        "The output OUTPUT__1 in the model configuration refers to an output index which "
+        "doesn't exist. This model has 1 outputs"
+    ) in str(e.value)
 
 
 def test_models_that_fail_to_load_leave_the_rest_ready(server: Any) -> None:
@@ -297,9 +380,23 @@ def test_models_that_fail_to_load_leave_the_rest_ready(server: Any) -> None:
 
 
 def test_perf_analyzer_against_torchscript_model(perf_analyzer: str, server: Any) -> None:
-    cmd = [perf_analyzer, "-m", "add_sub_pt", "-u", server.grpc_url, "-i", "grpc",
-           "--measurement-interval", "1000", "--stability-percentage", "500", "--max-trials", "4",
-           "--concurrency-range", "4"]
+    cmd = [
+        perf_analyzer,
+        "-m",
+        "add_sub_pt",
+        "-u",
+        server.grpc_url,
+        "-i",
+        "grpc",
+        "--measurement-interval",
+        "1000",
+        "--stability-percentage",
+        "500",
+        "--max-trials",
+        "4",
+        "--concurrency-range",
+        "4",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=150)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out

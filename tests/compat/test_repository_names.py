@@ -26,12 +26,20 @@ from tritonclient.utils import InferenceServerException
 
 pytestmark = pytest.mark.timeout(120)
 
-CONFIG = json.dumps({
-    "backend": "onnxruntime", "max_batch_size": 4,
-    "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [4]},
-              {"name": "INPUT1", "data_type": "TYPE_FP32", "dims": [4]}],
-    "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [4]},
-               {"name": "OUTPUT1", "data_type": "TYPE_FP32", "dims": [4]}]})
+CONFIG = json.dumps(
+    {
+        "backend": "onnxruntime",
+        "max_batch_size": 4,
+        "input": [
+            {"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [4]},
+            {"name": "INPUT1", "data_type": "TYPE_FP32", "dims": [4]},
+        ],
+        "output": [
+            {"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [4]},
+            {"name": "OUTPUT1", "data_type": "TYPE_FP32", "dims": [4]},
+        ],
+    }
+)
 
 
 def _tree(root: Path) -> set[str]:
@@ -39,9 +47,22 @@ def _tree(root: Path) -> set[str]:
 
 
 def hostile_names(watched: Path) -> list[str]:
-    return [".", "..", ".hidden", "a/b", "../x", "../escaped", "a/../../b", "a\x00b", "x" * 300,
-            str(watched / "abs_victim"), str(watched / "sentinel" / "inner"),
-            "../../sentinel", "../../repo", "../.."]
+    return [
+        ".",
+        "..",
+        ".hidden",
+        "a/b",
+        "../x",
+        "../escaped",
+        "a/../../b",
+        "a\x00b",
+        "x" * 300,
+        str(watched / "abs_victim"),
+        str(watched / "sentinel" / "inner"),
+        "../../sentinel",
+        "../../repo",
+        "../..",
+    ]
 
 
 class Env:
@@ -61,8 +82,12 @@ class Env:
     def assert_clean_message(self, message: str, name: str = "") -> None:
         """No server path in ``message`` (beyond the client's own ``name``, quoted back)."""
         message = message.replace(f"'{name}'", "''") if name else message
-        for path in (str(self.watched), str(self.watched.resolve()), "tritonlite-override",
-                     "Traceback"):
+        for path in (
+            str(self.watched),
+            str(self.watched.resolve()),
+            "tritonlite-override",
+            "Traceback",
+        ):
             assert path not in message
 
 
@@ -74,8 +99,13 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     (watched / "sentinel" / "keep").write_text("keep")
     write_add_sub(watched / "repo", "add_sub", 4, dims=4)
     onnx = (watched / "repo" / "add_sub" / "1" / "model.onnx").read_bytes()
-    s = start_server(watched / "repo", "--allow-metrics=false", "--model-control-mode=explicit",
-                     "--load-model=add_sub", env={"TMPDIR": str(watched / "tmp")})
+    s = start_server(
+        watched / "repo",
+        "--allow-metrics=false",
+        "--model-control-mode=explicit",
+        "--load-model=add_sub",
+        env={"TMPDIR": str(watched / "tmp")},
+    )
     yield Env(watched, s, onnx)
     s.stop()
 
@@ -85,8 +115,9 @@ def _quoted(name: str) -> str:
 
 
 def _http_post(env: Env, path: str, body: dict[str, object]) -> tuple[int, str]:
-    req = urllib.request.Request(f"http://{env.server.http_url}/{path}",
-                                 data=json.dumps(body).encode(), method="POST")
+    req = urllib.request.Request(
+        f"http://{env.server.http_url}/{path}", data=json.dumps(body).encode(), method="POST"
+    )
     try:
         with urllib.request.urlopen(req, timeout=30) as r:
             return r.status, r.read().decode()
@@ -168,8 +199,11 @@ def test_bad_file_paths_leave_no_entry(env: Env) -> None:
 def test_still_serves_overrides_after_hostile_names(env: Env) -> None:
     c = grpcclient.InferenceServerClient(env.server.grpc_url)
     c.load_model("from_files", config=CONFIG, files={"file:1/model.onnx": env.onnx})
-    overrides = [p for p in _tree(env.watched / "tmp")
-                 if p.count("/") == 0 and p.startswith("tritonlite-override-")]
+    overrides = [
+        p
+        for p in _tree(env.watched / "tmp")
+        if p.count("/") == 0 and p.startswith("tritonlite-override-")
+    ]
     assert len(overrides) == 1
     _serves(env, "from_files")
     c.unload_model("from_files")

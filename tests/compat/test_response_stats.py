@@ -30,8 +30,10 @@ NAMES = ("compute_infer", "compute_output", "success", "fail", "empty_response",
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    s = start_server(build_decoupled_repo(tmp_path_factory.mktemp("response_stats_repo")),
-                     "--allow-metrics=false")
+    s = start_server(
+        build_decoupled_repo(tmp_path_factory.mktemp("response_stats_repo")),
+        "--allow-metrics=false",
+    )
     yield s
     s.stop()
 
@@ -50,9 +52,11 @@ def _tensor(name: str, arr: np.ndarray, datatype: str) -> grpcclient.InferInput:
 
 
 def repeat_inputs(values: list[int], delays_ms: list[int], wait_ms: int = 0) -> list[Any]:
-    return [_tensor("IN", np.array(values, np.int32), "INT32"),
-            _tensor("DELAY", np.array(delays_ms, np.uint32), "UINT32"),
-            _tensor("WAIT", np.array([wait_ms], np.uint32), "UINT32")]
+    return [
+        _tensor("IN", np.array(values, np.int32), "INT32"),
+        _tensor("DELAY", np.array(delays_ms, np.uint32), "UINT32"),
+        _tensor("WAIT", np.array([wait_ms], np.uint32), "UINT32"),
+    ]
 
 
 def text_inputs(text: str, n: int | None = None) -> list[Any]:
@@ -75,12 +79,19 @@ def response_stats(server: Server, model: str) -> dict[str, dict[str, dict[str, 
             as_json = g.get_inference_statistics(model, as_json=True)["model_stats"][0]
             message = g.get_inference_statistics(model).model_stats[0]
             grpc_json = {
-                key: {n: {"count": int(v.get(n, {}).get("count", 0)),
-                          "ns": int(v.get(n, {}).get("ns", 0))} for n in NAMES}
-                for key, v in as_json.get("response_stats", {}).items()}
+                key: {
+                    n: {
+                        "count": int(v.get(n, {}).get("count", 0)),
+                        "ns": int(v.get(n, {}).get("ns", 0)),
+                    }
+                    for n in NAMES
+                }
+                for key, v in as_json.get("response_stats", {}).items()
+            }
             grpc_pb = {
                 key: {n: {"count": getattr(v, n).count, "ns": getattr(v, n).ns} for n in NAMES}
-                for key, v in message.response_stats.items()}
+                for key, v in message.response_stats.items()
+            }
             if http == grpc_json == grpc_pb:
                 break
             time.sleep(0.05)
@@ -98,8 +109,9 @@ def counts(stats: dict[str, dict[str, dict[str, int]]]) -> dict[str, dict[str, i
     return {k: {n: d["count"] for n, d in v.items() if d["count"]} for k, v in stats.items()}
 
 
-def delta(before: dict[str, dict[str, int]],
-          after: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+def delta(
+    before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]
+) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for key, names in after.items():
         diff = {n: c - before.get(key, {}).get(n, 0) for n, c in names.items()}
@@ -133,15 +145,18 @@ def test_repeat_counts_each_index_and_the_empty_final(server: Server, stream: St
     # a second request adds to the same indexes; its empty final lands at its own index
     stream.run("repeat", repeat_inputs([1], [0], wait_ms=40))
     stats = response_stats(server, "repeat")
-    assert counts(stats) == {"0": {"compute_infer": 2, "compute_output": 2, "success": 2},
-                             "1": {"compute_infer": 2, "compute_output": 1, "success": 1,
-                                   "empty_response": 1},
-                             "2": SUCCESS, "3": EMPTY}
+    assert counts(stats) == {
+        "0": {"compute_infer": 2, "compute_output": 2, "success": 2},
+        "1": {"compute_infer": 2, "compute_output": 1, "success": 1, "empty_response": 1},
+        "2": SUCCESS,
+        "3": EMPTY,
+    }
     assert stats["1"]["empty_response"]["ns"] >= 40_000_000
 
 
-def test_empty_final_is_counted_when_the_client_does_not_see_it(server: Server,
-                                                                stream: Stream) -> None:
+def test_empty_final_is_counted_when_the_client_does_not_see_it(
+    server: Server, stream: Stream
+) -> None:
     before = counts(response_stats(server, "repeat"))
     # without enable_empty_final_response the client gets only the two responses
     got = stream.run("repeat", repeat_inputs([4, 5], [0, 0]), empty_final=False, expect=2)
@@ -152,7 +167,10 @@ def test_empty_final_is_counted_when_the_client_does_not_see_it(server: Server,
 
     wait_until(settled, 10)
     assert delta(before, counts(response_stats(server, "repeat"))) == {
-        "0": SUCCESS, "1": SUCCESS, "2": EMPTY}
+        "0": SUCCESS,
+        "1": SUCCESS,
+        "2": EMPTY,
+    }
 
 
 def test_error_responses_are_failures_at_their_index(server: Server, stream: Stream) -> None:
@@ -160,41 +178,50 @@ def test_error_responses_are_failures_at_their_index(server: Server, stream: Str
     got = stream.run("dec", text_inputs("err"))
     assert [e is not None for _, e in got] == [False, True, False]
     assert delta(before, counts(response_stats(server, "dec"))) == {
-        "0": SUCCESS, "1": FAIL, "2": SUCCESS}
+        "0": SUCCESS,
+        "1": FAIL,
+        "2": SUCCESS,
+    }
 
     before = counts(response_stats(server, "dec"))
     stream.run("dec", text_inputs("errfinal"), expect=1)
     stream.run("dec", text_inputs("last", 2))  # the final rides on the last response
     assert delta(before, counts(response_stats(server, "dec"))) == {
-        "0": {"compute_infer": 2, "compute_output": 1, "success": 1, "fail": 1}, "1": SUCCESS}
+        "0": {"compute_infer": 2, "compute_output": 1, "success": 1, "fail": 1},
+        "1": SUCCESS,
+    }
 
 
 def test_responses_from_a_thread_after_execute_returns(server: Server, stream: Stream) -> None:
     before = counts(response_stats(server, "dec"))
     stream.run("dec", text_inputs("thread", 2))
     assert delta(before, counts(response_stats(server, "dec"))) == {
-        "0": SUCCESS, "1": SUCCESS, "2": EMPTY}
+        "0": SUCCESS,
+        "1": SUCCESS,
+        "2": EMPTY,
+    }
     before = counts(response_stats(server, "dec_async"))
     stream.run("dec_async", text_inputs("ok"))
     assert delta(before, counts(response_stats(server, "dec_async"))) == {
-        "0": SUCCESS, "1": SUCCESS, "2": EMPTY}
+        "0": SUCCESS,
+        "1": SUCCESS,
+        "2": EMPTY,
+    }
 
 
 def test_a_failed_execute_is_a_failed_response(server: Server, stream: Stream) -> None:
     before = counts(response_stats(server, "dec"))
-    (result, error), = stream.run("dec", text_inputs("raise"), expect=1)
+    ((result, error),) = stream.run("dec", text_inputs("raise"), expect=1)
     assert result is None and "ValueError: boom" in error.message()
     assert delta(before, counts(response_stats(server, "dec"))) == {"0": FAIL}
     # an async execute that fails after one response: the error is its second response
     before = counts(response_stats(server, "dec_async"))
     got = stream.run("dec_async", text_inputs("raise"), expect=2)
     assert got[0][1] is None and "async boom" in got[1][1].message()
-    assert delta(before, counts(response_stats(server, "dec_async"))) == {
-        "0": SUCCESS, "1": FAIL}
+    assert delta(before, counts(response_stats(server, "dec_async"))) == {"0": SUCCESS, "1": FAIL}
 
 
-def test_sender_misuse_and_refused_requests_count_nothing(server: Server,
-                                                          stream: Stream) -> None:
+def test_sender_misuse_and_refused_requests_count_nothing(server: Server, stream: Stream) -> None:
     before = counts(response_stats(server, "dec"))
     # four sends: a bad flag and a missing response raise in the model, the final flag goes,
     # a send after it raises: one empty final at index 0, nothing else
@@ -202,11 +229,11 @@ def test_sender_misuse_and_refused_requests_count_nothing(server: Server,
     assert delta(before, counts(response_stats(server, "dec"))) == {"0": EMPTY}
     before = counts(response_stats(server, "dec"))
     before_repeat = counts(response_stats(server, "repeat"))
-    (result, error), = stream.run("dec", [], expect=1)  # refused by validation: never ran
+    ((result, error),) = stream.run("dec", [], expect=1)  # refused by validation: never ran
     assert result is None and "expected number of inputs" in error.message()
     bad = repeat_inputs([1], [0])
     bad[1] = _tensor("DELAY", np.array([0.5], np.float32), "FP32")
-    (result, error), = stream.run("repeat", bad, expect=1)
+    ((result, error),) = stream.run("repeat", bad, expect=1)
     assert result is None and "DELAY" in error.message()
     assert delta(before, counts(response_stats(server, "dec"))) == {}
     assert delta(before_repeat, counts(response_stats(server, "repeat"))) == {}
@@ -224,8 +251,9 @@ def test_responses_after_the_client_left_are_cancels(server: Server) -> None:
     check = Stream(server.grpc_url)
     notes: dict[str, Any] = {}
     try:
+
         def noted() -> bool:
-            (result, _), = check.run("dec", text_inputs("report"), expect=1)
+            ((result, _),) = check.run("dec", text_inputs("report"), expect=1)
             notes.update(json.loads(result.as_numpy("TEXT")[0]))
             return "cancelled" in notes
 
@@ -281,13 +309,16 @@ def test_a_decoupled_request_counts_when_its_final_response_is_sent(server: Serv
     before = _inference(server, "repeat")
     s = Stream(server.grpc_url)
     try:
-        s.client.async_stream_infer("repeat", repeat_inputs([1, 2, 3], [150, 150, 150]),
-                                    enable_empty_final_response=True)
+        s.client.async_stream_infer(
+            "repeat", repeat_inputs([1, 2, 3], [150, 150, 150]), enable_empty_final_response=True
+        )
         first, _ = s.results.get(timeout=20)
         assert first.as_numpy("OUT") == [1]
         mid = _inference(server, "repeat")  # execute returned long ago; the stream is open
-        assert mid["inference_stats"]["success"]["count"] == \
-            before["inference_stats"]["success"]["count"]
+        assert (
+            mid["inference_stats"]["success"]["count"]
+            == before["inference_stats"]["success"]["count"]
+        )
         assert mid["execution_count"] == before["execution_count"]
         s.until_final(1, timeout=20)
     finally:
@@ -299,13 +330,18 @@ def test_a_decoupled_request_counts_when_its_final_response_is_sent(server: Serv
 
     wait_until(counted, 10)
     after = _inference(server, "repeat")
-    ok = {k: after["inference_stats"][k]["count"] - before["inference_stats"][k]["count"]
-          for k in ("success", "compute_infer", "fail")}
+    ok = {
+        k: after["inference_stats"][k]["count"] - before["inference_stats"][k]["count"]
+        for k in ("success", "compute_infer", "fail")
+    }
     assert ok == {"success": 1, "compute_infer": 1, "fail": 0}
-    infer_ns = after["inference_stats"]["compute_infer"]["ns"] - \
-        before["inference_stats"]["compute_infer"]["ns"]
-    success_ns = after["inference_stats"]["success"]["ns"] - \
-        before["inference_stats"]["success"]["ns"]
+    infer_ns = (
+        after["inference_stats"]["compute_infer"]["ns"]
+        - before["inference_stats"]["compute_infer"]["ns"]
+    )
+    success_ns = (
+        after["inference_stats"]["success"]["ns"] - before["inference_stats"]["success"]["ns"]
+    )
     assert infer_ns >= 450_000_000  # the three 150 ms delays
     assert success_ns >= infer_ns
     assert after["inference_count"] == before["inference_count"] + 1

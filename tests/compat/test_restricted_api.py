@@ -54,7 +54,7 @@ pytestmark = pytest.mark.timeout(120)
 
 TRANSPORTS = ("aio", "native", "shared")
 
-PARAMS_MODEL = '''
+PARAMS_MODEL = """
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -69,17 +69,17 @@ class TritonPythonModel:
                 pb_utils.Tensor("OUT", x),
                 pb_utils.Tensor("PARAMS", np.array([p.encode()], dtype=np.object_))]))
         return out
-'''
+"""
 """``OUT`` = ``IN``; ``PARAMS`` = the request's parameters as the model sees them (JSON)."""
 
-PARAMS_CONFIG = '''
+PARAMS_CONFIG = """
 backend: "python"
 max_batch_size: 0
 input [{ name: "IN" data_type: TYPE_FP32 dims: [1] }]
 output [{ name: "OUT" data_type: TYPE_FP32 dims: [1] },
         { name: "PARAMS" data_type: TYPE_STRING dims: [1] }]
 instance_group [{ count: 1 kind: KIND_CPU }]
-'''
+"""
 
 # Two keys per protocol, so a key that unlocks one group is seen not to unlock another.
 RESTRICTIONS = (
@@ -88,10 +88,18 @@ RESTRICTIONS = (
     "--grpc-restricted-protocol=inference,health,metadata,shared-memory:gk=gv",
     "--grpc-restricted-protocol=model-config,model-repository,statistics,trace,logging:gk2=gv2",
 )
-HTTP_KEYS = {"health": ("hk", "hv"), "metadata": ("hk", "hv"), "shared-memory": ("hk", "hv"),
-             "model-config": ("hk", "hv")}
-GRPC_KEYS = {"inference": ("gk", "gv"), "health": ("gk", "gv"), "metadata": ("gk", "gv"),
-             "shared-memory": ("gk", "gv")}
+HTTP_KEYS = {
+    "health": ("hk", "hv"),
+    "metadata": ("hk", "hv"),
+    "shared-memory": ("hk", "hv"),
+    "model-config": ("hk", "hv"),
+}
+GRPC_KEYS = {
+    "inference": ("gk", "gv"),
+    "health": ("gk", "gv"),
+    "metadata": ("gk", "gv"),
+    "shared-memory": ("gk", "gv"),
+}
 
 
 def http_key(group: str) -> tuple[str, str]:
@@ -104,12 +112,16 @@ def grpc_key(group: str) -> tuple[str, str]:
 
 
 INFER_BODY = json.dumps(
-    {"inputs": [{"name": "IN", "shape": [1], "datatype": "FP32", "data": [1.0]}]})
+    {"inputs": [{"name": "IN", "shape": [1], "datatype": "FP32", "data": [1.0]}]}
+)
 # (method, path, body): one request per route and method of app._ROUTES
 HTTP_CASES: list[tuple[str, str, str]] = [
-    ("GET", "/v2/health/live", ""), ("GET", "/v2/health/ready", ""),
-    ("GET", "/v2/models/params/ready", ""), ("GET", "/v2/models/params/versions/1/ready", ""),
-    ("GET", "/v2", ""), ("GET", "/v2/models/params", ""),
+    ("GET", "/v2/health/live", ""),
+    ("GET", "/v2/health/ready", ""),
+    ("GET", "/v2/models/params/ready", ""),
+    ("GET", "/v2/models/params/versions/1/ready", ""),
+    ("GET", "/v2", ""),
+    ("GET", "/v2/models/params", ""),
     ("POST", "/v2/models/params/infer", INFER_BODY),
     ("POST", "/v2/models/params/generate", '{"IN": [1.0]}'),
     ("POST", "/v2/models/params/generate_stream", '{"IN": [1.0]}'),
@@ -121,11 +133,14 @@ HTTP_CASES: list[tuple[str, str, str]] = [
     ("POST", "/v2/repository/index", ""),
     ("POST", "/v2/repository/models/params/load", ""),
     ("POST", "/v2/repository/models/nope/unload", ""),
-    ("GET", "/v2/models/params/stats", ""), ("GET", "/v2/models/stats", ""),
-    ("GET", "/v2/trace/setting", ""), ("POST", "/v2/trace/setting", "{}"),
+    ("GET", "/v2/models/params/stats", ""),
+    ("GET", "/v2/models/stats", ""),
+    ("GET", "/v2/trace/setting", ""),
+    ("POST", "/v2/trace/setting", "{}"),
     ("GET", "/v2/models/params/trace/setting", ""),
     ("POST", "/v2/models/params/trace/setting", "{}"),
-    ("GET", "/v2/logging", ""), ("POST", "/v2/logging", "{}"),
+    ("GET", "/v2/logging", ""),
+    ("POST", "/v2/logging", "{}"),
 ]
 
 
@@ -141,12 +156,14 @@ def infer_request() -> Any:
     return pb.ModelInferRequest(
         model_name="params",
         inputs=[pb.ModelInferRequest.InferInputTensor(name="IN", datatype="FP32", shape=[1])],
-        raw_input_contents=[np.float32([1]).tobytes()])
+        raw_input_contents=[np.float32([1]).tobytes()],
+    )
 
 
 # registry path -> (request message, streaming)
 GRPC_CASES: dict[str, Any] = {
-    "ServerLive": pb.ServerLiveRequest(), "ServerReady": pb.ServerReadyRequest(),
+    "ServerLive": pb.ServerLiveRequest(),
+    "ServerReady": pb.ServerReadyRequest(),
     "ModelReady": pb.ModelReadyRequest(name="params"),
     "ServerMetadata": pb.ServerMetadataRequest(),
     "ModelMetadata": pb.ModelMetadataRequest(name="params"),
@@ -157,12 +174,14 @@ GRPC_CASES: dict[str, Any] = {
     "RepositoryModelUnload": pb.RepositoryModelUnloadRequest(model_name="nope"),
     "SystemSharedMemoryStatus": pb.SystemSharedMemoryStatusRequest(),
     "SystemSharedMemoryRegister": pb.SystemSharedMemoryRegisterRequest(
-        name="r", key="/tritonlite_test_no_such_key", byte_size=4),
+        name="r", key="/tritonlite_test_no_such_key", byte_size=4
+    ),
     "SystemSharedMemoryUnregister": pb.SystemSharedMemoryUnregisterRequest(),
     "CudaSharedMemoryStatus": pb.CudaSharedMemoryStatusRequest(),
     "CudaSharedMemoryRegister": pb.CudaSharedMemoryRegisterRequest(name="r"),
     "CudaSharedMemoryUnregister": pb.CudaSharedMemoryUnregisterRequest(),
-    "TraceSetting": pb.TraceSettingRequest(), "LogSettings": pb.LogSettingsRequest(),
+    "TraceSetting": pb.TraceSettingRequest(),
+    "LogSettings": pb.LogSettingsRequest(),
     "ModelInfer": infer_request(),
 }
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
@@ -178,8 +197,9 @@ def write_repo(repo: Path) -> Path:
     return repo
 
 
-def _wait_live(url: str, headers: dict[str, str], proc: subprocess.Popen[Any],
-               deadline: float) -> None:
+def _wait_live(
+    url: str, headers: dict[str, str], proc: subprocess.Popen[Any], deadline: float
+) -> None:
     host, port = url.rsplit(":", 1)
     while True:
         conn = http.client.HTTPConnection(host, int(port), timeout=5)
@@ -204,11 +224,28 @@ def start_tritonlite(repo: Path, transport: str, *args: str) -> Server:
         ports = ["--frontend", "native", "--http-port", port, "--grpc-port", port]
     else:
         ports = ["--frontend", transport, "--http-port", "0", "--grpc-port", "0"]
-    cmd = [sys.executable, "-m", "tritonlite", "--model-repository", str(repo), *ports,
-           "--allow-metrics=false", "--http-address", "127.0.0.1", "--grpc-address",
-           "127.0.0.1", *args]
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "tritonlite",
+        "--model-repository",
+        str(repo),
+        *ports,
+        "--allow-metrics=false",
+        "--http-address",
+        "127.0.0.1",
+        "--grpc-address",
+        "127.0.0.1",
+        *args,
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     server = Server(proc, cmd)
     deadline = time.monotonic() + 90
     server.wait_for({"HTTPService", "GRPCInferenceService"}, deadline)
@@ -223,9 +260,13 @@ def start_tritonlite(repo: Path, transport: str, *args: str) -> Server:
 def start_reference(repo: Path, *args: str) -> ReferenceTriton:
     """Real Triton serving ``write_repo``'s repository; ready once its ``params`` model is (the
     Python backend's stub starts after live), asked with the health key it may restrict."""
-    return ReferenceTriton(require_reference(), repo, *args, timeout=150,
-                           ready=lambda ref: http_status(ref.http_url, "/v2/models/params/ready",
-                                                         {"hk": "hv"}) == 200)
+    return ReferenceTriton(
+        require_reference(),
+        repo,
+        *args,
+        timeout=150,
+        ready=lambda ref: http_status(ref.http_url, "/v2/models/params/ready", {"hk": "hv"}) == 200,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -248,8 +289,9 @@ def reference(repo: Path) -> Iterator[ReferenceTriton]:
 
 
 # -- the requests ----------------------------------------------------------------------------------
-def http_call(url: str, method: str, path: str, body: str = "",
-              headers: dict[str, str] | None = None) -> tuple[int, str]:
+def http_call(
+    url: str, method: str, path: str, body: str = "", headers: dict[str, str] | None = None
+) -> tuple[int, str]:
     host, port = url.rsplit(":", 1)
     conn = http.client.HTTPConnection(host, int(port), timeout=30)
     conn.request(method, path, body=body.encode() or None, headers=headers or {})
@@ -267,16 +309,19 @@ def grpc_call(url: str, path: str, metadata: list[tuple[str, str]]) -> tuple[str
         try:
             if path == HEALTH_CHECK:
                 health_pb2_grpc.HealthStub(ch).Check(
-                    health_pb2.HealthCheckRequest(), metadata=metadata, timeout=30)
+                    health_pb2.HealthCheckRequest(), metadata=metadata, timeout=30
+                )
             elif path == WATCH:
                 it = health_pb2_grpc.HealthStub(ch).Watch(
-                    health_pb2.HealthCheckRequest(), metadata=metadata, timeout=30)
+                    health_pb2.HealthCheckRequest(), metadata=metadata, timeout=30
+                )
                 next(it)
                 it.cancel()
             elif path == STREAM:
                 stub = service_pb2_grpc.GRPCInferenceServiceStub(ch)
-                replies = list(stub.ModelStreamInfer(iter([infer_request()]),
-                                                     metadata=metadata, timeout=30))
+                replies = list(
+                    stub.ModelStreamInfer(iter([infer_request()]), metadata=metadata, timeout=30)
+                )
                 assert len(replies) == 1 and not replies[0].error_message, replies
             else:
                 name = path.rsplit("/", 1)[1]
@@ -296,8 +341,9 @@ def test_every_http_route_has_a_group_and_a_case() -> None:
     for pattern, methods in app._ROUTES:
         for method, handler in methods.items():
             assert handler.__name__ in restrict.HTTP_HANDLER_GROUPS, handler.__name__
-            assert any(m == method and pattern.fullmatch(p) for m, p, _ in HTTP_CASES), \
+            assert any(m == method and pattern.fullmatch(p) for m, p, _ in HTTP_CASES), (
                 f"no case for {method} {pattern.pattern}"
+            )
     assert set(restrict.HTTP_HANDLER_GROUPS.values()) == set(restrict.GROUPS)
 
 
@@ -338,9 +384,13 @@ def test_http_route_needs_its_key(server: Server, method: str, path: str, body: 
 def test_http_restriction_comes_before_405_and_after_404(server: Server) -> None:
     url = server.http_url
     assert http_call(url, "DELETE", "/v2/health/live") == (
-        403, "This API is restricted, expecting header 'hk'")
+        403,
+        "This API is restricted, expecting header 'hk'",
+    )
     assert http_call(url, "DELETE", "/v2/health/live", headers={"hk": "hv"}) == (
-        405, "Method Not Allowed")
+        405,
+        "Method Not Allowed",
+    )
     assert http_call(url, "GET", "/v2/nothing") == (404, "Not Found")
 
 
@@ -402,8 +452,9 @@ def test_grpc_clients_and_stream(server: Server) -> None:
     inp = grpcclient.InferInput("IN", [1], "FP32")
     inp.set_data_from_numpy(np.float32([5]))
     try:
-        with pytest.raises(InferenceServerException,
-                           match="expecting header 'triton-grpc-protocol-gk'"):
+        with pytest.raises(
+            InferenceServerException, match="expecting header 'triton-grpc-protocol-gk'"
+        ):
             client.is_server_ready()
         assert client.is_server_ready(headers={"triton-grpc-protocol-gk": "gv"})
         r = client.infer("params", [inp], headers={"triton-grpc-protocol-gk": "gv"})
@@ -425,8 +476,10 @@ def test_grpc_clients_and_stream(server: Server) -> None:
                 assert got.as_numpy("OUT").tolist() == [5.0]
             else:
                 assert isinstance(got, InferenceServerException)
-                assert "This protocol is restricted, expecting header " \
-                       "'triton-grpc-protocol-gk'" in str(got)
+                assert (
+                    "This protocol is restricted, expecting header "
+                    "'triton-grpc-protocol-gk'" in str(got)
+                )
     finally:
         client.close()
 
@@ -444,7 +497,8 @@ def test_grpc_clients_and_stream(server: Server) -> None:
 
             got = []
             async for result, error in c.stream_infer(
-                    requests(), headers={"triton-grpc-protocol-gk": "gv"}):
+                requests(), headers={"triton-grpc-protocol-gk": "gv"}
+            ):
                 got.append((result, error))
             assert got[0][1] is None and got[0][0].as_numpy("OUT").tolist() == [7.0]
         finally:
@@ -463,8 +517,9 @@ def _outcomes(http_url: str, grpc_url: str) -> dict[str, Any]:
         out[f"{method} {path} wrong"] = http_call(http_url, method, path, body, {key: "no"})
         got = http_call(http_url, method, path, body, {key: value})
         out[f"{method} {path} key"] = "denied" if got[0] == 403 else "passed"
-    out["DELETE /v2/health/live key"] = http_call(http_url, "DELETE", "/v2/health/live",
-                                                  headers={"hk": "hv"})
+    out["DELETE /v2/health/live key"] = http_call(
+        http_url, "DELETE", "/v2/health/live", headers={"hk": "hv"}
+    )
     for path in grpc_paths():
         if path == WATCH:
             continue  # Triton 2.51 does not implement Health/Watch
@@ -486,32 +541,49 @@ def test_same_as_triton(reference: ReferenceTriton, repo: Path) -> None:
     assert not diff, diff
 
 
-@pytest.mark.parametrize("spec", [
-    "--http-restricted-api=foo:a=b", "--http-restricted-api=health",
-    "--http-restricted-api=health:a=", "--http-restricted-api=health,:a=b",
-    "--grpc-restricted-protocol=nope:a=b", "--grpc-restricted-protocol=health,health:a=b",
-])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "--http-restricted-api=foo:a=b",
+        "--http-restricted-api=health",
+        "--http-restricted-api=health:a=",
+        "--http-restricted-api=health,:a=b",
+        "--grpc-restricted-protocol=nope:a=b",
+        "--grpc-restricted-protocol=health,health:a=b",
+    ],
+)
 def test_bad_specs_stop_startup_with_tritons_message(spec: str, repo: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "tritonlite", "--model-repository", str(repo),
-                           spec], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tritonlite", "--model-repository", str(repo), spec],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode != 0
     flag, _, value = spec.partition("=")
     expected = {
         "foo:a=b": "unknown restricted api 'foo'",
         "health": "--http-restricted-api option format is '<config name>:<setting>=<value>'. "
-                  "Got health",
+        "Got health",
         "health:a=": "--http-restricted-api option format is '<config name>:<setting>=<value>'."
-                     " Got health:a=",
+        " Got health:a=",
         "health,:a=b": "unknown restricted api ''",
         "nope:a=b": "unknown restricted protocol 'nope'",
         "health,health:a=b": "restricted protocol 'health' can not be specified in multiple "
-                             "config groups",
+        "config groups",
     }[value]
     assert f'Bad option: "{flag}". {expected}' in proc.stderr, proc.stderr
     base = reference_base()
     if base is not None:  # the same spec to real Triton: it refuses it with the same text
-        out = subprocess.run([tritonserver(base), f"--model-repository={repo}", spec],
-                             capture_output=True, text=True, timeout=60, env=reference_env(base))
+        out = subprocess.run(
+            [tritonserver(base), f"--model-repository={repo}", spec],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=reference_env(base),
+        )
         assert out.returncode != 0
-        assert re.search(re.escape(f'Bad option: "{flag}".') + r"\s+" + re.escape(expected),
-                         out.stdout + out.stderr), out.stdout[-500:] + out.stderr[-500:]
+        assert re.search(
+            re.escape(f'Bad option: "{flag}".') + r"\s+" + re.escape(expected),
+            out.stdout + out.stderr,
+        ), out.stdout[-500:] + out.stderr[-500:]

@@ -51,10 +51,12 @@ def test_the_table_is_there_and_each_flag_once() -> None:
     assert len(flags) == len(set(flags))
 
 
-@pytest.mark.parametrize(("flag", "example", "notes"),
-                         [(f, e, n) for f, s, e, n in rows() if s == "implemented"])
-def test_implemented(flag: str, example: str, notes: str,
-                     capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("flag", "example", "notes"), [(f, e, n) for f, s, e, n in rows() if s == "implemented"]
+)
+def test_implemented(
+    flag: str, example: str, notes: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     if flag == "--help":
         with pytest.raises(SystemExit) as exc:
             parse([example])
@@ -67,20 +69,23 @@ def test_implemented(flag: str, example: str, notes: str,
     assert "is accepted and ignored" not in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("flag", "example", "notes"),
-                         [(f, e, n) for f, s, e, n in rows() if s == "ignored"])
-def test_ignored_warns_why(flag: str, example: str, notes: str,
-                           capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("flag", "example", "notes"), [(f, e, n) for f, s, e, n in rows() if s == "ignored"]
+)
+def test_ignored_warns_why(
+    flag: str, example: str, notes: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert cli.IGNORED[flag][1] == notes
     parse(shlex.split(example))
     assert f"Warning: {flag} is accepted and ignored: {notes}" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("flag", "example", "notes"),
-                         [(f, e, n) for f, s, e, n in rows() if s == "refused"])
+@pytest.mark.parametrize(
+    ("flag", "example", "notes"), [(f, e, n) for f, s, e, n in rows() if s == "refused"]
+)
 def test_refused_says_why(flag: str, example: str, notes: str) -> None:
     accepted = _ACCEPTED.search(notes)
-    why = notes[:accepted.start()] if accepted else notes
+    why = notes[: accepted.start()] if accepted else notes
     with pytest.raises(SystemExit) as exc:
         parse(shlex.split(example))
     assert str(exc.value) == f"tritonlite: error: {example} is not supported: {why}"
@@ -102,8 +107,13 @@ def build_option_strings() -> list[str]:
 
 def test_the_table_lists_the_reference_flags() -> None:
     base = require_reference()
-    out = subprocess.run([tritonserver(base), "--help"], capture_output=True, text=True,
-                         timeout=60, env=reference_env(base))
+    out = subprocess.run(
+        [tritonserver(base), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=reference_env(base),
+    )
     theirs = set(re.findall(r"^  (--[a-z0-9-]+)", out.stdout + out.stderr, re.M))
     assert theirs == {r[0] for r in rows("tritonserver 2.51")}
 
@@ -124,7 +134,18 @@ def test_a_server_starts_with_every_ignored_flag(tmp_path: Path) -> None:
 def test_a_refused_flag_stops_the_server_saying_why(tmp_path: Path) -> None:
     repo = write_repo(tmp_path / "repo")
     flag, _, example, notes = next(r for r in rows() if r[1] == "refused")
-    proc = subprocess.run([sys.executable, "-m", "tritonlite", "--model-repository", str(repo),
-                           *shlex.split(example)], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tritonlite",
+            "--model-repository",
+            str(repo),
+            *shlex.split(example),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode != 0
     assert f"{example} is not supported: " in proc.stderr, proc.stderr

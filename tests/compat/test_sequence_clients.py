@@ -42,12 +42,25 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 Client = Any
 
 
-def _infer(client: Client, mod: Any, model: str, value: float, seq: int | str,
-           start: bool = False, end: bool = False) -> float:
+def _infer(
+    client: Client,
+    mod: Any,
+    model: str,
+    value: float,
+    seq: int | str,
+    start: bool = False,
+    end: bool = False,
+) -> float:
     inp = mod.InferInput("INPUT", [1, 1], "FP32")
     inp.set_data_from_numpy(np.array([[value]], dtype=np.float32))
-    result = client.infer(model, [inp], sequence_id=seq, sequence_start=start,
-                          sequence_end=end, outputs=[mod.InferRequestedOutput("OUTPUT")])
+    result = client.infer(
+        model,
+        [inp],
+        sequence_id=seq,
+        sequence_start=start,
+        sequence_end=end,
+        outputs=[mod.InferRequestedOutput("OUTPUT")],
+    )
     return float(result.as_numpy("OUTPUT")[0, 0])
 
 
@@ -71,14 +84,20 @@ def test_sequences_accumulate(server: Server, protocol: str, model: str) -> None
 def test_sequence_errors(server: Server, protocol: str) -> None:
     client, mod = client_for(server, protocol)
     cases: list[tuple[Callable[[], Any], str]] = [
-        (lambda: _infer(client, mod, "acc_onnx", 1, 424242),
-         "inference request for sequence 424242 to model 'acc_onnx' must specify the START "
-         "flag on the first request of the sequence"),
-        (lambda: _infer(client, mod, "acc_onnx", 1, "never-started", end=True),
-         "inference request for sequence never-started to model 'acc_onnx' must specify the "
-         "START flag on the first request of the sequence"),
-        (lambda: _infer(client, mod, "acc", 1, 0),
-         "inference request to model 'acc' must specify a non-zero or non-empty correlation ID"),
+        (
+            lambda: _infer(client, mod, "acc_onnx", 1, 424242),
+            "inference request for sequence 424242 to model 'acc_onnx' must specify the START "
+            "flag on the first request of the sequence",
+        ),
+        (
+            lambda: _infer(client, mod, "acc_onnx", 1, "never-started", end=True),
+            "inference request for sequence never-started to model 'acc_onnx' must specify the "
+            "START flag on the first request of the sequence",
+        ),
+        (
+            lambda: _infer(client, mod, "acc", 1, 0),
+            "inference request to model 'acc' must specify a non-zero or non-empty correlation ID",
+        ),
     ]
     for call, message in cases:
         with pytest.raises(InferenceServerException) as info:
@@ -107,17 +126,20 @@ def test_config_shows_sequence_batching(server: Server) -> None:
 
 
 def _run_pa(binary: str, url: str, protocol: str, model: str, *extra: str) -> str:
-    return run_perf_analyzer(binary, model, url, protocol, "--sequence-length", "5",
-                             "--num-of-sequences", "4", *extra)
+    return run_perf_analyzer(
+        binary, model, url, protocol, "--sequence-length", "5", "--num-of-sequences", "4", *extra
+    )
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("extra", [[], ["--async", "--concurrency-range", "4"]],
-                         ids=["sync", "async-concurrency4"])
+@pytest.mark.parametrize(
+    "extra", [[], ["--async", "--concurrency-range", "4"]], ids=["sync", "async-concurrency4"]
+)
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 @pytest.mark.parametrize("model", MODELS)
-def test_perf_analyzer_sequence_mode(perf_analyzer: str, server: Server, model: str,
-                                     protocol: str, extra: list[str]) -> None:
+def test_perf_analyzer_sequence_mode(
+    perf_analyzer: str, server: Server, model: str, protocol: str, extra: list[str]
+) -> None:
     url = server.http_url if protocol == "http" else server.grpc_url
     out = _run_pa(perf_analyzer, url, protocol, model, *extra)
     found = re.findall(r"throughput: ([0-9.]+) infer/sec", out)

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.timeout(90)
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 # OUT = IN; a request whose first element is 7 signals "started" and waits for "go".
-BLOCKING_MODEL = '''
+BLOCKING_MODEL = """
 import os, time
 import triton_python_backend_utils as pb_utils
 
@@ -45,7 +45,7 @@ class TritonPythonModel:
                     time.sleep(0.01)
             out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x)]))
         return out
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +58,9 @@ def server(tmp_path_factory: pytest.TempPathFactory, flags: Path) -> Iterator[Se
     repo = tmp_path_factory.mktemp("shm_repo")
     code = BLOCKING_MODEL.format(started=str(flags / "started"), go=str(flags / "go"))
     # it blocks: never on the event loop
-    config = PY_FP32_CONFIG + ('parameters { key: "TRITONLITE_INLINE_EXECUTE" '
-                               'value { string_value: "false" } }\n')
+    config = PY_FP32_CONFIG + (
+        'parameters { key: "TRITONLITE_INLINE_EXECUTE" value { string_value: "false" } }\n'
+    )
     write_python_model(repo, "echo", code, config)
     s = start_server(repo, "--allow-metrics=false", "--allow-client-shm=true")
     yield s
@@ -71,8 +72,10 @@ def regions() -> Iterator[dict[str, Any]]:
     pid = os.getpid()
     # two pages, each region in the second: a page wholly past the end of a truncated file is
     # what faults (SIGBUS) when it is mapped
-    made = {"in": shm.create_shared_memory_region(f"in{pid}", f"/tl_h_in_{pid}", 2 * PAGE),
-            "out": shm.create_shared_memory_region(f"out{pid}", f"/tl_h_out_{pid}", 2 * PAGE)}
+    made = {
+        "in": shm.create_shared_memory_region(f"in{pid}", f"/tl_h_in_{pid}", 2 * PAGE),
+        "out": shm.create_shared_memory_region(f"out{pid}", f"/tl_h_out_{pid}", 2 * PAGE),
+    }
     yield made
     for h in made.values():
         shm.destroy_shared_memory_region(h)
@@ -105,12 +108,16 @@ def test_symlinked_key_is_refused(server: Server, tmp_path: Path) -> None:
     link = Path(f"/dev/shm/tl_h_link_{os.getpid()}")
     link.symlink_to(victim)
     try:
-        for c in (httpclient.InferenceServerClient(server.http_url),
-                  grpcclient.InferenceServerClient(server.grpc_url)):
+        for c in (
+            httpclient.InferenceServerClient(server.http_url),
+            grpcclient.InferenceServerClient(server.grpc_url),
+        ):
             with pytest.raises(InferenceServerException, match="Unable to open shared memory"):
                 c.register_system_shared_memory("link", "/" + link.name, 64)
-        assert httpclient.InferenceServerClient(
-            server.http_url).get_system_shared_memory_status() == []
+        assert (
+            httpclient.InferenceServerClient(server.http_url).get_system_shared_memory_status()
+            == []
+        )
     finally:
         link.unlink()
     assert victim.read_bytes() == b"v" * 64
@@ -119,7 +126,8 @@ def test_symlinked_key_is_refused(server: Server, tmp_path: Path) -> None:
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 @pytest.mark.parametrize("which", ["in", "out"])
 def test_truncated_region_fails_the_request_not_the_server(
-        server: Server, regions: dict[str, Any], protocol: str, which: str) -> None:
+    server: Server, regions: dict[str, Any], protocol: str, which: str
+) -> None:
     mod: Any = httpclient if protocol == "http" else grpcclient
     url = server.http_url if protocol == "http" else server.grpc_url
     c = mod.InferenceServerClient(url)
@@ -140,8 +148,9 @@ def test_truncated_region_fails_the_request_not_the_server(
         c.unregister_system_shared_memory()
 
 
-def test_unregister_of_a_region_in_use_is_refused(server: Server, regions: dict[str, Any],
-                                                  flags: Path) -> None:
+def test_unregister_of_a_region_in_use_is_refused(
+    server: Server, regions: dict[str, Any], flags: Path
+) -> None:
     c = httpclient.InferenceServerClient(server.http_url)
     pid = os.getpid()
     shm.set_shared_memory_region(regions["in"], [np.full(4, 7.0, np.float32)], offset=PAGE)
@@ -151,8 +160,9 @@ def test_unregister_of_a_region_in_use_is_refused(server: Server, regions: dict[
     def infer() -> None:
         ins, outs = _shm_request(httpclient, pid)
         try:
-            result.append(httpclient.InferenceServerClient(server.http_url).infer(
-                "echo", ins, outputs=outs))
+            result.append(
+                httpclient.InferenceServerClient(server.http_url).infer("echo", ins, outputs=outs)
+            )
         except InferenceServerException as exc:
             result.append(exc)
 

@@ -31,7 +31,7 @@ from tritonclient.utils import InferenceServerException
 
 pytestmark = pytest.mark.timeout(120)
 
-SLOW_MODEL = '''
+SLOW_MODEL = """
 import sys
 import time
 import triton_python_backend_utils as pb_utils
@@ -49,15 +49,15 @@ class TritonPythonModel:
             x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
             out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x * 2)]))
         return out
-'''
+"""
 
-SLOW_CONFIG = '''
+SLOW_CONFIG = """
 backend: "python"
 max_batch_size: 0
 input { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] }
 output { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] }
 instance_group [ { count: 1 kind: KIND_CPU } ]
-'''
+"""
 
 BURST = 6
 DELAY_S = 0.3
@@ -119,20 +119,27 @@ def slow_repo(tmp_path: Path) -> Path:
 def test_sigterm_drains_accepted_requests_and_refuses_new_ones(slow_repo: Path) -> None:
     server = start_server(slow_repo, "--allow-grpc=false", "--exit-timeout-secs=30")
     try:
+
         async def scenario() -> tuple[list[np.ndarray | BaseException], list[str], float]:
             client = aioclient.InferenceServerClient(server.http_url)
             try:
-                burst = [asyncio.create_task(_infer(client, "slow", float(i)))
-                         for i in range(BURST)]
+                burst = [
+                    asyncio.create_task(_infer(client, "slow", float(i))) for i in range(BURST)
+                ]
                 # All accepted: one executing, the rest queued behind it.
-                await asyncio.to_thread(_wait, lambda: _pending(server, "slow") == BURST - 1,
-                                        30, "the burst to queue")
+                await asyncio.to_thread(
+                    _wait, lambda: _pending(server, "slow") == BURST - 1, 30, "the burst to queue"
+                )
                 server.proc.send_signal(signal.SIGTERM)
                 t_signal = time.monotonic()
                 # Signals arrive asynchronously: wait until the server has acted on it (it logs
                 # this line in the same loop step that starts refusing new work).
-                await asyncio.to_thread(_wait, lambda: "signal received" in server.output(),
-                                        30, "the server to take the signal")
+                await asyncio.to_thread(
+                    _wait,
+                    lambda: "signal received" in server.output(),
+                    30,
+                    "the server to take the signal",
+                )
                 late = []
                 for _ in range(3):
                     late.append(await _late_request(server.http_url, "slow"))
@@ -159,13 +166,17 @@ def test_exit_timeout_bounds_the_wait_for_a_stuck_request(slow_repo: Path) -> No
     timeout_s = 1.0
     server = start_server(slow_repo, "--allow-grpc=false", f"--exit-timeout-secs={timeout_s}")
     try:
+
         async def scenario() -> tuple[BaseException | np.ndarray, float]:
             client = aioclient.InferenceServerClient(server.http_url)
             try:
                 task = asyncio.create_task(_infer(client, "stuck", 1.0))
                 await asyncio.to_thread(
-                    _wait, lambda: "slow model: execute started" in server.output(), 30,
-                    "the stuck request to start executing")
+                    _wait,
+                    lambda: "slow model: execute started" in server.output(),
+                    30,
+                    "the stuck request to start executing",
+                )
                 server.proc.send_signal(signal.SIGTERM)
                 t_signal = time.monotonic()
                 result = (await asyncio.gather(task, return_exceptions=True))[0]
@@ -189,7 +200,7 @@ def test_exit_timeout_bounds_the_wait_for_a_stuck_request(slow_repo: Path) -> No
     assert isinstance(result, BaseException), result  # no response: the request was cut off
 
 
-STREAM_MODEL = '''
+STREAM_MODEL = """
 import sys
 import threading
 import time
@@ -213,19 +224,20 @@ class TritonPythonModel:
             out = pb_utils.Tensor("OUT", np.array([i], dtype=np.int32))
             sender.send(pb_utils.InferenceResponse([out]))
         sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-'''
+"""
 
-STREAM_CONFIG = '''
+STREAM_CONFIG = """
 backend: "python"
 max_batch_size: 0
 model_transaction_policy { decoupled: true }
 input { name: "N" data_type: TYPE_INT32 dims: [ 1 ] }
 output { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }
-'''
+"""
 
 
-def _stream_until_signal(tmp_path: Path, n: int, delay_s: float, exit_timeout_s: float
-                         ) -> tuple[int | None, float, list[object], Server]:
+def _stream_until_signal(
+    tmp_path: Path, n: int, delay_s: float, exit_timeout_s: float
+) -> tuple[int | None, float, list[object], Server]:
     """Open a gRPC stream of ``n`` responses ``delay_s`` apart, SIGTERM the server once it
     streams; returns (exit code, seconds from the signal to the exit, what the stream got)."""
     import queue
@@ -294,8 +306,9 @@ def _http_response(sock: socket.socket, buf: bytearray) -> tuple[int, dict[str, 
     head, _, rest = bytes(buf).partition(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     status = int(lines[0].split(" ", 2)[1])
-    headers = {k.strip().lower(): v.strip()
-               for k, _, v in (line.partition(":") for line in lines[1:])}
+    headers = {
+        k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])
+    }
     length = int(headers.get("content-length", "0"))
     while len(rest) < length:
         chunk = sock.recv(65536)
@@ -308,12 +321,14 @@ def _http_response(sock: socket.socket, buf: bytearray) -> tuple[int, dict[str, 
 
 
 def _slow_body(value: float) -> bytes:
-    return json.dumps({"inputs": [{"name": "IN", "datatype": "FP32", "shape": [4],
-                                   "data": [value] * 4}]}).encode()
+    return json.dumps(
+        {"inputs": [{"name": "IN", "datatype": "FP32", "shape": [4], "data": [value] * 4}]}
+    ).encode()
 
 
 def test_a_request_after_the_signal_on_a_kept_alive_connection_gets_503_and_close(
-        slow_repo: Path) -> None:
+    slow_repo: Path,
+) -> None:
     """The connection's first request began before SIGTERM and is answered with its data; the
     one it sends after the signal gets 503 with ``Connection: close``, then the connection
     closes and the server exits 0."""
@@ -322,11 +337,16 @@ def test_a_request_after_the_signal_on_a_kept_alive_connection_gets_503_and_clos
     try:
         with socket.create_connection((host, int(port)), timeout=30) as sock:
             body = _slow_body(3.0)
-            sock.sendall(b"POST /v2/models/slow/infer HTTP/1.1\r\nHost: t\r\n"
-                         b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                         % (len(body), body))
-            _wait(lambda: "slow model: execute started" in server.output(), 30,
-                  "the first request to execute")
+            sock.sendall(
+                b"POST /v2/models/slow/infer HTTP/1.1\r\nHost: t\r\n"
+                b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                % (len(body), body)
+            )
+            _wait(
+                lambda: "slow model: execute started" in server.output(),
+                30,
+                "the first request to execute",
+            )
             server.proc.send_signal(signal.SIGTERM)
             _wait(lambda: "signal received" in server.output(), 30, "the signal")
             sock.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: t\r\n\r\n")
@@ -346,7 +366,8 @@ def test_a_request_after_the_signal_on_a_kept_alive_connection_gets_503_and_clos
 
 
 def test_grpc_calls_begun_before_the_signal_are_answered_later_ones_unavailable(
-        slow_repo: Path) -> None:
+    slow_repo: Path,
+) -> None:
     """A unary gRPC call executing at SIGTERM gets its response; a call started after the
     signal, on the same channel, gets UNAVAILABLE; the server exits 0."""
     import tritonclient.grpc as grpcclient
@@ -357,8 +378,11 @@ def test_grpc_calls_begun_before_the_signal_are_answered_later_ones_unavailable(
         done: list[object] = []
         inp = grpcclient.InferInput("IN", [4], "FP32")
         inp.set_data_from_numpy(np.full(4, 5.0, dtype=np.float32))
-        client.async_infer("slow", [inp], callback=lambda result, error: done.append(
-            error if error is not None else result))
+        client.async_infer(
+            "slow",
+            [inp],
+            callback=lambda result, error: done.append(error if error is not None else result),
+        )
         _wait(lambda: "slow model: execute started" in server.output(), 30, "the call to run")
         server.proc.send_signal(signal.SIGTERM)
         _wait(lambda: "signal received" in server.output(), 30, "the signal")
@@ -368,8 +392,10 @@ def test_grpc_calls_begun_before_the_signal_are_answered_later_ones_unavailable(
         _wait(lambda: bool(done), 30, "the first call's answer")
         first = done[0]
         assert not isinstance(first, BaseException), first
-        np.testing.assert_array_equal(first.as_numpy("OUT"),  # type: ignore[attr-defined]
-                                      np.full(4, 10.0, dtype=np.float32))
+        np.testing.assert_array_equal(
+            first.as_numpy("OUT"),  # type: ignore[attr-defined]
+            np.full(4, 10.0, dtype=np.float32),
+        )
         rc = server.proc.wait(30)
     finally:
         client.close()

@@ -21,20 +21,23 @@ from conftest import Server, start_server
 from support.reference import ReferenceTriton, require_reference
 from test_triton_messages import ECHO
 
-CONFIG = '''
+CONFIG = """
 backend: "python"
 max_batch_size: 8
 version_policy: { all: {} }
 input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [4] }]
 output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [4] }]
-'''
+"""
 
 
 def write_repo(repo: Path) -> Path:
     """``two`` (versions 1 and 2, both loaded), ``three`` (1, 2, 3; the policy loads only the
     latest 2) and ``one``."""
-    models = {"two": ([1, 2], CONFIG), "one": ([1], CONFIG),
-              "three": ([1, 2, 3], CONFIG.replace("all: {}", "latest: { num_versions: 2 }"))}
+    models = {
+        "two": ([1, 2], CONFIG),
+        "one": ([1], CONFIG),
+        "three": ([1, 2, 3], CONFIG.replace("all: {}", "latest: { num_versions: 2 }")),
+    }
     for name, (versions, config) in models.items():
         for v in versions:
             (repo / name / str(v)).mkdir(parents=True)
@@ -57,8 +60,9 @@ def server(repo: Path) -> Iterator[Server]:
 
 @pytest.fixture(scope="module")
 def triton(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceTriton]:
-    t = ReferenceTriton(require_reference(), repo,
-                        log=tmp_path_factory.mktemp("triton_log") / "triton.log")
+    t = ReferenceTriton(
+        require_reference(), repo, log=tmp_path_factory.mktemp("triton_log") / "triton.log"
+    )
     yield t
     t.stop()
 
@@ -73,8 +77,15 @@ def _infer(http_url: str, model: str, version: str, n: int) -> None:
 
 def _counts(entries: list[dict[str, Any]]) -> list[tuple[str, str, int, int]]:
     """(name, version, inference_count, success count) per entry, in the answer's order."""
-    return [(e["name"], e["version"], int(e.get("inference_count", 0)),
-             int(e["inference_stats"]["success"].get("count", 0))) for e in entries]
+    return [
+        (
+            e["name"],
+            e["version"],
+            int(e.get("inference_count", 0)),
+            int(e["inference_stats"]["success"].get("count", 0)),
+        )
+        for e in entries
+    ]
 
 
 def outcome(http_url: str, grpc_url: str) -> dict[str, Any]:
@@ -87,13 +98,15 @@ def outcome(http_url: str, grpc_url: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in ("two", "three", "one"):
         out[f"http {name}"] = _counts(h.get_inference_statistics(name)["model_stats"])
-        out[f"grpc {name}"] = _counts(
-            g.get_inference_statistics(name, as_json=True)["model_stats"])
-        out[f"http {name} v2"] = (_counts(h.get_inference_statistics(name, "2")["model_stats"])
-                                  if name != "one" else None)
+        out[f"grpc {name}"] = _counts(g.get_inference_statistics(name, as_json=True)["model_stats"])
+        out[f"http {name} v2"] = (
+            _counts(h.get_inference_statistics(name, "2")["model_stats"]) if name != "one" else None
+        )
         out[f"grpc {name} v2"] = (
             _counts(g.get_inference_statistics(name, "2", as_json=True)["model_stats"])
-            if name != "one" else None)
+            if name != "one"
+            else None
+        )
     out["http all"] = _counts(h.get_inference_statistics()["model_stats"])
     out["grpc all"] = _counts(g.get_inference_statistics(as_json=True)["model_stats"])
     return out
@@ -106,8 +119,13 @@ EXPECTED = {  # what Triton 2.51 answers (the reference, recorded)
     "http three v2": [("three", "2", 0, 0)],
     "http one": [("one", "1", 0, 0)],
     "http one v2": None,
-    "http all": [("one", "1", 0, 0), ("three", "2", 0, 0), ("three", "3", 1, 1),
-                 ("two", "1", 2, 2), ("two", "2", 1, 1)],
+    "http all": [
+        ("one", "1", 0, 0),
+        ("three", "2", 0, 0),
+        ("three", "3", 1, 1),
+        ("two", "1", 2, 2),
+        ("two", "2", 1, 1),
+    ],
 }
 EXPECTED.update({"grpc" + k[4:]: v for k, v in list(EXPECTED.items())})
 

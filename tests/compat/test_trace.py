@@ -29,20 +29,61 @@ from tritonlite.core.observability.settings import TraceSettings
 
 pytestmark = pytest.mark.timeout(120)
 
-HTTP_ORDER = ["HTTP_RECV_START", "HTTP_RECV_END", "REQUEST_START", "QUEUE_START",
-              "INFER_RESPONSE_COMPLETE", "COMPUTE_START", "COMPUTE_INPUT_END",
-              "COMPUTE_OUTPUT_START", "COMPUTE_END", "REQUEST_END", "HTTP_SEND_START",
-              "HTTP_SEND_END"]
-GRPC_ORDER = ["REQUEST_START", "QUEUE_START", "COMPUTE_START", "COMPUTE_INPUT_END",
-              "COMPUTE_OUTPUT_START", "COMPUTE_END", "REQUEST_END", "GRPC_WAITREAD_START",
-              "GRPC_WAITREAD_END", "INFER_RESPONSE_COMPLETE", "GRPC_SEND_START", "GRPC_SEND_END"]
+HTTP_ORDER = [
+    "HTTP_RECV_START",
+    "HTTP_RECV_END",
+    "REQUEST_START",
+    "QUEUE_START",
+    "INFER_RESPONSE_COMPLETE",
+    "COMPUTE_START",
+    "COMPUTE_INPUT_END",
+    "COMPUTE_OUTPUT_START",
+    "COMPUTE_END",
+    "REQUEST_END",
+    "HTTP_SEND_START",
+    "HTTP_SEND_END",
+]
+GRPC_ORDER = [
+    "REQUEST_START",
+    "QUEUE_START",
+    "COMPUTE_START",
+    "COMPUTE_INPUT_END",
+    "COMPUTE_OUTPUT_START",
+    "COMPUTE_END",
+    "REQUEST_END",
+    "GRPC_WAITREAD_START",
+    "GRPC_WAITREAD_END",
+    "INFER_RESPONSE_COMPLETE",
+    "GRPC_SEND_START",
+    "GRPC_SEND_END",
+]
 # stamps that follow one another in time (the file order is Triton's, not always time order)
-HTTP_TIMELINE = ["HTTP_RECV_START", "HTTP_RECV_END", "REQUEST_START", "QUEUE_START",
-                 "COMPUTE_START", "COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START", "COMPUTE_END",
-                 "REQUEST_END", "HTTP_SEND_START", "HTTP_SEND_END"]
-GRPC_TIMELINE = ["GRPC_WAITREAD_START", "GRPC_WAITREAD_END", "REQUEST_START", "QUEUE_START",
-                 "COMPUTE_START", "COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START", "COMPUTE_END",
-                 "REQUEST_END", "GRPC_SEND_START", "GRPC_SEND_END"]
+HTTP_TIMELINE = [
+    "HTTP_RECV_START",
+    "HTTP_RECV_END",
+    "REQUEST_START",
+    "QUEUE_START",
+    "COMPUTE_START",
+    "COMPUTE_INPUT_END",
+    "COMPUTE_OUTPUT_START",
+    "COMPUTE_END",
+    "REQUEST_END",
+    "HTTP_SEND_START",
+    "HTTP_SEND_END",
+]
+GRPC_TIMELINE = [
+    "GRPC_WAITREAD_START",
+    "GRPC_WAITREAD_END",
+    "REQUEST_START",
+    "QUEUE_START",
+    "COMPUTE_START",
+    "COMPUTE_INPUT_END",
+    "COMPUTE_OUTPUT_START",
+    "COMPUTE_END",
+    "REQUEST_END",
+    "GRPC_SEND_START",
+    "GRPC_SEND_END",
+]
 
 
 @pytest.fixture(scope="module")
@@ -111,8 +152,12 @@ def check_trace(trace: dict[str, Any], order: list[str], timeline: list[str]) ->
 # -- the trace file --------------------------------------------------------------------------------
 def test_timestamps_http_grpc_and_stream(repo: Path, server_factory: Any, tmp_path: Path) -> None:
     out = tmp_path / "trace.json"
-    s = server_factory(repo, f"--trace-config=triton,file={out}", "--trace-config=level=TIMESTAMPS",
-                       "--trace-config=rate=1")
+    s = server_factory(
+        repo,
+        f"--trace-config=triton,file={out}",
+        "--trace-config=level=TIMESTAMPS",
+        "--trace-config=rate=1",
+    )
     http_infer(s, "h0")
     grpc_infer(s, "g0")
     grpc_infer(s, "n0", model="add_sub_nobatch")
@@ -128,16 +173,25 @@ def test_timestamps_http_grpc_and_stream(repo: Path, server_factory: Any, tmp_pa
         httpclient.InferenceServerClient(s.http_url).infer("add_sub", bad, request_id="bad")
     http_infer(s, "h1")  # still serving after the failed one
     assert httpclient.InferenceServerClient(s.http_url).get_trace_settings() == {
-        "trace_level": ["TIMESTAMPS"], "trace_rate": "1", "trace_count": "-1",
-        "log_frequency": "0", "trace_file": str(out), "trace_mode": "triton"}
+        "trace_level": ["TIMESTAMPS"],
+        "trace_rate": "1",
+        "trace_count": "-1",
+        "log_frequency": "0",
+        "trace_file": str(out),
+        "trace_mode": "triton",
+    }
     assert not out.exists()  # log_frequency 0: written when the server exits
     assert s.stop() == 0
     traces = read_traces(out)
     assert sorted(traces) == list(range(min(traces), min(traces) + 6))
     req = by_request(traces)
     assert set(req) == {"h0", "g0", "n0", "s0", "bad", "h1"}
-    assert req["h0"]["head"] == {"id": req["h0"]["head"]["id"], "model_name": "add_sub",
-                                 "model_version": 1, "request_id": "h0"}
+    assert req["h0"]["head"] == {
+        "id": req["h0"]["head"]["id"],
+        "model_name": "add_sub",
+        "model_version": 1,
+        "request_id": "h0",
+    }
     check_trace(req["h0"], HTTP_ORDER, HTTP_TIMELINE)
     check_trace(req["h1"], HTTP_ORDER, HTTP_TIMELINE)
     check_trace(req["g0"], GRPC_ORDER, GRPC_TIMELINE)
@@ -151,13 +205,15 @@ def test_timestamps_http_grpc_and_stream(repo: Path, server_factory: Any, tmp_pa
     text = out.read_text()
     h0 = req["h0"]["head"]["id"]
     assert text.index(f'{{"id":{h0},"model_name"') > text.index(
-        f'{{"id":{h0},"timestamps":[{{"name":"HTTP_RECV_END"')
+        f'{{"id":{h0},"timestamps":[{{"name":"HTTP_RECV_END"'
+    )
 
 
 def test_rate_and_count_deprecated_flags(repo: Path, server_factory: Any, tmp_path: Path) -> None:
     out = tmp_path / "trace.json"
-    s = server_factory(repo, f"--trace-file={out}", "--trace-level=TIMESTAMPS", "--trace-rate=2",
-                       "--trace-count=2")
+    s = server_factory(
+        repo, f"--trace-file={out}", "--trace-level=TIMESTAMPS", "--trace-rate=2", "--trace-count=2"
+    )
     assert "Warning: '--trace-rate' has been deprecated" in s.output()
     for i in range(3):
         http_infer(s, f"h{i}")
@@ -173,9 +229,14 @@ def test_rate_and_count_deprecated_flags(repo: Path, server_factory: Any, tmp_pa
 
 def test_count_and_log_frequency_files(repo: Path, server_factory: Any, tmp_path: Path) -> None:
     out = tmp_path / "trace.json"
-    s = server_factory(repo, f"--trace-config=triton,file={out}", "--trace-config=level=TIMESTAMPS",
-                       "--trace-config=rate=1", "--trace-config=count=3",
-                       "--trace-config=triton,log-frequency=2")
+    s = server_factory(
+        repo,
+        f"--trace-config=triton,file={out}",
+        "--trace-config=level=TIMESTAMPS",
+        "--trace-config=rate=1",
+        "--trace-config=count=3",
+        "--trace-config=triton,log-frequency=2",
+    )
     http_infer(s, "a")
     grpc_infer(s, "b")
     wait_for_file(Path(f"{out}.0"))  # log-frequency 2: written while serving
@@ -188,11 +249,13 @@ def test_count_and_log_frequency_files(repo: Path, server_factory: Any, tmp_path
     assert not out.exists() and not Path(f"{out}.2").exists()
 
 
-def test_runtime_updates_and_model_settings(repo: Path, server_factory: Any,
-                                            tmp_path: Path) -> None:
+def test_runtime_updates_and_model_settings(
+    repo: Path, server_factory: Any, tmp_path: Path
+) -> None:
     out = tmp_path / "trace.json"
-    s = server_factory(repo, f"--trace-config=triton,file={out}",
-                       "--trace-config=triton,log-frequency=1")
+    s = server_factory(
+        repo, f"--trace-config=triton,file={out}", "--trace-config=triton,log-frequency=1"
+    )
     c = httpclient.InferenceServerClient(s.http_url)
     http_infer(s, "off")  # OFF: nothing sampled, nothing written
     t = c.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"], "trace_rate": "1"})
@@ -212,14 +275,16 @@ def test_runtime_updates_and_model_settings(repo: Path, server_factory: Any,
         http_infer(s, f"r{i}")
     wait_for_file(Path(f"{out}.2"))
     seen = set(by_request(read_traces(Path(f"{out}.1")))) | set(
-        by_request(read_traces(Path(f"{out}.2"))))
+        by_request(read_traces(Path(f"{out}.2")))
+    )
     assert seen == {"r1", "r3"}
     # clearing the model's value: it traces with the global setting again
     c.update_trace_settings(model_name="add_sub_nobatch", settings={"trace_level": None})
     assert c.get_trace_settings(model_name="add_sub_nobatch")["trace_level"] == ["TIMESTAMPS"]
     # a count set at run time counts down and is shown
     assert g.update_trace_settings(settings={"trace_count": "1", "trace_rate": "1"}, as_json=True)[
-        "settings"]["trace_count"]["value"] == ["1"]
+        "settings"
+    ]["trace_count"]["value"] == ["1"]
     grpc_infer(s, "last")
     assert c.get_trace_settings()["trace_count"] == "0"
     http_infer(s, "after")
@@ -252,21 +317,24 @@ def test_bad_updates_are_refused(server: Any) -> None:
 
 
 # -- flags -----------------------------------------------------------------------------------------
-@pytest.mark.parametrize("flags, message", [
-    (["--trace-config=level=FOO"], "invalid value for trace level option: foo"),
-    (["--trace-config=level=TENSORS"], "TENSORS is not supported"),
-    (["--trace-config=rate=abc"], "rate: invalid value 'abc'"),
-    (["--trace-config=rate=-1"], "rate: invalid value '-1'"),
-    (["--trace-config=count=-2"], "count: invalid value '-2'"),
-    (["--trace-config=triton,log-frequency=x"], "log-frequency: invalid value 'x'"),
-    (["--trace-config=mode=opentelemetry"], "mode=opentelemetry is not supported"),
-    (["--trace-config=mode=foo"], "invalid value for trace mode option: foo"),
-    (["--trace-config=xyz,file=a"], "invalid value for trace mode option: xyz"),
-    (["--trace-config=level"], "expects [<mode>,]<setting>=<value>"),
-    (["--trace-config=foo=1"], "unknown setting 'foo'"),
-    (["--trace-config=triton,rate=1"], "unknown triton setting 'rate'"),
-    (["--trace-rate=x"], "rate: invalid value 'x'"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--trace-config=level=FOO"], "invalid value for trace level option: foo"),
+        (["--trace-config=level=TENSORS"], "TENSORS is not supported"),
+        (["--trace-config=rate=abc"], "rate: invalid value 'abc'"),
+        (["--trace-config=rate=-1"], "rate: invalid value '-1'"),
+        (["--trace-config=count=-2"], "count: invalid value '-2'"),
+        (["--trace-config=triton,log-frequency=x"], "log-frequency: invalid value 'x'"),
+        (["--trace-config=mode=opentelemetry"], "mode=opentelemetry is not supported"),
+        (["--trace-config=mode=foo"], "invalid value for trace mode option: foo"),
+        (["--trace-config=xyz,file=a"], "invalid value for trace mode option: xyz"),
+        (["--trace-config=level"], "expects [<mode>,]<setting>=<value>"),
+        (["--trace-config=foo=1"], "unknown setting 'foo'"),
+        (["--trace-config=triton,rate=1"], "unknown triton setting 'rate'"),
+        (["--trace-rate=x"], "rate: invalid value 'x'"),
+    ],
+)
 def test_bad_flags(flags: list[str], message: str, tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as e:
         options_from_args(["--model-repository", str(tmp_path), *flags])
@@ -274,16 +342,42 @@ def test_bad_flags(flags: list[str], message: str, tmp_path: Path) -> None:
 
 
 def test_flag_forms(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    o = options_from_args(["--model-repository", str(tmp_path),
-                           "--trace-config", f"triton,file={tmp_path}/t.json",
-                           "--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=7",
-                           "--trace-config", "count=3", "--trace-config", "triton,log-frequency=5",
-                           "--trace-config", "mode=triton",
-                           "--trace-config", "opentelemetry,url=x"])
+    o = options_from_args(
+        [
+            "--model-repository",
+            str(tmp_path),
+            "--trace-config",
+            f"triton,file={tmp_path}/t.json",
+            "--trace-config",
+            "level=TIMESTAMPS",
+            "--trace-config",
+            "rate=7",
+            "--trace-config",
+            "count=3",
+            "--trace-config",
+            "triton,log-frequency=5",
+            "--trace-config",
+            "mode=triton",
+            "--trace-config",
+            "opentelemetry,url=x",
+        ]
+    )
     assert (o.trace_level, o.trace_rate, o.trace_count, o.trace_log_frequency, o.trace_file) == (
-        ("TIMESTAMPS",), 7, 3, 5, f"{tmp_path}/t.json")
-    o = options_from_args(["--model-repository", str(tmp_path), "--trace-level=TIMESTAMPS",
-                           "--trace-config=level=OFF", "--trace-log-frequency=2"])
+        ("TIMESTAMPS",),
+        7,
+        3,
+        5,
+        f"{tmp_path}/t.json",
+    )
+    o = options_from_args(
+        [
+            "--model-repository",
+            str(tmp_path),
+            "--trace-level=TIMESTAMPS",
+            "--trace-config=level=OFF",
+            "--trace-log-frequency=2",
+        ]
+    )
     err = capsys.readouterr().err
     assert "Warning: Overriding deprecated '--trace-level' in favor of provided level" in err
     assert "'--trace-log-frequency' has been deprecated" in err
@@ -314,8 +408,12 @@ def test_trace_settings_inheritance(tmp_path: Path) -> None:
 
 # -- logging ---------------------------------------------------------------------------------------
 def test_log_format_changes_at_run_time(repo: Path, server_factory: Any) -> None:
-    s = server_factory(repo, "--model-control-mode=explicit", "--load-model=add_sub",
-                       "--load-model=add_sub_nobatch")
+    s = server_factory(
+        repo,
+        "--model-control-mode=explicit",
+        "--load-model=add_sub",
+        "--load-model=add_sub_nobatch",
+    )
     c = httpclient.InferenceServerClient(s.http_url)
     c.update_log_settings({"log_format": "ISO8601"})
     c.unload_model("add_sub_nobatch")
@@ -323,7 +421,8 @@ def test_log_format_changes_at_run_time(repo: Path, server_factory: Any) -> None
     c.load_model("add_sub_nobatch")
     assert c.get_log_settings()["log_verbose_level"] == 1
     lines = s.wait_for_lines(
-        lambda ls: sum("successfully loaded 'add_sub_nobatch'" in x for x in ls) >= 2).splitlines()
+        lambda ls: sum("successfully loaded 'add_sub_nobatch'" in x for x in ls) >= 2
+    ).splitlines()
     unloaded = [x for x in lines if "successfully unloaded 'add_sub_nobatch'" in x]
     loaded = [x for x in lines if "successfully loaded 'add_sub_nobatch'" in x]
     assert unloaded and re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ I \d+ ", unloaded[0])
@@ -333,10 +432,28 @@ def test_log_format_changes_at_run_time(repo: Path, server_factory: Any) -> None
 def test_log_file(repo: Path, tmp_path: Path) -> None:
     log_file = tmp_path / "server.log"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tritonlite", "--model-repository", str(repo), "--http-port", "0",
-         "--grpc-port", "0", "--metrics-port", "0", "--http-address", "127.0.0.1",
-         "--grpc-address", "127.0.0.1", f"--log-file={log_file}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "tritonlite",
+            "--model-repository",
+            str(repo),
+            "--http-port",
+            "0",
+            "--grpc-port",
+            "0",
+            "--metrics-port",
+            "0",
+            "--http-address",
+            "127.0.0.1",
+            "--grpc-address",
+            "127.0.0.1",
+            f"--log-file={log_file}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while "Started HTTPService" not in (log_file.read_text() if log_file.exists() else ""):

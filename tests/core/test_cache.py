@@ -45,19 +45,29 @@ class FakeScheduler:
         assert x is not None
         out = self.staging[: x.size].reshape(x.shape)
         np.multiply(x, 2, out=out)
-        return InferResponse("m", "1", request.id,
-                             [InferOutput("OUT", "FP32", tuple(x.shape), out)], {"p": 1})
+        return InferResponse(
+            "m", "1", request.id, [InferOutput("OUT", "FP32", tuple(x.shape), out)], {"p": 1}
+        )
 
 
 def fake_model(name: str = "m", version: int = 1) -> Any:
-    return SimpleNamespace(name=name, version=version, version_str=str(version),
-                           cache_salt=os.urandom(8), stats=ModelStats(),
-                           scheduler=FakeScheduler(),
-                           signature=SimpleNamespace(outputs={"OUT": None, "AUX": None}))
+    return SimpleNamespace(
+        name=name,
+        version=version,
+        version_str=str(version),
+        cache_salt=os.urandom(8),
+        stats=ModelStats(),
+        scheduler=FakeScheduler(),
+        signature=SimpleNamespace(outputs={"OUT": None, "AUX": None}),
+    )
 
 
-def req(values: Any = (1.0, 2.0, 3.0, 4.0), dtype: str = "FP32", shape: tuple[int, ...] = (4,),
-        **kw: Any) -> InferRequest:
+def req(
+    values: Any = (1.0, 2.0, 3.0, 4.0),
+    dtype: str = "FP32",
+    shape: tuple[int, ...] = (4,),
+    **kw: Any,
+) -> InferRequest:
     np_dtype = {"FP32": np.float32, "INT32": np.int32}[dtype]
     data = np.asarray(values, dtype=np_dtype).reshape(shape)
     return InferRequest("m", inputs=[InferInput("IN", dtype, shape, data)], **kw)
@@ -92,13 +102,15 @@ def test_key_covers_requested_outputs_classification_and_parameters() -> None:
     assert request_key(m, req(outputs=[RequestedOutput("OUT"), RequestedOutput("AUX")])) == base
     assert request_key(m, req(outputs=[RequestedOutput("AUX"), RequestedOutput("OUT")])) == base
     assert request_key(m, req(outputs=[RequestedOutput("OUT")])) != base
-    assert (request_key(m, req(outputs=[RequestedOutput("OUT", classification=2)]))
-            != request_key(m, req(outputs=[RequestedOutput("OUT")])))
+    assert request_key(m, req(outputs=[RequestedOutput("OUT", classification=2)])) != request_key(
+        m, req(outputs=[RequestedOutput("OUT")])
+    )
     assert request_key(m, req(parameters={"k": 1})) != base
     assert request_key(m, req(parameters={"k": 1})) != request_key(m, req(parameters={"k": True}))
     # How outputs travel is applied per request, not keyed.
-    assert (request_key(m, req(outputs=[RequestedOutput("OUT", binary=True)]))
-            == request_key(m, req(outputs=[RequestedOutput("OUT", binary=False)])))
+    assert request_key(m, req(outputs=[RequestedOutput("OUT", binary=True)])) == request_key(
+        m, req(outputs=[RequestedOutput("OUT", binary=False)])
+    )
     assert request_key(m, req(binary_data_output=True)) == base
 
 
@@ -106,12 +118,12 @@ def test_key_ignores_input_order_and_hashes_views_and_bytes_tensors() -> None:
     m = fake_model()
     a = InferInput("A", "FP32", (4,), np.arange(4, dtype=np.float32))
     b = InferInput("B", "FP32", (4,), np.ones(4, dtype=np.float32))
-    assert (request_key(m, InferRequest("m", inputs=[a, b]))
-            == request_key(m, InferRequest("m", inputs=[b, a])))
+    assert request_key(m, InferRequest("m", inputs=[a, b])) == request_key(
+        m, InferRequest("m", inputs=[b, a])
+    )
     strided = np.arange(8, dtype=np.float32)[::2]
     assert not strided.flags.c_contiguous
-    assert (request_key(m, req(strided))
-            == request_key(m, req(np.ascontiguousarray(strided))))
+    assert request_key(m, req(strided)) == request_key(m, req(np.ascontiguousarray(strided)))
     s1 = np.array([b"ab", b"c"], dtype=object)
     s2 = np.array([b"a", b"bc"], dtype=object)  # same concatenated bytes, other elements
     k1 = request_key(m, InferRequest("m", inputs=[InferInput("S", "BYTES", (2,), s1)]))
@@ -178,6 +190,7 @@ def test_lru_is_bounded_by_bytes_and_evicts_the_least_recently_used() -> None:
             await run(v)
         await run(1.0)  # hit: 1 becomes the most recently used
         await run(4.0)  # evicts 2
+
     asyncio.run(main())
     assert len(cache) == 3 and cache.used <= cache.capacity and cache.evictions == 1
     assert m.scheduler.executed == 4
@@ -208,17 +221,21 @@ def test_a_hit_writes_the_shared_memory_region_its_request_names() -> None:
             await cache.infer(m, req(outputs=[RequestedOutput("OUT")]), shm)
             region.buf[:16] = bytes(16)
             return await cache.infer(
-                m, req(outputs=[RequestedOutput("OUT", shm=ShmRef("out", 16, 0))]), shm)
+                m, req(outputs=[RequestedOutput("OUT", shm=ShmRef("out", 16, 0))]), shm
+            )
 
         hit = asyncio.run(main())
         assert m.scheduler.executed == 1
         assert hit.outputs[0].data is None and hit.outputs[0].shm is not None
-        np.testing.assert_array_equal(np.frombuffer(region.buf[:16], dtype=np.float32),
-                                      [2.0, 4.0, 6.0, 8.0])
+        np.testing.assert_array_equal(
+            np.frombuffer(region.buf[:16], dtype=np.float32), [2.0, 4.0, 6.0, 8.0]
+        )
 
         async def too_small() -> None:
-            await cache.infer(m, req(outputs=[RequestedOutput("OUT", shm=ShmRef("out", 8, 0))]),
-                              shm)
+            await cache.infer(
+                m, req(outputs=[RequestedOutput("OUT", shm=ShmRef("out", 8, 0))]), shm
+            )
+
         with pytest.raises(TritonliteError, match="should be at least 16 bytes"):
             asyncio.run(too_small())
         assert m.stats.fail.count == 1
@@ -235,14 +252,16 @@ def test_a_response_written_to_shared_memory_is_read_back_into_the_entry() -> No
     try:
         shm.register_system("out", region.name, 0, 64)
         np.frombuffer(region.buf, dtype=np.float32)[:4] = [5, 6, 7, 8]
-        resp = InferResponse("m", "1", "", [InferOutput("OUT", "FP32", (4,), None,
-                                                        shm=ShmRef("out", 64, 0))])
+        resp = InferResponse(
+            "m", "1", "", [InferOutput("OUT", "FP32", (4,), None, shm=ShmRef("out", 64, 0))]
+        )
         assert cache.insert(b"k" * 32, resp, shm)
         np.frombuffer(region.buf, dtype=np.float32)[:4] = 0
         hit = cache.respond(cache.lookup(b"k" * 32), fake_model(), req(), shm)  # type: ignore[arg-type]
         np.testing.assert_array_equal(hit.outputs[0].data, [5, 6, 7, 8])  # type: ignore[arg-type]
-        bytes_resp = InferResponse("m", "1", "", [InferOutput("S", "BYTES", (1,), None,
-                                                              shm=ShmRef("out", 64, 0))])
+        bytes_resp = InferResponse(
+            "m", "1", "", [InferOutput("S", "BYTES", (1,), None, shm=ShmRef("out", 64, 0))]
+        )
         assert not cache.insert(b"j" * 32, bytes_resp, shm)
     finally:
         shm.close()

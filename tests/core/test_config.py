@@ -70,7 +70,8 @@ def onnx_model_dir(
 
 def batching_model(root: Path, name: str = "add", config: str | None = None) -> Path:
     return onnx_model_dir(
-        root, name,
+        root,
+        name,
         [("INPUT0", TensorProto.FLOAT, ["batch", 16]), ("INPUT1", TensorProto.INT32, [None, 4])],
         [("OUTPUT0", "INPUT0"), ("OUTPUT1", "INPUT1")],
         config,
@@ -78,9 +79,7 @@ def batching_model(root: Path, name: str = "add", config: str | None = None) -> 
 
 
 def fixed_model(root: Path, name: str = "fixed", config: str | None = None) -> Path:
-    return onnx_model_dir(
-        root, name, [("X", TensorProto.FLOAT, [2, 3])], [("Y", "X")], config
-    )
+    return onnx_model_dir(root, name, [("X", TensorProto.FLOAT, [2, 3])], [("Y", "X")], config)
 
 
 def cfg_of(text: str) -> Any:
@@ -134,7 +133,7 @@ def test_parse_pbtxt_accepts_triton_syntax() -> None:
     assert list(cfg.output[0].dims) == [3, -1]
 
 
-@pytest.mark.parametrize("text", ["name: \"m\" unknown_field: 3", "name: ", "input [ { name: } ]"])
+@pytest.mark.parametrize("text", ['name: "m" unknown_field: 3', "name: ", "input [ { name: } ]"])
 def test_parse_pbtxt_errors_are_invalid_arg_with_source(text: str) -> None:
     with pytest.raises(TritonliteError) as info:
         C.parse_pbtxt(text, "repo/m/config.pbtxt")
@@ -143,14 +142,20 @@ def test_parse_pbtxt_errors_are_invalid_arg_with_source(text: str) -> None:
 
 
 def test_parse_json_accepts_int64_numbers_or_strings_and_enum_case() -> None:
-    cfg = C.parse_json(json.dumps({
-        "name": "m",
-        "max_batch_size": 4,
-        "input": [{"name": "A", "data_type": "type_fp32", "dims": ["-1", 16]}],
-        "dynamic_batching": {"max_queue_delay_microseconds": "100",
-                             "priority_queue_policy": {"1": {"timeout_action": "delay"}}},
-        "instance_group": [{"kind": "kind_cpu", "count": 1}],
-    }))
+    cfg = C.parse_json(
+        json.dumps(
+            {
+                "name": "m",
+                "max_batch_size": 4,
+                "input": [{"name": "A", "data_type": "type_fp32", "dims": ["-1", 16]}],
+                "dynamic_batching": {
+                    "max_queue_delay_microseconds": "100",
+                    "priority_queue_policy": {"1": {"timeout_action": "delay"}},
+                },
+                "instance_group": [{"kind": "kind_cpu", "count": 1}],
+            }
+        )
+    )
     assert list(cfg.input[0].dims) == [-1, 16]
     assert cfg.input[0].data_type == pb.DataType.values_by_name["TYPE_FP32"].number
     assert cfg.dynamic_batching.max_queue_delay_microseconds == 100
@@ -287,33 +292,50 @@ def test_model_name_overrides_directory_name(tmp_path: Path) -> None:
 
 
 def test_normalize_defaults_for_an_onnx_model() -> None:
-    cfg = complete(cfg_of("""
+    cfg = complete(
+        cfg_of("""
         platform: "onnxruntime_onnx" max_batch_size: 8
         input [{name: "I" data_type: TYPE_INT32 dims: [16]}]
         output [{name: "O" data_type: TYPE_INT32 dims: [16]}]
         dynamic_batching {}
-    """), name="simple")
+    """),
+        name="simple",
+    )
     j = C.render_json(cfg)
     assert j["version_policy"] == {"latest": {"num_versions": 1}}
     assert j["dynamic_batching"]["preferred_batch_size"] == [8]
     assert j["optimization"]["input_pinned_memory"] == {"enable": True}
     assert j["optimization"]["output_pinned_memory"] == {"enable": True}
     # No group configured: one group named after the model; ONNX Runtime on CPU gets 2.
-    assert j["instance_group"] == [{
-        "name": "simple", "kind": "KIND_CPU", "count": 2, "gpus": [], "secondary_devices": [],
-        "profile": [], "passive": False, "host_policy": "",
-    }]
+    assert j["instance_group"] == [
+        {
+            "name": "simple",
+            "kind": "KIND_CPU",
+            "count": 2,
+            "gpus": [],
+            "secondary_devices": [],
+            "profile": [],
+            "passive": False,
+            "host_policy": "",
+        }
+    ]
     assert C.instance_names(cfg) == [
-        ("simple", "simple_0", V.KIND_CPU, 0), ("simple", "simple_1", V.KIND_CPU, 0)
+        ("simple", "simple_0", V.KIND_CPU, 0),
+        ("simple", "simple_1", V.KIND_CPU, 0),
     ]
 
 
 def test_normalize_keeps_explicit_values() -> None:
-    cfg = complete(cfg_of(SIMPLE + """
+    cfg = complete(
+        cfg_of(
+            SIMPLE
+            + """
         version_policy { all {} }
         dynamic_batching { preferred_batch_size: [2, 4] }
         optimization { input_pinned_memory { enable: false } }
-    """))
+    """
+        )
+    )
     assert cfg.version_policy.WhichOneof("policy_choice") == "all"
     assert list(cfg.dynamic_batching.preferred_batch_size) == [2, 4]
     assert cfg.optimization.input_pinned_memory.enable is False
@@ -321,12 +343,14 @@ def test_normalize_keeps_explicit_values() -> None:
 
 
 def test_dynamic_batching_with_max_batch_size_zero_is_accepted() -> None:
-    cfg = complete(cfg_of("""
+    cfg = complete(
+        cfg_of("""
         backend: "python" max_batch_size: 0
         input [{name: "IN" data_type: TYPE_FP32 dims: [4]}]
         output [{name: "OUT" data_type: TYPE_FP32 dims: [4]}]
         dynamic_batching {}
-    """))
+    """)
+    )
     assert list(cfg.dynamic_batching.preferred_batch_size) == []
     assert C.render_json(cfg)["dynamic_batching"]["preferred_batch_size"] == []
 
@@ -341,12 +365,20 @@ def test_sequence_batching_defaults() -> None:
 
 
 def test_instance_group_names_kinds_and_counts() -> None:
-    cfg = complete(cfg_of(SIMPLE + """
+    cfg = complete(
+        cfg_of(
+            SIMPLE
+            + """
         instance_group [ { kind: KIND_CPU }, { name: "named" count: 3 }, { kind: KIND_MODEL } ]
-    """), name="add_sub")
+    """
+        ),
+        name="add_sub",
+    )
     groups = [(g.name, g.kind, g.count) for g in cfg.instance_group]
     assert groups == [
-        ("add_sub_0", V.KIND_CPU, 1), ("named", V.KIND_CPU, 3), ("add_sub_2", V.KIND_MODEL, 1)
+        ("add_sub_0", V.KIND_CPU, 1),
+        ("named", V.KIND_CPU, 3),
+        ("add_sub_2", V.KIND_MODEL, 1),
     ]
     names = [n for _, n, _, _ in C.instance_names(cfg)]
     assert names == ["add_sub_0_0", "named_0", "named_1", "named_2", "add_sub_2_0"]
@@ -359,10 +391,13 @@ def test_kind_auto_and_gpus() -> None:
     assert cfg.instance_group[0].count == 1
     assert C.instance_names(cfg) == [("m", "m_0", V.KIND_GPU, 0), ("m", "m_0", V.KIND_GPU, 1)]
 
-    cfg = complete(cfg_of(SIMPLE + "instance_group [{count: 2 kind: KIND_GPU gpus: [1]}]"),
-                   gpu_count=2)
-    assert C.instance_names(cfg) == [("m_0", "m_0_0", V.KIND_GPU, 1),
-                                     ("m_0", "m_0_1", V.KIND_GPU, 1)]
+    cfg = complete(
+        cfg_of(SIMPLE + "instance_group [{count: 2 kind: KIND_GPU gpus: [1]}]"), gpu_count=2
+    )
+    assert C.instance_names(cfg) == [
+        ("m_0", "m_0_0", V.KIND_GPU, 1),
+        ("m_0", "m_0_1", V.KIND_GPU, 1),
+    ]
 
     # KIND_AUTO listing a GPU that does not exist falls back to CPU, which then may not list
     # GPUs (Triton's exact sequence of rules).
@@ -382,7 +417,8 @@ def test_kind_gpu_without_gpus_fails() -> None:
 
 
 def test_ensemble_gets_no_instance_groups_or_optimization() -> None:
-    cfg = complete(cfg_of("""
+    cfg = complete(
+        cfg_of("""
         platform: "ensemble" max_batch_size: 4
         input [{name: "IN" data_type: TYPE_FP32 dims: [4]}]
         output [{name: "OUT" data_type: TYPE_FP32 dims: [4]}]
@@ -391,7 +427,10 @@ def test_ensemble_gets_no_instance_groups_or_optimization() -> None:
             output_map { key: "y" value: "mid" } },
           { model_name: "b" model_version: 2 input_map { key: "x" value: "mid" }
             output_map { key: "y" value: "OUT" } } ] }
-    """), name="ens", gpu_count=1)
+    """),
+        name="ens",
+        gpu_count=1,
+    )
     j = C.render_json(cfg)
     assert j["instance_group"] == []
     assert "optimization" not in j
@@ -406,17 +445,31 @@ def test_ensemble_gets_no_instance_groups_or_optimization() -> None:
 def test_read_onnx_io_types_and_dims(tmp_path: Path) -> None:
     path = write_onnx(
         tmp_path / "model.onnx",
-        [("F", TensorProto.FLOAT, ["n", 3]), ("S", TensorProto.STRING, [2]),
-         ("B", TensorProto.BOOL, []), ("H", TensorProto.FLOAT16, [None]),
-         ("I", TensorProto.INT64, [1, 2, 3]), ("U", TensorProto.UINT8, [4])],
-        [("F_OUT", "F"), ("S_OUT", "S"), ("B_OUT", "B"), ("H_OUT", "H"), ("I_OUT", "I"),
-         ("U_OUT", "U")],
+        [
+            ("F", TensorProto.FLOAT, ["n", 3]),
+            ("S", TensorProto.STRING, [2]),
+            ("B", TensorProto.BOOL, []),
+            ("H", TensorProto.FLOAT16, [None]),
+            ("I", TensorProto.INT64, [1, 2, 3]),
+            ("U", TensorProto.UINT8, [4]),
+        ],
+        [
+            ("F_OUT", "F"),
+            ("S_OUT", "S"),
+            ("B_OUT", "B"),
+            ("H_OUT", "H"),
+            ("I_OUT", "I"),
+            ("U_OUT", "U"),
+        ],
     )
     io = read_onnx_io(path)
     assert io.inputs == (
-        TensorSpec("F", "TYPE_FP32", (-1, 3)), TensorSpec("S", "TYPE_STRING", (2,)),
-        TensorSpec("B", "TYPE_BOOL", ()), TensorSpec("H", "TYPE_FP16", (-1,)),
-        TensorSpec("I", "TYPE_INT64", (1, 2, 3)), TensorSpec("U", "TYPE_UINT8", (4,)),
+        TensorSpec("F", "TYPE_FP32", (-1, 3)),
+        TensorSpec("S", "TYPE_STRING", (2,)),
+        TensorSpec("B", "TYPE_BOOL", ()),
+        TensorSpec("H", "TYPE_FP16", (-1,)),
+        TensorSpec("I", "TYPE_INT64", (1, 2, 3)),
+        TensorSpec("U", "TYPE_UINT8", (4,)),
     )
     assert [o.name for o in io.outputs] == ["F_OUT", "S_OUT", "B_OUT", "H_OUT", "I_OUT", "U_OUT"]
     assert io.outputs[0].dims == (-1, 3)
@@ -445,10 +498,12 @@ def test_missing_config_batching_model(tmp_path: Path) -> None:
     assert j["backend"] == "onnxruntime" and j["default_model_filename"] == "model.onnx"
     assert j["max_batch_size"] == 4
     assert [(i["name"], i["data_type"], i["dims"]) for i in j["input"]] == [
-        ("INPUT0", "TYPE_FP32", [16]), ("INPUT1", "TYPE_INT32", [4])
+        ("INPUT0", "TYPE_FP32", [16]),
+        ("INPUT1", "TYPE_INT32", [4]),
     ]
     assert [(o["name"], o["data_type"], o["dims"]) for o in j["output"]] == [
-        ("OUTPUT0", "TYPE_FP32", [16]), ("OUTPUT1", "TYPE_INT32", [4])
+        ("OUTPUT0", "TYPE_FP32", [16]),
+        ("OUTPUT1", "TYPE_INT32", [4]),
     ]
     assert "reshape" not in j["input"][0]
     assert j["dynamic_batching"]["preferred_batch_size"] == [4]
@@ -488,12 +543,15 @@ def test_scalar_tensors(tmp_path: Path) -> None:
 
 
 def test_partial_config_gets_missing_outputs(tmp_path: Path) -> None:
-    d = batching_model(tmp_path, config="""
+    d = batching_model(
+        tmp_path,
+        config="""
         max_batch_size: 8
         input [ { name: "INPUT1" data_type: TYPE_INT32 dims: [4] },
                 { name: "INPUT0" data_type: TYPE_FP32 dims: [16] } ]
         dynamic_batching { max_queue_delay_microseconds: 50 }
-    """)
+    """,
+    )
     j = io_json(d)
     assert j["max_batch_size"] == 8
     assert [i["name"] for i in j["input"]] == ["INPUT1", "INPUT0"]  # config order kept
@@ -503,16 +561,20 @@ def test_partial_config_gets_missing_outputs(tmp_path: Path) -> None:
 
 
 def test_configured_tensors_missing_type_or_dims_are_filled(tmp_path: Path) -> None:
-    d = batching_model(tmp_path, config="""
+    d = batching_model(
+        tmp_path,
+        config="""
         max_batch_size: 2
         input [ { name: "INPUT0" }, { name: "INPUT1" data_type: TYPE_INT32 } ]
         output [ { name: "OUTPUT0" dims: [16] },
                  { name: "OUTPUT1" data_type: TYPE_INT32 dims: [4] } ]
         sequence_batching { }
-    """)
+    """,
+    )
     j = io_json(d)
     assert [(i["data_type"], i["dims"]) for i in j["input"]] == [
-        ("TYPE_FP32", [16]), ("TYPE_INT32", [4])
+        ("TYPE_FP32", [16]),
+        ("TYPE_INT32", [4]),
     ]
     assert j["output"][0]["data_type"] == "TYPE_FP32"
     assert "dynamic_batching" not in j  # a scheduler (sequence) is already configured
@@ -534,52 +596,85 @@ def test_complete_config_is_not_changed(tmp_path: Path) -> None:
 
 def test_auto_complete_errors(tmp_path: Path) -> None:
     d = fixed_model(tmp_path, config="max_batch_size: 8")
-    with invalid("autofill failed for model 'fixed': model does not support batching while "
-                 "non-zero max_batch_size is specified"):
+    with invalid(
+        "autofill failed for model 'fixed': model does not support batching while "
+        "non-zero max_batch_size is specified"
+    ):
         load(d)
-    d = batching_model(tmp_path, "unk", config="""
+    d = batching_model(
+        tmp_path,
+        "unk",
+        config="""
         input [ { name: "NOPE" data_type: TYPE_FP32 dims: [16] },
                 { name: "INPUT1" data_type: TYPE_INT32 dims: [4] } ]
-    """)
-    with invalid(re.escape("unexpected inference input 'NOPE', allowed inputs are: INPUT0, "
-                           "INPUT1")):
+    """,
+    )
+    with invalid(
+        re.escape("unexpected inference input 'NOPE', allowed inputs are: INPUT0, INPUT1")
+    ):
         load(d)
-    d = batching_model(tmp_path, "unk_out", config="""
+    d = batching_model(
+        tmp_path,
+        "unk_out",
+        config="""
         output [ { name: "NOPE" data_type: TYPE_FP32 dims: [16] } ]
-    """)
+    """,
+    )
     with invalid("unexpected inference output 'NOPE', allowed outputs are: OUTPUT0, OUTPUT1"):
         load(d)
-    d = batching_model(tmp_path, "dtype", config="""
+    d = batching_model(
+        tmp_path,
+        "dtype",
+        config="""
         input [ { name: "INPUT0" data_type: TYPE_FP64 dims: [16] },
                 { name: "INPUT1" data_type: TYPE_INT32 dims: [4] } ]
-    """)
-    with invalid("configuration expects datatype TYPE_FP64 for input 'INPUT0', model provides "
-                 "TYPE_FP32"):
+    """,
+    )
+    with invalid(
+        "configuration expects datatype TYPE_FP64 for input 'INPUT0', model provides TYPE_FP32"
+    ):
         load(d)
-    d = batching_model(tmp_path, "shape", config="""
+    d = batching_model(
+        tmp_path,
+        "shape",
+        config="""
         input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [15] },
                 { name: "INPUT1" data_type: TYPE_INT32 dims: [4] } ]
-    """)
-    with invalid(re.escape("tensor 'INPUT0' shape expected by framework [16] doesn't match "
-                           "model configuration shape [15]")):
+    """,
+    )
+    with invalid(
+        re.escape(
+            "tensor 'INPUT0' shape expected by framework [16] doesn't match "
+            "model configuration shape [15]"
+        )
+    ):
         load(d)
-    d = batching_model(tmp_path, "count", config="""
+    d = batching_model(
+        tmp_path,
+        "count",
+        config="""
         input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [16] } ]
-    """)
+    """,
+    )
     with invalid("configuration expects 1 inputs, model provides 2"):
         load(d)
-    d = fixed_model(tmp_path, "fixed_batched", config="""
+    d = fixed_model(
+        tmp_path,
+        "fixed_batched",
+        config="""
         max_batch_size: 4
         input [ { name: "X" data_type: TYPE_FP32 dims: [3] } ]
         output [ { name: "Y" data_type: TYPE_FP32 dims: [3] } ]
-    """)
+    """,
+    )
     with invalid("model configuration supports batching but first dimension of tensor 'X'"):
         load(d)
 
 
 def test_auto_complete_disabled(tmp_path: Path) -> None:
-    with invalid("failed to open text file for read .*config.pbtxt: No such file .*auto-complete "
-                 "is disabled"):
+    with invalid(
+        "failed to open text file for read .*config.pbtxt: No such file .*auto-complete is disabled"
+    ):
         load(batching_model(tmp_path), auto_complete=False)
     d = batching_model(tmp_path, "partial", config='platform: "onnxruntime_onnx" max_batch_size: 2')
     cfg = load(d, auto_complete=False)
@@ -597,8 +692,10 @@ def test_auto_complete_reads_highest_version(tmp_path: Path) -> None:
 
 def test_auto_complete_onnx_directly() -> None:
     cfg = cfg_of('name: "m" platform: "onnxruntime_onnx"')
-    io = ModelIO(inputs=(TensorSpec("A", "TYPE_STRING", (-1, -1)),),
-                 outputs=(TensorSpec("B", "TYPE_BOOL", (-1,)),))
+    io = ModelIO(
+        inputs=(TensorSpec("A", "TYPE_STRING", (-1, -1)),),
+        outputs=(TensorSpec("B", "TYPE_BOOL", (-1,)),),
+    )
     auto_complete_onnx(cfg, io, default_max_batch_size=32)
     assert cfg.max_batch_size == 32
     assert list(cfg.input[0].dims) == [-1]
@@ -623,8 +720,12 @@ def test_python_auto_completer_hook(tmp_path: Path) -> None:
     assert calls == [("python", d)]
     assert cfg.max_batch_size == 2 and cfg.input[0].name == "IN"
     assert cfg.instance_group[0].count == 1  # python is not an opt-in 2-instance backend
-    load(d, auto_completers={"python": completer}, auto_complete=False,
-         override_json='{"backend":"python"}')
+    load(
+        d,
+        auto_completers={"python": completer},
+        auto_complete=False,
+        override_json='{"backend":"python"}',
+    )
     assert len(calls) == 1
 
 
@@ -642,30 +743,48 @@ def test_override_json_replaces_config_file(tmp_path: Path) -> None:
 
 
 IO_ERRORS = [
-    ('max_batch_size: -1', "'max_batch_size' must be non-negative value for m"),
-    ('input [{ dims: [1] data_type: TYPE_FP32 }]', "model input must specify 'name' for m"),
+    ("max_batch_size: -1", "'max_batch_size' must be non-negative value for m"),
+    ("input [{ dims: [1] data_type: TYPE_FP32 }]", "model input must specify 'name' for m"),
     ('input [{ name: "A" dims: [1] }]', "model input 'A' must specify 'data_type' for m"),
     ('output [{ name: "B" data_type: TYPE_FP32 }]', "model output 'B' must specify 'dims' for m"),
-    ('input [{ name: "A" data_type: TYPE_FP32 dims: [0] }]',
-     "model input 'A' dimension must be integer >= 1, or -1 to indicate a variable-size"),
+    (
+        'input [{ name: "A" data_type: TYPE_FP32 dims: [0] }]',
+        "model input 'A' dimension must be integer >= 1, or -1 to indicate a variable-size",
+    ),
     ('input [{ name: "A" data_type: TYPE_FP32 dims: [-2] }]', "dimension must be integer >= 1"),
-    ('input [{ name: "A" data_type: TYPE_FP32 dims: [4] reshape { shape: [3] } }]',
-     "model input 'A' has different size for dims and reshape for m"),
-    ('input [{ name: "A" data_type: TYPE_FP32 dims: [2, -1] reshape { shape: [-1, -1] } }]',
-     "has different number of variable-size dimensions for dims and reshape"),
-    ('input [{ name: "A" data_type: TYPE_FP32 dims: [2, -1, 3] reshape { shape: [3, -1, 2] } }]',
-     "has different size for dims and reshape"),
-    ('input [{ name: "A" data_type: TYPE_FP32 dims: [1] reshape { } }]',
-     "cannot have empty reshape for non-batching model as scalar tensors are not supported"),
-    ('input [{ name: "A" data_type: TYPE_FP32 dims: [4] reshape { shape: [0, 4] } }]',
-     "reshape dimensions must be integer >= 1"),
-    ('input [{ name: "A" data_type: TYPE_FP32 dims: [1] }, '
-     '{ name: "A" data_type: TYPE_FP32 dims: [2] }]',
-     "model input 'A' is specified more than once"),
-    ('input [{ name: "A" data_type: TYPE_FP32 dims: [1] is_shape_tensor: true }]',
-     "shape tensors are only supported for TensorRT platform"),
-    ('input [{ name: "A" data_type: TYPE_FP32 format: FORMAT_NCHW dims: [1, 2] }]',
-     "model input NHWC/NCHW require 3 dims for m"),
+    (
+        'input [{ name: "A" data_type: TYPE_FP32 dims: [4] reshape { shape: [3] } }]',
+        "model input 'A' has different size for dims and reshape for m",
+    ),
+    (
+        'input [{ name: "A" data_type: TYPE_FP32 dims: [2, -1] reshape { shape: [-1, -1] } }]',
+        "has different number of variable-size dimensions for dims and reshape",
+    ),
+    (
+        'input [{ name: "A" data_type: TYPE_FP32 dims: [2, -1, 3] reshape { shape: [3, -1, 2] } }]',
+        "has different size for dims and reshape",
+    ),
+    (
+        'input [{ name: "A" data_type: TYPE_FP32 dims: [1] reshape { } }]',
+        "cannot have empty reshape for non-batching model as scalar tensors are not supported",
+    ),
+    (
+        'input [{ name: "A" data_type: TYPE_FP32 dims: [4] reshape { shape: [0, 4] } }]',
+        "reshape dimensions must be integer >= 1",
+    ),
+    (
+        'input [{ name: "A" data_type: TYPE_FP32 dims: [1] }, '
+        '{ name: "A" data_type: TYPE_FP32 dims: [2] }]',
+        "model input 'A' is specified more than once",
+    ),
+    (
+        'input [{ name: "A" data_type: TYPE_FP32 dims: [1] is_shape_tensor: true }]',
+        "shape tensors are only supported for TensorRT platform",
+    ),
+    (
+        'input [{ name: "A" data_type: TYPE_FP32 format: FORMAT_NCHW dims: [1, 2] }]',
+        "model input NHWC/NCHW require 3 dims for m",
+    ),
 ]
 
 
@@ -676,55 +795,95 @@ def test_io_validation_errors(fragment: str, message: str) -> None:
 
 
 def test_valid_reshapes() -> None:
-    complete(cfg_of("""backend: "python" max_batch_size: 2
+    complete(
+        cfg_of("""backend: "python" max_batch_size: 2
         input [{ name: "A" data_type: TYPE_FP32 dims: [1] reshape { } },
                { name: "B" data_type: TYPE_FP32 dims: [2, 4, -1, 6]
                  reshape { shape: [8, -1, 1, 6] } },
-               { name: "C" data_type: TYPE_FP32 dims: [-1] reshape { shape: [-1] } }]"""))
+               { name: "C" data_type: TYPE_FP32 dims: [-1] reshape { shape: [-1] } }]""")
+    )
 
 
 SCHED_ERRORS = [
-    ("max_batch_size: 4 dynamic_batching { preferred_batch_size: [8] }",
-     "dynamic batching preferred size must be <= max batch size for m"),
-    ("max_batch_size: 4 dynamic_batching { preferred_batch_size: [0] }",
-     "dynamic batching preferred size must be positive for m"),
-    ("max_batch_size: 4 dynamic_batching { priority_levels: 2 }",
-     "default priority level must be in range [1, 2] for m"),
-    ("max_batch_size: 4 dynamic_batching { priority_levels: 2 default_priority_level: 1 "
-     "priority_queue_policy { key: 3 value { } } }",
-     "priority queue policy must have priority level in range [1, 2] for m"),
-    ("max_batch_size: 4 dynamic_batching { preserve_ordering: true priority_levels: 2 "
-     "default_priority_level: 1 }", "Only one priority level is allowed"),
-    ("max_batch_size: 4 dynamic_batching { preserve_ordering: true default_queue_policy { "
-     "timeout_action: DELAY default_timeout_microseconds: 5 } }",
-     "Queue policy can not have DELAY as timeout action"),
-    ("max_batch_size: 4 sequence_batching { oldest { preferred_batch_size: [5] } }",
-     "sequence batching preferred batch size must be <= max batch size for m"),
-    ("sequence_batching { direct { minimum_slot_utilization: 1.5 } }",
-     "minimum slot utilization must be in range"),
-    ('sequence_batching { control_input [{ name: "S" '
-     'control [{ kind: CONTROL_SEQUENCE_START }] }] }',
-     "sequence batching must specify either 'int32_false_true', 'fp32_false_true' or "
-     "'bool_false_true' for CONTROL_SEQUENCE_START for m"),
-    ('sequence_batching { control_input [{ name: "S" control [{ kind: CONTROL_SEQUENCE_END '
-     'int32_false_true: [0] }] }] }',
-     "sequence batching control 'int32_false_true' must have exactly 2 entries"),
-    ('sequence_batching { control_input [{ name: "S" control [{ kind: CONTROL_SEQUENCE_READY '
-     'int32_false_true: [0, 1] fp32_false_true: [0, 1] }] }] }', "specifies more than one from"),
-    ('sequence_batching { control_input [{ name: "S" control [{ kind: CONTROL_SEQUENCE_START '
-     'int32_false_true: [0, 1] }] }, { name: "T" control [{ kind: CONTROL_SEQUENCE_START '
-     'int32_false_true: [0, 1] }] }] }', "sequence batching specifies multiple "
-     "CONTROL_SEQUENCE_START tensors for m"),
-    ('sequence_batching { control_input [{ name: "C" control [{ kind: CONTROL_SEQUENCE_CORRID '
-     'data_type: TYPE_FP32 }] }] }', "unexpected data type for control CONTROL_SEQUENCE_CORRID"),
-    ('sequence_batching { control_input [{ control [{ kind: CONTROL_SEQUENCE_CORRID '
-     'data_type: TYPE_UINT64 }] }] }', "sequence batching control tensor must have a name for m"),
-    ("sequence_batching { } response_cache { enable: true }",
-     "Response Cache does not currently support model m with sequence batching"),
-    ("model_transaction_policy { decoupled: true } response_cache { enable: true }",
-     "with 'decoupled' transaction policy"),
-    ('instance_group [{ kind: KIND_CPU profile: ["0"] }]',
-     "specifies profile field which is only supported for TensorRT models"),
+    (
+        "max_batch_size: 4 dynamic_batching { preferred_batch_size: [8] }",
+        "dynamic batching preferred size must be <= max batch size for m",
+    ),
+    (
+        "max_batch_size: 4 dynamic_batching { preferred_batch_size: [0] }",
+        "dynamic batching preferred size must be positive for m",
+    ),
+    (
+        "max_batch_size: 4 dynamic_batching { priority_levels: 2 }",
+        "default priority level must be in range [1, 2] for m",
+    ),
+    (
+        "max_batch_size: 4 dynamic_batching { priority_levels: 2 default_priority_level: 1 "
+        "priority_queue_policy { key: 3 value { } } }",
+        "priority queue policy must have priority level in range [1, 2] for m",
+    ),
+    (
+        "max_batch_size: 4 dynamic_batching { preserve_ordering: true priority_levels: 2 "
+        "default_priority_level: 1 }",
+        "Only one priority level is allowed",
+    ),
+    (
+        "max_batch_size: 4 dynamic_batching { preserve_ordering: true default_queue_policy { "
+        "timeout_action: DELAY default_timeout_microseconds: 5 } }",
+        "Queue policy can not have DELAY as timeout action",
+    ),
+    (
+        "max_batch_size: 4 sequence_batching { oldest { preferred_batch_size: [5] } }",
+        "sequence batching preferred batch size must be <= max batch size for m",
+    ),
+    (
+        "sequence_batching { direct { minimum_slot_utilization: 1.5 } }",
+        "minimum slot utilization must be in range",
+    ),
+    (
+        'sequence_batching { control_input [{ name: "S" '
+        "control [{ kind: CONTROL_SEQUENCE_START }] }] }",
+        "sequence batching must specify either 'int32_false_true', 'fp32_false_true' or "
+        "'bool_false_true' for CONTROL_SEQUENCE_START for m",
+    ),
+    (
+        'sequence_batching { control_input [{ name: "S" control [{ kind: CONTROL_SEQUENCE_END '
+        "int32_false_true: [0] }] }] }",
+        "sequence batching control 'int32_false_true' must have exactly 2 entries",
+    ),
+    (
+        'sequence_batching { control_input [{ name: "S" control [{ kind: CONTROL_SEQUENCE_READY '
+        "int32_false_true: [0, 1] fp32_false_true: [0, 1] }] }] }",
+        "specifies more than one from",
+    ),
+    (
+        'sequence_batching { control_input [{ name: "S" control [{ kind: CONTROL_SEQUENCE_START '
+        'int32_false_true: [0, 1] }] }, { name: "T" control [{ kind: CONTROL_SEQUENCE_START '
+        "int32_false_true: [0, 1] }] }] }",
+        "sequence batching specifies multiple CONTROL_SEQUENCE_START tensors for m",
+    ),
+    (
+        'sequence_batching { control_input [{ name: "C" control [{ kind: CONTROL_SEQUENCE_CORRID '
+        "data_type: TYPE_FP32 }] }] }",
+        "unexpected data type for control CONTROL_SEQUENCE_CORRID",
+    ),
+    (
+        "sequence_batching { control_input [{ control [{ kind: CONTROL_SEQUENCE_CORRID "
+        "data_type: TYPE_UINT64 }] }] }",
+        "sequence batching control tensor must have a name for m",
+    ),
+    (
+        "sequence_batching { } response_cache { enable: true }",
+        "Response Cache does not currently support model m with sequence batching",
+    ),
+    (
+        "model_transaction_policy { decoupled: true } response_cache { enable: true }",
+        "with 'decoupled' transaction policy",
+    ),
+    (
+        'instance_group [{ kind: KIND_CPU profile: ["0"] }]',
+        "specifies profile field which is only supported for TensorRT models",
+    ),
 ]
 
 
@@ -735,12 +894,14 @@ def test_scheduler_validation_errors(fragment: str, message: str) -> None:
 
 
 def test_valid_sequence_controls() -> None:
-    complete(cfg_of("""backend: "python" max_batch_size: 2
+    complete(
+        cfg_of("""backend: "python" max_batch_size: 2
         sequence_batching { control_input [
           { name: "START" control [{ kind: CONTROL_SEQUENCE_START fp32_false_true: [0, 1] }] },
           { name: "END" control [{ kind: CONTROL_SEQUENCE_END bool_false_true: [false, true] }] },
           { name: "CORR"
-            control [{ kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_STRING }] } ] }"""))
+            control [{ kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_STRING }] } ] }""")
+    )
 
 
 ENSEMBLE_IO = """platform: "ensemble"
@@ -750,25 +911,42 @@ ENSEMBLE_IO = """platform: "ensemble"
 ENSEMBLE_ERRORS = [
     ("", "ensemble scheduling must be set for ensemble m whose platform is ensemble"),
     ("ensemble_scheduling { }", "must specify 'step' for ensemble 'm'"),
-    ('ensemble_scheduling { step [{ model_name: "a" output_map { key: "y" value: "OUT" } }] }',
-     "must specify 'input_map' in step 0 of ensemble 'm'"),
-    ('ensemble_scheduling { step [{ input_map { key: "x" value: "IN" } '
-     'output_map { key: "y" value: "OUT" } }] }', "must specify 'model_name' in step 0"),
-    ('ensemble_scheduling { step [{ model_name: "a" input_map { key: "x" value: "IN" } '
-     'output_map { key: "y" value: "OTHER" } }] }',
-     "ensemble output 'OUT' for ensemble m' is not used"),
-    ('ensemble_scheduling { step [{ model_name: "a" input_map { key: "x" value: "MISSING" } '
-     'output_map { key: "y" value: "OUT" } }, { model_name: "b" input_map { key: "x" value: "IN" } '
-     'output_map { key: "y" value: "Z" } }] }', "output 'OUT' for ensemble 'm' is not written"),
-    ('ensemble_scheduling { step [{ model_name: "a" input_map { key: "x" value: "IN" } '
-     'output_map [{ key: "y" value: "OUT" }, { key: "z" value: "EXTRA" }] }] }',
-     "ensemble tensor 'EXTRA' is unused in ensemble 'm'"),
-    ('ensemble_scheduling { step [{ model_name: "a" input_map { key: "x" value: "IN" } '
-     'output_map { key: "y" value: "OUT" } }, { model_name: "b" input_map { key: "x" value: "IN" } '
-     'output_map { key: "y" value: "OUT" } }] }', "'OUT' can appear in an output map only once"),
-    ('instance_group [{ count: 1 }] ensemble_scheduling { step [{ model_name: "a" '
-     'input_map { key: "x" value: "IN" } output_map { key: "y" value: "OUT" } }] }',
-     "instance group should not be specified for ensemble 'm'"),
+    (
+        'ensemble_scheduling { step [{ model_name: "a" output_map { key: "y" value: "OUT" } }] }',
+        "must specify 'input_map' in step 0 of ensemble 'm'",
+    ),
+    (
+        'ensemble_scheduling { step [{ input_map { key: "x" value: "IN" } '
+        'output_map { key: "y" value: "OUT" } }] }',
+        "must specify 'model_name' in step 0",
+    ),
+    (
+        'ensemble_scheduling { step [{ model_name: "a" input_map { key: "x" value: "IN" } '
+        'output_map { key: "y" value: "OTHER" } }] }',
+        "ensemble output 'OUT' for ensemble m' is not used",
+    ),
+    (
+        'ensemble_scheduling { step [{ model_name: "a" input_map { key: "x" value: "MISSING" } '
+        'output_map { key: "y" value: "OUT" } }, { model_name: "b" input_map { key: "x" value: "IN" } '
+        'output_map { key: "y" value: "Z" } }] }',
+        "output 'OUT' for ensemble 'm' is not written",
+    ),
+    (
+        'ensemble_scheduling { step [{ model_name: "a" input_map { key: "x" value: "IN" } '
+        'output_map [{ key: "y" value: "OUT" }, { key: "z" value: "EXTRA" }] }] }',
+        "ensemble tensor 'EXTRA' is unused in ensemble 'm'",
+    ),
+    (
+        'ensemble_scheduling { step [{ model_name: "a" input_map { key: "x" value: "IN" } '
+        'output_map { key: "y" value: "OUT" } }, { model_name: "b" input_map { key: "x" value: "IN" } '
+        'output_map { key: "y" value: "OUT" } }] }',
+        "'OUT' can appear in an output map only once",
+    ),
+    (
+        'instance_group [{ count: 1 }] ensemble_scheduling { step [{ model_name: "a" '
+        'input_map { key: "x" value: "IN" } output_map { key: "y" value: "OUT" } }] }',
+        "instance group should not be specified for ensemble 'm'",
+    ),
 ]
 
 
@@ -865,8 +1043,14 @@ def test_render_int64_as_numbers_everywhere() -> None:
 
 def test_render_presence_and_bools() -> None:
     j = C.render_json(complete(cfg_of(RICH)))
-    for absent in ("dynamic_batching", "ensemble_scheduling", "response_cache",
-                   "model_repository_agents", "model_operations", "model_metrics"):
+    for absent in (
+        "dynamic_batching",
+        "ensemble_scheduling",
+        "response_cache",
+        "model_repository_agents",
+        "model_operations",
+        "model_metrics",
+    ):
         assert absent not in j
     assert j["model_transaction_policy"] == {"decoupled": True}
     assert j["input"][0]["optional"] is False and j["input"][0]["is_shape_tensor"] is False
@@ -896,36 +1080,66 @@ def test_render_bytes_and_json_round_trip() -> None:
 
 
 def test_loaded_onnx_config_matches_protocol_example(tmp_path: Path) -> None:
-    d = batching_model(tmp_path, "simple", config="""
+    d = batching_model(
+        tmp_path,
+        "simple",
+        config="""
         max_batch_size: 8
         input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [16] },
                 { name: "INPUT1" data_type: TYPE_INT32 dims: [4] } ]
         output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [16] },
                  { name: "OUTPUT1" data_type: TYPE_INT32 dims: [4] } ]
         dynamic_batching { }
-    """)
+    """,
+    )
     j = io_json(d)
     assert j["input"][0] == {
-        "name": "INPUT0", "data_type": "TYPE_FP32", "format": "FORMAT_NONE", "dims": [16],
-        "is_shape_tensor": False, "allow_ragged_batch": False, "optional": False,
+        "name": "INPUT0",
+        "data_type": "TYPE_FP32",
+        "format": "FORMAT_NONE",
+        "dims": [16],
+        "is_shape_tensor": False,
+        "allow_ragged_batch": False,
+        "optional": False,
         "is_non_linear_format_io": False,
     }
     assert j["output"][0] == {
-        "name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [16], "label_filename": "",
-        "is_shape_tensor": False, "is_non_linear_format_io": False,
+        "name": "OUTPUT0",
+        "data_type": "TYPE_FP32",
+        "dims": [16],
+        "label_filename": "",
+        "is_shape_tensor": False,
+        "is_non_linear_format_io": False,
     }
     assert j["optimization"] == {
-        "priority": "PRIORITY_DEFAULT", "input_pinned_memory": {"enable": True},
-        "output_pinned_memory": {"enable": True}, "gather_kernel_buffer_threshold": 0,
+        "priority": "PRIORITY_DEFAULT",
+        "input_pinned_memory": {"enable": True},
+        "output_pinned_memory": {"enable": True},
+        "gather_kernel_buffer_threshold": 0,
         "eager_batching": False,
     }
     assert j["dynamic_batching"] == {
-        "preferred_batch_size": [8], "max_queue_delay_microseconds": 0,
-        "preserve_ordering": False, "priority_levels": 0, "default_priority_level": 0,
+        "preferred_batch_size": [8],
+        "max_queue_delay_microseconds": 0,
+        "preserve_ordering": False,
+        "priority_levels": 0,
+        "default_priority_level": 0,
         "priority_queue_policy": {},
     }
     assert j["instance_group"][0]["name"] == "simple" and j["instance_group"][0]["count"] == 2
-    for key in ("name", "platform", "backend", "runtime", "version_policy", "max_batch_size",
-                "batch_input", "batch_output", "default_model_filename", "cc_model_filenames",
-                "metric_tags", "parameters", "model_warmup"):
+    for key in (
+        "name",
+        "platform",
+        "backend",
+        "runtime",
+        "version_policy",
+        "max_batch_size",
+        "batch_input",
+        "batch_output",
+        "default_model_filename",
+        "cc_model_filenames",
+        "metric_tags",
+        "parameters",
+        "model_warmup",
+    ):
         assert key in j

@@ -151,10 +151,15 @@ def test_inference_reads_inputs_from_and_writes_outputs_to_cuda_regions(tmp_path
             core.register_cuda_shm("out", outputs, 0, 2 * nbytes, peer_is_local=True)
             req = InferRequest(
                 model_name="add_sub",
-                inputs=[InferInput("INPUT0", "FP32", (1, 16), shm=ShmRef("in", nbytes, 0)),
-                        InferInput("INPUT1", "FP32", (1, 16), shm=ShmRef("in", nbytes, nbytes))],
-                outputs=[RequestedOutput("OUTPUT0", shm=ShmRef("out", nbytes, 0)),
-                         RequestedOutput("OUTPUT1", shm=ShmRef("out", nbytes, nbytes))])
+                inputs=[
+                    InferInput("INPUT0", "FP32", (1, 16), shm=ShmRef("in", nbytes, 0)),
+                    InferInput("INPUT1", "FP32", (1, 16), shm=ShmRef("in", nbytes, nbytes)),
+                ],
+                outputs=[
+                    RequestedOutput("OUTPUT0", shm=ShmRef("out", nbytes, 0)),
+                    RequestedOutput("OUTPUT1", shm=ShmRef("out", nbytes, nbytes)),
+                ],
+            )
             resp = await core.infer(req)
             assert [o.shm.region for o in resp.outputs if o.shm] == ["out", "out"]
             mem = rt.memory(outputs)
@@ -164,7 +169,8 @@ def test_inference_reads_inputs_from_and_writes_outputs_to_cuda_regions(tmp_path
             bad = InferRequest(
                 model_name="add_sub",
                 inputs=req.inputs[:1] + [InferInput("INPUT1", "FP32", (1, 16), b)],
-                outputs=[RequestedOutput("OUTPUT0", shm=ShmRef("out", nbytes, nbytes + 8))])
+                outputs=[RequestedOutput("OUTPUT0", shm=ShmRef("out", nbytes, nbytes + 8))],
+            )
             with pytest.raises(TritonliteError, match="Invalid offset \\+ byte size"):
                 await core.infer(bad)
         finally:

@@ -32,8 +32,13 @@ LAYERED = {
 
 
 def run_checker(package_dir: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(CHECKER), str(package_dir)],
-                          capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, str(CHECKER), str(package_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def write_tree(tmp_path: Path, files: dict[str, str]) -> Path:
@@ -51,24 +56,41 @@ def test_layered_tree_passes(tmp_path: Path) -> None:
     assert "layers ok" in result.stdout
 
 
-@pytest.mark.parametrize("rel, text, expected", [
-    # top-level: a backend imports the core
-    ("backends/bad.py", "from tritonlite.core.core import InferenceCore\n",
-     "tritonlite.backends.bad (backends) imports tritonlite.core.core from a higher layer (core)"),
-    # function-local, relative
-    ("scheduling/bad.py", "def f():\n    from ..core import core\n",
-     "tritonlite.scheduling.bad (scheduling) imports tritonlite.core.core"),
-    # TYPE_CHECKING only
-    ("contracts/bad.py",
-     "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import tritonlite.backends.base\n",
-     "tritonlite.contracts.bad (contracts) imports tritonlite.backends.base"),
-    # a leaf library reaches up to the contracts
-    ("memory/bad.py", "from tritonlite.contracts.errors import TritonliteError\n",
-     "tritonlite.memory.bad (kernels/memory/gpu) imports tritonlite.contracts.errors"),
-    # the core reads the entry layer's options
-    ("core/bad.py", "from tritonlite import options\n",
-     "tritonlite.core.bad (core) imports tritonlite.options from a higher layer (options)"),
-])
+@pytest.mark.parametrize(
+    "rel, text, expected",
+    [
+        # top-level: a backend imports the core
+        (
+            "backends/bad.py",
+            "from tritonlite.core.core import InferenceCore\n",
+            "tritonlite.backends.bad (backends) imports tritonlite.core.core from a higher layer (core)",
+        ),
+        # function-local, relative
+        (
+            "scheduling/bad.py",
+            "def f():\n    from ..core import core\n",
+            "tritonlite.scheduling.bad (scheduling) imports tritonlite.core.core",
+        ),
+        # TYPE_CHECKING only
+        (
+            "contracts/bad.py",
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import tritonlite.backends.base\n",
+            "tritonlite.contracts.bad (contracts) imports tritonlite.backends.base",
+        ),
+        # a leaf library reaches up to the contracts
+        (
+            "memory/bad.py",
+            "from tritonlite.contracts.errors import TritonliteError\n",
+            "tritonlite.memory.bad (kernels/memory/gpu) imports tritonlite.contracts.errors",
+        ),
+        # the core reads the entry layer's options
+        (
+            "core/bad.py",
+            "from tritonlite import options\n",
+            "tritonlite.core.bad (core) imports tritonlite.options from a higher layer (options)",
+        ),
+    ],
+)
 def test_inverted_import_fails(tmp_path: Path, rel: str, text: str, expected: str) -> None:
     result = run_checker(write_tree(tmp_path, {**LAYERED, rel: text}))
     assert result.returncode == 1

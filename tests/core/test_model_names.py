@@ -29,11 +29,37 @@ from tritonlite.core.models.overrides import (
 
 pytestmark = pytest.mark.timeout(30)
 
-GOOD_NAMES = ["add_sub", "a.b", "a..b", "with space", "ü-ß", "x" * 255, "é" * 127, "a\\b",
-              "v1.2", os.fsdecode(b"latin1-\xe9")]  # the last: a non-UTF-8 directory name
-BAD_NAMES = ["", ".", "..", ".hidden", "a/b", "/abs", "../x", "../../victim", "a/../b",
-             "a\x00b", "x" * 256, "é" * 128, "\ud800", unquote("..%2Fx"), unquote("a%2Fb"),
-             unquote("%2Fetc%2Fx"), unquote("%2E%2E")]
+GOOD_NAMES = [
+    "add_sub",
+    "a.b",
+    "a..b",
+    "with space",
+    "ü-ß",
+    "x" * 255,
+    "é" * 127,
+    "a\\b",
+    "v1.2",
+    os.fsdecode(b"latin1-\xe9"),
+]  # the last: a non-UTF-8 directory name
+BAD_NAMES = [
+    "",
+    ".",
+    "..",
+    ".hidden",
+    "a/b",
+    "/abs",
+    "../x",
+    "../../victim",
+    "a/../b",
+    "a\x00b",
+    "x" * 256,
+    "é" * 128,
+    "\ud800",
+    unquote("..%2Fx"),
+    unquote("a%2Fb"),
+    unquote("%2Fetc%2Fx"),
+    unquote("%2E%2E"),
+]
 
 
 def _tree(root: Path) -> set[str]:
@@ -82,15 +108,31 @@ def test_shown_escapes_and_truncates() -> None:
     assert names.shown("x" * 300) == "x" * 64 + "..."
 
 
-@pytest.mark.parametrize("rel", ["1/model.onnx", "config.pbtxt", "1/sub/dir/f.bin", ".gitkeep",
-                                 "1/.hidden", "a..b"])
+@pytest.mark.parametrize(
+    "rel", ["1/model.onnx", "config.pbtxt", "1/sub/dir/f.bin", ".gitkeep", "1/.hidden", "a..b"]
+)
 def test_good_override_paths(rel: str) -> None:
     assert "/".join(names.check_override_path(rel)) == rel
 
 
-@pytest.mark.parametrize("rel", ["", "/etc/passwd", "../x", "1/../../x", "..", ".", "./a",
-                                 "a//b", "a/", "a\\..\\b", "a\x00b", "1/" + "x" * 256,
-                                 unquote("..%2F..%2Fx")])
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "",
+        "/etc/passwd",
+        "../x",
+        "1/../../x",
+        "..",
+        ".",
+        "./a",
+        "a//b",
+        "a/",
+        "a\\..\\b",
+        "a\x00b",
+        "1/" + "x" * 256,
+        unquote("..%2F..%2Fx"),
+    ],
+)
 def test_bad_override_paths(rel: str) -> None:
     with pytest.raises(TritonliteError) as exc:
         names.check_override_path(rel)

@@ -46,23 +46,29 @@ def _files(root: Path, files: dict[str, str]) -> Path:
 
 
 def test_cgroup_v2_limit_usage_and_reclaimable_page_cache(tmp_path: Path) -> None:
-    root = _files(tmp_path, {
-        "proc/self/cgroup": "0::/\n",
-        "sys/fs/cgroup/memory.max": f"{1000 * MIB}\n",
-        "sys/fs/cgroup/memory.current": f"{900 * MIB}\n",
-        "sys/fs/cgroup/memory.stat": f"anon 1\nfile 2\ninactive_file {300 * MIB}\n",
-        "proc/meminfo": MEMINFO,
-    })
+    root = _files(
+        tmp_path,
+        {
+            "proc/self/cgroup": "0::/\n",
+            "sys/fs/cgroup/memory.max": f"{1000 * MIB}\n",
+            "sys/fs/cgroup/memory.current": f"{900 * MIB}\n",
+            "sys/fs/cgroup/memory.stat": f"anon 1\nfile 2\ninactive_file {300 * MIB}\n",
+            "proc/meminfo": MEMINFO,
+        },
+    )
     assert read_memory(root) == MemoryReading("cgroup v2", 1000 * MIB, 400 * MIB)
 
 
 def test_cgroup_v2_max_falls_back_to_meminfo(tmp_path: Path) -> None:
-    root = _files(tmp_path, {
-        "proc/self/cgroup": "0::/\n",
-        "sys/fs/cgroup/memory.max": "max\n",
-        "sys/fs/cgroup/memory.current": "12345\n",
-        "proc/meminfo": MEMINFO,
-    })
+    root = _files(
+        tmp_path,
+        {
+            "proc/self/cgroup": "0::/\n",
+            "sys/fs/cgroup/memory.max": "max\n",
+            "sys/fs/cgroup/memory.current": "12345\n",
+            "proc/meminfo": MEMINFO,
+        },
+    )
     assert read_cgroup_v2(root) is None
     assert read_memory(root) == MemoryReading("meminfo", 1024000 * 1024, 512000 * 1024)
 
@@ -70,15 +76,18 @@ def test_cgroup_v2_max_falls_back_to_meminfo(tmp_path: Path) -> None:
 def test_cgroup_v2_nested_cgroup_and_the_tightest_level(tmp_path: Path) -> None:
     # The process's own cgroup has no limit; its parent has two; without a namespace the
     # path from /proc/self/cgroup is found under the mount.
-    root = _files(tmp_path, {
-        "proc/self/cgroup": "0::/kubepods/pod1/ctr\n",
-        "sys/fs/cgroup/kubepods/pod1/ctr/memory.max": "max\n",
-        "sys/fs/cgroup/kubepods/pod1/ctr/memory.current": f"{50 * MIB}\n",
-        "sys/fs/cgroup/kubepods/pod1/memory.max": f"{200 * MIB}\n",
-        "sys/fs/cgroup/kubepods/pod1/memory.current": f"{150 * MIB}\n",
-        "sys/fs/cgroup/kubepods/memory.max": f"{4000 * MIB}\n",
-        "sys/fs/cgroup/kubepods/memory.current": f"{1000 * MIB}\n",
-    })
+    root = _files(
+        tmp_path,
+        {
+            "proc/self/cgroup": "0::/kubepods/pod1/ctr\n",
+            "sys/fs/cgroup/kubepods/pod1/ctr/memory.max": "max\n",
+            "sys/fs/cgroup/kubepods/pod1/ctr/memory.current": f"{50 * MIB}\n",
+            "sys/fs/cgroup/kubepods/pod1/memory.max": f"{200 * MIB}\n",
+            "sys/fs/cgroup/kubepods/pod1/memory.current": f"{150 * MIB}\n",
+            "sys/fs/cgroup/kubepods/memory.max": f"{4000 * MIB}\n",
+            "sys/fs/cgroup/kubepods/memory.current": f"{1000 * MIB}\n",
+        },
+    )
     assert read_cgroup_v2(root) == MemoryReading("cgroup v2", 200 * MIB, 50 * MIB)
 
 
@@ -87,8 +96,7 @@ def test_cgroup_v1_limit_and_unlimited(tmp_path: Path) -> None:
         "proc/self/cgroup": "5:cpu,cpuacct:/\n4:memory:/docker/abc\n0::/\n",
         "sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes": f"{512 * MIB}\n",
         "sys/fs/cgroup/memory/docker/abc/memory.usage_in_bytes": f"{500 * MIB}\n",
-        "sys/fs/cgroup/memory/docker/abc/memory.stat":
-            f"inactive_file 1\ntotal_inactive_file {100 * MIB}\n",
+        "sys/fs/cgroup/memory/docker/abc/memory.stat": f"inactive_file 1\ntotal_inactive_file {100 * MIB}\n",
         "sys/fs/cgroup/memory/memory.limit_in_bytes": "9223372036854771712\n",
         "sys/fs/cgroup/memory/memory.usage_in_bytes": f"{900 * MIB}\n",
         "proc/meminfo": MEMINFO,
@@ -106,30 +114,45 @@ def test_cgroup_v1_limit_and_unlimited(tmp_path: Path) -> None:
 
 
 def test_usage_above_the_limit_reads_as_nothing_available(tmp_path: Path) -> None:
-    root = _files(tmp_path, {
-        "proc/self/cgroup": "0::/\n",
-        "sys/fs/cgroup/memory.max": "1000\n",
-        "sys/fs/cgroup/memory.current": "5000\n",
-    })
+    root = _files(
+        tmp_path,
+        {
+            "proc/self/cgroup": "0::/\n",
+            "sys/fs/cgroup/memory.max": "1000\n",
+            "sys/fs/cgroup/memory.current": "5000\n",
+        },
+    )
     assert read_cgroup_v2(root) == MemoryReading("cgroup v2", 1000, 0)
 
 
-@pytest.mark.parametrize("files", [
-    {},  # nothing readable at all
-    {"proc/meminfo": "MemTotal: 100 kB\n"},  # no MemAvailable (kernels before 3.14)
-    {"proc/meminfo": "MemTotal: lots kB\nMemAvailable: 5 kB\n"},
-    {"proc/meminfo": "MemTotal: 0 kB\nMemAvailable: 0 kB\n"},
-    {"proc/self/cgroup": "0::/\n", "sys/fs/cgroup/memory.max": "garbage\n",
-     "sys/fs/cgroup/memory.current": "1\n"},
-    {"proc/self/cgroup": "0::/\n", "sys/fs/cgroup/memory.max": "1000\n"},  # no current
-    {"proc/self/cgroup": "0::/\n", "sys/fs/cgroup/memory.max": "0\n",
-     "sys/fs/cgroup/memory.current": "1\n"},
-    {"proc/self/cgroup": "4:memory:/x\n",
-     "sys/fs/cgroup/memory/memory.limit_in_bytes": "-1\n",
-     "sys/fs/cgroup/memory/memory.usage_in_bytes": "1\n"},
-])
-def test_unreadable_or_malformed_sources_read_as_none(tmp_path: Path,
-                                                      files: dict[str, str]) -> None:
+@pytest.mark.parametrize(
+    "files",
+    [
+        {},  # nothing readable at all
+        {"proc/meminfo": "MemTotal: 100 kB\n"},  # no MemAvailable (kernels before 3.14)
+        {"proc/meminfo": "MemTotal: lots kB\nMemAvailable: 5 kB\n"},
+        {"proc/meminfo": "MemTotal: 0 kB\nMemAvailable: 0 kB\n"},
+        {
+            "proc/self/cgroup": "0::/\n",
+            "sys/fs/cgroup/memory.max": "garbage\n",
+            "sys/fs/cgroup/memory.current": "1\n",
+        },
+        {"proc/self/cgroup": "0::/\n", "sys/fs/cgroup/memory.max": "1000\n"},  # no current
+        {
+            "proc/self/cgroup": "0::/\n",
+            "sys/fs/cgroup/memory.max": "0\n",
+            "sys/fs/cgroup/memory.current": "1\n",
+        },
+        {
+            "proc/self/cgroup": "4:memory:/x\n",
+            "sys/fs/cgroup/memory/memory.limit_in_bytes": "-1\n",
+            "sys/fs/cgroup/memory/memory.usage_in_bytes": "1\n",
+        },
+    ],
+)
+def test_unreadable_or_malformed_sources_read_as_none(
+    tmp_path: Path, files: dict[str, str]
+) -> None:
     assert read_memory(_files(tmp_path, files)) is None
 
 
@@ -146,14 +169,20 @@ def test_this_machine_has_a_reading() -> None:
 # -- the threshold and the monitor -----------------------------------------------------------
 
 
-@pytest.mark.parametrize("available, threshold, expected", [
-    (49, 0.05, True), (50, 0.05, True), (51, 0.05, False),
-    (0, 0.0, False),  # 0: off, whatever the reading
-    (1000, 1.0, True),  # 1: always
-    (1000, 0.999, False),
-])
-def test_threshold_is_a_fraction_of_the_limit(available: int, threshold: float,
-                                              expected: bool) -> None:
+@pytest.mark.parametrize(
+    "available, threshold, expected",
+    [
+        (49, 0.05, True),
+        (50, 0.05, True),
+        (51, 0.05, False),
+        (0, 0.0, False),  # 0: off, whatever the reading
+        (1000, 1.0, True),  # 1: always
+        (1000, 0.999, False),
+    ],
+)
+def test_threshold_is_a_fraction_of_the_limit(
+    available: int, threshold: float, expected: bool
+) -> None:
     assert under_pressure(MemoryReading("meminfo", 1000, available), threshold) is expected
 
 
@@ -196,9 +225,14 @@ def test_an_off_monitor_never_reads() -> None:
 
 
 def test_the_monitor_samples_on_its_interval(tmp_path: Path) -> None:
-    root = _files(tmp_path, {"proc/self/cgroup": "0::/\n",
-                             "sys/fs/cgroup/memory.max": "1000\n",
-                             "sys/fs/cgroup/memory.current": "100\n"})
+    root = _files(
+        tmp_path,
+        {
+            "proc/self/cgroup": "0::/\n",
+            "sys/fs/cgroup/memory.max": "1000\n",
+            "sys/fs/cgroup/memory.current": "100\n",
+        },
+    )
 
     async def main() -> list[bool]:
         p = MemoryPressure(0.5, 0.01, read=lambda: read_memory(root))
@@ -218,8 +252,10 @@ def test_the_monitor_samples_on_its_interval(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("value", ["-0.1", "1.5", "nan", "inf"])
 def test_bad_threshold_option_is_a_cli_error(value: str) -> None:
-    with pytest.raises(SystemExit, match=re.escape("--memory-pressure-threshold expects a "
-                                                   "fraction of the memory limit")):
+    with pytest.raises(
+        SystemExit,
+        match=re.escape("--memory-pressure-threshold expects a fraction of the memory limit"),
+    ):
         options_from_args(["--model-repository", "/tmp", f"--memory-pressure-threshold={value}"])
 
 
@@ -295,4 +331,5 @@ def test_no_readable_source_is_logged_and_never_sheds(caplog: pytest.LogCaptureF
     assert not p.active and p.reading is None
     assert [r.getMessage() for r in caplog.records] == [
         "memory pressure monitoring unavailable: no cgroup memory limit or /proc/meminfo could "
-        "be read"]
+        "be read"
+    ]

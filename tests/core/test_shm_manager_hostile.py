@@ -85,8 +85,11 @@ def test_truncated_after_registration_fails_the_use(key: str) -> None:
     shm.write("r", 0, b"\x02" * 8)
     assert path.read_bytes()[16:24] == b"\x02" * 8
     os.truncate(path, 20)  # the region was [16, 48)
-    for fn, args in ((shm.read, ("r", 0, 32)), (shm.write, ("r", 0, b"\x03" * 8)),
-                     (shm.view, ("r", 0, 32))):
+    for fn, args in (
+        (shm.read, ("r", 0, 32)),
+        (shm.write, ("r", 0, b"\x03" * 8)),
+        (shm.view, ("r", 0, 32)),
+    ):
         e = _err(fn, *args)
         assert e.code == ErrorCode.INVALID_ARG, e
         assert "truncated" in e.message
@@ -150,18 +153,30 @@ def test_write_after_unregister_never_touches_the_old_fd(key: str) -> None:
     assert path.read_bytes() == b"\x01" * 16
 
 
-@pytest.mark.parametrize("policy,local,allowed", [
-    ("local", True, True), ("local", False, False), ("true", False, True),
-    ("false", False, True), ("false", True, True)])
-def test_status_and_unregister_follow_the_peer_policy(tmp_path: Path, key: str, policy: str,
-                                                      local: bool, allowed: bool) -> None:
+@pytest.mark.parametrize(
+    "policy,local,allowed",
+    [
+        ("local", True, True),
+        ("local", False, False),
+        ("true", False, True),
+        ("false", False, True),
+        ("false", True, True),
+    ],
+)
+def test_status_and_unregister_follow_the_peer_policy(
+    tmp_path: Path, key: str, policy: str, local: bool, allowed: bool
+) -> None:
     _make(key, 16)
     core = InferenceCore(ServerOptions(model_repositories=(tmp_path,), allow_client_shm=policy))
     try:
         if policy != "false":
             core.register_system_shm("r", key, 0, 16, peer_is_local=True)
-        calls = [(core.system_shm_status, ()), (core.cuda_shm_status, ()),
-                 (core.unregister_cuda_shm, ()), (core.unregister_system_shm, ())]
+        calls = [
+            (core.system_shm_status, ()),
+            (core.cuda_shm_status, ()),
+            (core.unregister_cuda_shm, ()),
+            (core.unregister_system_shm, ()),
+        ]
         for fn, args in calls:
             if allowed:
                 fn(*args, peer_is_local=local)  # type: ignore[operator]

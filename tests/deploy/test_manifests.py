@@ -25,8 +25,13 @@ yaml = pytest.importorskip("yaml")
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
-KSERVE_ARGS = ["--model-store=/mnt/models", "--grpc-port=9000", "--http-port=8080",
-               "--allow-grpc=true", "--allow-http=true"]
+KSERVE_ARGS = [
+    "--model-store=/mnt/models",
+    "--grpc-port=9000",
+    "--http-port=8080",
+    "--allow-grpc=true",
+    "--allow-http=true",
+]
 MANIFESTS = sorted(p for p in DEPLOY.rglob("*") if p.suffix in (".yaml", ".yml"))
 # A metric name in PromQL: Triton's nv_* and tritonlite's own families (a recording rule's
 # name, tritonlite:..., has a colon after 'tritonlite' and is not one).
@@ -52,12 +57,20 @@ def _container(doc: dict[str, Any]) -> dict[str, Any]:
 
 def test_manifest_list_is_complete() -> None:
     names = {str(p.relative_to(DEPLOY)) for p in MANIFESTS}
-    assert {"kserve/servingruntime.yaml", "kserve/servingruntime-gpu.yaml",
-            "kserve/servingruntime-modelmesh.yaml", "kserve/servingruntime-oneport.yaml",
-            "kserve/inferenceservice.yaml",
-            "k8s/deployment.yaml", "k8s/service.yaml", "k8s/pdb.yaml", "k8s/hpa.yaml",
-            "k8s/prometheus-adapter.yaml", "prometheus/prometheus.yml",
-            "prometheus/rules.yml"} <= names
+    assert {
+        "kserve/servingruntime.yaml",
+        "kserve/servingruntime-gpu.yaml",
+        "kserve/servingruntime-modelmesh.yaml",
+        "kserve/servingruntime-oneport.yaml",
+        "kserve/inferenceservice.yaml",
+        "k8s/deployment.yaml",
+        "k8s/service.yaml",
+        "k8s/pdb.yaml",
+        "k8s/hpa.yaml",
+        "k8s/prometheus-adapter.yaml",
+        "prometheus/prometheus.yml",
+        "prometheus/rules.yml",
+    } <= names
 
 
 @pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: str(p.relative_to(DEPLOY)))
@@ -88,8 +101,9 @@ def test_queue_metric_divides_sums_per_pod() -> None:
     """Sum over a pod's models first, then divide: no per-model average (Triton's chart)."""
     cm = _one("k8s/prometheus-adapter.yaml")
     rules = yaml.safe_load(cm["data"]["config.yaml"])["rules"]
-    q = next(r["metricsQuery"] for r in rules
-             if r["name"]["as"] == "tritonlite_queue_us_per_request")
+    q = next(
+        r["metricsQuery"] for r in rules if r["name"]["as"] == "tritonlite_queue_us_per_request"
+    )
     flat = " ".join(q.split())
     assert flat.startswith("sum by (<<.GroupBy>>) (rate(nv_inference_queue_duration_us")
     assert "/ clamp_min(sum by (<<.GroupBy>>) (rate(nv_inference_request_success" in flat
@@ -142,9 +156,12 @@ def test_modelmesh_args_parse() -> None:
     c = _container(_one("kserve/servingruntime-modelmesh.yaml"))
     assert c["command"] == ["/bin/sh"] and c["args"][0] == "-c"
     words = shlex.split(c["args"][1])
-    args = words[words.index("tritonlite", words.index("exec")) + 1:]
-    for flag in ("--model-control-mode=explicit", "--strict-model-config=false",
-                 "--strict-readiness=false"):
+    args = words[words.index("tritonlite", words.index("exec")) + 1 :]
+    for flag in (
+        "--model-control-mode=explicit",
+        "--strict-model-config=false",
+        "--strict-readiness=false",
+    ):
         assert flag in args
     opts = _parse(args)
     assert opts.model_control_mode == "explicit"
@@ -161,8 +178,7 @@ def test_deployment_args_and_probes() -> None:
     assert c["command"] == ["tritonlite"]
     opts = _parse(c["args"])
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    assert ports == {"http": opts.http_port, "grpc": opts.grpc_port,
-                     "metrics": opts.metrics_port}
+    assert ports == {"http": opts.http_port, "grpc": opts.grpc_port, "metrics": opts.metrics_port}
     assert opts.metrics_config.histogram_latencies  # the dashboard's percentiles need them
     assert c["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
     assert c["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
@@ -219,8 +235,11 @@ def test_dashboard_json_is_valid() -> None:
 
 
 def _sample_names(text: str) -> set[str]:
-    return {line.split("{")[0].split(" ")[0] for line in text.splitlines()
-            if line and not line.startswith("#")}
+    return {
+        line.split("{")[0].split(" ")[0]
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }
 
 
 def _cached_repo(onnx_repo: Path, tmp: Path) -> Path:
@@ -234,18 +253,23 @@ def _cached_repo(onnx_repo: Path, tmp: Path) -> Path:
     return repo
 
 
-def test_every_metric_used_is_exported(onnx_repo: Path, tmp_path: Path,
-                                       server_factory: Callable[..., Any]) -> None:
+def test_every_metric_used_is_exported(
+    onnx_repo: Path, tmp_path: Path, server_factory: Callable[..., Any]
+) -> None:
     import tritonclient.http as httpclient
 
-    srv = server_factory(_cached_repo(onnx_repo, tmp_path),
-                         "--metrics-config=histogram_latencies=true",
-                         "--cache-config=local,size=1048576")
+    srv = server_factory(
+        _cached_repo(onnx_repo, tmp_path),
+        "--metrics-config=histogram_latencies=true",
+        "--cache-config=local,size=1048576",
+    )
     client = httpclient.InferenceServerClient(srv.http_url)
     for model in ("add_sub", "add_sub_cached", "add_sub_cached"):  # a miss, then a hit
         a = np.ones((1, 16), dtype=np.float32)
-        inputs = [httpclient.InferInput("INPUT0", [1, 16], "FP32"),
-                  httpclient.InferInput("INPUT1", [1, 16], "FP32")]
+        inputs = [
+            httpclient.InferInput("INPUT0", [1, 16], "FP32"),
+            httpclient.InferInput("INPUT1", [1, 16], "FP32"),
+        ]
         for i in inputs:
             i.set_data_from_numpy(a)
         client.infer(model, inputs)
@@ -268,6 +292,10 @@ def test_every_metric_used_is_exported(onnx_repo: Path, tmp_path: Path,
                     missing.append(f"{where}: {name}")
     assert not missing, "not exported:\n" + "\n".join(sorted(set(missing)))
     # The check would notice: the dashboard reads these families.
-    assert {"nv_inference_request_histogram_us_bucket", "nv_cache_num_hits_per_model",
-            "nv_inference_queue_duration_us", "tritonlite_instance_failovers",
-            "nv_gpu_utilization"} <= used
+    assert {
+        "nv_inference_request_histogram_us_bucket",
+        "nv_cache_num_hits_per_model",
+        "nv_inference_queue_duration_us",
+        "tritonlite_instance_failovers",
+        "nv_gpu_utilization",
+    } <= used

@@ -94,13 +94,18 @@ def write_repo(repo: Path, python: bool = True) -> Path:
     return repo
 
 
-def infer_body(a: list[float], b: list[float], model_inputs: tuple[str, str] = (
-        "INPUT0", "INPUT1")) -> bytes:
+def infer_body(
+    a: list[float], b: list[float], model_inputs: tuple[str, str] = ("INPUT0", "INPUT1")
+) -> bytes:
     """A JSON infer body for add_sub (batch of one)."""
-    return json.dumps({"inputs": [
-        {"name": model_inputs[0], "datatype": "FP32", "shape": [1, 4], "data": a},
-        {"name": model_inputs[1], "datatype": "FP32", "shape": [1, 4], "data": b},
-    ]}).encode()
+    return json.dumps(
+        {
+            "inputs": [
+                {"name": model_inputs[0], "datatype": "FP32", "shape": [1, 4], "data": a},
+                {"name": model_inputs[1], "datatype": "FP32", "shape": [1, 4], "data": b},
+            ]
+        }
+    ).encode()
 
 
 def check_add_sub(status: int, body: bytes, a: list[float], b: list[float]) -> None:
@@ -118,8 +123,13 @@ class Http:
         host, port = url.rsplit(":", 1)
         self.conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
 
-    def request(self, method: str, path: str, body: bytes | None = None,
-                headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, bytes]:
         hdrs = {"Content-Type": "application/json", **(headers or {})}
         try:
             self.conn.request(method, path, body=body, headers=hdrs)
@@ -143,8 +153,9 @@ class Http:
         self.close()
 
 
-def grpc_unary(channel: grpc.Channel, method: str, payload: bytes,
-               timeout: float = 20.0) -> tuple[grpc.StatusCode, str, bytes]:
+def grpc_unary(
+    channel: grpc.Channel, method: str, payload: bytes, timeout: float = 20.0
+) -> tuple[grpc.StatusCode, str, bytes]:
     """Call ``method`` of the inference service with raw ``payload``; (status, message, reply)."""
     fn = channel.unary_unary(SERVICE + method)
     try:
@@ -175,18 +186,44 @@ def rejected(samples: dict[Any, float], protocol: str) -> dict[str, int]:
     return out
 
 
-def start_raw(repo: Path, *args: str, env: dict[str, str] | None = None,
-              preexec_fn: Callable[[], None] | None = None) -> Server:
+def start_raw(
+    repo: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    preexec_fn: Callable[[], None] | None = None,
+) -> Server:
     """Like conftest's ``start_server`` (HTTP, gRPC and metrics on free ports, live when it
     returns), but stderr is decoded with ``backslashreplace`` and ``preexec_fn`` runs in the
     child. The caller stops the server."""
-    cmd = [sys.executable, "-m", "tritonlite", "--model-repository", str(repo),
-           "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0",
-           "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1", *args]
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, errors="backslashreplace",
-                            start_new_session=True, env={**os.environ, **(env or {})},
-                            preexec_fn=preexec_fn)
+    cmd = [
+        sys.executable,
+        "-m",
+        "tritonlite",
+        "--model-repository",
+        str(repo),
+        "--http-port",
+        "0",
+        "--grpc-port",
+        "0",
+        "--metrics-port",
+        "0",
+        "--http-address",
+        "127.0.0.1",
+        "--grpc-address",
+        "127.0.0.1",
+        *args,
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="backslashreplace",
+        start_new_session=True,
+        env={**os.environ, **(env or {})},
+        preexec_fn=preexec_fn,
+    )
     server = Server(proc, cmd)
     wanted = {"HTTPService", "GRPCInferenceService"}
     if "--allow-metrics=false" not in args:

@@ -52,8 +52,9 @@ A, B = [1.0, 2.0, 3.0, 4.0], [0.25, 0.5, 0.75, 1.0]
 
 
 def _py_body(values: list[float]) -> bytes:
-    return json.dumps({"inputs": [{"name": "IN", "datatype": "FP32", "shape": [1, 4],
-                                   "data": values}]}).encode()
+    return json.dumps(
+        {"inputs": [{"name": "IN", "datatype": "FP32", "shape": [1, 4], "data": values}]}
+    ).encode()
 
 
 def _check_py(status: int, body: bytes, values: list[float]) -> None:
@@ -99,8 +100,9 @@ def gated(tmp_path: Path) -> tuple[Path, Path]:
     gate = tmp_path / "gate"
     repo = write_repo(tmp_path / "repo", python=False)
     write_gated(repo, "gated", gate)
-    write_gated(repo, "gated_seq", gate,
-                "sequence_batching { max_sequence_idle_microseconds: 60000000 }")
+    write_gated(
+        repo, "gated_seq", gate, "sequence_batching { max_sequence_idle_microseconds: 60000000 }"
+    )
     return repo, gate
 
 
@@ -113,9 +115,11 @@ def _upload_head(server: Server, body_len: int) -> socket.socket:
     """A connection that sent an infer head with ``Expect: 100-continue`` and got its 100."""
     host, port = server.http_url.rsplit(":", 1)
     sock = socket.create_connection((host, int(port)), timeout=30)
-    sock.sendall(b"POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: t\r\n"
-                 b"Content-Type: application/json\r\nExpect: 100-continue\r\n"
-                 b"Content-Length: %d\r\n\r\n" % body_len)
+    sock.sendall(
+        b"POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: t\r\n"
+        b"Content-Type: application/json\r\nExpect: 100-continue\r\n"
+        b"Content-Length: %d\r\n\r\n" % body_len
+    )
     got = b""
     while b"\r\n\r\n" not in got:
         chunk = sock.recv(4096)
@@ -145,7 +149,8 @@ def _read_response(sock: socket.socket) -> tuple[int, bytes]:
 
 @pytest.mark.parametrize("frontend", FRONTENDS)
 def test_sigterm_during_uploads_answers_every_accepted_upload(
-        server_factory: Callable[..., Server], gated: tuple[Path, Path], frontend: str) -> None:
+    server_factory: Callable[..., Server], gated: tuple[Path, Path], frontend: str
+) -> None:
     repo, _ = gated
     server = server_factory(repo, "--frontend", frontend, "--exit-timeout-secs", "60")
     body = infer_body(A, B)
@@ -157,7 +162,7 @@ def test_sigterm_during_uploads_answers_every_accepted_upload(
     answered = 0
     try:
         for s in socks:
-            s.sendall(body[len(body) // 2:])
+            s.sendall(body[len(body) // 2 :])
         for s in socks:
             check_add_sub(*_read_response(s), A, B)
             answered += 1
@@ -168,8 +173,9 @@ def test_sigterm_during_uploads_answers_every_accepted_upload(
     assert _exit_code(server) == 0
 
 
-def _burst(server: Server, model: str, n: int, params: Callable[[int], dict[str, Any]]
-           ) -> list[cf.Future[tuple[int, bytes]]]:
+def _burst(
+    server: Server, model: str, n: int, params: Callable[[int], dict[str, Any]]
+) -> list[cf.Future[tuple[int, bytes]]]:
     pool = cf.ThreadPoolExecutor(n)
 
     def one(i: int) -> tuple[int, bytes]:
@@ -193,16 +199,19 @@ def _all_accepted(server: Server, model: str, n: int) -> None:
 # queued batch requests, and sequences of one step each (each its own sequence slot)
 QUEUED = {
     "batches": ("gated", 12, lambda i: {}),
-    "sequences": ("gated_seq", 6, lambda i: {
-        "sequence_id": 100 + i, "sequence_start": True, "sequence_end": True}),
+    "sequences": (
+        "gated_seq",
+        6,
+        lambda i: {"sequence_id": 100 + i, "sequence_start": True, "sequence_end": True},
+    ),
 }
 
 
 @pytest.mark.parametrize("case", QUEUED)
 @pytest.mark.parametrize("frontend", FRONTENDS)
 def test_sigterm_answers_every_accepted_request(
-        server_factory: Callable[..., Server], gated: tuple[Path, Path], frontend: str,
-        case: str) -> None:
+    server_factory: Callable[..., Server], gated: tuple[Path, Path], frontend: str, case: str
+) -> None:
     repo, gate = gated
     model, n, params = QUEUED[case]
     server = server_factory(repo, "--frontend", frontend, "--exit-timeout-secs", "60")
@@ -217,7 +226,8 @@ def test_sigterm_answers_every_accepted_request(
 
 @pytest.mark.parametrize("frontend", FRONTENDS)
 def test_sigterm_during_a_grpc_stream_answers_every_sent_request(
-        server_factory: Callable[..., Server], gated: tuple[Path, Path], frontend: str) -> None:
+    server_factory: Callable[..., Server], gated: tuple[Path, Path], frontend: str
+) -> None:
     repo, gate = gated
     server = server_factory(repo, "--frontend", frontend, "--exit-timeout-secs", "60")
     n = 8
@@ -256,7 +266,8 @@ def test_sigterm_during_a_grpc_stream_answers_every_sent_request(
 # -- shared memory, backends, unload --------------------------------------------------------
 @pytest.mark.parametrize("frontend", FRONTENDS)
 def test_truncated_shm_file_fails_the_request_not_the_server(
-        server_factory: Callable[..., Server], tmp_path: Path, frontend: str) -> None:
+    server_factory: Callable[..., Server], tmp_path: Path, frontend: str
+) -> None:
     repo = write_repo(tmp_path / "repo", python=False)
     server = server_factory(repo, "--frontend", frontend)
     key = f"/tritonlite_fault_{os.getpid()}_{frontend}"
@@ -265,20 +276,31 @@ def test_truncated_shm_file_fails_the_request_not_the_server(
     path.write_bytes(data)
     try:
         with Http(server.http_url) as c:
-            status, text = c.request("POST", "/v2/systemsharedmemory/region/r/register",
-                                     json.dumps({"key": key, "offset": 0,
-                                                 "byte_size": len(data)}).encode())
+            status, text = c.request(
+                "POST",
+                "/v2/systemsharedmemory/region/r/register",
+                json.dumps({"key": key, "offset": 0, "byte_size": len(data)}).encode(),
+            )
             assert status == 200, text
-            doc = {"inputs": [
-                {"name": f"INPUT{i}", "datatype": "FP32", "shape": [1, 4], "parameters": {
-                    "shared_memory_region": "r", "shared_memory_byte_size": 16,
-                    "shared_memory_offset": 16 * i}} for i in (0, 1)]}
-            status, text = c.request("POST", "/v2/models/add_sub/infer",
-                                     json.dumps(doc).encode())
+            doc = {
+                "inputs": [
+                    {
+                        "name": f"INPUT{i}",
+                        "datatype": "FP32",
+                        "shape": [1, 4],
+                        "parameters": {
+                            "shared_memory_region": "r",
+                            "shared_memory_byte_size": 16,
+                            "shared_memory_offset": 16 * i,
+                        },
+                    }
+                    for i in (0, 1)
+                ]
+            }
+            status, text = c.request("POST", "/v2/models/add_sub/infer", json.dumps(doc).encode())
             check_add_sub(status, text, A, B)
             os.truncate(path, 0)
-            status, text = c.request("POST", "/v2/models/add_sub/infer",
-                                     json.dumps(doc).encode())
+            status, text = c.request("POST", "/v2/models/add_sub/infer", json.dumps(doc).encode())
             assert 400 <= status < 500, (status, text)
             assert "error" in json.loads(text)
             check_add_sub(*c.request("POST", "/v2/models/add_sub/infer", infer_body(A, B)), A, B)
@@ -289,7 +311,8 @@ def test_truncated_shm_file_fails_the_request_not_the_server(
 
 @pytest.mark.parametrize("frontend", FRONTENDS)
 def test_a_raising_and_a_hanging_model_fail_alone(
-        server_factory: Callable[..., Server], tmp_path: Path, frontend: str) -> None:
+    server_factory: Callable[..., Server], tmp_path: Path, frontend: str
+) -> None:
     repo = write_repo(tmp_path / "repo")
     server = server_factory(repo, "--frontend", frontend, "--backend-execution-timeout", "2")
     with Http(server.http_url, timeout=60) as c:
@@ -297,6 +320,7 @@ def test_a_raising_and_a_hanging_model_fail_alone(
         assert status in (400, 500), (status, text)
         assert "model.py failed on purpose" in json.loads(text)["error"]
         with cf.ThreadPoolExecutor(1) as pool:
+
             def hang() -> tuple[int, bytes]:
                 with Http(server.http_url, timeout=60) as h:
                     return h.request("POST", "/v2/models/hanging/infer", _py_body(A))
@@ -319,20 +343,32 @@ def test_a_raising_and_a_hanging_model_fail_alone(
 
 @pytest.mark.parametrize("frontend", FRONTENDS)
 def test_a_model_unloaded_mid_batch_answers_the_batch(
-        server_factory: Callable[..., Server], gated: tuple[Path, Path], frontend: str) -> None:
+    server_factory: Callable[..., Server], gated: tuple[Path, Path], frontend: str
+) -> None:
     repo, gate = gated
-    server = server_factory(repo, "--frontend", frontend, "--model-control-mode", "explicit",
-                            "--load-model", "gated", "--load-model", "add_sub")
+    server = server_factory(
+        repo,
+        "--frontend",
+        frontend,
+        "--model-control-mode",
+        "explicit",
+        "--load-model",
+        "gated",
+        "--load-model",
+        "add_sub",
+    )
     n = 10
     futures = _burst(server, "gated", n, lambda i: {})
     _all_accepted(server, "gated", n)
     with cf.ThreadPoolExecutor(1) as pool:
+
         def unload() -> tuple[int, bytes]:
             with Http(server.http_url, timeout=60) as c:
                 return c.request("POST", "/v2/repository/models/gated/unload", b"{}")
 
         unloading = pool.submit(unload)
         with Http(server.http_url) as c:
+
             def unloading_started() -> bool:
                 index = json.loads(c.request("POST", "/v2/repository/index", b"{}")[1])
                 return any(m["name"] == "gated" and m.get("state") != "READY" for m in index)
@@ -361,11 +397,22 @@ def _start_with_nofile(repo: Path, nofile: int, *args: str) -> Server:
     return start_raw(repo, *args, preexec_fn=limit)
 
 
-@pytest.mark.parametrize("frontend", [
-    pytest.param(f, marks=pytest.mark.xfail(
-        strict=True, reason="aiohttp has no connection cap: at the fd limit accept fails and "
-        "health stops answering (README, Front ends)")) if f == "aio" else f
-    for f in FRONTENDS])
+@pytest.mark.parametrize(
+    "frontend",
+    [
+        pytest.param(
+            f,
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="aiohttp has no connection cap: at the fd limit accept fails and "
+                "health stops answering (README, Front ends)",
+            ),
+        )
+        if f == "aio"
+        else f
+        for f in FRONTENDS
+    ],
+)
 def test_health_answers_at_the_fd_limit(tmp_path: Path, frontend: str) -> None:
     repo = write_repo(tmp_path / "repo", python=False)
     server = _start_with_nofile(repo, NOFILE, "--frontend", frontend)
@@ -393,7 +440,9 @@ def test_mmap_truncation_is_what_we_think_it_is(tmp_path: Path) -> None:
     # the premise of the shm test: reading a mapping past a truncated file's end is SIGBUS
     p = tmp_path / "f"
     p.write_bytes(b"x" * mmap.PAGESIZE * 2)
-    code = (f"import mmap,os;f=open({str(p)!r},'r+b');m=mmap.mmap(f.fileno(),0);"
-            f"os.truncate({str(p)!r},0);m[mmap.PAGESIZE]")
+    code = (
+        f"import mmap,os;f=open({str(p)!r},'r+b');m=mmap.mmap(f.fileno(),0);"
+        f"os.truncate({str(p)!r},0);m[mmap.PAGESIZE]"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True)
     assert r.returncode == -signal.SIGBUS

@@ -90,11 +90,25 @@ def test_limiter_summary_comes_from_a_timer_on_the_loop() -> None:
 def test_reason_tables() -> None:
     assert http_reason(200) is None and http_reason(500) is None
     assert [http_reason(s) for s in (400, 404, 405, 408, 413, 431, 501, 503, 418)] == [
-        "bad_request", "not_found", "unsupported", "timeout", "too_large", "too_large",
-        "unsupported", "unavailable", "bad_request"]
+        "bad_request",
+        "not_found",
+        "unsupported",
+        "timeout",
+        "too_large",
+        "too_large",
+        "unsupported",
+        "unavailable",
+        "bad_request",
+    ]
     assert grpc_reason(0) is None and grpc_reason(13) is None and grpc_reason(1) is None
     assert [grpc_reason(s) for s in (3, 5, 12, 8, 4, 14)] == [
-        "bad_request", "not_found", "unsupported", "too_large", "timeout", "unavailable"]
+        "bad_request",
+        "not_found",
+        "unsupported",
+        "too_large",
+        "timeout",
+        "unavailable",
+    ]
     assert {http_reason(s) for s in range(400, 600)} - {None} <= set(REASONS)
 
 
@@ -139,7 +153,8 @@ def _log_lines(server: Server, pattern: str) -> list[str]:
 
 @pytest.mark.parametrize("frontend", ["aio", "native"])
 def test_http_flood_is_counted_by_reason_and_logged_bounded(
-        server_factory: Callable[..., Server], repo: Path, frontend: str) -> None:
+    server_factory: Callable[..., Server], repo: Path, frontend: str
+) -> None:
     server = server_factory(repo, "--frontend", frontend, "--http-max-input-size", "4096")
     with Http(server.http_url) as client:
         seen = _flood_http(client)
@@ -179,11 +194,15 @@ def _grpc_kinds(n: int) -> list[tuple[str, bytes]]:
     return [kinds[i % len(kinds)] for i in range(n)]
 
 
-@pytest.mark.xfail(strict=True, reason="not yet counted: grpc_native._finish and "
-                   "grpc/server._abort call frontends.grpc.errors.rejected(status, message)")
+@pytest.mark.xfail(
+    strict=True,
+    reason="not yet counted: grpc_native._finish and "
+    "grpc/server._abort call frontends.grpc.errors.rejected(status, message)",
+)
 @pytest.mark.parametrize("frontend", ["aio", "native"])
 def test_grpc_flood_is_counted_by_reason_and_logged_bounded(
-        server_factory: Callable[..., Server], repo: Path, frontend: str) -> None:
+    server_factory: Callable[..., Server], repo: Path, frontend: str
+) -> None:
     server = server_factory(repo, "--frontend", frontend)
     seen: Counter[str] = Counter()
     with grpc.insecure_channel(server.grpc_url) as channel:

@@ -40,9 +40,14 @@ TIME_LIMIT_S = float(os.environ.get("TRITONLITE_FUZZ_SECONDS", "12"))
 def _signature(max_batch_size: int) -> Signature:
     cfg = pb.ModelConfig(name="m", max_batch_size=max_batch_size)
     types = pb.DataType.values_by_name
-    for name, dt, dims in (("a", "TYPE_FP32", [-1]), ("s", "TYPE_STRING", [-1]),
-                           ("z", "TYPE_INT64", [-1, -1]), ("b", "TYPE_BOOL", [2]),
-                           ("h", "TYPE_FP16", [-1]), ("u", "TYPE_UINT8", [-1])):
+    for name, dt, dims in (
+        ("a", "TYPE_FP32", [-1]),
+        ("s", "TYPE_STRING", [-1]),
+        ("z", "TYPE_INT64", [-1, -1]),
+        ("b", "TYPE_BOOL", [2]),
+        ("h", "TYPE_FP16", [-1]),
+        ("u", "TYPE_UINT8", [-1]),
+    ):
         cfg.input.add(name=name, data_type=types[dt].number, dims=dims, optional=True)
     cfg.output.add(name="o", data_type=types["TYPE_FP32"].number, dims=[-1])
     return Signature.from_config(cfg, Path("."))
@@ -51,16 +56,67 @@ def _signature(max_batch_size: int) -> Signature:
 SIGNATURES = (_signature(0), _signature(8))
 
 HOSTILE: list[Any] = [
-    {}, {"a": 1}, {"data": [1]}, [], [[]], [{}], [[{}]], None, True, False, 0, -1, 1, 7,
-    2**31, 2**63, 2**64 + 1, -(2**63) - 1, 10**30, -(10**30), 1.5, -0.0, 1e308, "x", "",
-    "é", "\u0000", "²", "1", "FP32", "BYTES", "BF16", "TYPE_FP32", [0, 10**20], [10**6] * 10,
-    [2**62, 2**62], [0, 2**63 - 1, 2**63 - 1], [-1], [1.5], ["1"], [True], [None],
-    [1, [2]], [[1], 2], [[[[[[1]]]]]], [2**64], [-(2**70)], list(range(50)),
-    {"binary_data_size": 10**20}, {"binary_data_size": -1}, {"binary_data_size": 2**63},
+    {},
+    {"a": 1},
+    {"data": [1]},
+    [],
+    [[]],
+    [{}],
+    [[{}]],
+    None,
+    True,
+    False,
+    0,
+    -1,
+    1,
+    7,
+    2**31,
+    2**63,
+    2**64 + 1,
+    -(2**63) - 1,
+    10**30,
+    -(10**30),
+    1.5,
+    -0.0,
+    1e308,
+    "x",
+    "",
+    "é",
+    "\u0000",
+    "²",
+    "1",
+    "FP32",
+    "BYTES",
+    "BF16",
+    "TYPE_FP32",
+    [0, 10**20],
+    [10**6] * 10,
+    [2**62, 2**62],
+    [0, 2**63 - 1, 2**63 - 1],
+    [-1],
+    [1.5],
+    ["1"],
+    [True],
+    [None],
+    [1, [2]],
+    [[1], 2],
+    [[[[[[1]]]]]],
+    [2**64],
+    [-(2**70)],
+    list(range(50)),
+    {"binary_data_size": 10**20},
+    {"binary_data_size": -1},
+    {"binary_data_size": 2**63},
     {"shared_memory_region": "r", "shared_memory_byte_size": 2**70},
     {"shared_memory_region": {}, "shared_memory_byte_size": 4},
-    {"classification": 2**80}, {"binary_data": "yes"}, {"sequence_id": 2**70},
-    {"priority": 2**70}, {"timeout": -5}, {"k": {}}, {"k": [1]}, {"triton_x": 1},
+    {"classification": 2**80},
+    {"binary_data": "yes"},
+    {"sequence_id": 2**70},
+    {"priority": 2**70},
+    {"timeout": -5},
+    {"k": {}},
+    {"k": [1]},
+    {"triton_x": 1},
 ]
 
 
@@ -73,22 +129,57 @@ def _deep(n: int) -> Any:
 
 HTTP_BASES: list[dict[str, Any]] = [
     {"inputs": [{"name": "a", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]},
-    {"id": "r1", "inputs": [{"name": "a", "datatype": "FP32", "shape": [2],
-                             "parameters": {"binary_data_size": 8}}],
-     "outputs": [{"name": "o", "parameters": {"binary_data": True}}]},
-    {"inputs": [{"name": "s", "datatype": "BYTES", "shape": [2], "data": ["x", "yz"]},
-                {"name": "z", "datatype": "INT64", "shape": [1, 2], "data": [[1, 2]]}],
-     "parameters": {"sequence_id": 3, "sequence_start": True, "priority": 1, "custom": "v"}},
-    {"inputs": [{"name": "b", "datatype": "BOOL", "shape": [2], "data": [True, False]},
-                {"name": "u", "datatype": "UINT8", "shape": [0], "data": []}],
-     "outputs": [{"name": "o", "parameters": {"classification": 2}},
-                 {"name": "o", "parameters": {"shared_memory_region": "r",
-                                              "shared_memory_byte_size": 8}}]},
-    {"inputs": [{"name": "h", "datatype": "FP16", "shape": [3],
-                 "parameters": {"shared_memory_region": "r", "shared_memory_byte_size": 6,
-                                "shared_memory_offset": 2}}]},
-    {"inputs": [{"name": "s", "datatype": "BYTES", "shape": [1, 1],
-                 "parameters": {"binary_data_size": 7}}]},
+    {
+        "id": "r1",
+        "inputs": [
+            {"name": "a", "datatype": "FP32", "shape": [2], "parameters": {"binary_data_size": 8}}
+        ],
+        "outputs": [{"name": "o", "parameters": {"binary_data": True}}],
+    },
+    {
+        "inputs": [
+            {"name": "s", "datatype": "BYTES", "shape": [2], "data": ["x", "yz"]},
+            {"name": "z", "datatype": "INT64", "shape": [1, 2], "data": [[1, 2]]},
+        ],
+        "parameters": {"sequence_id": 3, "sequence_start": True, "priority": 1, "custom": "v"},
+    },
+    {
+        "inputs": [
+            {"name": "b", "datatype": "BOOL", "shape": [2], "data": [True, False]},
+            {"name": "u", "datatype": "UINT8", "shape": [0], "data": []},
+        ],
+        "outputs": [
+            {"name": "o", "parameters": {"classification": 2}},
+            {
+                "name": "o",
+                "parameters": {"shared_memory_region": "r", "shared_memory_byte_size": 8},
+            },
+        ],
+    },
+    {
+        "inputs": [
+            {
+                "name": "h",
+                "datatype": "FP16",
+                "shape": [3],
+                "parameters": {
+                    "shared_memory_region": "r",
+                    "shared_memory_byte_size": 6,
+                    "shared_memory_offset": 2,
+                },
+            }
+        ]
+    },
+    {
+        "inputs": [
+            {
+                "name": "s",
+                "datatype": "BYTES",
+                "shape": [1, 1],
+                "parameters": {"binary_data_size": 7},
+            }
+        ]
+    },
 ]
 HTTP_TAILS = [b"", b"\x00" * 8, b"\x03\x00\x00\x00abc", b"\x07\x00\x00\x00", b"\xff" * 7]
 
@@ -124,8 +215,21 @@ def _mutate_json(rng: random.Random, doc: Any) -> Any:
         elif roll < 0.8:
             value = _deep(rng.choice([50, 101, 150, 250]))
         elif roll < 0.9:
-            value = {rng.choice(["data", "shape", "datatype", "name", "parameters", "inputs",
-                                 "outputs", "id", "binary_data_size"]): rng.choice(HOSTILE)}
+            value = {
+                rng.choice(
+                    [
+                        "data",
+                        "shape",
+                        "datatype",
+                        "name",
+                        "parameters",
+                        "inputs",
+                        "outputs",
+                        "id",
+                        "binary_data_size",
+                    ]
+                ): rng.choice(HOSTILE)
+            }
         else:
             value = [rng.choice(HOSTILE) for _ in range(rng.randint(0, 4))]
         doc = _set(doc, path, json.loads(json.dumps(value)))  # a fresh copy: never shared
@@ -167,14 +271,17 @@ class Escapes:
         except RecursionError as exc:
             self.cases.setdefault("RecursionError", (label, repr(exc)))
         except Exception as exc:  # anything else would be a 500 / INTERNAL
-            self.cases.setdefault(f"{type(exc).__name__}: {str(exc)[:80]}",
-                                  (label, f"{type(exc).__name__}: {exc}"))
+            self.cases.setdefault(
+                f"{type(exc).__name__}: {str(exc)[:80]}", (label, f"{type(exc).__name__}: {exc}")
+            )
 
     def check(self, minimum: int) -> None:
         print(f"{self.runs} inputs")
         assert self.runs >= minimum, f"only {self.runs} inputs ran in the time limit"
-        report = "\n".join(f"{kind}\n    input: {label[:400]}\n    raised: {err[:300]}"
-                           for kind, (label, err) in self.cases.items())
+        report = "\n".join(
+            f"{kind}\n    input: {label[:400]}\n    raised: {err[:300]}"
+            for kind, (label, err) in self.cases.items()
+        )
         assert not self.cases, f"seed {SEED}: client input escaped as a server error:\n{report}"
 
 
@@ -244,23 +351,46 @@ def _grpc_base(rng: random.Random) -> Any:
 
 
 _DIMS = [0, 1, 2, 3, -1, -(2**63), 2**31, 2**32 + 1, 2**62, 2**63 - 1]
-_DTYPES = ["FP32", "BYTES", "BF16", "INT8", "UINT64", "BOOL", "FP16", "", "fp32", "TYPE_FP32",
-           "\u00e9"]
+_DTYPES = [
+    "FP32",
+    "BYTES",
+    "BF16",
+    "INT8",
+    "UINT64",
+    "BOOL",
+    "FP16",
+    "",
+    "fp32",
+    "TYPE_FP32",
+    "\u00e9",
+]
 _PARAM_KINDS = ["bool_param", "int64_param", "string_param", "double_param", "uint64_param"]
-_PARAM_KEYS = ["sequence_id", "sequence_start", "priority", "timeout", "custom",
-               "triton_enable_empty_final_response", "triton_x", "shared_memory_region",
-               "shared_memory_byte_size", "shared_memory_offset", "classification",
-               "binary_data"]
+_PARAM_KEYS = [
+    "sequence_id",
+    "sequence_start",
+    "priority",
+    "timeout",
+    "custom",
+    "triton_enable_empty_final_response",
+    "triton_x",
+    "shared_memory_region",
+    "shared_memory_byte_size",
+    "shared_memory_offset",
+    "classification",
+    "binary_data",
+]
 
 
 def _param(rng: random.Random, target: Any) -> None:
     key = rng.choice(_PARAM_KEYS)
     kind = rng.choice(_PARAM_KINDS)
-    value: Any = {"bool_param": rng.random() < 0.5,
-                  "int64_param": rng.choice([-(2**63), -1, 0, 4, 2**63 - 1]),
-                  "string_param": rng.choice(["", "r", "é", "x" * 300]),
-                  "double_param": rng.choice([0.5, float("nan"), float("inf")]),
-                  "uint64_param": rng.choice([0, 1, 2**64 - 1])}[kind]
+    value: Any = {
+        "bool_param": rng.random() < 0.5,
+        "int64_param": rng.choice([-(2**63), -1, 0, 4, 2**63 - 1]),
+        "string_param": rng.choice(["", "r", "é", "x" * 300]),
+        "double_param": rng.choice([0.5, float("nan"), float("inf")]),
+        "uint64_param": rng.choice([0, 1, 2**64 - 1]),
+    }[kind]
     setattr(target[key], kind, value)
 
 
@@ -284,18 +414,29 @@ def _mutate_grpc(rng: random.Random, req: Any) -> None:
             req.raw_input_contents.append(rng.choice(HTTP_TAILS))
         elif roll == 6 and tensors:
             c = rng.choice(tensors).contents
-            field = rng.choice(["bool_contents", "int_contents", "int64_contents",
-                                "uint_contents", "uint64_contents", "fp32_contents",
-                                "fp64_contents", "bytes_contents"])
-            values: Any = {"bool_contents": [True], "bytes_contents": [b"x", b""],
-                           "fp32_contents": [1.0, float("nan")],
-                           "fp64_contents": [1e308]}.get(field, [0, 1, 2**31 - 1])
+            field = rng.choice(
+                [
+                    "bool_contents",
+                    "int_contents",
+                    "int64_contents",
+                    "uint_contents",
+                    "uint64_contents",
+                    "fp32_contents",
+                    "fp64_contents",
+                    "bytes_contents",
+                ]
+            )
+            values: Any = {
+                "bool_contents": [True],
+                "bytes_contents": [b"x", b""],
+                "fp32_contents": [1.0, float("nan")],
+                "fp64_contents": [1e308],
+            }.get(field, [0, 1, 2**31 - 1])
             getattr(c, field).extend(values[: rng.randint(0, len(values))])
         elif roll == 7:
             req.model_version = rng.choice(["²", "1" * 5000, "-1", "00", " 1", "1.0", "9" * 20])
         else:
-            t = req.inputs.add(name=rng.choice(["a", "s", "z", "u"]),
-                               datatype=rng.choice(_DTYPES))
+            t = req.inputs.add(name=rng.choice(["a", "s", "z", "u"]), datatype=rng.choice(_DTYPES))
             t.shape.extend(rng.choice(_DIMS) for _ in range(rng.randint(0, 3)))
 
 
@@ -321,8 +462,10 @@ def test_grpc_decoder_fuzz() -> None:
     escapes.check(minimum=500)
 
 
-@pytest.mark.parametrize("text", ["²", "1" * 4301, "1" * 20, "٣", "-1", "-2x", "", " ", "+",
-                                  "\u0000", "9223372036854775808"])
+@pytest.mark.parametrize(
+    "text",
+    ["²", "1" * 4301, "1" * 20, "٣", "-1", "-2x", "", " ", "+", "\u0000", "9223372036854775808"],
+)
 def test_parse_version_refuses_what_is_not_a_version(text: str) -> None:
     if not text:  # "" is "the server picks"
         assert parse_version(text) == -1
@@ -334,15 +477,18 @@ def test_parse_version_refuses_what_is_not_a_version(text: str) -> None:
     assert len(exc.value.message) < 250
 
 
-@pytest.mark.parametrize(("text", "version"), [("+1", 1), (" 1", 1), ("1_0", 1), ("0x1", 0),
-                                                ("1.0", 1), ("\t7abc", 7), ("-0", 0)])
+@pytest.mark.parametrize(
+    ("text", "version"),
+    [("+1", 1), (" 1", 1), ("1_0", 1), ("0x1", 0), ("1.0", 1), ("\t7abc", 7), ("-0", 0)],
+)
 def test_parse_version_reads_as_std_stol(text: str, version: int) -> None:
     """Triton reads a version string with ``std::stol``: leading blanks, a sign, the digits up
     to the first other character."""
     assert parse_version(text) == version
 
 
-@pytest.mark.parametrize("text,expected", [("", -1), ("0", 0), ("1", 1), ("007", 7),
-                                           ("9223372036854775807", 2**63 - 1)])
+@pytest.mark.parametrize(
+    "text,expected", [("", -1), ("0", 0), ("1", 1), ("007", 7), ("9223372036854775807", 2**63 - 1)]
+)
 def test_parse_version_accepts_versions(text: str, expected: int) -> None:
     assert parse_version(text) == expected

@@ -17,8 +17,9 @@ from tritonlite.frontends.grpc import codec
 
 def _reference(resp: InferResponse) -> object:
     """What the generated class builds for ``resp`` (the codec's bytes must parse to it)."""
-    msg = pb.ModelInferResponse(model_name=resp.model_name, model_version=resp.model_version,
-                                id=resp.id)
+    msg = pb.ModelInferResponse(
+        model_name=resp.model_name, model_version=resp.model_version, id=resp.id
+    )
     for key, value in resp.parameters.items():
         codec.set_param(msg.parameters, key, value)
     for o in resp.outputs:
@@ -27,26 +28,40 @@ def _reference(resp: InferResponse) -> object:
             msg.raw_output_contents.append(b"")
         elif o.data.dtype == object:
             msg.raw_output_contents.append(
-                b"".join(len(x).to_bytes(4, "little") + x for x in o.data.reshape(-1)))
+                b"".join(len(x).to_bytes(4, "little") + x for x in o.data.reshape(-1))
+            )
         else:
-            msg.raw_output_contents.append(np.ascontiguousarray(o.data).astype(
-                o.data.dtype.newbyteorder("<")).tobytes())
+            msg.raw_output_contents.append(
+                np.ascontiguousarray(o.data).astype(o.data.dtype.newbyteorder("<")).tobytes()
+            )
     return msg
 
 
 RESPONSES = [
-    InferResponse("add_sub", "1", "42", [
-        InferOutput("OUTPUT0", "FP32", (1, 16), np.arange(16, dtype=np.float32).reshape(1, 16)),
-        InferOutput("OUTPUT1", "FP32", (1, 16), np.ones((1, 16), np.float32))]),
+    InferResponse(
+        "add_sub",
+        "1",
+        "42",
+        [
+            InferOutput("OUTPUT0", "FP32", (1, 16), np.arange(16, dtype=np.float32).reshape(1, 16)),
+            InferOutput("OUTPUT1", "FP32", (1, 16), np.ones((1, 16), np.float32)),
+        ],
+    ),
     InferResponse("m", "7", "", []),
-    InferResponse("ünï", "123456", "id" * 100, [
-        InferOutput("S", "BYTES", (3,), np.array([b"a", b"", "é".encode()], dtype=object)),
-        InferOutput("SHM", "FP32", (2, 2), None, shm=ShmRef("r", 16)),
-        InferOutput("Z", "INT64", (0, 4), np.zeros((0, 4), np.int64)),
-        InferOutput("NC", "INT32", (3, 2), np.arange(12, dtype=np.int32).reshape(3, 4)[:, ::2]),
-        InferOutput("BE", "FP64", (2,), np.array([1.5, -2.0], dtype=">f8")),
-        InferOutput("BIG", "UINT8", (70_000,), np.arange(70_000, dtype=np.uint8)),
-    ], parameters={"i": 3, "b": False, "s": "x", "f": 0.25}),
+    InferResponse(
+        "ünï",
+        "123456",
+        "id" * 100,
+        [
+            InferOutput("S", "BYTES", (3,), np.array([b"a", b"", "é".encode()], dtype=object)),
+            InferOutput("SHM", "FP32", (2, 2), None, shm=ShmRef("r", 16)),
+            InferOutput("Z", "INT64", (0, 4), np.zeros((0, 4), np.int64)),
+            InferOutput("NC", "INT32", (3, 2), np.arange(12, dtype=np.int32).reshape(3, 4)[:, ::2]),
+            InferOutput("BE", "FP64", (2,), np.array([1.5, -2.0], dtype=">f8")),
+            InferOutput("BIG", "UINT8", (70_000,), np.arange(70_000, dtype=np.uint8)),
+        ],
+        parameters={"i": 3, "b": False, "s": "x", "f": 0.25},
+    ),
 ]
 
 

@@ -42,8 +42,12 @@ class MemCall:
     does once the call has ended.
     """
 
-    def __init__(self, metadata: Sequence[tuple[str, str | bytes]] = (), local: bool = True,
-                 incoming: Sequence[bytes | None] = ()) -> None:
+    def __init__(
+        self,
+        metadata: Sequence[tuple[str, str | bytes]] = (),
+        local: bool = True,
+        incoming: Sequence[bytes | None] = (),
+    ) -> None:
         self._metadata = list(metadata)
         self.local = local
         self.compression: list[str | None] = []
@@ -85,13 +89,18 @@ def _as_call(call: MemCall) -> GrpcCall:
     return call  # mypy checks here that MemCall implements the interface
 
 
-def run(repo: Path, body: Callable[[InferenceCore, GrpcMethods], Awaitable[None]],
-        **options: Any) -> None:
+def run(
+    repo: Path, body: Callable[[InferenceCore, GrpcMethods], Awaitable[None]], **options: Any
+) -> None:
     """Start a core serving ``add_sub`` from ``repo``, build the registry, run ``body``."""
 
     async def main() -> None:
-        opts = ServerOptions(model_repositories=(repo,), model_control_mode="explicit",
-                             load_models=("add_sub",), **options)
+        opts = ServerOptions(
+            model_repositories=(repo,),
+            model_control_mode="explicit",
+            load_models=("add_sub",),
+            **options,
+        )
         core = InferenceCore(opts)
         try:
             assert await core.start() == []
@@ -102,8 +111,9 @@ def run(repo: Path, body: Callable[[InferenceCore, GrpcMethods], Awaitable[None]
     asyncio.run(main())
 
 
-async def unary(registry: GrpcMethods, method: str, request: Any,
-                call: MemCall | None = None) -> bytes:
+async def unary(
+    registry: GrpcMethods, method: str, request: Any, call: MemCall | None = None
+) -> bytes:
     entry = registry[method if method.startswith("/") else PREFIX + method]
     assert entry.unary is not None and entry.stream is None
     data = request if isinstance(request, bytes) else request.SerializeToString()
@@ -119,8 +129,10 @@ def infer_request(model: str = "add_sub", req_id: str = "1") -> Any:
 
 
 def outputs(resp: Any) -> dict[str, np.ndarray[Any, Any]]:
-    return {o.name: np.frombuffer(raw, np.float32).reshape(tuple(o.shape))
-            for o, raw in zip(resp.outputs, resp.raw_output_contents)}
+    return {
+        o.name: np.frombuffer(raw, np.float32).reshape(tuple(o.shape))
+        for o, raw in zip(resp.outputs, resp.raw_output_contents)
+    }
 
 
 def test_registry_covers_the_service_and_health(onnx_repo: Path) -> None:
@@ -139,23 +151,30 @@ def test_registry_covers_the_service_and_health(onnx_repo: Path) -> None:
 def test_health_and_metadata(onnx_repo: Path) -> None:
     async def body(core: InferenceCore, registry: GrpcMethods) -> None:
         live = pb.ServerLiveResponse.FromString(
-            await unary(registry, "ServerLive", pb.ServerLiveRequest()))
+            await unary(registry, "ServerLive", pb.ServerLiveRequest())
+        )
         assert live.live
         ready = pb.ServerReadyResponse.FromString(await unary(registry, "ServerReady", b""))
         assert ready.ready
         model = pb.ModelReadyResponse.FromString(
-            await unary(registry, "ModelReady", pb.ModelReadyRequest(name="add_sub")))
+            await unary(registry, "ModelReady", pb.ModelReadyRequest(name="add_sub"))
+        )
         assert model.ready
         md = pb.ModelMetadataResponse.FromString(
-            await unary(registry, "ModelMetadata", pb.ModelMetadataRequest(name="add_sub")))
+            await unary(registry, "ModelMetadata", pb.ModelMetadataRequest(name="add_sub"))
+        )
         assert (md.name, list(md.versions), md.platform) == ("add_sub", ["1"], "onnxruntime_onnx")
         assert [(t.name, t.datatype, list(t.shape)) for t in md.inputs] == [
-            ("INPUT0", "FP32", [-1, 16]), ("INPUT1", "FP32", [-1, 16])]
+            ("INPUT0", "FP32", [-1, 16]),
+            ("INPUT1", "FP32", [-1, 16]),
+        ]
         config = pb.ModelConfigResponse.FromString(
-            await unary(registry, "ModelConfig", pb.ModelConfigRequest(name="add_sub")))
+            await unary(registry, "ModelConfig", pb.ModelConfigRequest(name="add_sub"))
+        )
         assert config.config.max_batch_size == 8
         index = pb.RepositoryIndexResponse.FromString(
-            await unary(registry, "RepositoryIndex", pb.RepositoryIndexRequest(ready=True)))
+            await unary(registry, "RepositoryIndex", pb.RepositoryIndexRequest(ready=True))
+        )
         assert [(m.name, m.state) for m in index.models] == [("add_sub", "READY")]
         with pytest.raises(TritonliteError) as info:
             await unary(registry, "ModelReady", pb.ModelReadyRequest(name="nope"))
@@ -168,33 +187,44 @@ def test_model_infer(onnx_repo: Path) -> None:
     async def body(core: InferenceCore, registry: GrpcMethods) -> None:
         call = MemCall()
         resp = pb.ModelInferResponse.FromString(
-            await unary(registry, "ModelInfer", infer_request(req_id="42"), call))
+            await unary(registry, "ModelInfer", infer_request(req_id="42"), call)
+        )
         assert (resp.model_name, resp.model_version, resp.id) == ("add_sub", "1", "42")
         out = outputs(resp)
         np.testing.assert_array_equal(out["OUTPUT0"], A + B)
         np.testing.assert_array_equal(out["OUTPUT1"], A - B)
         assert call.compression == [] and call.done == []  # no compression, no trace
         stats = pb.ModelStatisticsResponse.FromString(
-            await unary(registry, "ModelStatistics", pb.ModelStatisticsRequest(name="add_sub")))
+            await unary(registry, "ModelStatistics", pb.ModelStatisticsRequest(name="add_sub"))
+        )
         assert stats.model_stats[0].inference_stats.success.count == 1
 
     run(onnx_repo, body)
 
 
-@pytest.mark.parametrize("request_bytes,code,text", [
-    (infer_request("nope").SerializeToString(), ErrorCode.NOT_FOUND,
-     "Request for unknown model: 'nope' is not found"),
-    (b"\xff\xff\xff", ErrorCode.INVALID_ARG, "failed to parse the ModelInferRequest message"),
-], ids=["unknown-model", "garbage"])
-def test_model_infer_errors_are_raised(onnx_repo: Path, request_bytes: bytes, code: ErrorCode,
-                                       text: str) -> None:
+@pytest.mark.parametrize(
+    "request_bytes,code,text",
+    [
+        (
+            infer_request("nope").SerializeToString(),
+            ErrorCode.NOT_FOUND,
+            "Request for unknown model: 'nope' is not found",
+        ),
+        (b"\xff\xff\xff", ErrorCode.INVALID_ARG, "failed to parse the ModelInferRequest message"),
+    ],
+    ids=["unknown-model", "garbage"],
+)
+def test_model_infer_errors_are_raised(
+    onnx_repo: Path, request_bytes: bytes, code: ErrorCode, text: str
+) -> None:
     async def body(core: InferenceCore, registry: GrpcMethods) -> None:
         with pytest.raises(TritonliteError) as info:
             await unary(registry, "ModelInfer", request_bytes)
         assert info.value.code == code and text in info.value.message
         # the core still serves
-        assert outputs(pb.ModelInferResponse.FromString(
-            await unary(registry, "ModelInfer", infer_request())))["OUTPUT0"].shape == (1, 16)
+        assert outputs(
+            pb.ModelInferResponse.FromString(await unary(registry, "ModelInfer", infer_request()))
+        )["OUTPUT0"].shape == (1, 16)
 
     run(onnx_repo, body)
 
@@ -210,10 +240,12 @@ def test_unparseable_message_is_invalid_argument(onnx_repo: Path) -> None:
     run(onnx_repo, body)
 
 
-@pytest.mark.parametrize("level,algorithm", [("low", "gzip"), ("medium", "deflate"),
-                                             ("high", "deflate")])
-def test_response_compression_goes_through_the_call(onnx_repo: Path, level: str,
-                                                    algorithm: str) -> None:
+@pytest.mark.parametrize(
+    "level,algorithm", [("low", "gzip"), ("medium", "deflate"), ("high", "deflate")]
+)
+def test_response_compression_goes_through_the_call(
+    onnx_repo: Path, level: str, algorithm: str
+) -> None:
     async def body(core: InferenceCore, registry: GrpcMethods) -> None:
         call = MemCall()
         await unary(registry, "ModelInfer", infer_request(), call)
@@ -239,19 +271,29 @@ def test_trace_send_stamps_at_the_calls_end(onnx_repo: Path, tmp_path: Path) -> 
         assert len(call.done) == 1  # the trace waits for the call to end
         call.finish()
 
-    run(onnx_repo, body, trace_level=("TIMESTAMPS",), trace_rate=1, trace_count=1,
-        trace_file=str(trace_file))
+    run(
+        onnx_repo,
+        body,
+        trace_level=("TIMESTAMPS",),
+        trace_rate=1,
+        trace_count=1,
+        trace_file=str(trace_file),
+    )
     (written,) = tmp_path.glob("trace.json*")  # trace_count 1: an index file once it is done
     names = [ts["name"] for t in json.loads(written.read_text()) for ts in t.get("timestamps", [])]
     assert names[0] == "REQUEST_START"
-    assert names[-5:] == ["GRPC_WAITREAD_START", "GRPC_WAITREAD_END", "INFER_RESPONSE_COMPLETE",
-                          "GRPC_SEND_START", "GRPC_SEND_END"]
+    assert names[-5:] == [
+        "GRPC_WAITREAD_START",
+        "GRPC_WAITREAD_END",
+        "INFER_RESPONSE_COMPLETE",
+        "GRPC_SEND_START",
+        "GRPC_SEND_END",
+    ]
 
 
 def test_shm_register_asks_the_call_for_peer_locality(onnx_repo: Path) -> None:
     async def body(core: InferenceCore, registry: GrpcMethods) -> None:
-        req = pb.SystemSharedMemoryRegisterRequest(name="r", key="/tl_servicer_none",
-                                                   byte_size=64)
+        req = pb.SystemSharedMemoryRegisterRequest(name="r", key="/tl_servicer_none", byte_size=64)
         with pytest.raises(TritonliteError) as info:  # --allow-client-shm=local (default)
             await unary(registry, "SystemSharedMemoryRegister", req, MemCall(local=False))
         assert info.value.code == ErrorCode.UNSUPPORTED
@@ -259,7 +301,8 @@ def test_shm_register_asks_the_call_for_peer_locality(onnx_repo: Path) -> None:
             await unary(registry, "SystemSharedMemoryRegister", req, MemCall(local=True))
         assert "Unable to open shared memory region" in info.value.message
         status = pb.SystemSharedMemoryStatusResponse.FromString(
-            await unary(registry, "SystemSharedMemoryStatus", b""))
+            await unary(registry, "SystemSharedMemoryStatus", b"")
+        )
         assert not status.regions
 
     run(onnx_repo, body)
@@ -274,9 +317,14 @@ async def _stream(registry: GrpcMethods, call: MemCall) -> list[Any]:
 
 def test_stream_answers_in_order_and_reports_errors_in_band(onnx_repo: Path) -> None:
     async def body(core: InferenceCore, registry: GrpcMethods) -> None:
-        call = MemCall(incoming=[infer_request(req_id="a").SerializeToString(),
-                                 infer_request("nope", "b").SerializeToString(),
-                                 infer_request(req_id="c").SerializeToString(), None])
+        call = MemCall(
+            incoming=[
+                infer_request(req_id="a").SerializeToString(),
+                infer_request("nope", "b").SerializeToString(),
+                infer_request(req_id="c").SerializeToString(),
+                None,
+            ]
+        )
         got = await _stream(registry, call)
         assert [m.infer_response.id for m in got] == ["a", "b", "c"]
         assert got[1].error_message == "Request for unknown model: 'nope' is not found"
@@ -288,14 +336,19 @@ def test_stream_answers_in_order_and_reports_errors_in_band(onnx_repo: Path) -> 
 
 def test_stream_with_triton_grpc_error_ends_with_the_status(onnx_repo: Path) -> None:
     async def body(core: InferenceCore, registry: GrpcMethods) -> None:
-        call = MemCall(metadata=[("triton_grpc_error", "true")],
-                       incoming=[infer_request(req_id="a").SerializeToString(),
-                                 infer_request("nope", "b").SerializeToString()])
+        call = MemCall(
+            metadata=[("triton_grpc_error", "true")],
+            incoming=[
+                infer_request(req_id="a").SerializeToString(),
+                infer_request("nope", "b").SerializeToString(),
+            ],
+        )
         with pytest.raises(TritonliteError) as info:  # never half-closed: the error ends it
             await _stream(registry, call)
         assert info.value.code == ErrorCode.NOT_FOUND
-        assert [pb.ModelStreamInferResponse.FromString(m).infer_response.id
-                for m in call.written] == ["a"]
+        assert [
+            pb.ModelStreamInferResponse.FromString(m).infer_response.id for m in call.written
+        ] == ["a"]
 
     run(onnx_repo, body)
 
@@ -306,9 +359,13 @@ def test_health_check_and_watch(onnx_repo: Path, monkeypatch: pytest.MonkeyPatch
     not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
 
     async def body(core: InferenceCore, registry: GrpcMethods) -> None:
-        r = health_pb2.HealthCheckResponse.FromString(await unary(
-            registry, "/grpc.health.v1.Health/Check",
-            health_pb2.HealthCheckRequest(service="inference.GRPCInferenceService")))
+        r = health_pb2.HealthCheckResponse.FromString(
+            await unary(
+                registry,
+                "/grpc.health.v1.Health/Check",
+                health_pb2.HealthCheckRequest(service="inference.GRPCInferenceService"),
+            )
+        )
         assert r.status == serving
         watch = registry["/grpc.health.v1.Health/Watch"].stream
         assert watch is not None
@@ -331,7 +388,8 @@ def test_health_check_and_watch(onnx_repo: Path, monkeypatch: pytest.MonkeyPatch
         with pytest.raises(asyncio.CancelledError):
             await task
         r = health_pb2.HealthCheckResponse.FromString(
-            await unary(registry, "/grpc.health.v1.Health/Check", b""))
+            await unary(registry, "/grpc.health.v1.Health/Check", b"")
+        )
         assert r.status == serving
 
     run(onnx_repo, body)
@@ -350,11 +408,19 @@ def test_aio_adapter(caplog: pytest.LogCaptureFixture) -> None:
 
     async def info(request: bytes, call: GrpcCall) -> bytes:
         call.add_done_callback(ended.set)
-        md = {k: v if isinstance(v, str) else v.hex() for k, v in call.metadata()
-              if k.startswith("x-")}
-        return json.dumps({"request": request.decode(), "metadata": md,
-                           "local": call.peer_is_local(),
-                           "remaining": call.time_remaining()}).encode()
+        md = {
+            k: v if isinstance(v, str) else v.hex()
+            for k, v in call.metadata()
+            if k.startswith("x-")
+        }
+        return json.dumps(
+            {
+                "request": request.decode(),
+                "metadata": md,
+                "local": call.peer_is_local(),
+                "remaining": call.time_remaining(),
+            }
+        ).encode()
 
     async def fail(request: bytes, call: GrpcCall) -> bytes:
         if request == b"rpc":
@@ -369,9 +435,11 @@ def test_aio_adapter(caplog: pytest.LogCaptureFixture) -> None:
         if ("x-end", "error") in call.metadata():
             raise RpcError(10, "ended with an error")
 
-    registry: GrpcMethods = {"/t.S/Info": servicer.Method(unary=info),
-                             "/t.S/Fail": servicer.Method(unary=fail),
-                             "/t.S/Echo": servicer.Method(stream=echo)}
+    registry: GrpcMethods = {
+        "/t.S/Info": servicer.Method(unary=info),
+        "/t.S/Fail": servicer.Method(unary=fail),
+        "/t.S/Echo": servicer.Method(stream=echo),
+    }
 
     def ident(b: bytes) -> bytes:
         return b
@@ -383,38 +451,51 @@ def test_aio_adapter(caplog: pytest.LogCaptureFixture) -> None:
         await server.start()
         try:
             async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
-                call_info = ch.unary_unary("/t.S/Info", request_serializer=ident,
-                                           response_deserializer=ident)
-                got = json.loads(await call_info(
-                    b"hi", metadata=(("x-a", "1"), ("x-b-bin", b"\x01\x02")), timeout=30))
+                call_info = ch.unary_unary(
+                    "/t.S/Info", request_serializer=ident, response_deserializer=ident
+                )
+                got = json.loads(
+                    await call_info(
+                        b"hi", metadata=(("x-a", "1"), ("x-b-bin", b"\x01\x02")), timeout=30
+                    )
+                )
                 assert got["request"] == "hi" and got["local"] is True
                 assert got["metadata"] == {"x-a": "1", "x-b-bin": "0102"}
                 assert 0 < got["remaining"] <= 30
                 await asyncio.wait_for(ended.wait(), 10)
                 assert json.loads(await call_info(b""))["remaining"] is None
 
-                fail_call = ch.unary_unary("/t.S/Fail", request_serializer=ident,
-                                           response_deserializer=ident)
+                fail_call = ch.unary_unary(
+                    "/t.S/Fail", request_serializer=ident, response_deserializer=ident
+                )
                 for req, code, details in (
-                        (b"rpc", grpc.StatusCode.FAILED_PRECONDITION, "precondition text"),
-                        (b"core", grpc.StatusCode.NOT_FOUND,
-                         "Request for unknown model: 'm' is not found"),
-                        (b"other", grpc.StatusCode.INTERNAL, "internal error: ValueError: boom")):
+                    (b"rpc", grpc.StatusCode.FAILED_PRECONDITION, "precondition text"),
+                    (
+                        b"core",
+                        grpc.StatusCode.NOT_FOUND,
+                        "Request for unknown model: 'm' is not found",
+                    ),
+                    (b"other", grpc.StatusCode.INTERNAL, "internal error: ValueError: boom"),
+                ):
                     with pytest.raises(grpc.aio.AioRpcError) as err:
                         await fail_call(req, timeout=10)
                     assert (err.value.code(), err.value.details()) == (code, details)
 
-                echo_call = ch.stream_stream("/t.S/Echo", request_serializer=ident,
-                                             response_deserializer=ident)
+                echo_call = ch.stream_stream(
+                    "/t.S/Echo", request_serializer=ident, response_deserializer=ident
+                )
                 assert [m async for m in echo_call(iter([b"a", b"b"]))] == [b"A", b"B"]
                 bad = echo_call(iter([b"c"]), metadata=(("x-end", "error"),))
                 assert await bad.read() == b"C"
                 with pytest.raises(grpc.aio.AioRpcError) as err:
                     await bad.read()
                 assert (err.value.code(), err.value.details()) == (
-                    grpc.StatusCode.ABORTED, "ended with an error")
-                unknown = ch.unary_unary("/t.S/Nope", request_serializer=ident,
-                                         response_deserializer=ident)
+                    grpc.StatusCode.ABORTED,
+                    "ended with an error",
+                )
+                unknown = ch.unary_unary(
+                    "/t.S/Nope", request_serializer=ident, response_deserializer=ident
+                )
                 with pytest.raises(grpc.aio.AioRpcError) as err:
                     await unknown(b"", timeout=10)
                 assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED

@@ -13,8 +13,18 @@ from tritonlite.frontends.http import codec
 
 
 def test_binary_inputs_are_views_over_the_body() -> None:
-    head = json.dumps({"inputs": [{"name": "X", "shape": [2], "datatype": "INT32",
-                                   "parameters": {"binary_data_size": 8}}]}).encode()
+    head = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "X",
+                    "shape": [2],
+                    "datatype": "INT32",
+                    "parameters": {"binary_data_size": 8},
+                }
+            ]
+        }
+    ).encode()
     body = head + np.array([7, 9], np.int32).tobytes()
     req = codec.decode_infer(body, len(head), "m", -1)
     data = req.inputs[0].data
@@ -49,22 +59,41 @@ def test_response_binary_order_and_sizes() -> None:
     a = np.arange(3, dtype=np.float32)
     b = np.zeros(0, dtype=np.float32)
     c = np.array([True, False])
-    resp = InferResponse("m", "2", id="x", outputs=[
-        InferOutput("A", "FP32", (3,), a), InferOutput("B", "FP32", (0,), b),
-        InferOutput("C", "BOOL", (2,), c, binary=False)])
+    resp = InferResponse(
+        "m",
+        "2",
+        id="x",
+        outputs=[
+            InferOutput("A", "FP32", (3,), a),
+            InferOutput("B", "FP32", (0,), b),
+            InferOutput("C", "BOOL", (2,), c, binary=False),
+        ],
+    )
     parts, head_len, has_binary = codec.encode_infer(resp)
     doc = json.loads(parts[0])
     assert doc["id"] == "x" and doc["model_version"] == "2"
     assert [o.get("parameters") for o in doc["outputs"]] == [
-        {"binary_data_size": 12}, {"binary_data_size": 0}, None]
+        {"binary_data_size": 12},
+        {"binary_data_size": 0},
+        None,
+    ]
     assert doc["outputs"][2]["data"] == [True, False]
     assert b"".join(bytes(p) for p in parts[1:]) == a.tobytes()
 
 
-@pytest.mark.parametrize("accept,expected", [
-    (None, None), ("", None), ("gzip", "gzip"), ("deflate", "deflate"),
-    ("gzip;q=0.2, deflate;q=0.8", "deflate"), ("identity", None), ("br", None),
-    ("gzip;q=0", None), ("*", None),
-])
+@pytest.mark.parametrize(
+    "accept,expected",
+    [
+        (None, None),
+        ("", None),
+        ("gzip", "gzip"),
+        ("deflate", "deflate"),
+        ("gzip;q=0.2, deflate;q=0.8", "deflate"),
+        ("identity", None),
+        ("br", None),
+        ("gzip;q=0", None),
+        ("*", None),
+    ],
+)
 def test_pick_encoding(accept: str | None, expected: str | None) -> None:
     assert codec.pick_encoding(accept) == expected

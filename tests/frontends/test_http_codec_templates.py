@@ -22,23 +22,54 @@ def _body(doc: dict[str, Any], *tensors: np.ndarray[Any, Any]) -> tuple[bytes, i
 
 
 def _binary_doc(**extra: Any) -> dict[str, Any]:
-    return {"inputs": [{"name": f"IN{i}", "datatype": "FP32", "shape": [1, 4],
-                        "parameters": {"binary_data_size": 16}} for i in (0, 1)],
-            "outputs": [{"name": "OUT0", "parameters": {"binary_data": True}},
-                        {"name": "OUT1"}], **extra}
+    return {
+        "inputs": [
+            {
+                "name": f"IN{i}",
+                "datatype": "FP32",
+                "shape": [1, 4],
+                "parameters": {"binary_data_size": 16},
+            }
+            for i in (0, 1)
+        ],
+        "outputs": [{"name": "OUT0", "parameters": {"binary_data": True}}, {"name": "OUT1"}],
+        **extra,
+    }
 
 
 def _view(req: InferRequest) -> dict[str, Any]:
     """Everything a decoded request carries, in comparable form."""
-    d = {k: getattr(req, k) for k in ("model_name", "model_version", "id", "parameters",
-                                      "sequence_id", "sequence_start", "sequence_end",
-                                      "priority", "timeout_us", "binary_data_output")}
-    d["inputs"] = [(i.name, i.datatype, i.shape, i.shm, i.parameters,
-                    None if i.data is None else (i.data.dtype.str, i.data.shape,
-                                                 i.data.tolist()))
-                   for i in req.inputs]
-    d["outputs"] = None if req.outputs is None else [
-        (o.name, o.binary, o.classification, o.shm, o.parameters) for o in req.outputs]
+    d = {
+        k: getattr(req, k)
+        for k in (
+            "model_name",
+            "model_version",
+            "id",
+            "parameters",
+            "sequence_id",
+            "sequence_start",
+            "sequence_end",
+            "priority",
+            "timeout_us",
+            "binary_data_output",
+        )
+    }
+    d["inputs"] = [
+        (
+            i.name,
+            i.datatype,
+            i.shape,
+            i.shm,
+            i.parameters,
+            None if i.data is None else (i.data.dtype.str, i.data.shape, i.data.tolist()),
+        )
+        for i in req.inputs
+    ]
+    d["outputs"] = (
+        None
+        if req.outputs is None
+        else [(o.name, o.binary, o.classification, o.shm, o.parameters) for o in req.outputs]
+    )
     return d
 
 
@@ -82,13 +113,32 @@ def test_a_known_header_with_a_wrong_tail_gets_the_full_parse_error() -> None:
         codec.decode_infer(body[:-4], n, "m", -1)
 
 
-@pytest.mark.parametrize("doc", [
-    {"inputs": [{"name": "X", "datatype": "FP32", "shape": [2], "data": [1.0, 2.0]}]},
-    {"inputs": [{"name": "X", "datatype": "BYTES", "shape": [1],
-                 "parameters": {"binary_data_size": 5}}]},
-    {"inputs": [{"name": "X", "datatype": "FP32", "shape": [0],
-                 "parameters": {"binary_data_size": 0}}]},
-])
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"inputs": [{"name": "X", "datatype": "FP32", "shape": [2], "data": [1.0, 2.0]}]},
+        {
+            "inputs": [
+                {
+                    "name": "X",
+                    "datatype": "BYTES",
+                    "shape": [1],
+                    "parameters": {"binary_data_size": 5},
+                }
+            ]
+        },
+        {
+            "inputs": [
+                {
+                    "name": "X",
+                    "datatype": "FP32",
+                    "shape": [0],
+                    "parameters": {"binary_data_size": 0},
+                }
+            ]
+        },
+    ],
+)
 def test_headers_that_are_not_kept(doc: dict[str, Any]) -> None:
     tail = b"\1\0\0\0a" if doc["inputs"][0]["datatype"] == "BYTES" else b""
     head = json.dumps(doc).encode()
@@ -106,50 +156,82 @@ def test_the_cache_is_bounded() -> None:
     assert 0 < len(codec._TEMPLATES) <= codec._TEMPLATE_LIMIT
 
 
-_DTYPES = {"FP32": np.float32, "INT64": np.int64, "UINT8": np.uint8, "BOOL": np.bool_,
-           "FP16": np.float16, "INT8": np.int8}
+_DTYPES = {
+    "FP32": np.float32,
+    "INT64": np.int64,
+    "UINT8": np.uint8,
+    "BOOL": np.bool_,
+    "FP16": np.float16,
+    "INT8": np.int8,
+}
 
 
 @settings(max_examples=60, deadline=None)
 @given(
-    specs=st.lists(st.tuples(st.sampled_from(sorted(_DTYPES)),
-                             st.lists(st.integers(1, 3), min_size=1, max_size=3)),
-                   min_size=1, max_size=3),
-    outputs=st.none() | st.lists(st.tuples(st.sampled_from(["A", "B"]), st.booleans(),
-                                           st.integers(0, 2)), max_size=2),
-    params=st.dictionaries(st.sampled_from(["priority", "timeout", "k", "sequence_end"]),
-                           st.integers(0, 5), max_size=2),
+    specs=st.lists(
+        st.tuples(
+            st.sampled_from(sorted(_DTYPES)), st.lists(st.integers(1, 3), min_size=1, max_size=3)
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    outputs=st.none()
+    | st.lists(
+        st.tuples(st.sampled_from(["A", "B"]), st.booleans(), st.integers(0, 2)), max_size=2
+    ),
+    params=st.dictionaries(
+        st.sampled_from(["priority", "timeout", "k", "sequence_end"]), st.integers(0, 5), max_size=2
+    ),
     seed=st.integers(0, 2**16),
 )
-def test_repeated_headers_match_a_fresh_parse(specs: list[tuple[str, list[int]]],
-                                              outputs: list[tuple[str, bool, int]] | None,
-                                              params: dict[str, int], seed: int) -> None:
+def test_repeated_headers_match_a_fresh_parse(
+    specs: list[tuple[str, list[int]]],
+    outputs: list[tuple[str, bool, int]] | None,
+    params: dict[str, int],
+    seed: int,
+) -> None:
     rng = np.random.default_rng(seed)
     if "sequence_end" in params:
         params["sequence_end"] = bool(params["sequence_end"])  # type: ignore[assignment]
     arrays = [rng.integers(0, 2, size=shape).astype(_DTYPES[dt]) for dt, shape in specs]
-    doc: dict[str, Any] = {"inputs": [
-        {"name": f"I{k}", "datatype": dt, "shape": shape,
-         "parameters": {"binary_data_size": arr.nbytes}}
-        for k, ((dt, shape), arr) in enumerate(zip(specs, arrays))]}
+    doc: dict[str, Any] = {
+        "inputs": [
+            {
+                "name": f"I{k}",
+                "datatype": dt,
+                "shape": shape,
+                "parameters": {"binary_data_size": arr.nbytes},
+            }
+            for k, ((dt, shape), arr) in enumerate(zip(specs, arrays))
+        ]
+    }
     if params:
         doc["parameters"] = params
     if outputs is not None:
-        doc["outputs"] = [{"name": name, "parameters": {"binary_data": binary,
-                                                        "classification": cls}}
-                          for name, binary, cls in outputs]
+        doc["outputs"] = [
+            {"name": name, "parameters": {"binary_data": binary, "classification": cls}}
+            for name, binary, cls in outputs
+        ]
     body, n = _body(doc, *arrays)
     want = _view(_fresh(body, n))
     for _ in range(2):  # the first parses and keeps, the second comes from the cache
         assert _view(codec.decode_infer(body, n, "m", -1)) == want
 
 
-@pytest.mark.parametrize("arr", [
-    np.arange(6, dtype=np.float32).reshape(2, 3), np.array([True, False]),
-    np.arange(4, dtype=np.float16), np.arange(6, dtype=">i4"),
-    np.arange(6, dtype=np.int64).reshape(2, 3).T, np.float32(3).reshape(()),
-    np.zeros((2, 0), np.int8), np.arange(3, dtype=np.uint64), np.array([b"ab"], dtype=object),
-])
+@pytest.mark.parametrize(
+    "arr",
+    [
+        np.arange(6, dtype=np.float32).reshape(2, 3),
+        np.array([True, False]),
+        np.arange(4, dtype=np.float16),
+        np.arange(6, dtype=">i4"),
+        np.arange(6, dtype=np.int64).reshape(2, 3).T,
+        np.float32(3).reshape(()),
+        np.zeros((2, 0), np.int8),
+        np.arange(3, dtype=np.uint64),
+        np.array([b"ab"], dtype=object),
+    ],
+)
 def test_output_bytes_fast_path_matches_tensor_bytes(arr: np.ndarray[Any, Any]) -> None:
     from tritonlite.contracts import datatypes
 
@@ -158,13 +240,33 @@ def test_output_bytes_fast_path_matches_tensor_bytes(arr: np.ndarray[Any, Any]) 
 
 
 def test_shared_memory_inputs_and_outputs_are_kept_with_fresh_references() -> None:
-    doc = {"inputs": [{"name": "A", "datatype": "FP32", "shape": [1, 4],
-                       "parameters": {"shared_memory_region": "in", "shared_memory_byte_size": 16,
-                                      "shared_memory_offset": 32, "custom": 1}},
-                      {"name": "B", "datatype": "FP32", "shape": [1, 4],
-                       "parameters": {"binary_data_size": 16}}],
-           "outputs": [{"name": "O", "parameters": {"shared_memory_region": "out",
-                                                    "shared_memory_byte_size": 64}}]}
+    doc = {
+        "inputs": [
+            {
+                "name": "A",
+                "datatype": "FP32",
+                "shape": [1, 4],
+                "parameters": {
+                    "shared_memory_region": "in",
+                    "shared_memory_byte_size": 16,
+                    "shared_memory_offset": 32,
+                    "custom": 1,
+                },
+            },
+            {
+                "name": "B",
+                "datatype": "FP32",
+                "shape": [1, 4],
+                "parameters": {"binary_data_size": 16},
+            },
+        ],
+        "outputs": [
+            {
+                "name": "O",
+                "parameters": {"shared_memory_region": "out", "shared_memory_byte_size": 64},
+            }
+        ],
+    }
     body, n = _body(doc, np.ones((1, 4), np.float32))
     first = codec.decode_infer(body, n, "m", -1)
     assert len(codec._TEMPLATES) == 1

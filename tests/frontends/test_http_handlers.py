@@ -37,9 +37,15 @@ pytestmark = pytest.mark.timeout(60)
 class FakeRequest:
     """``call.HttpRequest`` with a body in memory."""
 
-    def __init__(self, method: str, path: str, body: bytes = b"",
-                 headers: dict[str, str] | None = None, version: tuple[int, int] = (1, 1),
-                 read_error: Exception | None = None) -> None:
+    def __init__(
+        self,
+        method: str,
+        path: str,
+        body: bytes = b"",
+        headers: dict[str, str] | None = None,
+        version: tuple[int, int] = (1, 1),
+        read_error: Exception | None = None,
+    ) -> None:
         self.method = method
         self.path, _, self.query = path.partition("?")
         self.headers = {k.title(): v for k, v in (headers or {}).items()}
@@ -103,8 +109,9 @@ class StandInCore:
             raise TritonliteError(ErrorCode.NOT_FOUND, "Request for unknown model: 'missing'")
         request.trace = self.trace_next  # type: ignore[assignment]
         data = np.arange(4, dtype=np.int32)
-        return InferResponse(request.model_name, "1", outputs=[
-            InferOutput("OUT", "INT32", (4,), data, binary=True)])
+        return InferResponse(
+            request.model_name, "1", outputs=[InferOutput("OUT", "INT32", (4,), data, binary=True)]
+        )
 
     def model_metadata(self, name: str, version: int) -> dict[str, Any]:
         return {"inputs": [{"name": "X", "datatype": "INT32", "shape": [2]}]}
@@ -112,6 +119,7 @@ class StandInCore:
     def model_config(self, name: str, version: int) -> Any:
         class Config:
             max_batch_size = 0
+
         return Config()
 
     async def _stream(self) -> AsyncGenerator[StreamResponse, None]:
@@ -136,10 +144,21 @@ def whole(resp: HttpResponse | HttpStream) -> HttpResponse:
 
 
 def _infer_body() -> tuple[bytes, dict[str, str]]:
-    head = orjson.dumps({"inputs": [{"name": "X", "shape": [2], "datatype": "INT32",
-                                     "parameters": {"binary_data_size": 8}}]})
-    return head + np.array([1, 2], np.int32).tobytes(), \
-        {"Inference-Header-Content-Length": str(len(head))}
+    head = orjson.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "X",
+                    "shape": [2],
+                    "datatype": "INT32",
+                    "parameters": {"binary_data_size": 8},
+                }
+            ]
+        }
+    )
+    return head + np.array([1, 2], np.int32).tobytes(), {
+        "Inference-Header-Content-Length": str(len(head))
+    }
 
 
 def test_router_is_tritons() -> None:
@@ -159,8 +178,9 @@ def test_unknown_expectation_is_417_and_http10_ignores_expect() -> None:
     core = StandInCore()
     r = whole(run(core, FakeRequest("GET", "/v2/health/live", headers={"expect": "x"})))
     assert r.status == 417 and orjson.loads(r.body[0]) == {"error": "Unknown Expect: x"}
-    r = whole(run(core, FakeRequest("GET", "/v2/health/live", headers={"expect": "x"},
-                                    version=(1, 0))))
+    r = whole(
+        run(core, FakeRequest("GET", "/v2/health/live", headers={"expect": "x"}, version=(1, 0)))
+    )
     assert r.status == 200
 
 
@@ -169,13 +189,18 @@ def test_errors_map_through_the_one_table() -> None:
     body, headers = _infer_body()
     r = whole(run(core, FakeRequest("POST", "/v2/models/missing/infer", body, headers)))
     assert r.status == 404 and "unknown model" in orjson.loads(r.body[0])["error"]
-    r = whole(run(core, FakeRequest("POST", "/v2/models/m/infer",
-                                    read_error=HttpError(413, "too big"))))
+    r = whole(
+        run(core, FakeRequest("POST", "/v2/models/m/infer", read_error=HttpError(413, "too big")))
+    )
     assert r.status == 413 and orjson.loads(r.body[0]) == {"error": "too big"}
     r = whole(run(core, FakeRequest("GET", "/v2")))  # the stand-in's metadata raises
     assert r.status == 500 and "RuntimeError: boom" in orjson.loads(r.body[0])["error"]
-    r = whole(run(core, FakeRequest("POST", "/v2/models/m/infer", body,
-                                    {**headers, "content-encoding": "br"})))
+    r = whole(
+        run(
+            core,
+            FakeRequest("POST", "/v2/models/m/infer", body, {**headers, "content-encoding": "br"}),
+        )
+    )
     assert r.status == 501 and r.headers == {"Accept-Encoding": "gzip, deflate"}
 
 
@@ -197,8 +222,12 @@ def test_infer_compresses_the_whole_body_when_asked() -> None:
 
     core = StandInCore()
     body, headers = _infer_body()
-    r = whole(run(core, FakeRequest("POST", "/v2/models/m/infer", body,
-                                    {**headers, "accept-encoding": "gzip"})))
+    r = whole(
+        run(
+            core,
+            FakeRequest("POST", "/v2/models/m/infer", body, {**headers, "accept-encoding": "gzip"}),
+        )
+    )
     assert r.headers is not None and r.headers["Content-Encoding"] == "gzip"
     plain = gzip.decompress(b"".join(r.body))
     assert len(plain) == int(r.headers["Inference-Header-Content-Length"]) + 16
@@ -217,8 +246,12 @@ def test_a_traced_response_is_released_once_sent() -> None:
 
 
 def _item(value: int, final: bool = False) -> StreamResponse:
-    return StreamResponse(InferResponse("m", "1", outputs=[
-        InferOutput("X", "INT32", (1,), np.array([value], np.int32))]), final=final)
+    return StreamResponse(
+        InferResponse(
+            "m", "1", outputs=[InferOutput("X", "INT32", (1,), np.array([value], np.int32))]
+        ),
+        final=final,
+    )
 
 
 class Writer:
@@ -241,7 +274,8 @@ def test_generate_stream_writes_one_event_per_response() -> None:
 
     async def go() -> list[bytes]:
         resp = await make_dispatch(core)(  # type: ignore[arg-type]
-            FakeRequest("POST", "/v2/models/m/generate_stream", b'{"X": [1, 2]}'))
+            FakeRequest("POST", "/v2/models/m/generate_stream", b'{"X": [1, 2]}')
+        )
         assert isinstance(resp, HttpStream) and resp.status == 200
         assert resp.content_type.startswith("text/event-stream")
         w = Writer()
@@ -249,7 +283,7 @@ def test_generate_stream_writes_one_event_per_response() -> None:
         return w.out
 
     out = asyncio.run(go())
-    assert [orjson.loads(e[len(b"data: "):])["X"] for e in out] == [1, 2, 3]
+    assert [orjson.loads(e[len(b"data: ") :])["X"] for e in out] == [1, 2, 3]
     assert all(e.startswith(b"data: ") and e.endswith(b"\n\n") for e in out)
     assert core.stream_closed
 
@@ -287,8 +321,11 @@ def test_decode_body() -> None:
 
 
 def test_handlers_import_no_web_framework() -> None:
-    code = ("import sys; import tritonlite.frontends.http.app, tritonlite.frontends.wire.http1; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('aiohttp', 'grpc')))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60, check=True)
+    code = (
+        "import sys; import tritonlite.frontends.http.app, tritonlite.frontends.wire.http1; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('aiohttp', 'grpc')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
     assert out.stdout.strip() == "[]"

@@ -44,8 +44,9 @@ import numpy as np
 import pytest
 from conftest import Server
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1] / p)
-                for p in ("fault", "frontends", "frontends/wire")]
+sys.path[:0] = [
+    str(Path(__file__).resolve().parents[1] / p) for p in ("fault", "frontends", "frontends/wire")
+]
 
 from faultkit import (  # noqa: E402
     Http,
@@ -91,7 +92,8 @@ def _plan(kind: str) -> tuple[int, float]:
 
 
 pytestmark = pytest.mark.timeout(
-    120 if FUZZ_CASES <= 0 else int(os.environ.get("FUZZ_SECONDS", "3600")) + 300)
+    120 if FUZZ_CASES <= 0 else int(os.environ.get("FUZZ_SECONDS", "3600")) + 300
+)
 
 
 class Findings:
@@ -107,8 +109,9 @@ class Findings:
 
     def check(self) -> None:
         head = f"{self.kind} on {self.frontend} (seed {SEED}, {self.cases} cases)"
-        assert not self.items, (f"{head}: {len(self.items)} findings, the first 8:\n"
-                                + "\n".join(self.items[:8]))
+        assert not self.items, f"{head}: {len(self.items)} findings, the first 8:\n" + "\n".join(
+            self.items[:8]
+        )
         print(f"fuzz {head}: 0 findings")
 
 
@@ -123,12 +126,19 @@ def _cases(kind: str, frontend: str) -> Iterator[tuple[int, random.Random]]:
 
 
 @pytest.fixture(scope="module", params=["aio", "native"])
-def served(request: pytest.FixtureRequest,
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Server]]:
+def served(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, Server]]:
     repo = write_repo(tmp_path_factory.mktemp("fuzz_repo"), python=False)
     # (start_raw: grpc's C core logs bytes that are not UTF-8 from hostile frames)
-    s = start_raw(repo, "--frontend", request.param, "--http-max-input-size", "1048576",
-                  "--allow-metrics=false")
+    s = start_raw(
+        repo,
+        "--frontend",
+        request.param,
+        "--http-max-input-size",
+        "1048576",
+        "--allow-metrics=false",
+    )
     yield request.param, s
     s.stop()
 
@@ -139,8 +149,7 @@ A, B = [1.0, 2.0, 3.0, 4.0], [0.25, 0.5, 0.75, 1.0]
 def _still_serves(server: Server) -> None:
     assert server.proc.poll() is None, "the server exited:\n" + server.output()[-3000:]
     with Http(server.http_url) as client:
-        check_add_sub(*client.request("POST", "/v2/models/add_sub/infer", infer_body(A, B)),
-                      A, B)
+        check_add_sub(*client.request("POST", "/v2/models/add_sub/infer", infer_body(A, B)), A, B)
     with grpc.insecure_channel(server.grpc_url) as channel:
         payload = _grpc_add_sub().SerializeToString()
         code, message, reply = grpc_unary(channel, "ModelInfer", payload)
@@ -152,25 +161,48 @@ def _still_serves(server: Server) -> None:
 
 # -- HTTP bodies ---------------------------------------------------------------------------------
 def _json_bases() -> list[dict[str, Any]]:
-    two = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 4], "data": A},
-                      {"name": "INPUT1", "datatype": "FP32", "shape": [1, 4], "data": B}]}
+    two = {
+        "inputs": [
+            {"name": "INPUT0", "datatype": "FP32", "shape": [1, 4], "data": A},
+            {"name": "INPUT1", "datatype": "FP32", "shape": [1, 4], "data": B},
+        ]
+    }
     return [
         two,
-        {**two, "id": "r1", "outputs": [{"name": "OUTPUT0"},
-                                        {"name": "OUTPUT1", "parameters": {"binary_data": True}}]},
+        {
+            **two,
+            "id": "r1",
+            "outputs": [
+                {"name": "OUTPUT0"},
+                {"name": "OUTPUT1", "parameters": {"binary_data": True}},
+            ],
+        },
         {**two, "parameters": {"priority": 1, "timeout": 100000, "binary_data_output": True}},
-        {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [2, 4], "data": A + B},
-                    {"name": "INPUT1", "datatype": "FP32", "shape": [2, 4], "data": B + A}],
-         "outputs": [{"name": "OUTPUT0", "parameters": {"classification": 2}}]},
+        {
+            "inputs": [
+                {"name": "INPUT0", "datatype": "FP32", "shape": [2, 4], "data": A + B},
+                {"name": "INPUT1", "datatype": "FP32", "shape": [2, 4], "data": B + A},
+            ],
+            "outputs": [{"name": "OUTPUT0", "parameters": {"classification": 2}}],
+        },
     ]
 
 
-_MODEL_PATHS = ["/v2/models/add_sub/infer", "/v2/models/add_sub/versions/1/infer",
-                "/v2/models/add_sub_nobatch/infer"]
+_MODEL_PATHS = [
+    "/v2/models/add_sub/infer",
+    "/v2/models/add_sub/versions/1/infer",
+    "/v2/models/add_sub_nobatch/infer",
+]
 
 
-def _post_case(findings: Findings, client: Http, case: int, path: str, body: bytes,
-               headers: dict[str, str] | None = None) -> None:
+def _post_case(
+    findings: Findings,
+    client: Http,
+    case: int,
+    path: str,
+    body: bytes,
+    headers: dict[str, str] | None = None,
+) -> None:
     findings.cases += 1
     try:
         status, text = client.request("POST", path, body, headers)
@@ -200,12 +232,23 @@ def test_http_json_bodies(served: tuple[str, Server]) -> None:
 def _binary_body(rng: random.Random) -> tuple[bytes, dict[str, str]]:
     a = np.asarray(A, np.float32).tobytes()
     b = np.asarray(B, np.float32).tobytes()
-    doc: Any = {"inputs": [
-        {"name": "INPUT0", "datatype": "FP32", "shape": [1, 4],
-         "parameters": {"binary_data_size": 16}},
-        {"name": "INPUT1", "datatype": "FP32", "shape": [1, 4],
-         "parameters": {"binary_data_size": 16}}],
-        "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}]}
+    doc: Any = {
+        "inputs": [
+            {
+                "name": "INPUT0",
+                "datatype": "FP32",
+                "shape": [1, 4],
+                "parameters": {"binary_data_size": 16},
+            },
+            {
+                "name": "INPUT1",
+                "datatype": "FP32",
+                "shape": [1, 4],
+                "parameters": {"binary_data_size": 16},
+            },
+        ],
+        "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}],
+    }
     if rng.random() < 0.6:
         doc = _mutate_json(rng, doc)
     head = json.dumps(doc).encode()
@@ -333,9 +376,14 @@ def test_grpc_messages(served: tuple[str, Server]) -> None:
 
 
 # -- HTTP/2 frames ---------------------------------------------------------------------------------
-_INFER = [(b":method", b"POST"), (b":scheme", b"http"),
-          (b":path", b"/inference.GRPCInferenceService/ModelInfer"),
-          (b":authority", b"fuzz"), (b"content-type", b"application/grpc"), (b"te", b"trailers")]
+_INFER = [
+    (b":method", b"POST"),
+    (b":scheme", b"http"),
+    (b":path", b"/inference.GRPCInferenceService/ModelInfer"),
+    (b":authority", b"fuzz"),
+    (b"content-type", b"application/grpc"),
+    (b"te", b"trailers"),
+]
 
 
 def _conversation(rng: random.Random) -> list[bytes]:
@@ -390,11 +438,47 @@ def test_h2_frame_sequences(served: tuple[str, Server]) -> None:
 
 
 # -- repository API ----------------------------------------------------------------------------
-_NAMES = ["..", ".", "../x", "../../etc", "/tmp/x", "a/b", "a\\b", "%2F", "%2e%2e", "x" * 300,
-          "\x00", "a\x00b", "é", " ", "", "-", ".hidden", "CON", "add_sub_nobatch", "new_model",
-          "ok_name", "a\nb", "~", "$HOME", "*"]
-_FILES = ["1/model.onnx", "../1/model.onnx", "/abs/model.onnx", "1/../../x", "config.pbtxt",
-          "1/sub/dir/f", "..", "", "1/\x00", "1/" + "f" * 300, "1/./model.onnx", "x/../../../y"]
+_NAMES = [
+    "..",
+    ".",
+    "../x",
+    "../../etc",
+    "/tmp/x",
+    "a/b",
+    "a\\b",
+    "%2F",
+    "%2e%2e",
+    "x" * 300,
+    "\x00",
+    "a\x00b",
+    "é",
+    " ",
+    "",
+    "-",
+    ".hidden",
+    "CON",
+    "add_sub_nobatch",
+    "new_model",
+    "ok_name",
+    "a\nb",
+    "~",
+    "$HOME",
+    "*",
+]
+_FILES = [
+    "1/model.onnx",
+    "../1/model.onnx",
+    "/abs/model.onnx",
+    "1/../../x",
+    "config.pbtxt",
+    "1/sub/dir/f",
+    "..",
+    "",
+    "1/\x00",
+    "1/" + "f" * 300,
+    "1/./model.onnx",
+    "x/../../../y",
+]
 
 
 def _repo_case(rng: random.Random) -> tuple[str, bytes]:
@@ -406,9 +490,13 @@ def _repo_case(rng: random.Random) -> tuple[str, bytes]:
     params: dict[str, Any] = {}
     roll = rng.random()
     if roll < 0.6:
-        cfg: Any = {"name": name, "backend": "onnxruntime", "max_batch_size": 0,
-                    "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [4]}],
-                    "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [4]}]}
+        cfg: Any = {
+            "name": name,
+            "backend": "onnxruntime",
+            "max_batch_size": 0,
+            "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [4]}],
+            "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [4]}],
+        }
         if rng.random() < 0.3:
             cfg = _mutate_json(rng, cfg)
         params["config"] = json.dumps(cfg) if rng.random() < 0.9 else rng.choice(HOSTILE)
@@ -437,9 +525,17 @@ def test_repository_names_and_override_files(tmp_path: Path, frontend: str) -> N
     repo = write_repo(tmp_path / "repo", python=False)
     server_tmp = tmp_path / "deep" / "server_tmp"
     server_tmp.mkdir(parents=True)
-    server = start_raw(repo, "--frontend", frontend, "--model-control-mode", "explicit",
-                       "--load-model", "add_sub", "--allow-metrics=false",
-                       env={"TMPDIR": str(server_tmp)})
+    server = start_raw(
+        repo,
+        "--frontend",
+        frontend,
+        "--model-control-mode",
+        "explicit",
+        "--load-model",
+        "add_sub",
+        "--allow-metrics=false",
+        env={"TMPDIR": str(server_tmp)},
+    )
     try:
         _fuzz_repository(server, tmp_path, server_tmp, frontend)
     finally:
@@ -457,27 +553,42 @@ def _fuzz_repository(server: Server, tmp_path: Path, server_tmp: Path, frontend:
     assert after == before, (sorted(after - before), sorted(before - after))
     findings.check()
     with Http(server.http_url) as client:
-        check_add_sub(*client.request("POST", "/v2/models/add_sub/infer", infer_body(A, B)),
-                      A, B)
+        check_add_sub(*client.request("POST", "/v2/models/add_sub/infer", infer_body(A, B)), A, B)
     assert server.proc.poll() is None
 
 
 # -- what the fuzz found, kept as plain tests --------------------------------------------------
-@pytest.mark.parametrize("frontend", [
-    pytest.param("aio", marks=pytest.mark.xfail(
-        strict=True, reason="grpc.aio's server loop dies with UnicodeDecodeError on a :path "
-        "that is not UTF-8: every later gRPC call is refused (found by test_h2_frame_sequences "
-        "at FUZZ_CASES=100000); the aio gRPC front end needs a guard")),
-    "native"])
+@pytest.mark.parametrize(
+    "frontend",
+    [
+        pytest.param(
+            "aio",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="grpc.aio's server loop dies with UnicodeDecodeError on a :path "
+                "that is not UTF-8: every later gRPC call is refused (found by test_h2_frame_sequences "
+                "at FUZZ_CASES=100000); the aio gRPC front end needs a guard",
+            ),
+        ),
+        "native",
+    ],
+)
 def test_a_path_that_is_not_utf8_leaves_grpc_serving(tmp_path: Path, frontend: str) -> None:
-    server = start_raw(write_repo(tmp_path, python=False), "--frontend", frontend,
-                       "--allow-metrics=false")
+    server = start_raw(
+        write_repo(tmp_path, python=False), "--frontend", frontend, "--allow-metrics=false"
+    )
     try:
-        headers = [(k, b"/inference.GRPCInferenceService/Model\x80Infer" if k == b":path" else v)
-                   for k, v in _INFER]
+        headers = [
+            (k, b"/inference.GRPCInferenceService/Model\x80Infer" if k == b":path" else v)
+            for k, v in _INFER
+        ]
         block = bytes(hpack.Encoder().encode(headers))
-        data = (PREFACE + settings() + frame(HEADERS, END_HEADERS, 1, block)
-                + frame(DATA, END_STREAM, 1, grpc_message(b"")))
+        data = (
+            PREFACE
+            + settings()
+            + frame(HEADERS, END_HEADERS, 1, block)
+            + frame(DATA, END_STREAM, 1, grpc_message(b""))
+        )
         out = _raw_exchange(server.grpc_url, data)
         assert b"grpc-status" in out  # (an UNIMPLEMENTED trailer, whatever its text)
         _still_serves(server)
@@ -485,14 +596,23 @@ def test_a_path_that_is_not_utf8_leaves_grpc_serving(tmp_path: Path, frontend: s
         server.stop()
 
 
-@pytest.mark.xfail(strict=True, reason="core/repository._poll_failure answers INTERNAL (500, "
-                   "Triton's 'failed to poll from model repository', as Triton 2.51 does) "
-                   "for a config override that does not parse; a client's mistake should be "
-                   "400 (issue 18 item 4; "
-                   "found by test_repository_names_and_override_files at FUZZ_CASES=100000)")
+@pytest.mark.xfail(
+    strict=True,
+    reason="core/repository._poll_failure answers INTERNAL (500, "
+    "Triton's 'failed to poll from model repository', as Triton 2.51 does) "
+    "for a config override that does not parse; a client's mistake should be "
+    "400 (issue 18 item 4; "
+    "found by test_repository_names_and_override_files at FUZZ_CASES=100000)",
+)
 def test_a_config_override_that_does_not_parse_is_a_client_error(tmp_path: Path) -> None:
-    server = start_raw(write_repo(tmp_path, python=False), "--model-control-mode", "explicit",
-                       "--load-model", "add_sub", "--allow-metrics=false")
+    server = start_raw(
+        write_repo(tmp_path, python=False),
+        "--model-control-mode",
+        "explicit",
+        "--load-model",
+        "add_sub",
+        "--allow-metrics=false",
+    )
     cases = [
         ("add_sub_nobatch", {"config": "BYTES"}),  # a model in the repository
         ("new_model", {"config": "BYTES", "file:1/model.onnx": "eHg="}),  # with override files
@@ -500,11 +620,17 @@ def test_a_config_override_that_does_not_parse_is_a_client_error(tmp_path: Path)
     ]
     try:
         with Http(server.http_url) as client:
-            answers = [client.request("POST", f"/v2/repository/models/{name}/load",
-                                      json.dumps({"parameters": params}).encode())
-                       for name, params in cases]
-            check_add_sub(*client.request("POST", "/v2/models/add_sub/infer",
-                                          infer_body(A, B)), A, B)
+            answers = [
+                client.request(
+                    "POST",
+                    f"/v2/repository/models/{name}/load",
+                    json.dumps({"parameters": params}).encode(),
+                )
+                for name, params in cases
+            ]
+            check_add_sub(
+                *client.request("POST", "/v2/models/add_sub/infer", infer_body(A, B)), A, B
+            )
     finally:
         server.stop()
     assert [status for status, _ in answers] == [400] * len(cases), answers

@@ -32,8 +32,10 @@ def _needs(module: str, why: str) -> None:
 def _add_sub_inputs(n: int, dims: int = 16) -> tuple[list[Any], np.ndarray, np.ndarray]:
     a = np.random.default_rng(0).standard_normal((n, dims)).astype(np.float32)
     b = np.ones((n, dims), np.float32)
-    inputs = [httpclient.InferInput("INPUT0", [n, dims], "FP32"),
-              httpclient.InferInput("INPUT1", [n, dims], "FP32")]
+    inputs = [
+        httpclient.InferInput("INPUT0", [n, dims], "FP32"),
+        httpclient.InferInput("INPUT1", [n, dims], "FP32"),
+    ]
     inputs[0].set_data_from_numpy(a)
     inputs[1].set_data_from_numpy(b)
     return inputs, a, b
@@ -77,7 +79,8 @@ def test_torchscript_on_cuda(tmp_path: Path) -> None:
         'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] },'
         ' { name: "INPUT1" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
         'output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 16 ] },'
-        ' { name: "OUTPUT__1" data_type: TYPE_FP32 dims: [ 16 ] } ]\n' + GPU_GROUP)
+        ' { name: "OUTPUT__1" data_type: TYPE_FP32 dims: [ 16 ] } ]\n' + GPU_GROUP
+    )
     server = start_server(tmp_path)
     try:
         client = httpclient.InferenceServerClient(server.http_url)
@@ -96,8 +99,9 @@ def _build_plan(onnx_path: Path, plan_path: Path) -> None:
     builder = trt.Builder(logger)
     network = builder.create_network(0)
     parser = trt.OnnxParser(network, logger)
-    assert parser.parse(onnx_path.read_bytes()), [str(parser.get_error(i))
-                                                  for i in range(parser.num_errors)]
+    assert parser.parse(onnx_path.read_bytes()), [
+        str(parser.get_error(i)) for i in range(parser.num_errors)
+    ]
     config = builder.create_builder_config()
     profile = builder.create_optimization_profile()
     for i in range(network.num_inputs):
@@ -115,13 +119,18 @@ def test_tensorrt_plan(tmp_path: Path) -> None:
     src = tmp_path / "src"
     write_add_sub(src, "add_sub", 8)
     (tmp_path / "repo" / "plan" / "1").mkdir(parents=True)
-    _build_plan(src / "add_sub" / "1" / "model.onnx",
-                tmp_path / "repo" / "plan" / "1" / "model.plan")
+    _build_plan(
+        src / "add_sub" / "1" / "model.onnx", tmp_path / "repo" / "plan" / "1" / "model.plan"
+    )
     config = (src / "add_sub" / "config.pbtxt").read_text()
-    config = "\n".join(line for line in config.splitlines()
-                       if not line.startswith(("name:", "platform:", "backend:")))
+    config = "\n".join(
+        line
+        for line in config.splitlines()
+        if not line.startswith(("name:", "platform:", "backend:"))
+    )
     (tmp_path / "repo" / "plan" / "config.pbtxt").write_text(
-        'platform: "tensorrt_plan"\n' + config + "\ndynamic_batching { }\n")
+        'platform: "tensorrt_plan"\n' + config + "\ndynamic_batching { }\n"
+    )
     server = start_server(tmp_path / "repo")
     try:
         client = httpclient.InferenceServerClient(server.http_url)
@@ -152,12 +161,16 @@ def test_cuda_shared_memory_round_trip(tmp_path: Path) -> None:
         cudashm.set_shared_memory_region(ins, [a, b])
         client.register_cuda_shared_memory("in", cudashm.get_raw_handle(ins), 0, 2 * nbytes)
         client.register_cuda_shared_memory("out", cudashm.get_raw_handle(outs), 0, 2 * nbytes)
-        inputs = [httpclient.InferInput("INPUT0", [1, 16], "FP32"),
-                  httpclient.InferInput("INPUT1", [1, 16], "FP32")]
+        inputs = [
+            httpclient.InferInput("INPUT0", [1, 16], "FP32"),
+            httpclient.InferInput("INPUT1", [1, 16], "FP32"),
+        ]
         inputs[0].set_shared_memory("in", nbytes)
         inputs[1].set_shared_memory("in", nbytes, offset=nbytes)
-        outputs = [httpclient.InferRequestedOutput("OUTPUT0"),
-                   httpclient.InferRequestedOutput("OUTPUT1")]
+        outputs = [
+            httpclient.InferRequestedOutput("OUTPUT0"),
+            httpclient.InferRequestedOutput("OUTPUT1"),
+        ]
         outputs[0].set_shared_memory("out", nbytes)
         outputs[1].set_shared_memory("out", nbytes, offset=nbytes)
         client.infer("add_sub", inputs, outputs=outputs)

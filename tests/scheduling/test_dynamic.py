@@ -31,10 +31,14 @@ pytestmark = pytest.mark.timeout(60)
 def _write_gather(repo: Path, name: str, config_extra: str) -> None:
     """OUTPUT0[b] = INPUT0[b, IDX[b, 0]]: an out-of-range IDX makes ONNX Runtime fail the run."""
     graph = helper.make_graph(
-        [helper.make_node("GatherElements", ["INPUT0", "IDX"], ["OUTPUT0"], axis=1)], name,
-        [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, ["B", 4]),
-         helper.make_tensor_value_info("IDX", TensorProto.INT64, ["B", 1])],
-        [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["B", 1])])
+        [helper.make_node("GatherElements", ["INPUT0", "IDX"], ["OUTPUT0"], axis=1)],
+        name,
+        [
+            helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, ["B", 4]),
+            helper.make_tensor_value_info("IDX", TensorProto.INT64, ["B", 1]),
+        ],
+        [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["B", 1])],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     (repo / name / "1").mkdir(parents=True)
@@ -43,34 +47,71 @@ def _write_gather(repo: Path, name: str, config_extra: str) -> None:
         "max_batch_size: 2\n"
         'input [{name: "INPUT0" data_type: TYPE_FP32 dims: [4]}, '
         '{name: "IDX" data_type: TYPE_INT64 dims: [1]}]\n'
-        'output [{name: "OUTPUT0" data_type: TYPE_FP32 dims: [1]}]\n' + config_extra)
+        'output [{name: "OUTPUT0" data_type: TYPE_FP32 dims: [1]}]\n' + config_extra
+    )
 
 
 def _repo(tmp_path: Path) -> Path:
     repo = tmp_path / "repo"
     one = "instance_group [{count: 1 kind: KIND_CPU}]\n"
     write_identity(repo, "plain", "FP32", [-1], 8, one + "dynamic_batching { }\n")
-    write_identity(repo, "preferred", "FP32", [-1], 8,
-                   one + "dynamic_batching { preferred_batch_size: [2, 4] "
-                   "max_queue_delay_microseconds: 100000 }\n")
-    write_identity(repo, "prio", "FP32", [-1], 1, one + """dynamic_batching {
+    write_identity(
+        repo,
+        "preferred",
+        "FP32",
+        [-1],
+        8,
+        one + "dynamic_batching { preferred_batch_size: [2, 4] "
+        "max_queue_delay_microseconds: 100000 }\n",
+    )
+    write_identity(
+        repo,
+        "prio",
+        "FP32",
+        [-1],
+        1,
+        one
+        + """dynamic_batching {
   priority_levels: 2 default_priority_level: 2
   default_queue_policy { max_queue_size: 3 }
 }
-""")
-    write_identity(repo, "reject", "FP32", [-1], 1, one + """dynamic_batching {
+""",
+    )
+    write_identity(
+        repo,
+        "reject",
+        "FP32",
+        [-1],
+        1,
+        one
+        + """dynamic_batching {
   default_queue_policy { timeout_action: REJECT default_timeout_microseconds: 2000
                          allow_timeout_override: true }
 }
-""")
-    write_identity(repo, "delay", "FP32", [-1], 1, one + """dynamic_batching {
+""",
+    )
+    write_identity(
+        repo,
+        "delay",
+        "FP32",
+        [-1],
+        1,
+        one
+        + """dynamic_batching {
   default_queue_policy { timeout_action: DELAY default_timeout_microseconds: 1000
                          allow_timeout_override: true }
 }
-""")
-    write_identity(repo, "ordered", "FP32", [-1], 8,
-                   "instance_group [{count: 2 kind: KIND_CPU}]\n"
-                   "dynamic_batching { preserve_ordering: true }\n")
+""",
+    )
+    write_identity(
+        repo,
+        "ordered",
+        "FP32",
+        [-1],
+        8,
+        "instance_group [{count: 2 kind: KIND_CPU}]\n"
+        "dynamic_batching { preserve_ordering: true }\n",
+    )
     _write_gather(repo, "gather", one + "dynamic_batching { }\n")
     return repo
 
@@ -102,7 +143,7 @@ class Held:
     def release(self, count: int | None = None) -> None:
         for inst in self.instances[:count]:
             self.model.return_idle(inst)
-        self.instances = self.instances[len(self.instances) if count is None else count:]
+        self.instances = self.instances[len(self.instances) if count is None else count :]
         self.model.scheduler.instance_free()
 
 
@@ -164,8 +205,10 @@ def test_priorities_and_queue_size(tmp_path: Path) -> None:
             await core.infer(_req("prio", priority=priority))
             done.append(tag)
 
-        tasks = [asyncio.ensure_future(one(t, p)) for t, p in
-                 (("low1", 0), ("low2", 2), ("high", 1), ("low3", 7))]
+        tasks = [
+            asyncio.ensure_future(one(t, p))
+            for t, p in (("low1", 0), ("low2", 2), ("high", 1), ("low3", 7))
+        ]
         await asyncio.sleep(0)
         with pytest.raises(TritonliteError, match="Exceeds maximum queue size") as info:
             await core.infer(_req("prio"))  # level 2 (the default) already holds 3
@@ -232,9 +275,13 @@ def test_preserve_ordering_across_instances(tmp_path: Path) -> None:
 
 def gather_req(idx: int) -> InferRequest:
     """A request of the ``gather`` model; an ``idx`` out of range fails its batch in ORT."""
-    return InferRequest(model_name="gather", inputs=[
-        InferInput("INPUT0", "FP32", (1, 4), np.arange(4, dtype=np.float32).reshape(1, 4)),
-        InferInput("IDX", "INT64", (1, 1), np.array([[idx]], dtype=np.int64))])
+    return InferRequest(
+        model_name="gather",
+        inputs=[
+            InferInput("INPUT0", "FP32", (1, 4), np.arange(4, dtype=np.float32).reshape(1, 4)),
+            InferInput("IDX", "INT64", (1, 1), np.array([[idx]], dtype=np.int64)),
+        ],
+    )
 
 
 async def check_failing_batch(core: InferenceCore) -> list[Any]:

@@ -49,8 +49,9 @@ def _repo(tmp_path: Path) -> Path:
     write_identity(repo, "single", "FP32", [-1], 8, ONE + _intra(1) + "dynamic_batching { }\n")
     write_identity(repo, "strings", "BYTES", [-1], 8, ONE + _intra(2) + "dynamic_batching { }\n")
     _write_gather(repo, "gather", ONE + _intra(2) + "dynamic_batching { }\n")
-    write_mlp(repo, "mlp", 8, layers=2, width=256,
-              extra_config=ONE + _intra(2) + "dynamic_batching { }\n")
+    write_mlp(
+        repo, "mlp", 8, layers=2, width=256, extra_config=ONE + _intra(2) + "dynamic_batching { }\n"
+    )
     return repo
 
 
@@ -75,18 +76,27 @@ def _req(model: str, value: float, n: int = 3) -> InferRequest:
 
 
 def test_only_a_session_with_an_intra_op_pool_and_plain_tensors_starts_async(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     async def body(core: InferenceCore) -> None:
-        flags = {name: core.repository.get(name).instances[0].async_ok
-                 for name in ("pooled", "single", "strings", "gather", "mlp")}
-        assert flags == {"pooled": True, "single": False, "strings": False, "gather": True,
-                         "mlp": True}
+        flags = {
+            name: core.repository.get(name).instances[0].async_ok
+            for name in ("pooled", "single", "strings", "gather", "mlp")
+        }
+        assert flags == {
+            "pooled": True,
+            "single": False,
+            "strings": False,
+            "gather": True,
+            "mlp": True,
+        }
 
     run(tmp_path, body)
 
 
 def test_async_batches_answer_each_request_and_never_use_the_instance_thread(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     async def body(core: InferenceCore) -> None:
         model = core.repository.get("pooled")
         inst = model.instances[0]
@@ -103,8 +113,7 @@ def test_async_batches_answer_each_request_and_never_use_the_instance_thread(
         await asyncio.sleep(0)
         held.release()
         results = await asyncio.gather(*tasks)
-        assert [r.outputs[0].data.tolist() for r in results] == [[[float(i)] * 3]
-                                                                 for i in range(5)]
+        assert [r.outputs[0].data.tolist() for r in results] == [[[float(i)] * 3] for i in range(5)]
         assert _batches(core, "pooled") == {5: 1}
         # one at a time, each a batch of its own, still off the loop and correct
         for i in range(3):
@@ -124,8 +133,9 @@ def test_a_real_model_batched_async_matches_one_at_a_time(tmp_path: Path) -> Non
         xs = [rng.standard_normal((1, 256), dtype=np.float32) for _ in range(6)]
 
         def req(x: np.ndarray) -> InferRequest:
-            return InferRequest(model_name="mlp",
-                                inputs=[InferInput("INPUT0", "FP32", (1, 256), x)])
+            return InferRequest(
+                model_name="mlp", inputs=[InferInput("INPUT0", "FP32", (1, 256), x)]
+            )
 
         alone = [(await core.infer(req(x))).outputs[0].data for x in xs]
         held = Held(core, "mlp")

@@ -26,8 +26,10 @@ from tritonlite.scheduling.sequence import SequenceBatchScheduler
 
 pytestmark = pytest.mark.timeout(30)
 
-INPUT = 'input [{name: "IN" data_type: TYPE_FP32 dims: [1]}]\n' \
-        'output [{name: "OUT" data_type: TYPE_FP32 dims: [1]}]\n'
+INPUT = (
+    'input [{name: "IN" data_type: TYPE_FP32 dims: [1]}]\n'
+    'output [{name: "OUT" data_type: TYPE_FP32 dims: [1]}]\n'
+)
 
 
 class Pool:
@@ -54,17 +56,22 @@ class Pool:
     def has_idle(self, instance: object | None = None) -> bool:
         return bool(self.idle) if instance is None else instance in self.idle
 
-    def dispatch(self, batch: list[Pending], instance: object | None = None,
-                 runner: BatchRunner | None = None,
-                 done: Callable[[], None] | None = None) -> None:
+    def dispatch(
+        self,
+        batch: list[Pending],
+        instance: object | None = None,
+        runner: BatchRunner | None = None,
+        done: Callable[[], None] | None = None,
+    ) -> None:
         chosen = self.idle.pop(0) if instance is None else instance
         if instance is not None:
             self.idle.remove(instance)
         self.executing += len(batch)
         self.dispatched.append((chosen, batch, runner, done))
 
-    def reject(self, request: InferRequest, future: asyncio.Future[InferResponse],
-               err: TritonliteError) -> None:
+    def reject(
+        self, request: InferRequest, future: asyncio.Future[InferResponse], err: TritonliteError
+    ) -> None:
         self.rejected.append(err)
         future.set_exception(err)
 
@@ -124,8 +131,9 @@ def test_dynamic_batches_what_queued_while_the_instance_was_busy() -> None:
 
 def test_dynamic_rejects_through_the_pool_when_the_queue_is_full() -> None:
     async def main() -> None:
-        pool = Pool("max_batch_size: 1\n"
-                    "dynamic_batching { default_queue_policy { max_queue_size: 1 } }\n")
+        pool = Pool(
+            "max_batch_size: 1\ndynamic_batching { default_queue_policy { max_queue_size: 1 } }\n"
+        )
         pool.scheduler = sched = DynamicBatchScheduler(pool)
         sched.enqueue(_request("running"))
         sched.enqueue(_request("queued"))

@@ -29,8 +29,9 @@ from tritonlite.options import ServerOptions
 
 pytestmark = pytest.mark.timeout(60)
 
-STATE = ('state [{ input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_FP32 '
-         'dims: [1] %s}]')
+STATE = (
+    'state [{ input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_FP32 dims: [1] %s}]'
+)
 
 
 def _save(repo: Path, name: str, graph: onnx.GraphProto, config: str) -> None:
@@ -42,49 +43,89 @@ def _save(repo: Path, name: str, graph: onnx.GraphProto, config: str) -> None:
     (repo / name / "config.pbtxt").write_text(config)
 
 
-def write_acc_onnx(repo: Path, name: str, *, max_batch_size: int = 8, count: int = 1,
-                   sequence: str = "", state_extra: str = "", outputs: str = "") -> None:
+def write_acc_onnx(
+    repo: Path,
+    name: str,
+    *,
+    max_batch_size: int = 8,
+    count: int = 1,
+    sequence: str = "",
+    state_extra: str = "",
+    outputs: str = "",
+) -> None:
     """OUTPUT = INPUT + STATE_IN and STATE_OUT = OUTPUT: an accumulator on implicit state."""
     batch = ["B"] if max_batch_size > 0 else []
-    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [*batch, 1])
-          for n in ("INPUT", "STATE_IN", "OUTPUT", "STATE_OUT")]
+    io = [
+        helper.make_tensor_value_info(n, TensorProto.FLOAT, [*batch, 1])
+        for n in ("INPUT", "STATE_IN", "OUTPUT", "STATE_OUT")
+    ]
     graph = helper.make_graph(
-        [helper.make_node("Add", ["INPUT", "STATE_IN"], ["OUTPUT"]),
-         helper.make_node("Identity", ["OUTPUT"], ["STATE_OUT"])], name, io[:2], io[2:])
-    _save(repo, name, graph, textwrap.dedent(f"""\
+        [
+            helper.make_node("Add", ["INPUT", "STATE_IN"], ["OUTPUT"]),
+            helper.make_node("Identity", ["OUTPUT"], ["STATE_OUT"]),
+        ],
+        name,
+        io[:2],
+        io[2:],
+    )
+    _save(
+        repo,
+        name,
+        graph,
+        textwrap.dedent(f"""\
         max_batch_size: {max_batch_size}
         input [{{ name: "INPUT" data_type: TYPE_FP32 dims: [1] }}]
         output [{{ name: "OUTPUT" data_type: TYPE_FP32 dims: [1] }}{outputs}]
         instance_group [{{ count: {count} kind: KIND_CPU }}]
         sequence_batching {{ {sequence} {STATE % state_extra} }}
-        """))
+        """),
+    )
 
 
-_ONNX = {"INT32": TensorProto.INT32, "FP32": TensorProto.FLOAT, "BOOL": TensorProto.BOOL,
-         "UINT64": TensorProto.UINT64, "INT64": TensorProto.INT64, "UINT32": TensorProto.UINT32,
-         "STRING": TensorProto.STRING}
+_ONNX = {
+    "INT32": TensorProto.INT32,
+    "FP32": TensorProto.FLOAT,
+    "BOOL": TensorProto.BOOL,
+    "UINT64": TensorProto.UINT64,
+    "INT64": TensorProto.INT64,
+    "UINT32": TensorProto.UINT32,
+    "STRING": TensorProto.STRING,
+}
 
 
-def write_controls_onnx(repo: Path, name: str, form: str, corrid: str, *,
-                        false_true: str = "[0, 1]", max_batch_size: int = 4) -> None:
+def write_controls_onnx(
+    repo: Path,
+    name: str,
+    form: str,
+    corrid: str,
+    *,
+    false_true: str = "[0, 1]",
+    max_batch_size: int = 4,
+) -> None:
     """Echoes its START/END/READY controls (``form``: int32, fp32, bool) and CORRID."""
     flag_type = {"int32": "INT32", "fp32": "FP32", "bool": "BOOL"}[form]
-    controls = [("START", flag_type), ("END", flag_type), ("READY", flag_type),
-                ("CORRID", corrid)]
+    controls = [("START", flag_type), ("END", flag_type), ("READY", flag_type), ("CORRID", corrid)]
     batch = ["B"] if max_batch_size > 0 else []
     inputs = [helper.make_tensor_value_info("INPUT", TensorProto.FLOAT, [*batch, 1])]
     inputs += [helper.make_tensor_value_info(n, _ONNX[t], [*batch, 1]) for n, t in controls]
     outputs = [helper.make_tensor_value_info("OUTPUT", TensorProto.FLOAT, [*batch, 1])]
-    outputs += [helper.make_tensor_value_info(f"{n}_OUT", _ONNX[t], [*batch, 1])
-                for n, t in controls]
+    outputs += [
+        helper.make_tensor_value_info(f"{n}_OUT", _ONNX[t], [*batch, 1]) for n, t in controls
+    ]
     nodes = [helper.make_node("Identity", ["INPUT"], ["OUTPUT"])]
     nodes += [helper.make_node("Identity", [n], [f"{n}_OUT"]) for n, _ in controls]
     graph = helper.make_graph(nodes, name, inputs, outputs)
     outs = ", ".join(f'{{ name: "{n}_OUT" data_type: TYPE_{t} dims: [1] }}' for n, t in controls)
     flags = "".join(
         f'{{ name: "{n}" control [{{ kind: CONTROL_SEQUENCE_{n} {form}_false_true: '
-        f'{false_true} }}] }}, ' for n, _ in controls[:3])
-    _save(repo, name, graph, textwrap.dedent(f"""\
+        f"{false_true} }}] }}, "
+        for n, _ in controls[:3]
+    )
+    _save(
+        repo,
+        name,
+        graph,
+        textwrap.dedent(f"""\
         max_batch_size: {max_batch_size}
         input [{{ name: "INPUT" data_type: TYPE_FP32 dims: [1] }}]
         output [{{ name: "OUTPUT" data_type: TYPE_FP32 dims: [1] }}, {outs}]
@@ -94,7 +135,8 @@ def write_controls_onnx(repo: Path, name: str, form: str, corrid: str, *,
             {{ name: "CORRID"
                control [{{ kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_{corrid} }}] }}]
         }}
-        """))
+        """),
+    )
 
 
 PROBE = '''
@@ -131,47 +173,72 @@ class TritonPythonModel:
         return responses
 '''
 
-PROBE_OUTPUTS = [("OUTPUT", "FP32", 1), ("INSTANCE", "STRING", 1), ("WHERE", "INT32", 2),
-                 ("CORRID", "STRING", 1), ("FLAGS", "INT32", 1), ("CONTROLS", "FP32", 3),
-                 ("INPUTS", "STRING", 1)]
+PROBE_OUTPUTS = [
+    ("OUTPUT", "FP32", 1),
+    ("INSTANCE", "STRING", 1),
+    ("WHERE", "INT32", 2),
+    ("CORRID", "STRING", 1),
+    ("FLAGS", "INT32", 1),
+    ("CONTROLS", "FP32", 3),
+    ("INPUTS", "STRING", 1),
+]
 
 
-def write_probe_python(repo: Path, name: str, *, max_batch_size: int = 4, count: int = 1,
-                       sequence: str = "") -> None:
+def write_probe_python(
+    repo: Path, name: str, *, max_batch_size: int = 4, count: int = 1, sequence: str = ""
+) -> None:
     """The Python twin of the accumulator, reporting instance, batch position, ids and flags."""
     (repo / name / "1").mkdir(parents=True)
     (repo / name / "1" / "model.py").write_text(PROBE)
-    outs = ", ".join(f'{{ name: "{n}" data_type: TYPE_{t} dims: [{d}] }}'
-                     for n, t, d in PROBE_OUTPUTS)
+    outs = ", ".join(
+        f'{{ name: "{n}" data_type: TYPE_{t} dims: [{d}] }}' for n, t, d in PROBE_OUTPUTS
+    )
     flags = ", ".join(
         f'{{ name: "{n}" control [{{ kind: CONTROL_SEQUENCE_{n} int32_false_true: [0, 1] }}] }}'
-        for n in ("START", "END", "READY"))
-    (repo / name / "config.pbtxt").write_text(textwrap.dedent(f"""\
+        for n in ("START", "END", "READY")
+    )
+    (repo / name / "config.pbtxt").write_text(
+        textwrap.dedent(f"""\
         backend: "python"
         max_batch_size: {max_batch_size}
         input [{{ name: "INPUT" data_type: TYPE_FP32 dims: [1] }}]
         output [{outs}]
         instance_group [{{ count: {count} kind: KIND_CPU }}]
         sequence_batching {{ {sequence} control_input [{flags}] {STATE % ""} }}
-        """))
+        """)
+    )
 
 
 def _repo(tmp_path: Path) -> Path:
     repo = tmp_path / "repo"
     write_acc_onnx(repo, "acc")
     write_acc_onnx(repo, "acc_nobatch", max_batch_size=0)
-    write_acc_onnx(repo, "acc_one_slot", max_batch_size=1,
-                   sequence="max_sequence_idle_microseconds: 400000")
+    write_acc_onnx(
+        repo, "acc_one_slot", max_batch_size=1, sequence="max_sequence_idle_microseconds: 400000"
+    )
     write_acc_onnx(repo, "acc_oldest", sequence="oldest { max_candidate_sequences: 4 }")
-    write_acc_onnx(repo, "acc_utilization", max_batch_size=2,
-                   sequence="direct { max_queue_delay_microseconds: 5000000 "
-                            "minimum_slot_utilization: 1.0 }")
-    write_acc_onnx(repo, "acc_zero_init", state_extra=(
-        'initial_state: [{ name: "zeros" data_type: TYPE_FP32 dims: [1] zero_data: true }]'))
-    write_acc_onnx(repo, "acc_file_init", state_extra=(
-        'initial_state: [{ name: "hundred" data_type: TYPE_FP32 dims: [1] '
-        'data_file: "hundred.bin" }]'),
-        outputs=', { name: "STATE_OUT" data_type: TYPE_FP32 dims: [1] }')
+    write_acc_onnx(
+        repo,
+        "acc_utilization",
+        max_batch_size=2,
+        sequence="direct { max_queue_delay_microseconds: 5000000 minimum_slot_utilization: 1.0 }",
+    )
+    write_acc_onnx(
+        repo,
+        "acc_zero_init",
+        state_extra=(
+            'initial_state: [{ name: "zeros" data_type: TYPE_FP32 dims: [1] zero_data: true }]'
+        ),
+    )
+    write_acc_onnx(
+        repo,
+        "acc_file_init",
+        state_extra=(
+            'initial_state: [{ name: "hundred" data_type: TYPE_FP32 dims: [1] '
+            'data_file: "hundred.bin" }]'
+        ),
+        outputs=', { name: "STATE_OUT" data_type: TYPE_FP32 dims: [1] }',
+    )
     (repo / "acc_file_init" / "initial_state").mkdir()
     (repo / "acc_file_init" / "initial_state" / "hundred.bin").write_bytes(struct.pack("<f", 100))
     write_controls_onnx(repo, "ctl_int32", "int32", "UINT64", false_true="[5, 7]")
@@ -208,12 +275,25 @@ class Held:
         self.model.scheduler.instance_free()
 
 
-def req(model: str, seq: int | str, value: float = 1.0, *, start: bool = False,
-        end: bool = False, batch: bool = True, rows: int = 1) -> InferRequest:
+def req(
+    model: str,
+    seq: int | str,
+    value: float = 1.0,
+    *,
+    start: bool = False,
+    end: bool = False,
+    batch: bool = True,
+    rows: int = 1,
+) -> InferRequest:
     shape = (rows, 1) if batch else (1,)
     data = np.full(shape, value, dtype=np.float32)
-    return InferRequest(model_name=model, inputs=[InferInput("INPUT", "FP32", shape, data)],
-                        sequence_id=seq, sequence_start=start, sequence_end=end)
+    return InferRequest(
+        model_name=model,
+        inputs=[InferInput("INPUT", "FP32", shape, data)],
+        sequence_id=seq,
+        sequence_start=start,
+        sequence_end=end,
+    )
 
 
 def out(resp: InferResponse, name: str = "OUTPUT") -> Any:
@@ -227,8 +307,9 @@ def out(resp: InferResponse, name: str = "OUTPUT") -> Any:
     raise AssertionError(f"no output {name} in {[o.name for o in resp.outputs]}")
 
 
-async def sequence(core: InferenceCore, model: str, seq: int | str, values: list[float],
-                   **kw: Any) -> list[float]:
+async def sequence(
+    core: InferenceCore, model: str, seq: int | str, values: list[float], **kw: Any
+) -> list[float]:
     results = []
     for i, v in enumerate(values):
         r = await core.infer(req(model, seq, v, start=i == 0, end=i == len(values) - 1, **kw))
@@ -262,8 +343,9 @@ def test_interleaved_sequences_keep_their_own_state(tmp_path: Path) -> None:
         async def one(seq: int | str, values: list[float]) -> list[float]:
             return await sequence(core, "acc", seq, values)
 
-        got = await asyncio.gather(one(1, [1, 1, 1, 1]), one("two", [10, 20, 30]),
-                                   one(3, [0.5, 0.5]))
+        got = await asyncio.gather(
+            one(1, [1, 1, 1, 1]), one("two", [10, 20, 30]), one(3, [0.5, 0.5])
+        )
         assert got == [[1, 2, 3, 4], [10, 30, 60], [0.5, 1.0]]
 
     run(tmp_path, body)
@@ -282,8 +364,13 @@ def test_initial_state_zero_data_and_data_file(tmp_path: Path) -> None:
 
 def test_bad_initial_state_fails_the_load(tmp_path: Path) -> None:
     repo = tmp_path / "bad"
-    write_acc_onnx(repo, "bad", state_extra=(
-        'initial_state: [{ name: "x" data_type: TYPE_FP32 dims: [1, 2] zero_data: true }]'))
+    write_acc_onnx(
+        repo,
+        "bad",
+        state_extra=(
+            'initial_state: [{ name: "x" data_type: TYPE_FP32 dims: [1, 2] zero_data: true }]'
+        ),
+    )
 
     async def main() -> None:
         core = InferenceCore(ServerOptions(model_repositories=(repo,)))
@@ -324,8 +411,9 @@ def test_direct_binds_each_sequence_to_one_instance(tmp_path: Path) -> None:
 def test_direct_batches_slots_and_pads_empty_ones_with_null_requests(tmp_path: Path) -> None:
     async def body(core: InferenceCore) -> None:
         held = Held(core, "probe_one")
-        starts = [asyncio.ensure_future(core.infer(req("probe_one", s, s, start=True)))
-                  for s in (1, 2, 3)]
+        starts = [
+            asyncio.ensure_future(core.infer(req("probe_one", s, s, start=True))) for s in (1, 2, 3)
+        ]
         await asyncio.sleep(0)
         held.release()
         first = await asyncio.gather(*starts)
@@ -347,8 +435,9 @@ def test_direct_batches_slots_and_pads_empty_ones_with_null_requests(tmp_path: P
 def test_null_requests_in_an_onnx_batch(tmp_path: Path) -> None:
     async def body(core: InferenceCore) -> None:
         held = Held(core, "acc")
-        starts = [asyncio.ensure_future(core.infer(req("acc", s, s, start=True)))
-                  for s in (1, 2, 3)]
+        starts = [
+            asyncio.ensure_future(core.infer(req("acc", s, s, start=True))) for s in (1, 2, 3)
+        ]
         await asyncio.sleep(0)
         held.release()
         assert [out(r) for r in await asyncio.gather(*starts)] == [1, 2, 3]
@@ -360,10 +449,12 @@ def test_null_requests_in_an_onnx_batch(tmp_path: Path) -> None:
 
 def test_one_request_per_sequence_per_batch(tmp_path: Path) -> None:
     for model in ("acc", "acc_oldest"):
+
         async def body(core: InferenceCore, model: str = model) -> None:
             held = Held(core, model)
-            tasks = [asyncio.ensure_future(core.infer(req(model, 1, v, start=v == 1)))
-                     for v in (1, 2, 3)]
+            tasks = [
+                asyncio.ensure_future(core.infer(req(model, 1, v, start=v == 1))) for v in (1, 2, 3)
+            ]
             tasks.append(asyncio.ensure_future(core.infer(req(model, 2, 10, start=True))))
             await asyncio.sleep(0)
             held.release()
@@ -376,11 +467,14 @@ def test_one_request_per_sequence_per_batch(tmp_path: Path) -> None:
 def test_oldest_takes_the_oldest_sequences_up_to_max_batch_size(tmp_path: Path) -> None:
     async def body(core: InferenceCore) -> None:
         held = Held(core, "acc_oldest")
-        tasks = [asyncio.ensure_future(core.infer(req("acc_oldest", s, s, start=True)))
-                 for s in range(1, 7)]  # 6 sequences, 4 candidate slots: 2 wait in the backlog
+        tasks = [
+            asyncio.ensure_future(core.infer(req("acc_oldest", s, s, start=True)))
+            for s in range(1, 7)
+        ]  # 6 sequences, 4 candidate slots: 2 wait in the backlog
         await asyncio.sleep(0)
         assert sorted(core.repository.get("acc_oldest").scheduler.sequences().values()) == (
-            ["backlog"] * 2 + [f"slot 0:{i}" for i in range(4)])
+            ["backlog"] * 2 + [f"slot 0:{i}" for i in range(4)]
+        )
         held.release()
         assert [out(r) for r in await asyncio.gather(*tasks)] == [1, 2, 3, 4, 5, 6]
         assert _batches(core, "acc_oldest") == {4: 1, 2: 1}
@@ -427,21 +521,26 @@ def _controls(resp: InferResponse) -> tuple[Any, ...]:
     return tuple(out(resp, f"{n}_OUT") for n in ("START", "END", "READY", "CORRID"))
 
 
-@pytest.mark.parametrize("model,false,true,seq,corrid", [
-    ("ctl_int32", 5, 7, 2**40 + 3, 2**40 + 3),
-    ("ctl_fp32", -1.5, 2.5, 2**33 + 9, 9),  # an INT32 CORRID takes the id's low 32 bits
-    ("ctl_bool", False, True, "user-42", b"user-42"),
-])
-def test_control_tensors(tmp_path: Path, model: str, false: Any, true: Any, seq: Any,
-                         corrid: Any) -> None:
+@pytest.mark.parametrize(
+    "model,false,true,seq,corrid",
+    [
+        ("ctl_int32", 5, 7, 2**40 + 3, 2**40 + 3),
+        ("ctl_fp32", -1.5, 2.5, 2**33 + 9, 9),  # an INT32 CORRID takes the id's low 32 bits
+        ("ctl_bool", False, True, "user-42", b"user-42"),
+    ],
+)
+def test_control_tensors(
+    tmp_path: Path, model: str, false: Any, true: Any, seq: Any, corrid: Any
+) -> None:
     async def body(core: InferenceCore) -> None:
         f, t = false, true
-        got = [_controls(await core.infer(req(model, seq, start=True))),
-               _controls(await core.infer(req(model, seq))),
-               _controls(await core.infer(req(model, seq, end=True))),
-               _controls(await core.infer(req(model, seq, start=True, end=True)))]
-        assert got == [(t, f, t, corrid), (f, f, t, corrid), (f, t, t, corrid),
-                       (t, t, t, corrid)]
+        got = [
+            _controls(await core.infer(req(model, seq, start=True))),
+            _controls(await core.infer(req(model, seq))),
+            _controls(await core.infer(req(model, seq, end=True))),
+            _controls(await core.infer(req(model, seq, start=True, end=True))),
+        ]
+        assert got == [(t, f, t, corrid), (f, f, t, corrid), (f, t, t, corrid), (t, t, t, corrid)]
 
     run(tmp_path, body)
 
@@ -449,37 +548,54 @@ def test_control_tensors(tmp_path: Path, model: str, false: Any, true: Any, seq:
 def test_python_model_sees_ids_flags_and_the_added_inputs(tmp_path: Path) -> None:
     async def body(core: InferenceCore) -> None:
         for seq in (12, "abc"):
-            rs = [await core.infer(req("probe", seq, start=True)),
-                  await core.infer(req("probe", seq)),
-                  await core.infer(req("probe", seq, end=True)),
-                  await core.infer(req("probe", seq, start=True, end=True))]
+            rs = [
+                await core.infer(req("probe", seq, start=True)),
+                await core.infer(req("probe", seq)),
+                await core.infer(req("probe", seq, end=True)),
+                await core.infer(req("probe", seq, start=True, end=True)),
+            ]
             assert [out(r, "CORRID") for r in rs] == [repr(seq).encode()] * 4
             assert [out(r, "FLAGS") for r in rs] == [1, 0, 2, 3]
-            assert [out(r, "CONTROLS") for r in rs] == [[1, 0, 1], [0, 0, 1], [0, 1, 1],
-                                                        [1, 1, 1]]
+            assert [out(r, "CONTROLS") for r in rs] == [[1, 0, 1], [0, 0, 1], [0, 1, 1], [1, 1, 1]]
         assert out(rs[0], "INPUTS") == b"END,INPUT,READY,START,STATE_IN"
 
     run(tmp_path, body)
 
 
 # -- errors ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("request_,message", [
-    (req("acc", 0, start=True),
-     "inference request to model 'acc' must specify a non-zero or non-empty correlation ID"),
-    (req("acc", "", start=True),
-     "inference request to model 'acc' must specify a non-zero or non-empty correlation ID"),
-    (req("acc", 99),
-     "inference request for sequence 99 to model 'acc' must specify the START flag on the first "
-     "request of the sequence"),
-    (req("acc", "nope", end=True),
-     "inference request for sequence nope to model 'acc' must specify the START flag on the "
-     "first request of the sequence"),
-    (req("acc", 5, start=True, rows=2),
-     "inference request to model 'acc' must specify batch-size 1 due to requirements of "
-     "sequence batcher"),
-    (req("ctl_int32", "text", start=True),
-     "inference request to model 'ctl_int32' must specify an unsigned integer correlation ID"),
-], ids=["zero", "empty", "no-start", "no-start-string", "batch-2", "string-for-int-corrid"])
+@pytest.mark.parametrize(
+    "request_,message",
+    [
+        (
+            req("acc", 0, start=True),
+            "inference request to model 'acc' must specify a non-zero or non-empty correlation ID",
+        ),
+        (
+            req("acc", "", start=True),
+            "inference request to model 'acc' must specify a non-zero or non-empty correlation ID",
+        ),
+        (
+            req("acc", 99),
+            "inference request for sequence 99 to model 'acc' must specify the START flag on the first "
+            "request of the sequence",
+        ),
+        (
+            req("acc", "nope", end=True),
+            "inference request for sequence nope to model 'acc' must specify the START flag on the "
+            "first request of the sequence",
+        ),
+        (
+            req("acc", 5, start=True, rows=2),
+            "inference request to model 'acc' must specify batch-size 1 due to requirements of "
+            "sequence batcher",
+        ),
+        (
+            req("ctl_int32", "text", start=True),
+            "inference request to model 'ctl_int32' must specify an unsigned integer correlation ID",
+        ),
+    ],
+    ids=["zero", "empty", "no-start", "no-start-string", "batch-2", "string-for-int-corrid"],
+)
 def test_errors(tmp_path: Path, request_: InferRequest, message: str) -> None:
     async def body(core: InferenceCore) -> None:
         with pytest.raises(TritonliteError) as info:
@@ -506,9 +622,13 @@ def test_control_and_state_inputs_are_not_client_inputs(tmp_path: Path) -> None:
         r = req("acc", 1, start=True)
         r.inputs.append(InferInput("STATE_IN", "FP32", (1, 1), np.zeros((1, 1), np.float32)))
         # (Triton counts the inputs first: one more than the model has)
-        with pytest.raises(TritonliteError, match=re.escape(
+        with pytest.raises(
+            TritonliteError,
+            match=re.escape(
                 "expected 1 inputs but got 2 inputs for model 'acc'. Got input(s) "
-                "['STATE_IN','INPUT']")):
+                "['STATE_IN','INPUT']"
+            ),
+        ):
             await core.infer(r)
 
     run(tmp_path, body)

@@ -28,8 +28,9 @@ def reference_base() -> Path | None:
 def require_reference() -> Path:
     base = reference_base()
     if base is None:
-        pytest.skip("the reference tritonserver is not installed (triton-reference install "
-                    ".tools/triton)")
+        pytest.skip(
+            "the reference tritonserver is not installed (triton-reference install .tools/triton)"
+        )
     return base
 
 
@@ -37,8 +38,11 @@ def reference_env(base: Path) -> dict[str, str]:
     """The environment tritonserver runs in: its bundled libraries, its venv's python first
     (the Python backend's stub)."""
     site = next((base / "venv" / "lib").glob("python3*/site-packages"))
-    return {**os.environ, "LD_LIBRARY_PATH": str(site / "nvidia_pytriton.libs"),
-            "PATH": f"{base / 'venv' / 'bin'}:{os.environ['PATH']}"}
+    return {
+        **os.environ,
+        "LD_LIBRARY_PATH": str(site / "nvidia_pytriton.libs"),
+        "PATH": f"{base / 'venv' / 'bin'}:{os.environ['PATH']}",
+    }
 
 
 def http_status(url: str, path: str, headers: dict[str, str] | None = None) -> int:
@@ -61,21 +65,40 @@ class ReferenceTriton:
     added. Started once ``ready(self)`` is true (default: ``/v2/health/ready`` answers 200); an
     OSError from it means not listening yet. Output goes to ``log`` when given."""
 
-    def __init__(self, base: Path, repo: Path, *args: str, log: Path | None = None,
-                 ready: Callable[[ReferenceTriton], bool] | None = None,
-                 timeout: float = 120.0) -> None:
+    def __init__(
+        self,
+        base: Path,
+        repo: Path,
+        *args: str,
+        log: Path | None = None,
+        ready: Callable[[ReferenceTriton], bool] | None = None,
+        timeout: float = 120.0,
+    ) -> None:
         tree = base / "tree"
         hp, gp = _free_port(), _free_port()
         self.http_url, self.grpc_url = f"127.0.0.1:{hp}", f"127.0.0.1:{gp}"
         self._log = log.open("w") if log is not None else None
         out = self._log if self._log is not None else subprocess.DEVNULL
         self.proc = subprocess.Popen(
-            [tritonserver(base), f"--model-repository={repo}",
-             f"--backend-directory={tree / 'backends'}", f"--cache-directory={tree / 'caches'}",
-             "--http-address=127.0.0.1", f"--http-port={hp}", "--grpc-address=127.0.0.1",
-             f"--grpc-port={gp}", "--allow-metrics=false", "--allow-gpu-metrics=false", *args],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            env=reference_env(base), start_new_session=True)
+            [
+                tritonserver(base),
+                f"--model-repository={repo}",
+                f"--backend-directory={tree / 'backends'}",
+                f"--cache-directory={tree / 'caches'}",
+                "--http-address=127.0.0.1",
+                f"--http-port={hp}",
+                "--grpc-address=127.0.0.1",
+                f"--grpc-port={gp}",
+                "--allow-metrics=false",
+                "--allow-gpu-metrics=false",
+                *args,
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=reference_env(base),
+            start_new_session=True,
+        )
         is_ready = ready or (lambda ref: http_status(ref.http_url, "/v2/health/ready") == 200)
 
         def probe() -> bool:

@@ -57,25 +57,37 @@ class FakeServer:
         latency = per_request_us * concurrency
         if c.dynamic_batching:
             latency += c.max_queue_delay_us * (1 if concurrency == 1 else 0.5)
-        s = Sample(concurrency, throughput=concurrency / latency * 1e6, p50_us=latency,
-                   p90_us=latency, p99_us=latency * 1.2, avg_us=latency, count=100,
-                   window_s=window_s, server=ModelStats(success=100, execution_count=10,
-                                                        inference_count=100))
+        s = Sample(
+            concurrency,
+            throughput=concurrency / latency * 1e6,
+            p50_us=latency,
+            p90_us=latency,
+            p99_us=latency * 1.2,
+            avg_us=latency,
+            count=100,
+            window_s=window_s,
+            server=ModelStats(success=100, execution_count=10, inference_count=100),
+        )
         return s
 
 
 def tune(settings: Settings, repeats: bool = False) -> tuple[Any, FakeServer]:
     base = parse_pbtxt(MLP, "mlp")
     fake = FakeServer()
-    ctx = space.Context(max_batch_size=64, ort=True, cores=2, max_concurrency=16,
-                        repeats=repeats, latency_budget_us=settings.latency_budget_us)
+    ctx = space.Context(
+        max_batch_size=64,
+        ort=True,
+        cores=2,
+        max_concurrency=16,
+        repeats=repeats,
+        latency_budget_us=settings.latency_budget_us,
+    )
     tuner = Tuner(fake, "mlp", base, ctx, settings, fake.measure, io.StringIO())  # type: ignore
     return tuner.run(), fake
 
 
 def test_finds_batching_and_instances_and_keeps_them_through_the_final() -> None:
-    result, fake = tune(Settings(concurrency=(16, 16), max_minutes=5, probe_s=0.01,
-                                 sweep_s=0.01))
+    result, fake = tune(Settings(concurrency=(16, 16), max_minutes=5, probe_s=0.01, sweep_s=0.01))
     c = result.chosen.candidate
     assert c.dynamic_batching and c.instance_count == 2
     assert result.chosen.score == pytest.approx(3 * 1.1 * 1000, rel=0.01)
@@ -96,8 +108,9 @@ def test_a_queue_delay_that_hurts_light_load_is_rejected() -> None:
 
 
 def test_a_candidate_that_fails_to_load_is_reported_not_chosen() -> None:
-    result, fake = tune(Settings(concurrency=(16, 16), max_minutes=5, probe_s=0.01,
-                                 sweep_s=0.01), repeats=True)
+    result, fake = tune(
+        Settings(concurrency=(16, 16), max_minutes=5, probe_s=0.01, sweep_s=0.01), repeats=True
+    )
     failed = [t for t in result.trials if t.stage == "response cache"]
     assert failed and failed[0].status == "load failed: response cache: refused"
     assert not result.chosen.candidate.response_cache
@@ -108,8 +121,19 @@ def test_nothing_better_keeps_the_original() -> None:
     base = parse_pbtxt(MLP, "mlp")
     fake = FakeServer(instance_gain=1.03)
     ctx = space.Context(max_batch_size=0, ort=False, cores=1, max_concurrency=4)
-    tuner = Tuner(fake, "mlp", base, ctx, Settings(concurrency=(4, 4), probe_s=0.01,  # type: ignore
-                                                   sweep_s=0.01), fake.measure, io.StringIO())
+    tuner = Tuner(
+        fake,
+        "mlp",
+        base,
+        ctx,
+        Settings(
+            concurrency=(4, 4),
+            probe_s=0.01,  # type: ignore
+            sweep_s=0.01,
+        ),
+        fake.measure,
+        io.StringIO(),
+    )
     result = tuner.run()
     assert result.chosen.candidate == result.baseline.candidate
     assert "the original configuration is kept" in result.reason

@@ -56,9 +56,15 @@ def test_from_config_reads_the_tuned_fields() -> None:
 
 def test_apply_changes_only_the_tuned_fields_and_keeps_the_rest() -> None:
     base = cfg(ADD_SUB)
-    cand = space.Candidate(dynamic_batching=True, max_queue_delay_us=2000,
-                           preferred_batch_sizes=(4, 8), instance_count=3, intra_op_threads=1,
-                           spinning=True, response_cache=True)
+    cand = space.Candidate(
+        dynamic_batching=True,
+        max_queue_delay_us=2000,
+        preferred_batch_sizes=(4, 8),
+        instance_count=3,
+        intra_op_threads=1,
+        spinning=True,
+        response_cache=True,
+    )
     out = space.apply(base, cand)
     assert out.dynamic_batching.max_queue_delay_microseconds == 2000
     assert list(out.dynamic_batching.preferred_batch_size) == [4, 8]
@@ -111,11 +117,16 @@ def test_instances_up_to_one_and_a_half_times_cores_or_devices() -> None:
 
 
 def test_ort_stages_only_for_ort_on_cpu() -> None:
-    assert [c.intra_op_threads for c in space.intra_op_stage(space.Candidate(),
-                                                             ctx(cores=8))] == [1, 2, 4, 8]
+    assert [c.intra_op_threads for c in space.intra_op_stage(space.Candidate(), ctx(cores=8))] == [
+        1,
+        2,
+        4,
+        8,
+    ]
     # On 2 cores the backend's default is 2 threads, measured already by the start candidate.
-    assert [c.intra_op_threads for c in space.intra_op_stage(space.Candidate(),
-                                                             ctx(cores=2))] == [1]
+    assert [c.intra_op_threads for c in space.intra_op_stage(space.Candidate(), ctx(cores=2))] == [
+        1
+    ]
     assert space.intra_op_stage(space.Candidate(), ctx(ort=False)) == []
     assert space.intra_op_stage(space.Candidate(), ctx(devices=1)) == []
     assert space.spinning_stage(space.Candidate(), ctx())[0].spinning is True
@@ -152,8 +163,7 @@ def test_better_needs_the_margin_and_acceptable_guards_light_load() -> None:
     assert not space.acceptable(80, 3_000, 100, 2_000)
 
 
-@pytest.mark.parametrize(("text", "want"), [("1:64", (1, 64)), ("16", (16, 16)),
-                                            ("4:4", (4, 4))])
+@pytest.mark.parametrize(("text", "want"), [("1:64", (1, 64)), ("16", (16, 16)), ("4:4", (4, 4))])
 def test_parse_range(text: str, want: tuple[int, int]) -> None:
     assert space.parse_range(text, "--concurrency") == want
 

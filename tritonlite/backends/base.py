@@ -48,8 +48,13 @@ class ModelOutputs(dict[str, np.ndarray[Any, Any]]):
 
     __slots__ = ("parameters", "partial")
 
-    def __init__(self, outputs: Outputs | None = None, *, parameters: dict[str, Any] | None = None,
-                 partial: bool = False) -> None:
+    def __init__(
+        self,
+        outputs: Outputs | None = None,
+        *,
+        parameters: dict[str, Any] | None = None,
+        partial: bool = False,
+    ) -> None:
         super().__init__(outputs or {})
         self.parameters: dict[str, Any] = parameters or {}
         self.partial = partial
@@ -109,8 +114,7 @@ class ServerAccess(Protocol):
         """Run ``factory(core)`` on the server's loop and wait for its result."""
         ...
 
-    def is_loop_thread(self) -> bool:
-        ...
+    def is_loop_thread(self) -> bool: ...
 
 
 class BackendInstance(Protocol):
@@ -144,8 +148,12 @@ class StartsAsync(Protocol):
     @property
     def runs_async(self) -> bool: ...
 
-    def start(self, requests: list[InferRequest], timing: ExecTiming,
-              done: Callable[[Callable[[], list[Result]]], None]) -> None:
+    def start(
+        self,
+        requests: list[InferRequest],
+        timing: ExecTiming,
+        done: Callable[[Callable[[], list[Result]]], None],
+    ) -> None:
         """Start ``execute``'s work; ``done(collect)`` is called once, on any thread, when it
         ends, and ``collect()`` (on the loop) returns what ``execute`` would have returned or
         raises what it would have raised. Raises at once if the batch cannot start."""

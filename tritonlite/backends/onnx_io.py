@@ -123,9 +123,7 @@ def _shape(dims: Any) -> str:
     return "[" + ",".join(str(int(d)) for d in dims) + "]"
 
 
-def _check_dims(
-    model: str, tensor: TensorSpec, dims: list[int], max_batch_size: int
-) -> None:
+def _check_dims(model: str, tensor: TensorSpec, dims: list[int], max_batch_size: int) -> None:
     if not tensor.dims:
         # A model scalar: Triton only lets the config say [1] (or an empty reshape) for it.
         if any(d != 1 for d in dims):
@@ -143,9 +141,7 @@ def _check_dims(
             f"{_shape(dims)}"
         )
     model_dims = tensor.dims[1:] if max_batch_size > 0 else tensor.dims
-    if len(model_dims) != len(dims) or any(
-        m != -1 and m != d for m, d in zip(model_dims, dims)
-    ):
+    if len(model_dims) != len(dims) or any(m != -1 and m != d for m, d in zip(model_dims, dims)):
         raise invalid_arg(
             f"unable to load model '{model}', tensor '{tensor.name}' shape expected by "
             f"framework {_shape(model_dims)} doesn't match model configuration shape "
@@ -238,9 +234,7 @@ def _fill_tensor(entry: Any, spec: TensorSpec, max_batch_size: int) -> None:
                 entry.reshape.SetInParent()
 
 
-def auto_complete_onnx(
-    cfg: Any, io: ModelIO, default_max_batch_size: int = 4
-) -> None:
+def auto_complete_onnx(cfg: Any, io: ModelIO, default_max_batch_size: int = 4) -> None:
     """Complete a config from its ONNX model (Triton's onnxruntime_backend auto-complete).
 
     Parameters

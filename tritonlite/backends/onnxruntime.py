@@ -65,8 +65,16 @@ def model_path(ctx: ModelContext) -> Path:
 # Failures that leave a session unusable: its execution provider failed, or the device context
 # it runs in is broken (CUDA errors are sticky: every later call on that context fails too).
 _FATAL_TYPES = ("EPFail", "DeviceReset", "EngineError")
-_FATAL_MARKERS = ("CUDA failure", "CUDA error", "cudaError", "CUDNN failure", "CUBLAS failure",
-                  "illegal memory access", "device-side assert", "TensorRT EP execute")
+_FATAL_MARKERS = (
+    "CUDA failure",
+    "CUDA error",
+    "cudaError",
+    "CUDNN failure",
+    "CUBLAS failure",
+    "illegal memory access",
+    "device-side assert",
+    "TensorRT EP execute",
+)
 
 
 def run_error(exc: Exception) -> TritonliteError:
@@ -101,7 +109,8 @@ def _to_ort_input(arr: np.ndarray[Any, Any], name: str = "") -> np.ndarray[Any, 
 def _not_utf8(name: str, index: int, exc: UnicodeDecodeError) -> TritonliteError:
     return invalid_arg(
         f"input '{name}': element {index} of the BYTES tensor is not valid UTF-8 (byte "
-        f"{exc.start}); the ONNX Runtime backend passes string tensors as UTF-8 text only")
+        f"{exc.start}); the ONNX Runtime backend passes string tensors as UTF-8 text only"
+    )
 
 
 def _utf8_problem(requests: list[InferRequest]) -> dict[int, TritonliteError]:
@@ -166,18 +175,24 @@ class OnnxRuntimeInstance:
         path = model_path(ctx)
         try:
             self._session = ort.InferenceSession(
-                str(path), sess_options=opts, providers=[p for p, _ in providers],
+                str(path),
+                sess_options=opts,
+                providers=[p for p, _ in providers],
                 provider_options=[o for _, o in providers],
             )
         except Exception as exc:  # ORT raises its own exception types
             raise unavailable(
-                f"failed to load '{path.name}' for model '{ctx.name}': {exc}") from exc
+                f"failed to load '{path.name}' for model '{ctx.name}': {exc}"
+            ) from exc
         self._batched = cfg.max_batch_size > 0
         model_outputs = {o.name for o in self._session.get_outputs()}
         self._outputs = [o.name for o in cfg.output if o.name in model_outputs]
         # Implicit-state outputs are not config outputs; the sequence batcher keeps them.
-        self._outputs += [s.output_name for s in cfg.sequence_batching.state
-                          if s.output_name in model_outputs and s.output_name not in self._outputs]
+        self._outputs += [
+            s.output_name
+            for s in cfg.sequence_batching.state
+            if s.output_name in model_outputs and s.output_name not in self._outputs
+        ]
         bf16 = pb.DataType.values_by_name["TYPE_BF16"].number
         self._bf16_outputs = {o.name for o in cfg.output if o.data_type == bf16}
         self._bf16 = bool(self._bf16_outputs) or any(t.data_type == bf16 for t in cfg.input)
@@ -186,13 +201,19 @@ class OnnxRuntimeInstance:
         self._idle = threading.Event()  # no run started by ``start`` is going
         self._idle.set()
         # No string tensor on either side: inputs go to ORT and outputs come back as they are.
-        self._plain = all(t.type.startswith("tensor(") and t.type != "tensor(string)"
-                          for t in (*self._session.get_inputs(), *self._session.get_outputs()))
+        self._plain = all(
+            t.type.startswith("tensor(") and t.type != "tensor(string)"
+            for t in (*self._session.get_inputs(), *self._session.get_outputs())
+        )
         # A batch that goes off the event loop starts with ``session.run_async`` on ORT's own
         # intra-op thread (see ``start``) when ORT can: on the CPU provider alone, with an
         # intra-op pool (RunAsync needs one), for tensors numpy hands over as they are.
-        self.runs_async = (self._plain and not self._bf16 and opts.intra_op_num_threads >= 2
-                           and self._session.get_providers() == ["CPUExecutionProvider"])
+        self.runs_async = (
+            self._plain
+            and not self._bf16
+            and opts.intra_op_num_threads >= 2
+            and self._session.get_providers() == ["CPUExecutionProvider"]
+        )
 
     def execute(self, requests: list[InferRequest], timing: ExecTiming) -> list[Result]:
         if not self._plain and len(requests) > 1:
@@ -212,8 +233,12 @@ class OnnxRuntimeInstance:
             _release(feed, leases)
         return self._results(values, requests)
 
-    def start(self, requests: list[InferRequest], timing: ExecTiming,
-              done: Callable[[Callable[[], list[Result]]], None]) -> None:
+    def start(
+        self,
+        requests: list[InferRequest],
+        timing: ExecTiming,
+        done: Callable[[Callable[[], list[Result]]], None],
+    ) -> None:
         """``execute`` without blocking the caller (``runs_async`` instances only).
 
         ``done(collect)`` is called once, on an ORT thread, when the run ends; ``collect()``
@@ -249,22 +274,22 @@ class OnnxRuntimeInstance:
                 raise
             raise run_error(exc) from None
 
-    def _feed(self, requests: list[InferRequest], feed: dict[str, Any],
-              leases: list[Any]) -> None:
+    def _feed(self, requests: list[InferRequest], feed: dict[str, Any], leases: list[Any]) -> None:
         """Fill ``feed`` with the run's inputs: one request's arrays as they are, or each input
         of a batch (requests share non-batch shapes by construction) gathered along dim 0 into
         a reused staging buffer, whose lease goes on ``leases``."""
         if len(requests) == 1:
             plain = self._plain
             for inp in requests[0].inputs:
-                feed[inp.name] = (inp.data if plain
-                                  else _to_ort_input(inp.data, inp.name))  # type: ignore[arg-type]
+                feed[inp.name] = inp.data if plain else _to_ort_input(inp.data, inp.name)  # type: ignore[arg-type]
             return
         for i, first in enumerate(requests[0].inputs):
             parts = [r.inputs[i].data for r in requests]
             if first.data.dtype == object:  # type: ignore[union-attr]
-                feed[first.name] = _to_ort_input(np.concatenate(parts, axis=0),  # type: ignore[arg-type]
-                                                 first.name)
+                feed[first.name] = _to_ort_input(
+                    np.concatenate(parts, axis=0),  # type: ignore[arg-type]
+                    first.name,
+                )
                 continue
             feed[first.name] = batch_io.stage(parts, self._staging, leases)  # type: ignore[arg-type]
 
@@ -293,8 +318,12 @@ class OnnxRuntimeInstance:
         for name, arr in feed.items():
             if arr.dtype == _BF16:
                 bits = np.ascontiguousarray(arr).view(np.uint16)
-                binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
-                    bits, onnx_element_type=_ONNX_BFLOAT16))
+                binding.bind_ortvalue_input(
+                    name,
+                    ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
+                        bits, onnx_element_type=_ONNX_BFLOAT16
+                    ),
+                )
             else:
                 binding.bind_cpu_input(name, np.ascontiguousarray(arr))
         for name in self._outputs:

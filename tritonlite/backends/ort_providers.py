@@ -37,8 +37,9 @@ def _tensorrt_options(params: Any, device_id: int) -> dict[str, str]:
         elif key.startswith("trt_"):
             options[key] = value
         else:
-            raise invalid_arg(f"unknown parameter '{key}' is provided for TensorRT Execution "
-                              "Accelerator")
+            raise invalid_arg(
+                f"unknown parameter '{key}' is provided for TensorRT Execution Accelerator"
+            )
     return options
 
 
@@ -50,21 +51,27 @@ def providers_for(cfg: Any, kind: str, device_id: int, available: list[str]) -> 
     """
     accel = cfg.optimization.execution_accelerators
     for a in accel.cpu_execution_accelerator:
-        raise unavailable(f"CPU execution accelerator '{a.name}' of model '{cfg.name}' is not "
-                          "supported by this server")
+        raise unavailable(
+            f"CPU execution accelerator '{a.name}' of model '{cfg.name}' is not "
+            "supported by this server"
+        )
     if kind != "GPU":
         return [(CPU, {})]
     if CUDA not in available:
-        raise unavailable(f"model '{cfg.name}' has a KIND_GPU instance, but this onnxruntime "
-                          "build has no CUDA execution provider (install onnxruntime-gpu)")
+        raise unavailable(
+            f"model '{cfg.name}' has a KIND_GPU instance, but this onnxruntime "
+            "build has no CUDA execution provider (install onnxruntime-gpu)"
+        )
     providers: list[Provider] = []
     cuda_options = {"device_id": str(device_id)}
     for a in accel.gpu_execution_accelerator:
         if a.name == "tensorrt":
             if TENSORRT not in available:
-                raise unavailable(f"model '{cfg.name}' asks for the TensorRT execution "
-                                  "accelerator, but this onnxruntime build has no TensorRT "
-                                  "execution provider")
+                raise unavailable(
+                    f"model '{cfg.name}' asks for the TensorRT execution "
+                    "accelerator, but this onnxruntime build has no TensorRT "
+                    "execution provider"
+                )
             providers.append((TENSORRT, _tensorrt_options(a.parameters, device_id)))
         elif a.name == "cuda":
             cuda_options.update(dict(a.parameters.items()))

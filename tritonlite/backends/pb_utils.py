@@ -47,17 +47,39 @@ if TYPE_CHECKING:
     from tritonlite.contracts.types import InferRequest as CoreRequest
 
 __all__ = [
-    "InferenceRequest", "InferenceResponse", "InferenceResponseSender", "InferenceTrace",
-    "Logger", "MetricFamily", "ModelConfig", "PreferredMemory", "Tensor",
-    "TritonError", "TritonModelException", "TRITON_STRING_TO_NUMPY",
-    "TRITONSERVER_MEMORY_CPU", "TRITONSERVER_MEMORY_GPU",
-    "TRITONSERVER_REQUEST_FLAG_SEQUENCE_END", "TRITONSERVER_REQUEST_FLAG_SEQUENCE_START",
-    "TRITONSERVER_REQUEST_RELEASE_ALL", "TRITONSERVER_REQUEST_RELEASE_RESCHEDULE",
-    "TRITONSERVER_RESPONSE_COMPLETE_FINAL", "deserialize_bytes_tensor",
-    "get_input_config_by_name", "get_input_tensor_by_name", "get_model_dir",
-    "get_output_config_by_name", "get_output_tensor_by_name", "is_model_ready", "load_model",
-    "numpy_to_triton_type", "serialize_byte_tensor", "triton_string_to_numpy",
-    "triton_to_numpy_type", "unload_model", "using_decoupled_model_transaction_policy",
+    "InferenceRequest",
+    "InferenceResponse",
+    "InferenceResponseSender",
+    "InferenceTrace",
+    "Logger",
+    "MetricFamily",
+    "ModelConfig",
+    "PreferredMemory",
+    "Tensor",
+    "TritonError",
+    "TritonModelException",
+    "TRITON_STRING_TO_NUMPY",
+    "TRITONSERVER_MEMORY_CPU",
+    "TRITONSERVER_MEMORY_GPU",
+    "TRITONSERVER_REQUEST_FLAG_SEQUENCE_END",
+    "TRITONSERVER_REQUEST_FLAG_SEQUENCE_START",
+    "TRITONSERVER_REQUEST_RELEASE_ALL",
+    "TRITONSERVER_REQUEST_RELEASE_RESCHEDULE",
+    "TRITONSERVER_RESPONSE_COMPLETE_FINAL",
+    "deserialize_bytes_tensor",
+    "get_input_config_by_name",
+    "get_input_tensor_by_name",
+    "get_model_dir",
+    "get_output_config_by_name",
+    "get_output_tensor_by_name",
+    "is_model_ready",
+    "load_model",
+    "numpy_to_triton_type",
+    "serialize_byte_tensor",
+    "triton_string_to_numpy",
+    "triton_to_numpy_type",
+    "unload_model",
+    "using_decoupled_model_transaction_policy",
 ]
 
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
@@ -68,27 +90,49 @@ TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
 
 # Config type name -> numpy type, exactly Triton's table (TYPE_BOOL is Python's bool; no BF16).
 TRITON_STRING_TO_NUMPY: dict[str, Any] = {
-    "TYPE_BOOL": bool, "TYPE_UINT8": np.uint8, "TYPE_UINT16": np.uint16,
-    "TYPE_UINT32": np.uint32, "TYPE_UINT64": np.uint64, "TYPE_INT8": np.int8,
-    "TYPE_INT16": np.int16, "TYPE_INT32": np.int32, "TYPE_INT64": np.int64,
-    "TYPE_FP16": np.float16, "TYPE_FP32": np.float32, "TYPE_FP64": np.float64,
+    "TYPE_BOOL": bool,
+    "TYPE_UINT8": np.uint8,
+    "TYPE_UINT16": np.uint16,
+    "TYPE_UINT32": np.uint32,
+    "TYPE_UINT64": np.uint64,
+    "TYPE_INT8": np.int8,
+    "TYPE_INT16": np.int16,
+    "TYPE_INT32": np.int32,
+    "TYPE_INT64": np.int64,
+    "TYPE_FP16": np.float16,
+    "TYPE_FP32": np.float32,
+    "TYPE_FP64": np.float64,
     "TYPE_STRING": np.object_,
 }
 
 # TRITONSERVER_DataType numbers (tritonserver.h): BOOL=1 ... BYTES=13, BF16=14.
 _NUMPY_BY_CODE: tuple[Any, ...] = (
-    None, np.bool_, np.uint8, np.uint16, np.uint32, np.uint64, np.int8, np.int16, np.int32,
-    np.int64, np.float16, np.float32, np.float64, np.object_,
+    None,
+    np.bool_,
+    np.uint8,
+    np.uint16,
+    np.uint32,
+    np.uint64,
+    np.int8,
+    np.int16,
+    np.int32,
+    np.int64,
+    np.float16,
+    np.float32,
+    np.float64,
+    np.object_,
 )
 _BYTES_CODE = 13
 _BF16_CODE = 14
 # The same table keyed by dtype, for the per-tensor lookup (native byte order hits it).
 _CODE_BY_DTYPE: dict[np.dtype[Any], int] = {
-    np.dtype(t): code for code, t in enumerate(_NUMPY_BY_CODE) if 0 < code < _BYTES_CODE}
+    np.dtype(t): code for code, t in enumerate(_NUMPY_BY_CODE) if 0 < code < _BYTES_CODE
+}
 _log = logging.getLogger("tritonlite.python")
 
 
 # -- errors ----------------------------------------------------------------------------------
+
 
 class _ErrorCode(enum.IntEnum):
     """TRITONSERVER_Error_Code (Triton shows it as ``TritonError.__ErrorCode``)."""
@@ -158,6 +202,7 @@ def _unsupported(what: str) -> TritonModelException:
 
 # -- dtypes and BYTES --------------------------------------------------------------------------
 
+
 def triton_to_numpy_type(data_type: int) -> Any:
     """TRITONSERVER_DataType number -> numpy type; None when there is none (e.g. BF16)."""
     if isinstance(data_type, (int, np.integer)) and 0 < int(data_type) < len(_NUMPY_BY_CODE):
@@ -222,7 +267,7 @@ def deserialize_bytes_tensor(
         offset += 4
         if offset + length > len(buf):
             raise struct.error(f"unpack_from requires a buffer of at least {offset + length} bytes")
-        items.append(bytes(buf[offset:offset + length]))
+        items.append(bytes(buf[offset : offset + length]))
         offset += length
     out = np.empty(len(items), dtype=np.object_)
     out[:] = items
@@ -230,6 +275,7 @@ def deserialize_bytes_tensor(
 
 
 # -- config and tensor lookups ------------------------------------------------------------------
+
 
 def get_input_tensor_by_name(inference_request: Any, name: str) -> Tensor | None:
     for tensor in inference_request.inputs():
@@ -267,6 +313,7 @@ def using_decoupled_model_transaction_policy(model_config: dict[str, Any]) -> bo
 
 # -- the running model (set by the backend on the threads that run model code) -----------------
 
+
 class _Runtime(threading.local):
     model_dir: str | None = None  # the version directory of the model this thread runs
 
@@ -292,6 +339,7 @@ def get_model_dir() -> str:
 
 
 # -- tensors --------------------------------------------------------------------------------
+
 
 class Tensor:
     """A named numpy array: ``Tensor(name, numpy_array)``."""
@@ -363,12 +411,15 @@ class Tensor:
         elif not hasattr(tensor, "__dlpack__"):
             raise TritonModelException(
                 "Provided tensor is not supported. Tensor must be a DLPack capsule or have a "
-                "`__dlpack__` attribute")
+                "`__dlpack__` attribute"
+            )
         device = tensor.__dlpack_device__()
         if int(device[0]) not in (1, 3):  # kDLCPU, kDLCUDAHost
             raise TritonModelException(
                 f"DLPack tensors on device type {int(device[0])} are not supported by this "
-                "server: only CPU tensors are", _ErrorCode.UNSUPPORTED)
+                "server: only CPU tensors are",
+                _ErrorCode.UNSUPPORTED,
+            )
         return Tensor(name, np.from_dlpack(tensor))
 
     def __repr__(self) -> str:
@@ -397,6 +448,7 @@ class _Capsule:
 
 # -- requests, responses, senders -------------------------------------------------------------
 
+
 def _parameters_json(parameters: Any) -> str:
     if parameters is None:
         return "{}"
@@ -405,11 +457,13 @@ def _parameters_json(parameters: Any) -> str:
     for key, value in parameters.items():
         if not isinstance(key, str):
             raise TritonModelException(
-                f"Expect parameters keys to have type str, found type {type(key)}")
+                f"Expect parameters keys to have type str, found type {type(key)}"
+            )
         if not isinstance(value, (bool, int, float, str)):
             raise TritonModelException(
                 f"Expect parameters values to have type bool/int/float/str, found type "
-                f"{type(value)}")
+                f"{type(value)}"
+            )
     return json.dumps(parameters)
 
 
@@ -438,17 +492,22 @@ class InferenceResponse:
 
     __slots__ = ("_tensors", "_error", "_parameters", "_parameters_json")
 
-    def __init__(self, output_tensors: Iterable[Tensor] | None = None,
-                 error: TritonError | None = None,
-                 parameters: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        output_tensors: Iterable[Tensor] | None = None,
+        error: TritonError | None = None,
+        parameters: dict[str, Any] | None = None,
+    ) -> None:
         tensors = list(output_tensors) if output_tensors is not None else []
         for t in tensors:
             if not isinstance(t, Tensor):
                 raise TypeError(
-                    f"InferenceResponse(): output_tensors must hold pb_utils.Tensor, got {type(t)}")
+                    f"InferenceResponse(): output_tensors must hold pb_utils.Tensor, got {type(t)}"
+                )
         if error is not None and not isinstance(error, TritonError):
-            raise TypeError(f"InferenceResponse(): error must be a pb_utils.TritonError, got "
-                            f"{type(error)}")
+            raise TypeError(
+                f"InferenceResponse(): error must be a pb_utils.TritonError, got {type(error)}"
+            )
         self._parameters_json = _parameters_json(parameters)
         self._tensors = tensors
         self._error = error
@@ -484,12 +543,14 @@ class InferenceResponseSender:
     request or went away (streams only).
     """
 
-    __slots__ = ("_decoupled", "_closed", "_sent", "_lock", "_deliver", "_cancelled",
-                 "response")
+    __slots__ = ("_decoupled", "_closed", "_sent", "_lock", "_deliver", "_cancelled", "response")
 
-    def __init__(self, decoupled: bool = False,
-                 deliver: Callable[[InferenceResponse | None, bool], None] | None = None,
-                 cancelled: Callable[[], bool] = _never) -> None:
+    def __init__(
+        self,
+        decoupled: bool = False,
+        deliver: Callable[[InferenceResponse | None, bool], None] | None = None,
+        cancelled: Callable[[], bool] = _never,
+    ) -> None:
         self._decoupled = decoupled
         self._closed = False
         self._sent = 0
@@ -502,23 +563,29 @@ class InferenceResponseSender:
         if flags != TRITONSERVER_RESPONSE_COMPLETE_FINAL and flags != 0:
             raise TritonModelException("Unable to send response. Unsupported flag provided.")
         if flags == 0 and response is None:
-            raise TritonModelException("Inference Response object must be provided when the "
-                                       "response flags is set to zero.")
+            raise TritonModelException(
+                "Inference Response object must be provided when the response flags is set to zero."
+            )
         if response is not None and not isinstance(response, InferenceResponse):
             raise TypeError(f"send(): expected a pb_utils.InferenceResponse, got {type(response)}")
         final = flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL
         with self._lock:
             if not self._decoupled:
                 if response is not None and self._sent > 0:
-                    raise TritonModelException("Unable to send response. Non-decoupled model "
-                                               "cannot send more than one response.")
+                    raise TritonModelException(
+                        "Unable to send response. Non-decoupled model "
+                        "cannot send more than one response."
+                    )
                 if response is None and self._sent == 0:
-                    raise TritonModelException("Unable to send response. Non-decoupled model "
-                                               "cannot send complete final before sending a "
-                                               "response.")
+                    raise TritonModelException(
+                        "Unable to send response. Non-decoupled model "
+                        "cannot send complete final before sending a "
+                        "response."
+                    )
             if self._closed:
                 raise TritonModelException(
-                    "Unable to send response. Response sender has been closed.")
+                    "Unable to send response. Response sender has been closed."
+                )
             self._closed = final
             self._sent += 1
             if self._deliver is None:
@@ -551,30 +618,55 @@ class InferenceRequest:
     arrive in CPU memory, whatever ``preferred_memory`` asks for.
     """
 
-    __slots__ = ("_id", "_correlation_id", "_inputs", "_requested", "_model_name",
-                 "_model_version", "_flags", "_timeout", "_parameters", "_trace",
-                 "_sender", "_release_flags", "_core", "_bls")
+    __slots__ = (
+        "_id",
+        "_correlation_id",
+        "_inputs",
+        "_requested",
+        "_model_name",
+        "_model_version",
+        "_flags",
+        "_timeout",
+        "_parameters",
+        "_trace",
+        "_sender",
+        "_release_flags",
+        "_core",
+        "_bls",
+    )
 
-    def __init__(self, request_id: str = "", correlation_id: int | str = 0,
-                 inputs: Iterable[Tensor] | None = None,
-                 requested_output_names: Iterable[str] | None = None,
-                 model_name: str | None = None, model_version: int = -1, flags: int = 0,
-                 timeout: int = 0, preferred_memory: PreferredMemory | None = None,
-                 trace: InferenceTrace | None = None,
-                 parameters: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        request_id: str = "",
+        correlation_id: int | str = 0,
+        inputs: Iterable[Tensor] | None = None,
+        requested_output_names: Iterable[str] | None = None,
+        model_name: str | None = None,
+        model_version: int = -1,
+        flags: int = 0,
+        timeout: int = 0,
+        preferred_memory: PreferredMemory | None = None,
+        trace: InferenceTrace | None = None,
+        parameters: dict[str, Any] | None = None,
+    ) -> None:
         if inputs is None or requested_output_names is None or model_name is None:
-            raise TypeError("InferenceRequest(): 'inputs', 'requested_output_names' and "
-                            "'model_name' are required")
+            raise TypeError(
+                "InferenceRequest(): 'inputs', 'requested_output_names' and "
+                "'model_name' are required"
+            )
         if isinstance(correlation_id, bool) or not isinstance(correlation_id, (int, str)):
             raise TritonModelException("Correlation ID must be integer or string")
         tensors, names = _bls_arguments(inputs, requested_output_names, locals())
         if isinstance(correlation_id, int) and not 0 <= correlation_id < 1 << 64:
             raise TritonModelException(
                 f"Correlation ID must be an unsigned 64-bit integer or a string, got "
-                f"{correlation_id}")
+                f"{correlation_id}"
+            )
         if preferred_memory is not None and not isinstance(preferred_memory, PreferredMemory):
-            raise TypeError(f"InferenceRequest(): 'preferred_memory' must be a "
-                            f"pb_utils.PreferredMemory, got {type(preferred_memory)}")
+            raise TypeError(
+                f"InferenceRequest(): 'preferred_memory' must be a "
+                f"pb_utils.PreferredMemory, got {type(preferred_memory)}"
+            )
         self._parameters = _bls_parameters_json(parameters)
         self._id = request_id
         self._correlation_id: int | str = correlation_id
@@ -591,8 +683,9 @@ class InferenceRequest:
         self._bls = True
 
     @classmethod
-    def _of_core(cls, req: CoreRequest, requested: Iterable[str], model_name: str,
-                 model_version: int) -> InferenceRequest:
+    def _of_core(
+        cls, req: CoreRequest, requested: Iterable[str], model_name: str, model_version: int
+    ) -> InferenceRequest:
         """The request a model's execute sees for one of the core's requests."""
         r = cls.__new__(cls)
         r._core = req
@@ -602,12 +695,14 @@ class InferenceRequest:
         r._requested = set(requested)
         r._model_name = model_name
         r._model_version = model_version
-        r._flags = ((TRITONSERVER_REQUEST_FLAG_SEQUENCE_START if req.sequence_start else 0)
-                    | (TRITONSERVER_REQUEST_FLAG_SEQUENCE_END if req.sequence_end else 0))
+        r._flags = (TRITONSERVER_REQUEST_FLAG_SEQUENCE_START if req.sequence_start else 0) | (
+            TRITONSERVER_REQUEST_FLAG_SEQUENCE_END if req.sequence_end else 0
+        )
         r._timeout = req.timeout_us
         # Triton hands the model the request's custom parameters as compact JSON.
-        r._parameters = (json.dumps(req.parameters, separators=(",", ":")) if req.parameters
-                         else "{}")
+        r._parameters = (
+            json.dumps(req.parameters, separators=(",", ":")) if req.parameters else "{}"
+        )
         r._trace = InferenceTrace()
         r._sender = InferenceResponseSender()
         r._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
@@ -617,8 +712,9 @@ class InferenceRequest:
     def inputs(self) -> list[Tensor]:
         if self._inputs is None:
             assert self._core is not None
-            self._inputs = [Tensor._of_input(i.name, i.data) for i in self._core.inputs
-                            if i.data is not None]
+            self._inputs = [
+                Tensor._of_input(i.name, i.data) for i in self._core.inputs if i.data is not None
+            ]
         return self._inputs
 
     def request_id(self) -> str:
@@ -664,22 +760,30 @@ class InferenceRequest:
         return _access().execute_async(self, bool(decoupled))
 
 
-def _bls_arguments(inputs: Any, requested: Any,
-                   args: dict[str, Any]) -> tuple[list[Tensor], set[str]]:
+def _bls_arguments(
+    inputs: Any, requested: Any, args: dict[str, Any]
+) -> tuple[list[Tensor], set[str]]:
     """Type checks of the BLS constructor (pybind's in Triton: TypeError, as there)."""
     tensors = list(inputs) if isinstance(inputs, (list, tuple)) else None
     if tensors is None or not all(isinstance(t, Tensor) for t in tensors):
         raise TypeError("InferenceRequest(): 'inputs' must be a list of pb_utils.Tensor")
-    if (not isinstance(requested, (list, tuple, set, frozenset))
-            or not all(isinstance(n, str) for n in requested)):
+    if not isinstance(requested, (list, tuple, set, frozenset)) or not all(
+        isinstance(n, str) for n in requested
+    ):
         raise TypeError("InferenceRequest(): 'requested_output_names' must be a list of str")
-    checks = (("request_id", str), ("model_name", str), ("model_version", int), ("flags", int),
-              ("timeout", int))
+    checks = (
+        ("request_id", str),
+        ("model_name", str),
+        ("model_version", int),
+        ("flags", int),
+        ("timeout", int),
+    )
     for key, kind in checks:
         value = args[key]
         if not isinstance(value, kind) or isinstance(value, bool):
-            raise TypeError(f"InferenceRequest(): '{key}' must be {kind.__name__}, got "
-                            f"{type(value)}")
+            raise TypeError(
+                f"InferenceRequest(): '{key}' must be {kind.__name__}, got {type(value)}"
+            )
     for key in ("flags", "timeout"):
         if args[key] < 0:
             raise TypeError(f"InferenceRequest(): '{key}' must not be negative, got {args[key]}")
@@ -711,7 +815,8 @@ def _manage(what: str, factory: Callable[[Any], Any]) -> Any:
     except TritonliteError as exc:
         raise TritonModelException(
             f"{what}: Failed to process the request for model '{_instance_name()}', message: "
-            f"{exc.message}") from None
+            f"{exc.message}"
+        ) from None
 
 
 def load_model(model_name: str, config: str = "", files: dict[str, bytes] | None = None) -> None:
@@ -723,7 +828,8 @@ def load_model(model_name: str, config: str = "", files: dict[str, bytes] | None
     for key, content in (files or {}).items():
         if not isinstance(key, str) or not key.startswith("file:"):
             raise TritonModelException(
-                f"Failed to load model: file keys must start with 'file:', got {key!r}")
+                f"Failed to load model: file keys must start with 'file:', got {key!r}"
+            )
         if not isinstance(content, (bytes, bytearray)):
             raise TypeError(f"load_model(): the content of {key!r} must be bytes")
         params[key] = bytes(content)
@@ -734,8 +840,10 @@ def unload_model(model_name: str, unload_dependents: bool = False) -> None:
     """Unload ``model_name`` (and, if asked, its dependents); needs explicit model control."""
     if not isinstance(model_name, str):
         raise TypeError("unload_model(): 'model_name' must be str")
-    _manage("Failed to unload model",
-            lambda core: core.unload_model(model_name, bool(unload_dependents)))
+    _manage(
+        "Failed to unload model",
+        lambda core: core.unload_model(model_name, bool(unload_dependents)),
+    )
 
 
 def is_model_ready(model_name: str, model_version: str = "") -> bool:
@@ -748,7 +856,8 @@ def is_model_ready(model_name: str, model_version: str = "") -> bool:
             f"Failed to check model readiness: Failed to process the request for model "
             f"'{_instance_name()}', message: failed to get model version from specified "
             f"version string '{model_version}' (details: stol), version should be an integral "
-            "value > 0")
+            "value > 0"
+        )
     version = int(model_version) if model_version else -1
 
     async def ready(core: Any) -> bool:
@@ -762,6 +871,7 @@ def is_model_ready(model_name: str, model_version: str = "") -> bool:
 
 # -- logging ------------------------------------------------------------------------------------
 
+
 class _LogLevel(enum.IntEnum):
     INFO = 0
     WARNING = 1
@@ -769,8 +879,12 @@ class _LogLevel(enum.IntEnum):
     VERBOSE = 3
 
 
-_PY_LEVEL = {_LogLevel.INFO: logging.INFO, _LogLevel.WARNING: logging.WARNING,
-             _LogLevel.ERROR: logging.ERROR, _LogLevel.VERBOSE: logging.DEBUG}
+_PY_LEVEL = {
+    _LogLevel.INFO: logging.INFO,
+    _LogLevel.WARNING: logging.WARNING,
+    _LogLevel.ERROR: logging.ERROR,
+    _LogLevel.VERBOSE: logging.DEBUG,
+}
 
 
 class Logger:
@@ -805,6 +919,7 @@ class Logger:
 
 # -- custom metrics (kept in memory; not exported on /metrics yet) ------------------------------
 
+
 class _MetricKind(enum.IntEnum):
     COUNTER = 0
     GAUGE = 1
@@ -821,25 +936,28 @@ class _Metric:
 
     def increment(self, value: float) -> None:
         if self._kind == _MetricKind.HISTOGRAM:
-            raise TritonModelException("Failed to increment metric value. Metric kind "
-                                       "HISTOGRAM does not support increment.")
+            raise TritonModelException(
+                "Failed to increment metric value. Metric kind "
+                "HISTOGRAM does not support increment."
+            )
         if self._kind == _MetricKind.COUNTER and value < 0:
-            raise TritonModelException("Failed to increment metric value. Counter metrics "
-                                       "cannot be decremented.")
+            raise TritonModelException(
+                "Failed to increment metric value. Counter metrics cannot be decremented."
+            )
         with self._lock:
             self._value += value
 
     def set(self, value: float) -> None:
         if self._kind != _MetricKind.GAUGE:
-            raise TritonModelException("Failed to set metric value. Only GAUGE metrics can be "
-                                       "set.")
+            raise TritonModelException("Failed to set metric value. Only GAUGE metrics can be set.")
         with self._lock:
             self._value = float(value)
 
     def observe(self, value: float) -> None:
         if self._kind != _MetricKind.HISTOGRAM or self._buckets is None:
-            raise TritonModelException("Failed to observe metric value. Only HISTOGRAM metrics "
-                                       "can observe.")
+            raise TritonModelException(
+                "Failed to observe metric value. Only HISTOGRAM metrics can observe."
+            )
         with self._lock:
             self._value += value
             i = next((k for k, b in enumerate(self._buckets) if value <= b), len(self._buckets))
@@ -847,8 +965,9 @@ class _Metric:
 
     def value(self) -> float:
         if self._kind == _MetricKind.HISTOGRAM:
-            raise TritonModelException("Failed to get metric value. Metric kind HISTOGRAM does "
-                                       "not support value().")
+            raise TritonModelException(
+                "Failed to get metric value. Metric kind HISTOGRAM does not support value()."
+            )
         return self._value
 
 
@@ -865,11 +984,17 @@ class MetricFamily:
         self._metrics: dict[tuple[tuple[str, str], ...], _Metric] = {}
         if not MetricFamily._warned:
             MetricFamily._warned = True
-            _log.warning("pb_utils.MetricFamily '%s': custom metrics are kept in memory but are "
-                         "not exported on /metrics by this server yet", name)
+            _log.warning(
+                "pb_utils.MetricFamily '%s': custom metrics are kept in memory but are "
+                "not exported on /metrics by this server yet",
+                name,
+            )
 
-    def Metric(self, labels: dict[str, str] | None = None,  # noqa: N802 (Triton's name)
-               buckets: list[float] | None = None) -> _Metric:
+    def Metric(
+        self,
+        labels: dict[str, str] | None = None,  # noqa: N802 (Triton's name)
+        buckets: list[float] | None = None,
+    ) -> _Metric:
         if self.kind == _MetricKind.HISTOGRAM and buckets is None:
             raise TritonModelException("Missing required buckets for histogram metric.")
         key = tuple(sorted((labels or {}).items()))

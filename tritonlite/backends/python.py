@@ -99,8 +99,9 @@ def _may_run_inline(cfg: Any, cls: type, version_dir: Path) -> bool:
     loop), and not opted out with ``TRITONLITE_INLINE_EXECUTE: "false"``."""
     if cfg.model_transaction_policy.decoupled:
         return False
-    if INLINE_PARAMETER in cfg.parameters and \
-            cfg.parameters[INLINE_PARAMETER].string_value.strip().lower() in ("false", "0", "no"):
+    if INLINE_PARAMETER in cfg.parameters and cfg.parameters[
+        INLINE_PARAMETER
+    ].string_value.strip().lower() in ("false", "0", "no"):
         return False
     if inspect.iscoroutinefunction(getattr(cls, "execute", None)):
         return False
@@ -138,8 +139,9 @@ class PythonBackend:
         cls = getattr(module, "TritonPythonModel", None)
         if cls is None:
             self.scope.close()
-            raise internal(f"AttributeError: module '{module.__name__}' has no attribute "
-                           "'TritonPythonModel'")
+            raise internal(
+                f"AttributeError: module '{module.__name__}' has no attribute 'TritonPythonModel'"
+            )
         self.model_class = cls
         self.outputs = [o.name for o in cfg.output]
         self.inline = _may_run_inline(cfg, cls, ctx.version_dir)
@@ -220,10 +222,15 @@ class PythonInstance:
     def _execute_here(self, requests: list[InferRequest], timing: ExecTiming) -> list[Result]:
         ctx = self._ctx
         default_outputs = self._backend.outputs
-        batch = [pb_utils.InferenceRequest._of_core(
-                     r, default_outputs if r.outputs is None else [o.name for o in r.outputs],
-                     ctx.name, ctx.version)
-                 for r in requests]
+        batch = [
+            pb_utils.InferenceRequest._of_core(
+                r,
+                default_outputs if r.outputs is None else [o.name for o in r.outputs],
+                ctx.name,
+                ctx.version,
+            )
+            for r in requests
+        ]
         decoupled = self._backend.decoupled
         if decoupled:
             for pb_req, core_req in zip(batch, requests):
@@ -236,15 +243,18 @@ class PythonInstance:
         try:
             fn = getattr(self._model, "execute", None)
             if fn is None:
-                raise _BatchError(f"Python model {self._backend.path} does not implement "
-                                  "`execute` method.")
+                raise _BatchError(
+                    f"Python model {self._backend.path} does not implement `execute` method."
+                )
             ret = fn(batch)
             if decoupled:
                 if inspect.iscoroutine(ret):
                     self._run_in_background(ret, batch, requests)
                 elif ret is not None:
-                    raise _BatchError(f"Python model '{self._name}' is using the decoupled "
-                                      "mode and the execute function must return None.")
+                    raise _BatchError(
+                        f"Python model '{self._name}' is using the decoupled "
+                        "mode and the execute function must return None."
+                    )
                 timing.infer_end_ns = time.monotonic_ns()
                 return [_STREAMED] * len(requests)
             if inspect.iscoroutine(ret):
@@ -264,13 +274,15 @@ class PythonInstance:
                     pb_req.get_response_sender()._close()
             if getattr(self._model, "is_ready", None) is not None and not self.is_ready():
                 raise BackendFatalError(
-                    f"{err.message}\n(and its is_ready() is now False)") from exc
+                    f"{err.message}\n(and its is_ready() is now False)"
+                ) from exc
             return [err] * len(requests)
         finally:
             python_loader.sweep()
 
-    def _run_in_background(self, coro: Any, batch: list[pb_utils.InferenceRequest],
-                           requests: list[InferRequest]) -> None:
+    def _run_in_background(
+        self, coro: Any, batch: list[pb_utils.InferenceRequest], requests: list[InferRequest]
+    ) -> None:
         """A decoupled ``async def execute``: not awaited; a failure ends the open requests."""
         fut = asyncio.run_coroutine_threadsafe(coro, self._event_loop())
 
@@ -290,11 +302,14 @@ class PythonInstance:
 
     def _failure(self, exc: BaseException) -> TritonliteError:
         text = str(exc) if isinstance(exc, _BatchError) else describe(exc)
-        unsupported_feature = (isinstance(exc, pb_utils.TritonModelException)
-                               and exc.code == pb_utils.TritonError.UNSUPPORTED)
+        unsupported_feature = (
+            isinstance(exc, pb_utils.TritonModelException)
+            and exc.code == pb_utils.TritonError.UNSUPPORTED
+        )
         kind = ErrorCode.UNSUPPORTED if unsupported_feature else ErrorCode.INTERNAL
         return TritonliteError(
-            kind, f"Failed to process the request(s) for model '{self._name}', message: {text}")
+            kind, f"Failed to process the request(s) for model '{self._name}', message: {text}"
+        )
 
     def _results(self, batch: list[pb_utils.InferenceRequest], ret: Any) -> list[Result]:
         n = len(batch)
@@ -306,7 +321,8 @@ class PythonInstance:
             raise _BatchError(
                 "Number of InferenceResponse objects do not match the number of InferenceRequest "
                 f"objects. InferenceRequest(s) size is:{n}, and InferenceResponse(s) size "
-                f"is:{len(ret)}\n")
+                f"is:{len(ret)}\n"
+            )
         results: list[Result] = []
         for req, resp in zip(batch, ret):
             sent = req.get_response_sender().response
@@ -315,26 +331,36 @@ class PythonInstance:
                 if reschedule:
                     raise _BatchError(
                         "Expected a None object in the execute function return list for "
-                        f"reschduled request, found type '{type(resp)}'.")
+                        f"reschduled request, found type '{type(resp)}'."
+                    )
                 if not isinstance(resp, pb_utils.InferenceResponse):
                     raise _BatchError(
                         "Expected an 'InferenceResponse' object in the execute function return "
-                        f"list, found type '{type(resp)}'.")
+                        f"list, found type '{type(resp)}'."
+                    )
                 if sent is not None:
-                    raise _BatchError("Unable to send response. Non-decoupled model cannot send "
-                                      "more than one response.")
+                    raise _BatchError(
+                        "Unable to send response. Non-decoupled model cannot send "
+                        "more than one response."
+                    )
             elif reschedule:
-                results.append(unsupported(
-                    f"model '{self._name}' asked to reschedule a request "
-                    "(TRITONSERVER_REQUEST_RELEASE_RESCHEDULE): not supported yet"))
+                results.append(
+                    unsupported(
+                        f"model '{self._name}' asked to reschedule a request "
+                        "(TRITONSERVER_REQUEST_RELEASE_RESCHEDULE): not supported yet"
+                    )
+                )
                 continue
             else:
                 resp = sent
             if resp is None:
-                results.append(internal(
-                    f"Failed to process the request(s) for model '{self._name}', message: "
-                    "execute returned no response for a request and none was sent with its "
-                    "response sender"))
+                results.append(
+                    internal(
+                        f"Failed to process the request(s) for model '{self._name}', message: "
+                        "execute returned no response for a request and none was sent with its "
+                        "response sender"
+                    )
+                )
                 continue
             results.append(_result(resp))
         return results
@@ -352,8 +378,9 @@ class PythonInstance:
                 asyncio.set_event_loop(loop)
                 loop.run_forever()
 
-            self._loop_thread = threading.Thread(target=run, name=f"{self._name}-asyncio",
-                                                 daemon=True)
+            self._loop_thread = threading.Thread(
+                target=run, name=f"{self._name}-asyncio", daemon=True
+            )
             self._loop_thread.start()
             self._loop = loop
             if threading.get_ident() == self._ident:
@@ -375,8 +402,7 @@ class PythonInstance:
                 if inspect.iscoroutine(ret):
                     asyncio.run(ret)
             except Exception as exc:
-                log.error("finalize of model instance '%s' failed: %s", self._name,
-                          describe(exc))
+                log.error("finalize of model instance '%s' failed: %s", self._name, describe(exc))
             finally:
                 python_loader.sweep()
         self._model = None
@@ -399,12 +425,18 @@ class PythonInstance:
         try:
             ready = _probes.submit(probe).result(timeout=_READY_TIMEOUT_S)
         except Exception as exc:
-            log.warning("is_ready() of model instance '%s' failed: %s", self._name,
-                        describe(exc) if not isinstance(exc, TimeoutError) else "timed out")
+            log.warning(
+                "is_ready() of model instance '%s' failed: %s",
+                self._name,
+                describe(exc) if not isinstance(exc, TimeoutError) else "timed out",
+            )
             return False
         if not isinstance(ready, bool):
-            log.warning("is_ready() of model instance '%s' returned %s, not a bool", self._name,
-                        type(ready).__name__)
+            log.warning(
+                "is_ready() of model instance '%s' returned %s, not a bool",
+                self._name,
+                type(ready).__name__,
+            )
             return False
         return ready
 

@@ -50,7 +50,8 @@ class ModelConfig:
         if current > max_batch_size:
             raise ValueError(
                 f"configuration specified max_batch_size {current}, but in auto-complete-config "
-                f"function for model '{self._name()}' specified max_batch_size {max_batch_size}")
+                f"function for model '{self._name()}' specified max_batch_size {max_batch_size}"
+            )
         self._model_config["max_batch_size"] = max_batch_size
 
     def set_dynamic_batching(self) -> None:
@@ -59,7 +60,8 @@ class ModelConfig:
                 raise ValueError(
                     f"Configuration specified scheduling_choice as '{other}', but "
                     f"auto-complete-config function for model '{self._name()}' tries to set "
-                    "scheduling_choice as 'dynamic_batching'")
+                    "scheduling_choice as 'dynamic_batching'"
+                )
         self._model_config.setdefault("dynamic_batching", {})
 
     def _add_tensor(self, kind: str, tensor: dict[str, Any], allowed: tuple[str, ...]) -> None:
@@ -69,15 +71,19 @@ class ModelConfig:
                 names = ", ".join(f"'{a}'" for a in allowed[:-1]) + f" and '{allowed[-1]}'"
                 raise ValueError(
                     f"{kind} '{tensor.get('name')}' in auto-complete-config function for model "
-                    f"'{model}' contains property other than {names}.")
+                    f"'{model}' contains property other than {names}."
+                )
         if "name" not in tensor:
-            raise ValueError(f"{kind} in auto-complete-config function for model '{model}' is "
-                             "missing 'name' property.")
+            raise ValueError(
+                f"{kind} in auto-complete-config function for model '{model}' is "
+                "missing 'name' property."
+            )
         for prop in ("data_type", "dims"):
             if prop not in tensor:
                 raise ValueError(
                     f"{kind} '{tensor['name']}' in auto-complete-config function for model "
-                    f"'{model}' is missing '{prop}' property.")
+                    f"'{model}' is missing '{prop}' property."
+                )
         entries = self._model_config.setdefault(kind, [])
         for current in entries:
             if current.get("name") != tensor["name"]:
@@ -87,18 +93,24 @@ class ModelConfig:
                 raise ValueError(
                     f"unable to load model '{model}', configuration expects datatype "
                     f"{have_type} for {kind} '{tensor['name']}', model provides "
-                    f"{tensor['data_type']}")
+                    f"{tensor['data_type']}"
+                )
             if current.get("dims") and current["dims"] != tensor["dims"]:
                 raise ValueError(
                     f"model '{model}', tensor '{tensor['name']}': the model expects dims "
                     f"{tensor['dims']} but the model configuration specifies dims "
-                    f"{current['dims']}")
-            if ("optional" in current and "optional" in tensor
-                    and current["optional"] != tensor["optional"]):
+                    f"{current['dims']}"
+                )
+            if (
+                "optional" in current
+                and "optional" in tensor
+                and current["optional"] != tensor["optional"]
+            ):
                 raise ValueError(
                     f"model '{model}', tensor '{tensor['name']}': the model expects optional "
                     f"{tensor['optional']} but the model configuration specifies optional "
-                    f"{current['optional']}")
+                    f"{current['optional']}"
+                )
             current["data_type"] = tensor["data_type"]
             current["dims"] = tensor["dims"]
             if "optional" in tensor:
@@ -117,14 +129,16 @@ class ModelConfig:
             if prop != "decoupled":
                 raise ValueError(
                     "model transaction property in auto-complete-config function for model "
-                    f"'{self._name()}' contains property other than 'decoupled'.")
+                    f"'{self._name()}' contains property other than 'decoupled'."
+                )
         policy = self._model_config.setdefault("model_transaction_policy", {})
         if "decoupled" in transaction_policy_dict:
             wanted = transaction_policy_dict["decoupled"]
             if "decoupled" in policy and policy["decoupled"] != wanted:
                 raise ValueError(
                     "trying to change decoupled property in auto-complete-config for model "
-                    f"'{self._name()}', which is already set to '{policy['decoupled']}'.")
+                    f"'{self._name()}', which is already set to '{policy['decoupled']}'."
+                )
             policy["decoupled"] = wanted
 
 
@@ -138,8 +152,9 @@ def _apply(cfg: Any, before: dict[str, Any], after: dict[str, Any]) -> None:
     try:
         patch = parse_json(json.dumps({k: after[k] for k in keys if k in after}))
     except (TypeError, ValueError) as exc:
-        raise invalid_arg(f"auto_complete_config of model '{cfg.name}' returned a config that is "
-                          f"not JSON: {exc}") from None
+        raise invalid_arg(
+            f"auto_complete_config of model '{cfg.name}' returned a config that is not JSON: {exc}"
+        ) from None
     fields = cfg.DESCRIPTOR.fields_by_name
     for key in keys:
         field = fields.get(key)
@@ -227,8 +242,10 @@ def auto_complete(cfg: Any, model_dir: Path) -> None:
         except Exception as exc:
             raise invalid_arg(describe(exc)) from None
         if not isinstance(result, ModelConfig):
-            raise invalid_arg(f"auto_complete_config function in model '{cfg.name}' must return "
-                              "a valid pb.ModelConfig object.")
+            raise invalid_arg(
+                f"auto_complete_config function in model '{cfg.name}' must return "
+                "a valid pb.ModelConfig object."
+            )
         _apply(cfg, before, result.as_dict())
     finally:
         scope.close()

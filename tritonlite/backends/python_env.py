@@ -109,8 +109,20 @@ def uses_environment(cfg: Any) -> bool:
 _REMOVED_IN_2 = re.compile(r"`np\.(\w+)` was removed in the NumPy 2\.0 release")
 _NO_ATTRIBUTE = re.compile(r"module 'numpy' has no attribute '(\w+)'")
 # Removed by NumPy 2.x releases with a plain "has no attribute" message (deprecated in 2.0).
-_REMOVED_LATER = frozenset({"product", "cumproduct", "in1d", "trapz", "msort", "row_stack",
-                            "alltrue", "sometrue", "round_", "asfarray"})
+_REMOVED_LATER = frozenset(
+    {
+        "product",
+        "cumproduct",
+        "in1d",
+        "trapz",
+        "msort",
+        "row_stack",
+        "alltrue",
+        "sometrue",
+        "round_",
+        "asfarray",
+    }
+)
 
 
 def numpy2_hint(exc: BaseException) -> str:
@@ -144,14 +156,17 @@ def _hint(what: str) -> str:
         version = numpy.__version__
     except ImportError:  # pragma: no cover - numpy is a dependency
         version = "2"
-    return (f"\n\nThe model uses {what}; this server runs NumPy {version}. Update the model, or "
-            "run it in an environment with numpy<2: set the model's EXECUTION_ENV_PATH "
-            "parameter to a packed environment or an environment directory, e.g. parameters "
-            '{ key: "EXECUTION_ENV_PATH" value: { string_value: '
-            '"$$TRITON_MODEL_DIRECTORY/env.tar.gz" } }')
+    return (
+        f"\n\nThe model uses {what}; this server runs NumPy {version}. Update the model, or "
+        "run it in an environment with numpy<2: set the model's EXECUTION_ENV_PATH "
+        "parameter to a packed environment or an environment directory, e.g. parameters "
+        '{ key: "EXECUTION_ENV_PATH" value: { string_value: '
+        '"$$TRITON_MODEL_DIRECTORY/env.tar.gz" } }'
+    )
 
 
 # -- environments ------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True, slots=True)
 class Environment:
@@ -183,8 +198,10 @@ def resolve(value: str, model_dir: Path, model_name: str) -> Environment:
         root = path
     elif path.is_file():
         if not tarfile.is_tarfile(path):
-            raise internal(f"{where}: '{path}' is neither a directory nor a tar archive "
-                           "(e.g. a conda-pack .tar.gz)")
+            raise internal(
+                f"{where}: '{path}' is neither a directory nor a tar archive "
+                "(e.g. a conda-pack .tar.gz)"
+            )
         root = _unpacked(path, where)
     else:  # Triton 2.51's words
         raise internal(f"Failed to get the canonical path for {path}.")
@@ -253,6 +270,7 @@ def _unpacked(tarball: Path, where: str) -> Path:
 
 # -- the backend ---------------------------------------------------------------------------------
 
+
 class PythonEnvBackend:
     """A python model (one version) whose instances run in ``EXECUTION_ENV_PATH``."""
 
@@ -298,14 +316,25 @@ class PythonEnvInstance:
         backend, spec = self._backend, self._spec
         ctx, env = backend.ctx, backend.env
         try:
-            worker = WorkerProcess(env.python, env.root, spec.name,
-                                   f"model instance '{spec.name}'", on_exit=self._exited,
-                                   streamed=self._streamed)
+            worker = WorkerProcess(
+                env.python,
+                env.root,
+                spec.name,
+                f"model instance '{spec.name}'",
+                on_exit=self._exited,
+                streamed=self._streamed,
+            )
         except WorkerGone as exc:
             raise internal(str(exc)) from None
         hello = worker.hello
-        log.info("model instance '%s' runs in %s (python %s, numpy %s, pid %s)", spec.name,
-                 env.source, hello.get("python"), hello.get("numpy"), hello.get("pid"))
+        log.info(
+            "model instance '%s' runs in %s (python %s, numpy %s, pid %s)",
+            spec.name,
+            env.source,
+            hello.get("python"),
+            hello.get("numpy"),
+            hello.get("pid"),
+        )
         args = {
             "model_config": ctx.config_json,
             "model_instance_kind": spec.kind,
@@ -317,8 +346,15 @@ class PythonEnvInstance:
         }
         try:
             reply, _ = worker.call(
-                {"op": "init", **_model_files(backend.path, ctx.version_dir, ctx.model_dir),
-                 "args": args, "decoupled": backend.decoupled}, [], "initialize")
+                {
+                    "op": "init",
+                    **_model_files(backend.path, ctx.version_dir, ctx.model_dir),
+                    "args": args,
+                    "decoupled": backend.decoupled,
+                },
+                [],
+                "initialize",
+            )
         except WorkerGone as exc:
             worker.stop(finalize=False)
             raise internal(str(exc)) from None
@@ -331,8 +367,9 @@ class PythonEnvInstance:
         """On ``worker``'s relay thread when it exited: replace it if it died while idle (a
         death during a call fails that call instead, and the core rebuilds the instance)."""
         if not worker.broken and not self._closing:
-            threading.Thread(target=self._replace, args=(worker,), daemon=True,
-                             name=f"{self._name}-restart").start()
+            threading.Thread(
+                target=self._replace, args=(worker,), daemon=True, name=f"{self._name}-restart"
+            ).start()
 
     def _replace(self, worker: WorkerProcess) -> None:
         with self._lock:
@@ -343,8 +380,12 @@ class PythonEnvInstance:
     def _restart_locked(self, worker: WorkerProcess) -> None:
         """``_lock`` held; raises INTERNAL when the new worker does not start."""
         worker.stop(finalize=False)
-        log.warning("the python process of model instance '%s' (pid %d) exited while idle; "
-                    "starting a new one", self._name, worker.pid)
+        log.warning(
+            "the python process of model instance '%s' (pid %d) exited while idle; "
+            "starting a new one",
+            self._name,
+            worker.pid,
+        )
         try:
             self._worker = self._start()
         except TritonliteError as exc:
@@ -357,17 +398,26 @@ class PythonEnvInstance:
         metas = []
         try:
             for r in requests:
-                names = (self._backend.outputs if r.outputs is None
-                         else [o.name for o in r.outputs])
-                metas.append({
-                    "id": r.id, "correlation_id": r.sequence_id,
-                    "flags": (1 if r.sequence_start else 0) | (2 if r.sequence_end else 0),
-                    "timeout": r.timeout_us, "model_name": ctx.name,
-                    "model_version": ctx.version, "requested": names,
-                    "parameters": (json.dumps(r.parameters, separators=(",", ":"), default=str)
-                                   if r.parameters else "{}"),
-                    "inputs": [packer.add(i.name, i.data) for i in r.inputs
-                               if i.data is not None]})
+                names = self._backend.outputs if r.outputs is None else [o.name for o in r.outputs]
+                metas.append(
+                    {
+                        "id": r.id,
+                        "correlation_id": r.sequence_id,
+                        "flags": (1 if r.sequence_start else 0) | (2 if r.sequence_end else 0),
+                        "timeout": r.timeout_us,
+                        "model_name": ctx.name,
+                        "model_version": ctx.version,
+                        "requested": names,
+                        "parameters": (
+                            json.dumps(r.parameters, separators=(",", ":"), default=str)
+                            if r.parameters
+                            else "{}"
+                        ),
+                        "inputs": [
+                            packer.add(i.name, i.data) for i in r.inputs if i.data is not None
+                        ],
+                    }
+                )
         except TypeError as exc:
             return [unsupported(f"model '{ctx.name}': {exc}")] * len(requests)
         timing.input_end_ns = time.monotonic_ns()
@@ -376,8 +426,7 @@ class PythonEnvInstance:
             batch_id = next(self._batches)
             for r in requests:
                 if r.responder is None:  # only infer_stream runs decoupled models: a guard
-                    raise internal("a request of a decoupled model came without a response "
-                                   "stream")
+                    raise internal("a request of a decoupled model came without a response stream")
                 r.responder.begin(timing.input_end_ns)  # response statistics start here
             with self._streams_lock:
                 self._streams[batch_id] = _Batch(requests)
@@ -398,8 +447,14 @@ class PythonEnvInstance:
                 self._orphaned([batch])
         return results
 
-    def _run(self, requests: list[InferRequest], metas: list[dict[str, Any]], packer: Packer,
-             batch_id: int, timing: ExecTiming) -> list[Result]:
+    def _run(
+        self,
+        requests: list[InferRequest],
+        metas: list[dict[str, Any]],
+        packer: Packer,
+        batch_id: int,
+        timing: ExecTiming,
+    ) -> list[Result]:
         with self._lock:
             worker = self._worker
             if not worker.alive() and not worker.broken:  # died idle: not replaced yet
@@ -409,18 +464,22 @@ class PythonEnvInstance:
                     raise BackendFatalError(exc.message) from None
                 worker = self._worker
             try:
-                reply, buf = worker.call({"op": "execute", "requests": metas, "batch": batch_id},
-                                         packer.blobs, "execute")
+                reply, buf = worker.call(
+                    {"op": "execute", "requests": metas, "batch": batch_id}, packer.blobs, "execute"
+                )
             except WorkerGone as exc:
                 raise BackendFatalError(str(exc)) from None
             if reply.get("exiting"):
                 worker.mark_broken()
         timing.infer_end_ns = time.monotonic_ns()
         if "error" in reply:
-            code = ErrorCode.UNSUPPORTED if reply.get("code") == "UNSUPPORTED" \
-                else ErrorCode.INTERNAL
-            message = (f"Failed to process the request(s) for model '{self._name}', message: "
-                       f"{reply['error']}")
+            code = (
+                ErrorCode.UNSUPPORTED if reply.get("code") == "UNSUPPORTED" else ErrorCode.INTERNAL
+            )
+            message = (
+                f"Failed to process the request(s) for model '{self._name}', message: "
+                f"{reply['error']}"
+            )
             log.error("%s", message)
             if batch_id:  # the core ends each request still open with the error
                 with self._streams_lock:
@@ -432,8 +491,9 @@ class PythonEnvInstance:
             return [_STREAMED] * len(requests)
         return [_result(out, buf) for out in reply["responses"]]
 
-    def _bls(self, worker: WorkerProcess, meta: dict[str, Any],
-             inputs: list[tuple[str, Any]]) -> None:
+    def _bls(
+        self, worker: WorkerProcess, meta: dict[str, Any], inputs: list[tuple[str, Any]]
+    ) -> None:
         """Run the model's BLS request through the core as an in-process model's runs, and
         send the worker its response(s), then ``done`` (or the exception to raise)."""
         from tritonlite.backends import pb_utils
@@ -443,20 +503,27 @@ class PythonEnvInstance:
             try:
                 r = meta["request"]
                 request = pb_utils.InferenceRequest(
-                    request_id=r["request_id"], correlation_id=r["correlation_id"],
+                    request_id=r["request_id"],
+                    correlation_id=r["correlation_id"],
                     inputs=[pb_utils.Tensor(name, array) for name, array in inputs],
-                    requested_output_names=r["requested"], model_name=r["model_name"],
-                    model_version=r["model_version"], flags=r["flags"], timeout=r["timeout"],
-                    parameters=r["parameters"])
+                    requested_output_names=r["requested"],
+                    model_name=r["model_name"],
+                    model_version=r["model_version"],
+                    flags=r["flags"],
+                    timeout=r["timeout"],
+                    parameters=r["parameters"],
+                )
                 answer = request.exec(decoupled)
-                for resp in (answer if decoupled else [answer]):
+                for resp in answer if decoupled else [answer]:
                     packer = Packer()
                     body = _server_response(resp, packer)
-                    worker.post({"op": "bls_reply", "id": call_id, "response": body},
-                                packer.blobs)
+                    worker.post({"op": "bls_reply", "id": call_id, "response": body}, packer.blobs)
             except Exception as exc:  # raised in the model, as in-process
-                text = exc.message() if isinstance(exc, pb_utils.TritonModelException) \
+                text = (
+                    exc.message()
+                    if isinstance(exc, pb_utils.TritonModelException)
                     else f"{type(exc).__name__}: {exc}"
+                )
                 worker.post({"op": "bls_reply", "id": call_id, "raise": text}, [])
                 return
             worker.post({"op": "bls_reply", "id": call_id, "done": True}, [])
@@ -465,8 +532,10 @@ class PythonEnvInstance:
 
     def _orphaned(self, batches: list[_Batch]) -> None:
         """Each request still open in ``batches`` ends with an error: its worker is gone."""
-        err = internal(f"the python process of model instance '{self._name}' exited before "
-                       "the request's final response")
+        err = internal(
+            f"the python process of model instance '{self._name}' exited before "
+            "the request's final response"
+        )
         for b in batches:
             for req, is_open in zip(b.requests, b.is_open):
                 if is_open and req.responder is not None:
@@ -478,15 +547,17 @@ class PythonEnvInstance:
         then ends with an error; a batch still executing fails through the execute call)."""
         if meta["op"] == "bls":
             inputs = [(d["name"], unpack(d, buf)) for d in meta["request"]["inputs"]]
-            threading.Thread(target=self._bls, args=(worker, meta, inputs), daemon=True,
-                             name=self._name).start()  # (BLS errors name the thread's model)
+            threading.Thread(
+                target=self._bls, args=(worker, meta, inputs), daemon=True, name=self._name
+            ).start()  # (BLS errors name the thread's model)
             return
         if meta["op"] == "is_cancelled":
             with self._streams_lock:
                 batch = self._streams.get(meta["batch"])
                 req = batch.requests[int(meta["index"])] if batch is not None else None
-            cancelled = bool(req is not None and req.responder is not None
-                             and req.responder.is_cancelled())
+            cancelled = bool(
+                req is not None and req.responder is not None and req.responder.is_cancelled()
+            )
             try:
                 worker.post({"op": "bls_reply", "id": meta["id"], "cancelled": cancelled}, [])
             except OSError:
@@ -567,16 +638,22 @@ def _server_response(resp: Any, packer: Packer) -> dict[str, Any]:
     err = resp.error()
     if err is not None:
         return {"error": [err.code().name, err.message()]}
-    return {"outputs": [packer.add(t.name(), t.as_numpy()) for t in resp.output_tensors()],
-            "parameters": dict(resp._parameters)}
+    return {
+        "outputs": [packer.add(t.name(), t.as_numpy()) for t in resp.output_tensors()],
+        "parameters": dict(resp._parameters),
+    }
 
 
 def _model_files(path: Path, version_dir: Path, model_dir: Path) -> dict[str, str]:
     """What the worker needs to import model.py (and to give it ``pb_utils.ModelConfig``)."""
     from tritonlite.backends.python_autocomplete import ModelConfig
 
-    return {"model_path": str(path), "version_dir": str(version_dir),
-            "model_dir": str(model_dir), "model_config_source": inspect.getsource(ModelConfig)}
+    return {
+        "model_path": str(path),
+        "version_dir": str(version_dir),
+        "model_dir": str(model_dir),
+        "model_config_source": inspect.getsource(ModelConfig),
+    }
 
 
 def auto_complete(cfg: Any, model_dir: Path) -> None:
@@ -605,14 +682,21 @@ def auto_complete(cfg: Any, model_dir: Path) -> None:
     normalize(shown)
     before = render_json(shown)
     try:
-        worker = WorkerProcess(env.python, env.root, f"{cfg.name}-autocomplete",
-                               f"model '{cfg.name}' (auto-complete)")
+        worker = WorkerProcess(
+            env.python, env.root, f"{cfg.name}-autocomplete", f"model '{cfg.name}' (auto-complete)"
+        )
     except WorkerGone as exc:
         raise internal(str(exc)) from None
     try:
         reply, _ = worker.call(
-            {"op": "auto_complete", **_model_files(path, path.parent, model_dir),
-             "config": json.dumps(before)}, [], "auto-complete")
+            {
+                "op": "auto_complete",
+                **_model_files(path, path.parent, model_dir),
+                "config": json.dumps(before),
+            },
+            [],
+            "auto-complete",
+        )
     except WorkerGone as exc:
         raise internal(str(exc)) from None
     finally:

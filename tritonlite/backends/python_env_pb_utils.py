@@ -34,15 +34,35 @@ TRITONSERVER_MEMORY_GPU = 0
 TRITONSERVER_MEMORY_CPU = 1
 
 TRITON_STRING_TO_NUMPY = {
-    "TYPE_BOOL": bool, "TYPE_UINT8": np.uint8, "TYPE_UINT16": np.uint16,
-    "TYPE_UINT32": np.uint32, "TYPE_UINT64": np.uint64, "TYPE_INT8": np.int8,
-    "TYPE_INT16": np.int16, "TYPE_INT32": np.int32, "TYPE_INT64": np.int64,
-    "TYPE_FP16": np.float16, "TYPE_FP32": np.float32, "TYPE_FP64": np.float64,
+    "TYPE_BOOL": bool,
+    "TYPE_UINT8": np.uint8,
+    "TYPE_UINT16": np.uint16,
+    "TYPE_UINT32": np.uint32,
+    "TYPE_UINT64": np.uint64,
+    "TYPE_INT8": np.int8,
+    "TYPE_INT16": np.int16,
+    "TYPE_INT32": np.int32,
+    "TYPE_INT64": np.int64,
+    "TYPE_FP16": np.float16,
+    "TYPE_FP32": np.float32,
+    "TYPE_FP64": np.float64,
     "TYPE_STRING": np.object_,
 }
 _NUMPY_BY_CODE = (
-    None, np.bool_, np.uint8, np.uint16, np.uint32, np.uint64, np.int8, np.int16, np.int32,
-    np.int64, np.float16, np.float32, np.float64, np.object_,
+    None,
+    np.bool_,
+    np.uint8,
+    np.uint16,
+    np.uint32,
+    np.uint64,
+    np.int8,
+    np.int16,
+    np.int32,
+    np.int64,
+    np.float16,
+    np.float32,
+    np.float64,
+    np.object_,
 )
 _BYTES_CODE = 13
 _model_dir: str | None = None  # set by the worker before the model is imported
@@ -100,11 +120,13 @@ class TritonModelException(Exception):
 
 def _unsupported(what: str) -> TritonModelException:
     return TritonModelException(
-        f"{what} is not supported for a model that runs in its own EXECUTION_ENV_PATH "
-        "environment", _ErrorCode.UNSUPPORTED)
+        f"{what} is not supported for a model that runs in its own EXECUTION_ENV_PATH environment",
+        _ErrorCode.UNSUPPORTED,
+    )
 
 
 # -- dtypes, BYTES, lookups ----------------------------------------------------------------
+
 
 def triton_to_numpy_type(data_type: int) -> Any:
     if isinstance(data_type, (int, np.integer)) and 0 < int(data_type) < len(_NUMPY_BY_CODE):
@@ -151,7 +173,7 @@ def deserialize_bytes_tensor(encoded_tensor: Any) -> Any:
     while offset < len(buf):
         (length,) = struct.unpack_from("<I", buf, offset)
         offset += 4
-        items.append(bytes(buf[offset:offset + length]))
+        items.append(bytes(buf[offset : offset + length]))
         offset += length
     out = np.empty(len(items), dtype=np.object_)
     out[:] = items
@@ -199,6 +221,7 @@ def get_model_dir() -> str:
 
 
 # -- tensors, requests, responses ------------------------------------------------------------
+
 
 class Tensor:
     """A named numpy array: ``Tensor(name, numpy_array)``."""
@@ -256,7 +279,8 @@ class Tensor:
         if not hasattr(tensor, "__dlpack__"):
             raise TritonModelException(
                 "Provided tensor is not supported. Tensor must be a DLPack capsule or have a "
-                "`__dlpack__` attribute")
+                "`__dlpack__` attribute"
+            )
         return Tensor(name, np.from_dlpack(tensor))
 
     def __repr__(self) -> str:
@@ -271,27 +295,35 @@ def _parameters_json(parameters: Any) -> str:
     for key, value in parameters.items():
         if not isinstance(key, str):
             raise TritonModelException(
-                f"Expect parameters keys to have type str, found type {type(key)}")
+                f"Expect parameters keys to have type str, found type {type(key)}"
+            )
         if not isinstance(value, (bool, int, float, str)):
             raise TritonModelException(
                 "Expect parameters values to have type bool/int/float/str, found type "
-                f"{type(value)}")
+                f"{type(value)}"
+            )
     return json.dumps(parameters)
 
 
 class InferenceResponse:
     """``InferenceResponse(output_tensors=[], error=None, parameters=None)``."""
 
-    def __init__(self, output_tensors: Any = None, error: TritonError | None = None,
-                 parameters: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        output_tensors: Any = None,
+        error: TritonError | None = None,
+        parameters: dict[str, Any] | None = None,
+    ) -> None:
         tensors = list(output_tensors) if output_tensors is not None else []
         for t in tensors:
             if not isinstance(t, Tensor):
                 raise TypeError(
-                    f"InferenceResponse(): output_tensors must hold pb_utils.Tensor, got {type(t)}")
+                    f"InferenceResponse(): output_tensors must hold pb_utils.Tensor, got {type(t)}"
+                )
         if error is not None and not isinstance(error, TritonError):
-            raise TypeError(f"InferenceResponse(): error must be a pb_utils.TritonError, got "
-                            f"{type(error)}")
+            raise TypeError(
+                f"InferenceResponse(): error must be a pb_utils.TritonError, got {type(error)}"
+            )
         self._parameters_json = _parameters_json(parameters)
         self._tensors = tensors
         self._error = error
@@ -319,8 +351,7 @@ class InferenceResponseSender:
     flags-only FINAL) instead of returning it from ``execute``; it is kept in ``response``.
     """
 
-    def __init__(self, decoupled: bool = False, deliver: Any = None,
-                 cancelled: Any = None) -> None:
+    def __init__(self, decoupled: bool = False, deliver: Any = None, cancelled: Any = None) -> None:
         import threading
 
         self._decoupled = decoupled
@@ -335,23 +366,29 @@ class InferenceResponseSender:
         if flags != TRITONSERVER_RESPONSE_COMPLETE_FINAL and flags != 0:
             raise TritonModelException("Unable to send response. Unsupported flag provided.")
         if flags == 0 and response is None:
-            raise TritonModelException("Inference Response object must be provided when the "
-                                       "response flags is set to zero.")
+            raise TritonModelException(
+                "Inference Response object must be provided when the response flags is set to zero."
+            )
         if response is not None and not isinstance(response, InferenceResponse):
             raise TypeError(f"send(): expected a pb_utils.InferenceResponse, got {type(response)}")
         final = flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL
         with self._lock:
             if not self._decoupled:
                 if response is not None and self._sent > 0:
-                    raise TritonModelException("Unable to send response. Non-decoupled model "
-                                               "cannot send more than one response.")
+                    raise TritonModelException(
+                        "Unable to send response. Non-decoupled model "
+                        "cannot send more than one response."
+                    )
                 if response is None and self._sent == 0:
-                    raise TritonModelException("Unable to send response. Non-decoupled model "
-                                               "cannot send complete final before sending a "
-                                               "response.")
+                    raise TritonModelException(
+                        "Unable to send response. Non-decoupled model "
+                        "cannot send complete final before sending a "
+                        "response."
+                    )
             if self._closed:
                 raise TritonModelException(
-                    "Unable to send response. Response sender has been closed.")
+                    "Unable to send response. Response sender has been closed."
+                )
             self._closed = final
             self._sent += 1
             if self._deliver is None:
@@ -389,11 +426,20 @@ class PreferredMemory:
 class InferenceRequest:
     """A request the model executes; constructing one for BLS works, ``exec`` does not here."""
 
-    def __init__(self, request_id: str = "", correlation_id: Any = 0, inputs: Any = None,
-                 requested_output_names: Any = None, model_name: str | None = None,
-                 model_version: int = -1, flags: int = 0, timeout: int = 0,
-                 preferred_memory: Any = None, trace: Any = None,
-                 parameters: Any = None) -> None:
+    def __init__(
+        self,
+        request_id: str = "",
+        correlation_id: Any = 0,
+        inputs: Any = None,
+        requested_output_names: Any = None,
+        model_name: str | None = None,
+        model_version: int = -1,
+        flags: int = 0,
+        timeout: int = 0,
+        preferred_memory: Any = None,
+        trace: Any = None,
+        parameters: Any = None,
+    ) -> None:
         self._id = request_id
         self._correlation_id = correlation_id
         self._inputs = list(inputs or [])
@@ -403,8 +449,9 @@ class InferenceRequest:
         self._flags = flags
         self._timeout = timeout
         self._trace = trace or InferenceTrace()
-        self._parameters = (parameters if isinstance(parameters, str)
-                            else _parameters_json(parameters))
+        self._parameters = (
+            parameters if isinstance(parameters, str) else _parameters_json(parameters)
+        )
         self._sender = InferenceResponseSender()
 
     @classmethod
@@ -488,6 +535,7 @@ def is_model_ready(model_name: str, model_version: str = "") -> bool:
 
 # -- logging and metrics ---------------------------------------------------------------------
 
+
 class _LogLevel(enum.IntEnum):
     INFO = 0
     WARNING = 1
@@ -554,7 +602,10 @@ class MetricFamily:
         self.kind = kind
         self._metrics: dict[Any, _Metric] = {}
 
-    def Metric(self, labels: dict[str, str] | None = None,  # noqa: N802 (Triton's name)
-               buckets: list[float] | None = None) -> _Metric:
+    def Metric(
+        self,
+        labels: dict[str, str] | None = None,  # noqa: N802 (Triton's name)
+        buckets: list[float] | None = None,
+    ) -> _Metric:
         key = tuple(sorted((labels or {}).items()))
         return self._metrics.setdefault(key, _Metric())

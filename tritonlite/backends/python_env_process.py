@@ -58,10 +58,15 @@ def worker_env(root: Path) -> dict[str, str]:
 class WorkerProcess:
     """A started worker (``hello`` is its first message: pid, python and numpy versions)."""
 
-    def __init__(self, python: Path, root: Path, name: str, label: str,
-                 on_exit: Callable[[WorkerProcess], None] | None = None,
-                 streamed: Callable[[WorkerProcess, dict[str, Any], bytearray], None] | None
-                 = None) -> None:
+    def __init__(
+        self,
+        python: Path,
+        root: Path,
+        name: str,
+        label: str,
+        on_exit: Callable[[WorkerProcess], None] | None = None,
+        streamed: Callable[[WorkerProcess, dict[str, Any], bytearray], None] | None = None,
+    ) -> None:
         self.python = python
         self._on_exit = on_exit
         self._streamed = streamed
@@ -75,8 +80,12 @@ class WorkerProcess:
         try:
             self._proc = subprocess.Popen(
                 [str(python), str(WORKER), str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=worker_env(root))
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env=worker_env(root),
+            )
         except OSError as exc:
             ours.close()
             raise WorkerGone(f"cannot start {python} for {label}: {exc}") from None
@@ -141,8 +150,9 @@ class WorkerProcess:
         if self._on_exit is not None:
             self._on_exit(self)
 
-    def call(self, meta: dict[str, Any], blobs: list[Any],
-             during: str) -> tuple[dict[str, Any], bytearray]:
+    def call(
+        self, meta: dict[str, Any], blobs: list[Any], during: str
+    ) -> tuple[dict[str, Any], bytearray]:
         """Send one message and wait for the answer (``during`` names the step, for errors)."""
         try:
             if self._broken:
@@ -187,8 +197,10 @@ class WorkerProcess:
             else:
                 how = f"exited with code {code}"
         self._drain.join(timeout=2.0)
-        text = (f"the python process of {self.label} (pid {self._proc.pid}, {self.python}) "
-                f"{how} during {during}")
+        text = (
+            f"the python process of {self.label} (pid {self._proc.pid}, {self.python}) "
+            f"{how} during {during}"
+        )
         tail = [line for line in self._tail if line.strip()][-8:]
         if tail and code >= 0:
             text += ". Its last output:\n" + "\n".join(tail)

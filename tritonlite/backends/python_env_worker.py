@@ -43,6 +43,7 @@ class ChannelClosed(Exception):
 
 # -- framing (shared with the server) ----------------------------------------------------------
 
+
 def send_message(sock: socket.socket, meta: dict[str, Any], blobs: list[Any]) -> None:
     """Send one message: ``meta`` as JSON, then ``blobs`` (bytes-like, laid out by ``pack``)."""
     body = json.dumps(meta, separators=(",", ":")).encode("utf-8")
@@ -99,11 +100,12 @@ class Packer:
             raw = arr.reshape(-1).view(np.uint8).data
             dtype = arr.dtype.str
         else:
-            raise TypeError(f"tensor '{name}' has numpy dtype {arr.dtype}, which cannot cross "
-                            "to or from an EXECUTION_ENV_PATH environment")
+            raise TypeError(
+                f"tensor '{name}' has numpy dtype {arr.dtype}, which cannot cross "
+                "to or from an EXECUTION_ENV_PATH environment"
+            )
         nbytes = memoryview(raw).nbytes
-        desc = {"name": name, "dtype": dtype, "shape": shape, "offset": self.size,
-                "nbytes": nbytes}
+        desc = {"name": name, "dtype": dtype, "shape": shape, "offset": self.size, "nbytes": nbytes}
         self.blobs.append(raw)
         self.size += nbytes
         pad = -self.size % _ALIGN
@@ -120,16 +122,18 @@ def unpack(desc: dict[str, Any], buf: bytearray) -> Any:
     if start < 0 or nbytes < 0 or start + nbytes > len(buf):
         raise ValueError(f"tensor '{desc['name']}' lies outside its message")
     if desc["dtype"] == "BYTES":
-        items = deserialize_bytes(memoryview(buf)[start:start + nbytes])
+        items = deserialize_bytes(memoryview(buf)[start : start + nbytes])
         if len(items) != _count(shape):
-            raise ValueError(f"tensor '{desc['name']}': {len(items)} BYTES elements for shape "
-                             f"{list(shape)}")
+            raise ValueError(
+                f"tensor '{desc['name']}': {len(items)} BYTES elements for shape {list(shape)}"
+            )
         return items.reshape(shape)
     dtype = np.dtype(desc["dtype"])
     count = _count(shape)
     if count * dtype.itemsize != nbytes:
-        raise ValueError(f"tensor '{desc['name']}': {nbytes} bytes for shape {list(shape)} of "
-                         f"{dtype}")
+        raise ValueError(
+            f"tensor '{desc['name']}': {nbytes} bytes for shape {list(shape)} of {dtype}"
+        )
     return np.frombuffer(buf, dtype=dtype, count=count, offset=start).reshape(shape)
 
 
@@ -162,7 +166,7 @@ def deserialize_bytes(buf: Any) -> Any:
         offset += 4
         if offset + length > len(view):
             raise ValueError("truncated BYTES element")
-        items.append(bytes(view[offset:offset + length]))
+        items.append(bytes(view[offset : offset + length]))
         offset += length
     out = np.empty(len(items), dtype=np.object_)
     out[:] = items
@@ -170,6 +174,7 @@ def deserialize_bytes(buf: Any) -> Any:
 
 
 # -- the worker --------------------------------------------------------------------------------
+
 
 def describe(exc: BaseException) -> str:
     """``Type: message`` plus the model's frames, innermost first (Triton's stub format)."""
@@ -179,11 +184,13 @@ def describe(exc: BaseException) -> str:
     here = os.path.dirname(os.path.abspath(__file__))
     hidden = (here, os.path.dirname(asyncio.__file__), "<frozen", _MODEL_CONFIG_FILE)
     text = f"{type(exc).__name__}: {exc}"
-    frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if not f.filename.startswith(hidden)]
+    frames = [
+        f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(hidden)
+    ]
     if frames:
-        text += "\n\nAt:\n" + "".join(f"  {f.filename}({f.lineno}): {f.name}\n"
-                                       for f in reversed(frames))
+        text += "\n\nAt:\n" + "".join(
+            f"  {f.filename}({f.lineno}): {f.name}\n" for f in reversed(frames)
+        )
     return text
 
 
@@ -251,8 +258,7 @@ class Worker:
         """Whether the client cancelled request ``index`` of ``batch`` (asks the server)."""
         call_id, waiting = self._expect()
         try:
-            self._send({"op": "is_cancelled", "id": call_id, "batch": batch, "index": index},
-                       [])
+            self._send({"op": "is_cancelled", "id": call_id, "batch": batch, "index": index}, [])
             message = waiting.get()
             return message is not None and bool(message[0].get("cancelled"))
         finally:
@@ -267,12 +273,25 @@ class Worker:
         packer = Packer()
         inputs = [packer.add(t.name(), t._array) for t in request._inputs]
         parameters = request._parameters
-        self._send({"op": "bls", "id": call_id, "decoupled": decoupled, "request": {
-            "model_name": request._model_name, "model_version": request._model_version,
-            "request_id": request._id, "correlation_id": request._correlation_id,
-            "flags": request._flags, "timeout": request._timeout,
-            "requested": sorted(request._requested), "parameters": parameters,
-            "inputs": inputs}}, packer.blobs)
+        self._send(
+            {
+                "op": "bls",
+                "id": call_id,
+                "decoupled": decoupled,
+                "request": {
+                    "model_name": request._model_name,
+                    "model_version": request._model_version,
+                    "request_id": request._id,
+                    "correlation_id": request._correlation_id,
+                    "flags": request._flags,
+                    "timeout": request._timeout,
+                    "requested": sorted(request._requested),
+                    "parameters": parameters,
+                    "inputs": inputs,
+                },
+            },
+            packer.blobs,
+        )
 
         def answers() -> Any:
             try:
@@ -303,8 +322,15 @@ class Worker:
     def serve(self) -> int:
         import threading
 
-        self._send({"op": "hello", "pid": os.getpid(), "python": sys.version.split()[0],
-                    "numpy": np.__version__}, [])
+        self._send(
+            {
+                "op": "hello",
+                "pid": os.getpid(),
+                "python": sys.version.split()[0],
+                "numpy": np.__version__,
+            },
+            [],
+        )
         threading.Thread(target=self._read, name="reader", daemon=True).start()
         while True:
             message = self.inbox.get()
@@ -363,8 +389,10 @@ class Worker:
             module = self._import(meta)
             cls = getattr(module, "TritonPythonModel", None)
             if cls is None:
-                return {"error": f"AttributeError: module '{module.__name__}' has no attribute "
-                                 "'TritonPythonModel'"}
+                return {
+                    "error": f"AttributeError: module '{module.__name__}' has no attribute "
+                    "'TritonPythonModel'"
+                }
             self.model = cls()
             init = getattr(self.model, "initialize", None)
             if init is not None:
@@ -379,8 +407,7 @@ class Worker:
         pb = self.pb
         try:
             module = self._import(meta)
-            fn = getattr(getattr(module, "TritonPythonModel", None), "auto_complete_config",
-                         None)
+            fn = getattr(getattr(module, "TritonPythonModel", None), "auto_complete_config", None)
             if fn is None:
                 return {"config": None}
             config = pb.ModelConfig(meta["config"])
@@ -389,8 +416,10 @@ class Worker:
             return {"error": describe(exc)}
         if not isinstance(result, pb.ModelConfig):
             name = json.loads(meta["config"]).get("name", "")
-            return {"error": f"auto_complete_config function in model '{name}' must return a "
-                             "valid pb.ModelConfig object."}
+            return {
+                "error": f"auto_complete_config function in model '{name}' must return a "
+                "valid pb.ModelConfig object."
+            }
         return {"config": result.as_dict()}
 
     def _await(self, ret: Any) -> Any:
@@ -405,8 +434,9 @@ class Worker:
             asyncio.set_event_loop(self.loop)
         return self.loop.run_until_complete(ret)
 
-    def execute(self, meta: dict[str, Any],
-                buf: bytearray) -> tuple[dict[str, Any], list[Any], bool]:
+    def execute(
+        self, meta: dict[str, Any], buf: bytearray
+    ) -> tuple[dict[str, Any], list[Any], bool]:
         pb = self.pb
         batch = []
         for r in meta["requests"]:
@@ -415,33 +445,40 @@ class Worker:
         if self.decoupled:
             for index, req in enumerate(batch):
                 req._sender = pb.InferenceResponseSender(
-                    True, self._deliverer(meta["batch"], index, req.requested_output_names()),
-                    self._asker(meta["batch"], index))
+                    True,
+                    self._deliverer(meta["batch"], index, req.requested_output_names()),
+                    self._asker(meta["batch"], index),
+                )
         try:
             fn = getattr(self.model, "execute", None)
             if fn is None:
-                raise _BatchError(f"Python model {self.name} does not implement `execute` "
-                                  "method.")
+                raise _BatchError(f"Python model {self.name} does not implement `execute` method.")
             if self.decoupled:
                 ret = fn(batch)
                 if _is_coroutine(ret):
                     self._in_background(ret, meta["batch"], batch)
                 elif ret is not None:
-                    raise _BatchError(f"Python model '{self.name}' is using the decoupled "
-                                      "mode and the execute function must return None.")
+                    raise _BatchError(
+                        f"Python model '{self.name}' is using the decoupled "
+                        "mode and the execute function must return None."
+                    )
                 return {"done": True}, [], False
             ret = self._await(fn(batch))
             return self._responses(batch, ret)
         except (SystemExit, MemoryError) as exc:
-            return ({"error": describe(exc), "code": "INTERNAL", "fatal": True, "exiting": True},
-                    [], True)
+            return (
+                {"error": describe(exc), "code": "INTERNAL", "fatal": True, "exiting": True},
+                [],
+                True,
+            )
         except Exception as exc:
             if self.decoupled:  # the server ends each request still open with this error
                 for req in batch:
                     req.get_response_sender()._close()
             text = str(exc) if isinstance(exc, _BatchError) else describe(exc)
-            unsupported = (isinstance(exc, pb.TritonModelException)
-                           and exc.code == pb.TritonError.UNSUPPORTED)
+            unsupported = (
+                isinstance(exc, pb.TritonModelException) and exc.code == pb.TritonError.UNSUPPORTED
+            )
             fatal = False
             ready = getattr(self.model, "is_ready", None)
             if ready is not None:
@@ -449,11 +486,17 @@ class Worker:
                     fatal = self._await(ready()) is not True
                 except Exception:
                     fatal = True
-            return {"error": text, "code": "UNSUPPORTED" if unsupported else "INTERNAL",
-                    "fatal": fatal}, [], False
+            return (
+                {
+                    "error": text,
+                    "code": "UNSUPPORTED" if unsupported else "INTERNAL",
+                    "fatal": fatal,
+                },
+                [],
+                False,
+            )
 
-    def _responses(self, batch: list[Any],
-                   ret: Any) -> tuple[dict[str, Any], list[Any], bool]:
+    def _responses(self, batch: list[Any], ret: Any) -> tuple[dict[str, Any], list[Any], bool]:
         pb = self.pb
         n = len(batch)
         if ret is None:
@@ -464,7 +507,8 @@ class Worker:
             raise _BatchError(
                 "Number of InferenceResponse objects do not match the number of InferenceRequest "
                 f"objects. InferenceRequest(s) size is:{n}, and InferenceResponse(s) size "
-                f"is:{len(ret)}\n")
+                f"is:{len(ret)}\n"
+            )
         packer = Packer()
         out: list[dict[str, Any]] = []
         for req, resp in zip(batch, ret):
@@ -473,28 +517,42 @@ class Worker:
                 if not isinstance(resp, pb.InferenceResponse):
                     raise _BatchError(
                         "Expected an 'InferenceResponse' object in the execute function return "
-                        f"list, found type '{type(resp)}'.")
+                        f"list, found type '{type(resp)}'."
+                    )
                 if sent is not None:
-                    raise _BatchError("Unable to send response. Non-decoupled model cannot send "
-                                      "more than one response.")
+                    raise _BatchError(
+                        "Unable to send response. Non-decoupled model cannot send "
+                        "more than one response."
+                    )
             else:
                 resp = sent
             if resp is None:
-                out.append({"error": ["INTERNAL", (
-                    f"Failed to process the request(s) for model '{self.name}', message: "
-                    "execute returned no response for a request and none was sent with its "
-                    "response sender")]})
+                out.append(
+                    {
+                        "error": [
+                            "INTERNAL",
+                            (
+                                f"Failed to process the request(s) for model '{self.name}', message: "
+                                "execute returned no response for a request and none was sent with its "
+                                "response sender"
+                            ),
+                        ]
+                    }
+                )
                 continue
             out.append(_pack_response(resp, req.requested_output_names(), packer))
         return {"responses": out}, packer.blobs, False
 
     def _deliverer(self, batch: int, index: int, wanted: set[str]) -> Any:
         """What a decoupled request's sender calls: each response goes to the server at once."""
+
         def deliver(resp: Any, final: bool) -> None:
             packer = Packer()
             body = None if resp is None else _pack_response(resp, wanted, packer)
-            self._send({"op": "send", "batch": batch, "index": index, "final": final,
-                        "response": body}, packer.blobs)
+            self._send(
+                {"op": "send", "batch": batch, "index": index, "final": final, "response": body},
+                packer.blobs,
+            )
 
         return deliver
 
@@ -516,19 +574,31 @@ class Worker:
 
         if self.background is None:
             self.background = asyncio.new_event_loop()
-            threading.Thread(target=self.background.run_forever, name="execute-loop",
-                             daemon=True).start()
+            threading.Thread(
+                target=self.background.run_forever, name="execute-loop", daemon=True
+            ).start()
         future = asyncio.run_coroutine_threadsafe(coro, self.background)
 
         def done(f: Any) -> None:
             if f.cancelled() or f.exception() is None:
                 return
-            text = (f"Failed to process the request(s) for model '{self.name}', message: "
-                    f"{describe(f.exception())}")
+            text = (
+                f"Failed to process the request(s) for model '{self.name}', message: "
+                f"{describe(f.exception())}"
+            )
             for index, req in enumerate(batch):
                 if req.get_response_sender()._close():
-                    self._send({"op": "send", "batch": batch_id, "index": index, "final": True,
-                                "response": {"error": ["INTERNAL", text]}, "failure": True}, [])
+                    self._send(
+                        {
+                            "op": "send",
+                            "batch": batch_id,
+                            "index": index,
+                            "final": True,
+                            "response": {"error": ["INTERNAL", text]},
+                            "failure": True,
+                        },
+                        [],
+                    )
 
         future.add_done_callback(done)
 
@@ -540,8 +610,7 @@ class Worker:
         try:
             self._await(fn())
         except Exception as exc:
-            sys.stderr.write(f"finalize of model instance '{self.name}' failed: "
-                             f"{describe(exc)}\n")
+            sys.stderr.write(f"finalize of model instance '{self.name}' failed: {describe(exc)}\n")
 
 
 def _install_model_config(pb: Any, source: str) -> None:
@@ -550,8 +619,13 @@ def _install_model_config(pb: Any, source: str) -> None:
     import __future__
 
     namespace: dict[str, Any] = {"json": json, "Any": Any, "__name__": pb.__name__}
-    code = compile(source, _MODEL_CONFIG_FILE, "exec", dont_inherit=True,
-                   flags=__future__.annotations.compiler_flag)
+    code = compile(
+        source,
+        _MODEL_CONFIG_FILE,
+        "exec",
+        dont_inherit=True,
+        flags=__future__.annotations.compiler_flag,
+    )
     exec(code, namespace)
     pb.ModelConfig = namespace["ModelConfig"]
 
@@ -562,8 +636,7 @@ def _pack_response(resp: Any, wanted: set[str], packer: Packer) -> dict[str, Any
     err = resp.error()
     if err is not None:
         return {"error": [err.code().name, err.message()]}
-    tensors = [packer.add(t.name(), t._array) for t in resp.output_tensors()
-               if t.name() in wanted]
+    tensors = [packer.add(t.name(), t._array) for t in resp.output_tensors() if t.name() in wanted]
     return {"outputs": tensors, "parameters": resp._parameters}
 
 

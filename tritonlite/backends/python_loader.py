@@ -148,8 +148,9 @@ class ModelScope:
     def close(self) -> None:
         """Forget the model's modules (on unload)."""
         with _lock:
-            for name in [n for n in sys.modules if n == self.package
-                         or n.startswith(self.package + ".")]:
+            for name in [
+                n for n in sys.modules if n == self.package or n.startswith(self.package + ".")
+            ]:
                 del sys.modules[name]
             for name, mod in self.private.items():
                 if sys.modules.get(name) is mod:
@@ -202,8 +203,9 @@ class _SiblingFinder(importlib.abc.MetaPathFinder):
     """Last on ``sys.meta_path``: finds a model's own modules for imports made in ``execute``."""
 
     @classmethod
-    def find_spec(cls, fullname: str, path: Sequence[str] | None = None,
-                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        cls, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if fullname.startswith(_PREFIX):
             return None
         scope = caller_scope()
@@ -248,11 +250,15 @@ def sweep() -> None:
 def describe(exc: BaseException) -> str:
     """``Type: message`` plus the model's frames, innermost first (how Triton's stub reports)."""
     text = f"{type(exc).__name__}: {exc}"
-    frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if not f.filename.startswith(_HERE) and not f.filename.startswith("<frozen")]
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if not f.filename.startswith(_HERE) and not f.filename.startswith("<frozen")
+    ]
     if frames:
-        text += "\n\nAt:\n" + "".join(f"  {f.filename}({f.lineno}): {f.name}\n"
-                                       for f in reversed(frames))
+        text += "\n\nAt:\n" + "".join(
+            f"  {f.filename}({f.lineno}): {f.name}\n" for f in reversed(frames)
+        )
     from tritonlite.backends.python_env import numpy2_hint
 
     return text + numpy2_hint(exc)

@@ -45,17 +45,26 @@ from tritonlite.memory import StagingPool
 log = logging.getLogger("tritonlite")
 
 _TYPE_NAMES = {v.number: v.name for v in pb.DataType.values}
-_BOOL_PARAMS = ("INFERENCE_MODE", "DISABLE_OPTIMIZED_EXECUTION", "ENABLE_JIT_EXECUTOR",
-                "ENABLE_JIT_PROFILING", "ENABLE_TENSOR_FUSER", "ENABLE_CACHE_CLEANING",
-                "ENABLE_NVFUSER", "ENABLE_WEIGHT_SHARING")
+_BOOL_PARAMS = (
+    "INFERENCE_MODE",
+    "DISABLE_OPTIMIZED_EXECUTION",
+    "ENABLE_JIT_EXECUTOR",
+    "ENABLE_JIT_PROFILING",
+    "ENABLE_TENSOR_FUSER",
+    "ENABLE_CACHE_CLEANING",
+    "ENABLE_NVFUSER",
+    "ENABLE_WEIGHT_SHARING",
+)
 
 
 def _import_torch() -> Any:
     try:
         import torch
     except ImportError:
-        raise unavailable("the pytorch backend needs the 'torch' package, which is not installed "
-                          "in this server's environment (pip install torch)") from None
+        raise unavailable(
+            "the pytorch backend needs the 'torch' package, which is not installed "
+            "in this server's environment (pip install torch)"
+        ) from None
     return torch
 
 
@@ -67,8 +76,10 @@ def _bool_param(cfg: Any, key: str, default: bool) -> bool:
         return True
     if text in ("false", "0", "no", "off"):
         return False
-    raise invalid_arg(f"failed to parse parameter '{key}' of model '{cfg.name}': "
-                      f"'{cfg.parameters[key].string_value}' is not a boolean")
+    raise invalid_arg(
+        f"failed to parse parameter '{key}' of model '{cfg.name}': "
+        f"'{cfg.parameters[key].string_value}' is not a boolean"
+    )
 
 
 def _int_param(cfg: Any, key: str) -> int | None:
@@ -78,8 +89,9 @@ def _int_param(cfg: Any, key: str) -> int | None:
     try:
         return int(text)
     except ValueError:
-        raise invalid_arg(f"failed to parse parameter '{key}' of model '{cfg.name}': "
-                          f"'{text}' is not an integer") from None
+        raise invalid_arg(
+            f"failed to parse parameter '{key}' of model '{cfg.name}': '{text}' is not an integer"
+        ) from None
 
 
 def _kind(type_: Any) -> str:
@@ -91,8 +103,11 @@ def forward_arguments(module: Any) -> list[io.Argument]:
     """``forward``'s parameters after ``self`` of a loaded TorchScript or exported module."""
     if not hasattr(module, "_c"):  # torch.export: plain Python signature, tensors only
         params = inspect.signature(module.forward).parameters.values()
-        return [io.Argument(p.name, "Tensor") for p in params
-                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        return [
+            io.Argument(p.name, "Tensor")
+            for p in params
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
     schema = module._c._get_method("forward").schema
     args = list(schema.arguments)
     if args and _kind(args[0].type) == "Class":
@@ -137,8 +152,10 @@ class PyTorchInstance:
         self._name = ctx.name
         if spec.kind == "GPU":
             if not torch.cuda.is_available() or spec.device_id >= torch.cuda.device_count():
-                raise unavailable(f"instance '{spec.name}' of model '{ctx.name}' asks for GPU "
-                                  f"{spec.device_id}, but torch sees no such CUDA device")
+                raise unavailable(
+                    f"instance '{spec.name}' of model '{ctx.name}' asks for GPU "
+                    f"{spec.device_id}, but torch sees no such CUDA device"
+                )
             self._device = torch.device("cuda", spec.device_id)
             self._stream: Any = torch.cuda.Stream(device=self._device)
         else:
@@ -176,8 +193,9 @@ class PyTorchInstance:
             assert data is not None
             if data.dtype == object:
                 items = [x for p in parts for x in p.reshape(-1).tolist()]  # type: ignore[union-attr]
-                out[first.name] = [x.decode("utf-8", "replace") if isinstance(x, bytes) else str(x)
-                                   for x in items]
+                out[first.name] = [
+                    x.decode("utf-8", "replace") if isinstance(x, bytes) else str(x) for x in items
+                ]
                 continue
             if len(parts) == 1 and data.flags.writeable and data.flags.c_contiguous:
                 out[first.name] = self._to_torch(data)
@@ -212,8 +230,10 @@ class PyTorchInstance:
             if all(isinstance(v, torch.Tensor) for v in value):
                 return list(value)
             return [value]  # a List[str] output
-        raise internal(f"model '{self._name}' returned {type(value).__name__}; expected a "
-                       "tensor, a tuple or a list")
+        raise internal(
+            f"model '{self._name}' returned {type(value).__name__}; expected a "
+            "tensor, a tuple or a list"
+        )
 
     def _to_numpy(self, name: str, value: Any) -> np.ndarray[Any, Any]:
         torch = self._torch
@@ -226,8 +246,9 @@ class PyTorchInstance:
                 arr[i] = s.encode("utf-8") if isinstance(s, str) else bytes(s)
             return arr
         if not isinstance(value, torch.Tensor):
-            raise internal(f"output '{name}' of model '{self._name}' is a "
-                           f"{type(value).__name__}, not a tensor")
+            raise internal(
+                f"output '{name}' of model '{self._name}' is a {type(value).__name__}, not a tensor"
+            )
         got = io.CONFIG_DTYPES.get(str(value.dtype).removeprefix("torch."), str(value.dtype))
         if got != expected:
             raise io.dtype_mismatch(name, expected, got)
@@ -263,8 +284,9 @@ class PyTorchInstance:
                 torch.cuda.empty_cache()
         return batch_io.per_request(produced, requests)  # type: ignore[return-value]
 
-    def _read_outputs(self, requests: list[InferRequest],
-                      flat: list[Any]) -> dict[str, np.ndarray[Any, Any]]:
+    def _read_outputs(
+        self, requests: list[InferRequest], flat: list[Any]
+    ) -> dict[str, np.ndarray[Any, Any]]:
         wanted: set[str] = set()
         for r in requests:
             if r.outputs is None:
@@ -300,8 +322,9 @@ class PyTorchBackend:
         self.ctx = ctx
         self.path = ctx.version_dir / (cfg.default_model_filename or "model.pt")
         if not self.path.is_file():
-            raise unavailable(f"unable to find '{self.path}' for model '{ctx.name}' version "
-                              f"{ctx.version}")
+            raise unavailable(
+                f"unable to find '{self.path}' for model '{ctx.name}' version {ctx.version}"
+            )
         self.torch = _import_torch()
         self.settings = _Settings(self.torch, cfg)
         batched = cfg.max_batch_size > 0
@@ -321,13 +344,19 @@ class PyTorchBackend:
         types.update({s.output_name: _TYPE_NAMES[s.data_type] for s in cfg.sequence_batching.state})
         # name -> (index in forward's result, config type, is a state output)
         self.outputs: dict[str, tuple[int, str, bool]] = {
-            n: (positions[n], types[n], n in state_outputs) for n in positions}
+            n: (positions[n], types[n], n in state_outputs) for n in positions
+        }
         kernels.warmup()
 
     def layout(self, module: Any) -> io.InputLayout:
         cfg = self.ctx.config
-        return io.input_layout([i.name for i in cfg.input], self._controls, self._states_in,
-                               forward_arguments(module), self.ctx.name)
+        return io.input_layout(
+            [i.name for i in cfg.input],
+            self._controls,
+            self._states_in,
+            forward_arguments(module),
+            self.ctx.name,
+        )
 
     def new_instance(self, spec: InstanceSpec) -> PyTorchInstance:
         return PyTorchInstance(self, spec)

@@ -60,22 +60,27 @@ def _named_index(name: str) -> int | None:
     pos = name.find(_DELIMITER)
     if pos < 0:
         return None
-    digits = name[pos + len(_DELIMITER):]
+    digits = name[pos + len(_DELIMITER) :]
     return int(digits) if digits.isdigit() else None
 
 
-def naming_convention(names: Sequence[str], forward_args: Sequence[str] | None, kind: str,
-                      model: str) -> Naming:
+def naming_convention(
+    names: Sequence[str], forward_args: Sequence[str] | None, kind: str, model: str
+) -> Naming:
     """The convention ``names`` (config order) follow; ``forward_args`` None for outputs."""
     if forward_args is not None and all(n in forward_args for n in names):
         return Naming.FORWARD_ARGUMENT
     for name in names:
         if _named_index(name) is None:
             if _DELIMITER in name:
-                log.warning("%s '%s' or a previous one is neither an argument of the forward "
-                            "method of model '%s' nor follows the <name>__<index> naming "
-                            "convention; using the order of the model configuration",
-                            kind.capitalize(), name, model)
+                log.warning(
+                    "%s '%s' or a previous one is neither an argument of the forward "
+                    "method of model '%s' nor follows the <name>__<index> naming "
+                    "convention; using the order of the model configuration",
+                    kind.capitalize(),
+                    name,
+                    model,
+                )
             return Naming.STRICT_CONFIG_ORDERING
     return Naming.NAMED_INDEX
 
@@ -89,8 +94,13 @@ class InputLayout:
     count: int  # number of forward arguments
 
 
-def input_layout(config_inputs: Sequence[str], controls: Sequence[str], states: Sequence[str],
-                 forward: Sequence[Argument], model: str) -> InputLayout:
+def input_layout(
+    config_inputs: Sequence[str],
+    controls: Sequence[str],
+    states: Sequence[str],
+    forward: Sequence[Argument],
+    model: str,
+) -> InputLayout:
     """Map config inputs, control tensors and state inputs onto ``forward``'s arguments.
 
     Raises TritonliteError with Triton's load-time messages when they cannot be mapped.
@@ -102,17 +112,23 @@ def input_layout(config_inputs: Sequence[str], controls: Sequence[str], states: 
         names = [*config_inputs, *controls, *states]
         return InputLayout({n: i for i, n in enumerate(names)}, True, 1)
     if sum(a.kind == "Dict" for a in args) > 1:
-        raise internal("Multiple inputs of kind DictType were detected. Only a single input of "
-                       "type Dict(str, Tensor) is supported.")
+        raise internal(
+            "Multiple inputs of kind DictType were detected. Only a single input of "
+            "type Dict(str, Tensor) is supported."
+        )
     for a in args:
         if a.kind not in ("Tensor", "List"):
-            raise internal(f"An input of type '{a.kind}' was detected in the model. Only a single "
-                           "input of type Dict(str, Tensor) or input(s) of type Tensor are "
-                           "supported.")
+            raise internal(
+                f"An input of type '{a.kind}' was detected in the model. Only a single "
+                "input of type Dict(str, Tensor) or input(s) of type Tensor are "
+                "supported."
+            )
     expected = len(config_inputs) + len(controls) + len(states)
     if len(args) != expected:
-        raise invalid_arg(f"unable to load model '{model}', configuration expects {expected} "
-                          f"inputs, model provides {len(args)}")
+        raise invalid_arg(
+            f"unable to load model '{model}', configuration expects {expected} "
+            f"inputs, model provides {len(args)}"
+        )
     arg_names = [a.name for a in args]
     positions: dict[str, int] = {}
     for name in controls:
@@ -131,17 +147,18 @@ def input_layout(config_inputs: Sequence[str], controls: Sequence[str], states: 
             positions[name] = i
     taken = sorted(positions.values())
     if taken != list(range(len(args))):
-        raise invalid_arg(f"unable to load model '{model}': its inputs {sorted(positions)} do not "
-                          f"map one-to-one onto the {len(args)} arguments of forward "
-                          f"({', '.join(arg_names)})")
+        raise invalid_arg(
+            f"unable to load model '{model}': its inputs {sorted(positions)} do not "
+            f"map one-to-one onto the {len(args)} arguments of forward "
+            f"({', '.join(arg_names)})"
+        )
     return InputLayout(positions, False, len(args))
 
 
 def output_positions(config_outputs: Sequence[str], model: str) -> dict[str, int]:
     """Output name -> index into what ``forward`` returns."""
     if not config_outputs:
-        raise internal("model configuration must contain at least one output, none were "
-                       "specified.")
+        raise internal("model configuration must contain at least one output, none were specified.")
     convention = naming_convention(config_outputs, None, "output", model)
     if convention is Naming.NAMED_INDEX:
         return {n: _named_index(n) for n in config_outputs}  # type: ignore[misc]
@@ -153,19 +170,23 @@ def check_dtype(data_type: str, name: str, kind: str, model: str) -> None:
         raise internal(f"unsupported datatype {data_type} for {kind} '{name}' for model '{model}'")
 
 
-def check_string_dims(dims: Sequence[int], batched: bool, name: str, kind: str,
-                      model: str) -> None:
+def check_string_dims(dims: Sequence[int], batched: bool, name: str, kind: str, model: str) -> None:
     """Strings travel as List[str]: one dimension in all, the batch dimension included."""
     if len(dims) + (1 if batched else 0) > 1:
-        raise internal(f"Triton only supports 1 dimensional List of String as {kind} for "
-                       f"'{name}' for model '{model}'")
+        raise internal(
+            f"Triton only supports 1 dimensional List of String as {kind} for "
+            f"'{name}' for model '{model}'"
+        )
 
 
 def missing_output(name: str, count: int) -> TritonliteError:
-    return invalid_arg(f"The output {name} in the model configuration refers to an output index "
-                       f"which doesn't exist. This model has {count} outputs")
+    return invalid_arg(
+        f"The output {name} in the model configuration refers to an output index "
+        f"which doesn't exist. This model has {count} outputs"
+    )
 
 
 def dtype_mismatch(name: str, expected: str, got: str) -> TritonliteError:
-    return invalid_arg(f"configuration expects datatype {expected} for output '{name}', model "
-                       f"provides {got}")
+    return invalid_arg(
+        f"configuration expects datatype {expected} for output '{name}', model provides {got}"
+    )

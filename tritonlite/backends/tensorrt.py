@@ -31,24 +31,33 @@ _TYPE_NAMES = {v.number: v.name for v in pb.DataType.values}
 
 def _imports(model: str) -> tuple[Any, Any]:
     if importlib.util.find_spec("tensorrt") is None:
-        raise unavailable(f"model '{model}' needs the 'tensorrt' package, which is not installed "
-                          "in this server's environment")
+        raise unavailable(
+            f"model '{model}' needs the 'tensorrt' package, which is not installed "
+            "in this server's environment"
+        )
     if importlib.util.find_spec("torch") is None:
-        raise unavailable(f"model '{model}': the tensorrt backend uses torch for CUDA streams "
-                          "and device memory, and torch is not installed")
+        raise unavailable(
+            f"model '{model}': the tensorrt backend uses torch for CUDA streams "
+            "and device memory, and torch is not installed"
+        )
     import tensorrt as trt
     import torch
 
     if not torch.cuda.is_available():
-        raise unavailable(f"model '{model}' is a TensorRT plan, which needs a CUDA device; "
-                          "none is available")
+        raise unavailable(
+            f"model '{model}' is a TensorRT plan, which needs a CUDA device; none is available"
+        )
     return trt, torch
 
 
 def _torch_dtype(torch: Any, trt: Any, dtype: Any) -> Any:
     table = {
-        trt.float32: torch.float32, trt.float16: torch.float16, trt.int8: torch.int8,
-        trt.int32: torch.int32, trt.bool: torch.bool, trt.uint8: torch.uint8,
+        trt.float32: torch.float32,
+        trt.float16: torch.float16,
+        trt.int8: torch.int8,
+        trt.int32: torch.int32,
+        trt.bool: torch.bool,
+        trt.uint8: torch.uint8,
     }
     for name, tdt in (("int64", torch.int64), ("bf16", torch.bfloat16)):
         if hasattr(trt, name):
@@ -69,28 +78,34 @@ class TensorRTInstance:
         trt, torch = backend.trt, backend.torch
         ctx = backend.ctx
         if spec.kind != "GPU":
-            raise unavailable(f"instance '{spec.name}' of TensorRT model '{ctx.name}' is "
-                              f"KIND_{spec.kind}: TensorRT plans run on GPUs only")
+            raise unavailable(
+                f"instance '{spec.name}' of TensorRT model '{ctx.name}' is "
+                f"KIND_{spec.kind}: TensorRT plans run on GPUs only"
+            )
         self._trt, self._torch = trt, torch
         self._name = ctx.name
         self._device = torch.device("cuda", spec.device_id)
         with torch.cuda.device(self._device):
             self._engine = backend.runtime.deserialize_cuda_engine(backend.plan)
             if self._engine is None:
-                raise unavailable(f"unable to deserialize the TensorRT plan of model "
-                                  f"'{ctx.name}' on GPU {spec.device_id}")
+                raise unavailable(
+                    f"unable to deserialize the TensorRT plan of model "
+                    f"'{ctx.name}' on GPU {spec.device_id}"
+                )
             self._context = self._engine.create_execution_context()
             self._stream = torch.cuda.Stream(device=self._device)
         io = trt.TensorIOMode
         names = [self._engine.get_tensor_name(i) for i in range(self._engine.num_io_tensors)]
         self._inputs = [n for n in names if self._engine.get_tensor_mode(n) == io.INPUT]
         self._outputs = [n for n in names if self._engine.get_tensor_mode(n) == io.OUTPUT]
-        self._dtypes = {n: _torch_dtype(torch, trt, self._engine.get_tensor_dtype(n))
-                        for n in names}
+        self._dtypes = {
+            n: _torch_dtype(torch, trt, self._engine.get_tensor_dtype(n)) for n in names
+        }
         dynamic = [n for n in self._inputs if -1 in tuple(self._engine.get_tensor_shape(n))]
         self._profiles: list[trt_profiles.ProfileShapes] = [
             {n: _bounds(self._engine.get_tensor_profile_shape(n, p)) for n in dynamic}
-            for p in range(self._engine.num_optimization_profiles)]
+            for p in range(self._engine.num_optimization_profiles)
+        ]
         group = next((g for g in ctx.config.instance_group if spec.name.startswith(g.name)), None)
         self._allowed = [int(p) for p in group.profile] if group is not None else []
         self._profile = -1
@@ -105,8 +120,9 @@ class TensorRTInstance:
                 shapes, device_inputs = self._inputs_on_device(requests, leases)
                 index = trt_profiles.choose(shapes, self._profiles, self._allowed)
                 if index is None and self._profiles:
-                    raise invalid_arg(f"model '{self._name}': "
-                                      + trt_profiles.describe(shapes, self._profiles))
+                    raise invalid_arg(
+                        f"model '{self._name}': " + trt_profiles.describe(shapes, self._profiles)
+                    )
                 handle = self._stream.cuda_stream
                 if index is not None and index != self._profile:
                     self._context.set_optimization_profile_async(index, handle)
@@ -136,8 +152,9 @@ class TensorRTInstance:
         produced = {n: batch_io.to_numpy(torch, h) for n, h in host.items()}
         return batch_io.per_request(produced, requests)  # type: ignore[return-value]
 
-    def _inputs_on_device(self, requests: list[InferRequest],
-                          leases: list[Any]) -> tuple[dict[str, tuple[int, ...]], dict[str, Any]]:
+    def _inputs_on_device(
+        self, requests: list[InferRequest], leases: list[Any]
+    ) -> tuple[dict[str, tuple[int, ...]], dict[str, Any]]:
         torch = self._torch
         shapes: dict[str, tuple[int, ...]] = {}
         on_device: dict[str, Any] = {}
@@ -147,8 +164,9 @@ class TensorRTInstance:
             assert data is not None
             buf = batch_io.stage(parts, self._staging, leases)  # type: ignore[arg-type]
             shapes[first.name] = tuple(int(d) for d in buf.shape)
-            on_device[first.name] = batch_io.to_torch(torch, buf).to(self._device,
-                                                                     non_blocking=True)
+            on_device[first.name] = batch_io.to_torch(torch, buf).to(
+                self._device, non_blocking=True
+            )
         return shapes, on_device
 
     def close(self) -> None:
@@ -162,8 +180,9 @@ class TensorRTBackend:
         self.ctx = ctx
         path = ctx.version_dir / (ctx.config.default_model_filename or "model.plan")
         if not path.is_file():
-            raise unavailable(f"unable to find '{path}' for model '{ctx.name}' version "
-                              f"{ctx.version}")
+            raise unavailable(
+                f"unable to find '{path}' for model '{ctx.name}' version {ctx.version}"
+            )
         self.trt, self.torch = _imports(ctx.name)
         self.plan = path.read_bytes()
         self.runtime = self.trt.Runtime(self.trt.Logger(self.trt.Logger.WARNING))
@@ -172,21 +191,34 @@ class TensorRTBackend:
     def check_io(self, inputs: list[str], outputs: list[str], dtypes: dict[str, Any]) -> None:
         """Config tensors must be engine tensors of the same data type."""
         torch = self.torch
-        names = {torch.float32: "TYPE_FP32", torch.float16: "TYPE_FP16", torch.int8: "TYPE_INT8",
-                 torch.int32: "TYPE_INT32", torch.int64: "TYPE_INT64", torch.bool: "TYPE_BOOL",
-                 torch.uint8: "TYPE_UINT8", torch.bfloat16: "TYPE_BF16"}
+        names = {
+            torch.float32: "TYPE_FP32",
+            torch.float16: "TYPE_FP16",
+            torch.int8: "TYPE_INT8",
+            torch.int32: "TYPE_INT32",
+            torch.int64: "TYPE_INT64",
+            torch.bool: "TYPE_BOOL",
+            torch.uint8: "TYPE_UINT8",
+            torch.bfloat16: "TYPE_BF16",
+        }
         cfg = self.ctx.config
-        for kind, tensors, engine_names in (("input", cfg.input, inputs),
-                                            ("output", cfg.output, outputs)):
+        for kind, tensors, engine_names in (
+            ("input", cfg.input, inputs),
+            ("output", cfg.output, outputs),
+        ):
             for t in tensors:
                 if t.name not in engine_names:
-                    raise invalid_arg(f"unable to load model '{cfg.name}', configuration {kind} "
-                                      f"'{t.name}' is not an {kind} of the TensorRT engine "
-                                      f"({', '.join(engine_names)})")
+                    raise invalid_arg(
+                        f"unable to load model '{cfg.name}', configuration {kind} "
+                        f"'{t.name}' is not an {kind} of the TensorRT engine "
+                        f"({', '.join(engine_names)})"
+                    )
                 want, got = _TYPE_NAMES[t.data_type], names.get(dtypes[t.name], "?")
                 if want != got:
-                    raise invalid_arg(f"unexpected datatype {want} for {kind} '{t.name}' of "
-                                      f"model '{cfg.name}': the engine has {got}")
+                    raise invalid_arg(
+                        f"unexpected datatype {want} for {kind} '{t.name}' of "
+                        f"model '{cfg.name}': the engine has {got}"
+                    )
 
     def new_instance(self, spec: InstanceSpec) -> TensorRTInstance:
         return TensorRTInstance(self, spec)

@@ -26,8 +26,9 @@ def fits(shapes: Mapping[str, Shape], profile: ProfileShapes) -> bool:
     return True
 
 
-def choose(shapes: Mapping[str, Shape], profiles: Sequence[ProfileShapes],
-           allowed: Sequence[int] = ()) -> int | None:
+def choose(
+    shapes: Mapping[str, Shape], profiles: Sequence[ProfileShapes], allowed: Sequence[int] = ()
+) -> int | None:
     """The index of the first allowed profile the batch fits, or None."""
     candidates = list(allowed) if allowed else list(range(len(profiles)))
     for index in candidates:
@@ -41,5 +42,6 @@ def describe(shapes: Mapping[str, Shape], profiles: Sequence[ProfileShapes]) -> 
     asked = ", ".join(f"{n}{list(s)}" for n, s in shapes.items())
     ranges = "; ".join(
         f"profile {i}: " + ", ".join(f"{n} {list(lo)}..{list(hi)}" for n, (lo, _, hi) in p.items())
-        for i, p in enumerate(profiles))
+        for i, p in enumerate(profiles)
+    )
     return f"no optimization profile accepts {asked} ({ranges})"

@@ -136,11 +136,13 @@ def select_versions(cfg: ModelConfig, available: list[int]) -> list[int]:
             else:
                 log.error(
                     "version %d is specified for model '%s', but the version directory is "
-                    "not present", v, cfg.name,
+                    "not present",
+                    v,
+                    cfg.name,
                 )
         return chosen
     n = int(policy.latest.num_versions) if choice == "latest" else 1
-    return have[len(have) - n:] if n > 0 else []
+    return have[len(have) - n :] if n > 0 else []
 
 
 def _detect_backend(model_dir: Path) -> str | None:
@@ -153,9 +155,7 @@ def _detect_backend(model_dir: Path) -> str | None:
     return None
 
 
-def resolve_platform(
-    cfg: ModelConfig, model_dir: Path, *, model_name: str | None = None
-) -> None:
+def resolve_platform(cfg: ModelConfig, model_dir: Path, *, model_name: str | None = None) -> None:
     """Fill name, platform, backend and default model file name (Triton's core auto-fill).
 
     Parameters

@@ -34,9 +34,7 @@ def type_number(data_type: str) -> int:
 # -- validation (Triton's ValidateModelConfig, ValidateModelIOConfig, ValidateInstanceGroup) -----
 
 _SEQ_CONTROLS = ("CONTROL_SEQUENCE_START", "CONTROL_SEQUENCE_END", "CONTROL_SEQUENCE_READY")
-_CORRID_TYPES = frozenset(
-    {"TYPE_UINT64", "TYPE_INT64", "TYPE_UINT32", "TYPE_INT32", "TYPE_STRING"}
-)
+_CORRID_TYPES = frozenset({"TYPE_UINT64", "TYPE_INT64", "TYPE_UINT32", "TYPE_INT32", "TYPE_STRING"})
 _TENSORRT = "tensorrt_plan"
 
 
@@ -93,8 +91,7 @@ def _validate_io(io: Any, max_batch_size: int, prefix: str, platform: str) -> No
             a, b = _wildcard_chunks(io.dims), _wildcard_chunks(shape)
             if len(a) != len(b):
                 raise invalid_arg(
-                    f"{what}has different number of variable-size dimensions for dims and "
-                    "reshape"
+                    f"{what}has different number of variable-size dimensions for dims and reshape"
                 )
             if a != b:
                 raise invalid_arg(f"{what}has different size for dims and reshape")
@@ -256,8 +253,7 @@ def _validate_dynamic(cfg: ModelConfig) -> None:
             )
         delay = pb.ModelQueuePolicy.DELAY
         policies = [db.default_queue_policy, *db.priority_queue_policy.values()]
-        if any(p.default_timeout_microseconds != 0 and p.timeout_action == delay
-               for p in policies):
+        if any(p.default_timeout_microseconds != 0 and p.timeout_action == delay for p in policies):
             raise invalid_arg(
                 "Queue policy can not have DELAY as timeout action when 'preserve_ordering' is "
                 f"true for {name}"

@@ -171,8 +171,9 @@ class Misfit(np.ndarray):
         return out
 
 
-def from_buffer(wire: str, shape: tuple[int, ...], buf: memoryview | bytes,
-                what: str) -> np.ndarray[Any, Any]:
+def from_buffer(
+    wire: str, shape: tuple[int, ...], buf: memoryview | bytes, what: str
+) -> np.ndarray[Any, Any]:
     """A numpy view of ``buf`` as a tensor (no copy); BYTES are parsed.
 
     ``what`` names the tensor in errors. A buffer that does not fill the shape comes back as a

@@ -59,8 +59,9 @@ class Signature:
             max_batch_size=int(cfg.max_batch_size),
             inputs=inputs,
             outputs=outputs,
-            decoupled=bool(cfg.HasField("model_transaction_policy")
-                           and cfg.model_transaction_policy.decoupled),
+            decoupled=bool(
+                cfg.HasField("model_transaction_policy") and cfg.model_transaction_policy.decoupled
+            ),
             required_inputs=frozenset(n for n, s in inputs.items() if not s.optional),
         )
 

@@ -87,12 +87,16 @@ def parse_version(text: str) -> int:
         return version
     version = _stol(text)
     if version is None:
-        raise invalid_arg(f"failed to get model version from specified version string "
-                          f"'{names.shown(text)}' (details: stol), version should be an "
-                          "integral value > 0")
+        raise invalid_arg(
+            f"failed to get model version from specified version string "
+            f"'{names.shown(text)}' (details: stol), version should be an "
+            "integral value > 0"
+        )
     if version < 0:
-        raise invalid_arg(f"invalid model version specified '{names.shown(text)}' , version "
-                          "should be an integral value > 0")
+        raise invalid_arg(
+            f"invalid model version specified '{names.shown(text)}' , version "
+            "should be an integral value > 0"
+        )
     if len(_VERSIONS) >= 1024:
         _VERSIONS.clear()
         _VERSIONS[""] = -1
@@ -110,18 +114,33 @@ def _instances_ready(model: Any) -> bool:
 
 
 class InferenceCore:
-    def __init__(self, options: CoreOptions, *,
-                 in_process: Callable[[InferenceCore], ServerAccess] | None = None) -> None:
+    def __init__(
+        self,
+        options: CoreOptions,
+        *,
+        in_process: Callable[[InferenceCore], ServerAccess] | None = None,
+    ) -> None:
         """``in_process``: the in-process layer's server access (``inprocess.InProcessServer``),
         made from the core on the loop at ``start``; without it model code cannot reach the
         server (BLS requests fail as UNAVAILABLE)."""
         self.options = options
         self._in_process = in_process
         self.shm = SharedMemoryManager()
-        self.trace = TraceSettings(options.trace_level, options.trace_rate, options.trace_count,
-                                   options.trace_log_frequency, options.trace_file)
-        self.logging = LogSettings(options.log_verbose, options.log_info, options.log_warning,
-                                   options.log_error, options.log_format, options.log_file)
+        self.trace = TraceSettings(
+            options.trace_level,
+            options.trace_rate,
+            options.trace_count,
+            options.trace_log_frequency,
+            options.trace_file,
+        )
+        self.logging = LogSettings(
+            options.log_verbose,
+            options.log_info,
+            options.log_warning,
+            options.log_error,
+            options.log_format,
+            options.log_file,
+        )
         self.live = True
         self.exiting = False
         self.started = False
@@ -130,17 +149,22 @@ class InferenceCore:
         self.open_streams: set[ResponseStream] = set()
         # Memory pressure sheds the cache's inserts and the histograms' observations; both read
         # this one flag (core/pressure.py), sampled from start() to stop().
-        self.pressure = MemoryPressure(options.memory_pressure_threshold,
-                                       options.metrics_interval_ms / 1000.0)
+        self.pressure = MemoryPressure(
+            options.memory_pressure_threshold, options.metrics_interval_ms / 1000.0
+        )
         # One response cache for every model that enables it (PROTOCOL §3.4); None: no cache,
         # and models asking for one load and run uncached, as in Triton.
-        self.cache = (ResponseCache(options.response_cache_byte_size, self.pressure)
-                      if options.response_cache_byte_size > 0 else None)
+        self.cache = (
+            ResponseCache(options.response_cache_byte_size, self.pressure)
+            if options.response_cache_byte_size > 0
+            else None
+        )
         mc = options.metrics_config
         recorder = latency.recorder_factory(
             options.allow_metrics and mc.summary_latencies,
-            mc.histogram_buckets_us if options.allow_metrics and mc.histogram_latencies
-            else None, self.pressure)
+            mc.histogram_buckets_us if options.allow_metrics and mc.histogram_latencies else None,
+            self.pressure,
+        )
         self.repository = ModelRepository(options, self.shm, self.step_infer, recorder)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -182,8 +206,9 @@ class InferenceCore:
         """True if ready; raises NOT_FOUND when the model (or version) is unknown."""
         entry = self.repository.models.get(name)
         if entry is None or not entry.versions:
-            raise TritonliteError(ErrorCode.NOT_FOUND,
-                                  f"Request for unknown model: '{name}' is not found")
+            raise TritonliteError(
+                ErrorCode.NOT_FOUND, f"Request for unknown model: '{name}' is not found"
+            )
         if version < 0:
             return any(s.is_ready and _instances_ready(s.model) for s in entry.versions.values())
         st = entry.versions.get(version)
@@ -206,10 +231,14 @@ class InferenceCore:
             "name": name,
             "versions": versions,
             "platform": sig.platform,
-            "inputs": [{"name": s.name, "datatype": s.datatype, "shape": sig.metadata_shape(s)}
-                       for s in sig.inputs.values()],
-            "outputs": [{"name": s.name, "datatype": s.datatype, "shape": sig.metadata_shape(s)}
-                        for s in sig.outputs.values()],
+            "inputs": [
+                {"name": s.name, "datatype": s.datatype, "shape": sig.metadata_shape(s)}
+                for s in sig.inputs.values()
+            ],
+            "outputs": [
+                {"name": s.name, "datatype": s.datatype, "shape": sig.metadata_shape(s)}
+                for s in sig.outputs.values()
+            ],
         }
 
     def model_config(self, name: str, version: int) -> Any:
@@ -220,8 +249,9 @@ class InferenceCore:
         return model_config.render_json_bytes(self.model_config(name, version))
 
     # -- inference ------------------------------------------------------------------------------
-    async def infer(self, request: InferRequest,
-                    decoupled_message: str = DECOUPLED_REFUSAL) -> InferResponse:
+    async def infer(
+        self, request: InferRequest, decoupled_message: str = DECOUPLED_REFUSAL
+    ) -> InferResponse:
         """Run one request. When it comes back with ``request.trace`` set (it was sampled for
         tracing), the caller owns that trace: it adds its front-end stamps and calls
         ``release()`` once the response is sent. On an error the core releases it."""
@@ -245,8 +275,13 @@ class InferenceCore:
         validate.prepare(model.signature, request, self.shm)
         request.arrival_ns = time.monotonic_ns()
 
-    async def _run(self, model: Model, request: InferRequest,
-                   admitted: list[bool] | None = None, traced: bool = True) -> InferResponse:
+    async def _run(
+        self,
+        model: Model,
+        request: InferRequest,
+        admitted: list[bool] | None = None,
+        traced: bool = True,
+    ) -> InferResponse:
         """The one admission path once the model is known (``infer``, ``infer_stream``,
         ensemble steps; BLS comes through ``infer_stream``): validation, the arrival stamp,
         then the response cache or the model's scheduler. ``admitted[0]`` is set once the
@@ -257,8 +292,11 @@ class InferenceCore:
         (``TRITONSERVER_InferenceRequestNew``) and ``PrepareForInference``, so its statistics'
         request duration, and the overhead perf_analyzer derives from it, leave both out.
         """
-        trace = (self.trace.sample(model.name, model.version, request.id)
-                 if traced and self.trace.enabled else None)
+        trace = (
+            self.trace.sample(model.name, model.version, request.id)
+            if traced and self.trace.enabled
+            else None
+        )
         if trace is not None:
             request.trace = trace
         try:
@@ -327,8 +365,9 @@ class InferenceCore:
             try:
                 response = await self._run(model, request, admitted)
             except TritonliteError as exc:
-                yield StreamResponse(None, exc, True,
-                                     refused=not admitted[0] or isinstance(exc, Rejected))
+                yield StreamResponse(
+                    None, exc, True, refused=not admitted[0] or isinstance(exc, Rejected)
+                )
                 return
             yield StreamResponse(response, None, True)
             return
@@ -445,13 +484,15 @@ class InferenceCore:
         self._check_shm_peer(peer_is_local, "unregistration")
         self.shm.unregister_cuda(name)
 
-    def register_system_shm(self, name: str, key: str, offset: int, byte_size: int,
-                            peer_is_local: bool) -> None:
+    def register_system_shm(
+        self, name: str, key: str, offset: int, byte_size: int, peer_is_local: bool
+    ) -> None:
         self._check_shm_allowed(peer_is_local)
         self.shm.register_system(name, key, offset, byte_size)
 
-    def register_cuda_shm(self, name: str, raw_handle: bytes, device_id: int, byte_size: int,
-                          peer_is_local: bool) -> None:
+    def register_cuda_shm(
+        self, name: str, raw_handle: bytes, device_id: int, byte_size: int, peer_is_local: bool
+    ) -> None:
         self._check_shm_allowed(peer_is_local)
         if len(raw_handle) != 64:
             raise invalid_arg(

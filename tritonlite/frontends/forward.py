@@ -28,7 +28,7 @@ def compile_pattern(pattern: str, option: str) -> re.Pattern[str]:
     """The flag's pattern as Triton reads it (``(?i)`` put in front); ValueError if invalid."""
     flags = re.IGNORECASE
     if pattern.startswith(_CASE_SENSITIVE):
-        pattern, flags = pattern[len(_CASE_SENSITIVE):], re.RegexFlag(0)
+        pattern, flags = pattern[len(_CASE_SENSITIVE) :], re.RegexFlag(0)
     try:
         return re.compile(pattern, flags)
     except re.error as exc:

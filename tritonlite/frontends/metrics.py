@@ -50,58 +50,108 @@ log = logging.getLogger("tritonlite")
 _BASE_COUNTERS = (
     ("nv_inference_request_success", "Number of successful inference requests, all batch sizes"),
     ("nv_inference_count", "Number of inferences performed (does not include cached requests)"),
-    ("nv_inference_exec_count",
-     "Number of model executions performed (does not include cached requests)"),
+    (
+        "nv_inference_exec_count",
+        "Number of model executions performed (does not include cached requests)",
+    ),
 )
 _LATENCY_COUNTERS = (
-    ("nv_inference_request_duration_us",
-     "Cumulative inference request duration in microseconds (includes cached requests)"),
-    ("nv_inference_queue_duration_us",
-     "Cumulative inference queuing duration in microseconds (includes cached requests)"),
-    ("nv_inference_compute_input_duration_us",
-     "Cumulative compute input duration in microseconds (does not include cached requests)"),
-    ("nv_inference_compute_infer_duration_us",
-     "Cumulative compute inference duration in microseconds (does not include cached requests)"),
-    ("nv_inference_compute_output_duration_us",
-     "Cumulative inference compute output duration in microseconds (does not include cached "
-     "requests)"),
+    (
+        "nv_inference_request_duration_us",
+        "Cumulative inference request duration in microseconds (includes cached requests)",
+    ),
+    (
+        "nv_inference_queue_duration_us",
+        "Cumulative inference queuing duration in microseconds (includes cached requests)",
+    ),
+    (
+        "nv_inference_compute_input_duration_us",
+        "Cumulative compute input duration in microseconds (does not include cached requests)",
+    ),
+    (
+        "nv_inference_compute_infer_duration_us",
+        "Cumulative compute inference duration in microseconds (does not include cached requests)",
+    ),
+    (
+        "nv_inference_compute_output_duration_us",
+        "Cumulative inference compute output duration in microseconds (does not include cached "
+        "requests)",
+    ),
 )
 _CACHE_COUNTERS = (
     ("nv_cache_num_hits_per_model", "Number of cache hits per model"),
     ("nv_cache_num_misses_per_model", "Number of cache misses per model"),
     ("nv_cache_hit_duration_per_model", "Total cache hit duration per model, in microseconds"),
-    ("nv_cache_miss_duration_per_model",
-     "Total cache miss (insert+lookup) duration per model, in microseconds"),
+    (
+        "nv_cache_miss_duration_per_model",
+        "Total cache miss (insert+lookup) duration per model, in microseconds",
+    ),
 )
 _SUMMARIES = (
-    (lat.REQUEST, "nv_inference_request_summary_us",
-     "Summary of inference request duration in microseconds (includes cached requests)"),
-    (lat.QUEUE, "nv_inference_queue_summary_us",
-     "Summary of inference queuing duration in microseconds (includes cached requests)"),
-    (lat.COMPUTE_INPUT, "nv_inference_compute_input_summary_us",
-     "Cumulative compute input duration in microseconds (does not include cached requests)"),
-    (lat.COMPUTE_INFER, "nv_inference_compute_infer_summary_us",
-     "Cumulative compute inference duration in microseconds (does not include cached requests)"),
-    (lat.COMPUTE_OUTPUT, "nv_inference_compute_output_summary_us",
-     "Cumulative inference compute output duration in microseconds (does not include cached "
-     "requests)"),
-    (lat.CACHE_HIT, "nv_cache_hit_summary_per_model",
-     "Summary of cache hit duration per model, in microseconds"),
-    (lat.CACHE_MISS, "nv_cache_miss_summary_per_model",
-     "Summary of cache miss (insert+lookup) duration per model, in microseconds"),
+    (
+        lat.REQUEST,
+        "nv_inference_request_summary_us",
+        "Summary of inference request duration in microseconds (includes cached requests)",
+    ),
+    (
+        lat.QUEUE,
+        "nv_inference_queue_summary_us",
+        "Summary of inference queuing duration in microseconds (includes cached requests)",
+    ),
+    (
+        lat.COMPUTE_INPUT,
+        "nv_inference_compute_input_summary_us",
+        "Cumulative compute input duration in microseconds (does not include cached requests)",
+    ),
+    (
+        lat.COMPUTE_INFER,
+        "nv_inference_compute_infer_summary_us",
+        "Cumulative compute inference duration in microseconds (does not include cached requests)",
+    ),
+    (
+        lat.COMPUTE_OUTPUT,
+        "nv_inference_compute_output_summary_us",
+        "Cumulative inference compute output duration in microseconds (does not include cached "
+        "requests)",
+    ),
+    (
+        lat.CACHE_HIT,
+        "nv_cache_hit_summary_per_model",
+        "Summary of cache hit duration per model, in microseconds",
+    ),
+    (
+        lat.CACHE_MISS,
+        "nv_cache_miss_summary_per_model",
+        "Summary of cache miss (insert+lookup) duration per model, in microseconds",
+    ),
 )
 _HISTOGRAMS = (
-    (lat.REQUEST, "nv_inference_request_histogram_us",
-     "Histogram of inference request duration in microseconds (includes cached requests)"),
-    (lat.QUEUE, "nv_inference_queue_histogram_us",
-     "Histogram of inference queuing duration in microseconds (includes cached requests)"),
-    (lat.COMPUTE_INPUT, "nv_inference_compute_input_histogram_us",
-     "Histogram of compute input duration in microseconds (does not include cached requests)"),
-    (lat.COMPUTE_INFER, "nv_inference_compute_infer_histogram_us",
-     "Histogram of compute inference duration in microseconds (does not include cached "
-     "requests)"),
-    (lat.COMPUTE_OUTPUT, "nv_inference_compute_output_histogram_us",
-     "Histogram of compute output duration in microseconds (does not include cached requests)"),
+    (
+        lat.REQUEST,
+        "nv_inference_request_histogram_us",
+        "Histogram of inference request duration in microseconds (includes cached requests)",
+    ),
+    (
+        lat.QUEUE,
+        "nv_inference_queue_histogram_us",
+        "Histogram of inference queuing duration in microseconds (includes cached requests)",
+    ),
+    (
+        lat.COMPUTE_INPUT,
+        "nv_inference_compute_input_histogram_us",
+        "Histogram of compute input duration in microseconds (does not include cached requests)",
+    ),
+    (
+        lat.COMPUTE_INFER,
+        "nv_inference_compute_infer_histogram_us",
+        "Histogram of compute inference duration in microseconds (does not include cached "
+        "requests)",
+    ),
+    (
+        lat.COMPUTE_OUTPUT,
+        "nv_inference_compute_output_histogram_us",
+        "Histogram of compute output duration in microseconds (does not include cached requests)",
+    ),
 )
 _GPU_GAUGES = (
     ("utilization", "nv_gpu_utilization", "GPU utilization rate [0.0 - 1.0)"),
@@ -151,8 +201,11 @@ def render(families: list[Metric]) -> bytes:
         lines.append(f"# TYPE {name} {fam.type}")
         for s in fam.samples:
             labels = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(s.labels.items()))
-            lines.append(f"{s.name}{{{labels}}} {_value(s.value)}" if labels
-                         else f"{s.name} {_value(s.value)}")
+            lines.append(
+                f"{s.name}{{{labels}}} {_value(s.value)}"
+                if labels
+                else f"{s.name} {_value(s.value)}"
+            )
     return ("\n".join(lines) + "\n").encode()
 
 
@@ -214,8 +267,9 @@ class Samplers:
 
 
 class _Collector:
-    def __init__(self, core: InferenceCore, samplers: Samplers,
-                 pressure: MemoryPressure = NO_PRESSURE) -> None:
+    def __init__(
+        self, core: InferenceCore, samplers: Samplers, pressure: MemoryPressure = NO_PRESSURE
+    ) -> None:
         self._core = core
         self._samplers = samplers
         self._pressure = pressure
@@ -242,25 +296,36 @@ class _Collector:
             "Instantaneous number of pending requests awaiting execution per-model.",
             labels=["model", "version"],
         )
-        cache_fams = [CounterMetricFamily(name, doc, labels=["model", "version"])
-                      for name, doc in _CACHE_COUNTERS]
+        cache_fams = [
+            CounterMetricFamily(name, doc, labels=["model", "version"])
+            for name, doc in _CACHE_COUNTERS
+        ]
         for m in models:
             s, lbl = m.stats, [m.name, m.version_str]
             fams["nv_inference_request_success"].add_metric(lbl, s.success.count)
             fams["nv_inference_count"].add_metric(lbl, s.inference_count)
             fams["nv_inference_exec_count"].add_metric(lbl, s.execution_count)
             if mc.counter_latencies:
-                for (name, _), d in zip(_LATENCY_COUNTERS, (
-                        s.success, s.queue, s.compute_input, s.compute_infer, s.compute_output)):
+                for (name, _), d in zip(
+                    _LATENCY_COUNTERS,
+                    (s.success, s.queue, s.compute_input, s.compute_infer, s.compute_output),
+                ):
                     fams[name].add_metric(lbl, d.ns // 1000)
                 if id(m) in cached:
-                    for fam, v in zip(cache_fams, (
-                            s.cache_hit.count, s.cache_miss.count,
-                            s.cache_hit.ns // 1000, s.cache_miss.ns // 1000)):
+                    for fam, v in zip(
+                        cache_fams,
+                        (
+                            s.cache_hit.count,
+                            s.cache_miss.count,
+                            s.cache_hit.ns // 1000,
+                            s.cache_miss.ns // 1000,
+                        ),
+                    ):
                         fam.add_metric(lbl, v)
             for reason in _FAILURE_REASONS:
-                failure.add_metric([m.name, reason, m.version_str],
-                                   s.failures_by_reason.get(reason, 0))
+                failure.add_metric(
+                    [m.name, reason, m.version_str], s.failures_by_reason.get(reason, 0)
+                )
             pending.add_metric(lbl, max(0, m.scheduler.inflight() - m.executing))
         yield _strip_total(fams["nv_inference_request_success"])
         yield _strip_total(failure)
@@ -283,8 +348,9 @@ class _Collector:
         yield from self._system()
 
     @staticmethod
-    def _summaries(models: list[Any], cached: set[int],
-                   quantiles: tuple[tuple[float, float], ...]) -> Iterator[Metric]:
+    def _summaries(
+        models: list[Any], cached: set[int], quantiles: tuple[tuple[float, float], ...]
+    ) -> Iterator[Metric]:
         qs = [q for q, _ in quantiles]
         now = time.monotonic()
         for series, name, doc in _SUMMARIES:
@@ -295,7 +361,8 @@ class _Collector:
                     continue
                 on = id(m) in cached
                 if (series == lat.REQUEST and on) or (
-                        series in (lat.CACHE_HIT, lat.CACHE_MISS) and not on):
+                    series in (lat.CACHE_HIT, lat.CACHE_MISS) and not on
+                ):
                     continue
                 w = rec.summaries[series]
                 labels = {"model": m.name, "version": m.version_str}
@@ -330,15 +397,19 @@ class _Collector:
         healthy = GaugeMetricFamily(
             "tritonlite_instance_healthy",
             "1 while a model instance is in rotation, 0 while it is out (failed, being rebuilt)",
-            labels=["instance", "model", "version"])
+            labels=["instance", "model", "version"],
+        )
         failovers = CounterMetricFamily(
             "tritonlite_instance_failovers",
             "Times a model instance was taken out of rotation (fatal error, execution timeout, "
-            "failed health probe)", labels=["instance", "model", "version"])
+            "failed health probe)",
+            labels=["instance", "model", "version"],
+        )
         rebuilds = CounterMetricFamily(
             "tritonlite_instance_rebuilds",
             "Times a model instance was rebuilt and put back in rotation",
-            labels=["instance", "model", "version"])
+            labels=["instance", "model", "version"],
+        )
         for entry in sorted(self._core.repository.models.values(), key=lambda e: e.name):
             for _, st in sorted(entry.versions.items()):
                 m = st.model
@@ -358,13 +429,16 @@ class _Collector:
         gauge = GaugeMetricFamily(
             "tritonlite_memory_pressure",
             "1 while the memory available to the server is at or below "
-            "--memory-pressure-threshold of its limit (optional features are shed), else 0")
+            "--memory-pressure-threshold of its limit (optional features are shed), else 0",
+        )
         gauge.add_metric([], 1 if p.active else 0)
         yield gauge
         shed = CounterMetricFamily(
-            "tritonlite_shed", "Optional work skipped under memory pressure: response cache "
+            "tritonlite_shed",
+            "Optional work skipped under memory pressure: response cache "
             "inserts, and requests whose latency histogram observations were dropped",
-            labels=["feature"])
+            labels=["feature"],
+        )
         shed.add_metric(["cache_insert"], p.shed_cache_inserts)
         shed.add_metric(["histogram"], p.shed_histograms)
         yield shed
@@ -383,7 +457,8 @@ class _Collector:
             e = CounterMetricFamily(
                 "nv_energy_consumption",
                 "GPU energy consumption in joules since the Triton Server started",
-                labels=["gpu_uuid"])
+                labels=["gpu_uuid"],
+            )
             for r in readings:
                 e.add_metric([r.uuid], r.energy)
             yield _strip_total(e)
@@ -391,8 +466,7 @@ class _Collector:
         if cpu is not None:
             for name, doc, v in (
                 ("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", cpu.utilization),
-                ("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes",
-                 cpu.memory_total),
+                ("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", cpu.memory_total),
                 ("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", cpu.memory_used),
             ):
                 g = GaugeMetricFamily(name, doc)
@@ -400,8 +474,9 @@ class _Collector:
                 yield g
 
 
-def make_metrics_app(core: InferenceCore, samplers: Samplers | None = None,
-                     pressure: MemoryPressure = NO_PRESSURE) -> web.Application:
+def make_metrics_app(
+    core: InferenceCore, samplers: Samplers | None = None, pressure: MemoryPressure = NO_PRESSURE
+) -> web.Application:
     """The metrics service's app; its startup opens the CPU/GPU samplers and starts polling.
 
     ``pressure`` is the server's memory-pressure monitor (its sampling belongs to the server,
@@ -409,8 +484,9 @@ def make_metrics_app(core: InferenceCore, samplers: Samplers | None = None,
     """
     opts = core.options
     if samplers is None:
-        samplers = Samplers(opts.allow_cpu_metrics, opts.allow_gpu_metrics,
-                            opts.metrics_interval_ms)
+        samplers = Samplers(
+            opts.allow_cpu_metrics, opts.allow_gpu_metrics, opts.metrics_interval_ms
+        )
     collector = _Collector(core, samplers, pressure)
 
     async def metrics(request: web.Request) -> web.StreamResponse:
@@ -418,8 +494,10 @@ def make_metrics_app(core: InferenceCore, samplers: Samplers | None = None,
             return error_response(404, "Not Found")
         if request.method != "GET":
             return error_response(405, "Method Not Allowed")
-        return web.Response(body=render(list(collector.collect())),
-                            headers={"Content-Type": "text/plain; charset=utf-8"})
+        return web.Response(
+            body=render(list(collector.collect())),
+            headers={"Content-Type": "text/plain; charset=utf-8"},
+        )
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", metrics)

@@ -75,8 +75,10 @@ class NativeFrontends:
 
 
 def http_limits(opts: ServerOptions, nofile: int = 0) -> HttpLimits:
-    return HttpLimits(max_body=opts.http_max_input_size,
-                      max_connections=connection_cap(HttpLimits.max_connections, nofile))
+    return HttpLimits(
+        max_body=opts.http_max_input_size,
+        max_connections=connection_cap(HttpLimits.max_connections, nofile),
+    )
 
 
 async def start_native(core: CoreAPI, opts: ServerOptions) -> NativeFrontends:
@@ -91,22 +93,31 @@ async def start_native(core: CoreAPI, opts: ServerOptions) -> NativeFrontends:
         # the same certificate for both (checked in options); ALPN lets the client choose
         ctx = http_tls(opts, ("h2", "http/1.1"))
         sock = bind(opts.http_address, opts.http_port, opts.reuse_http_port)
-        listener = await loop.create_server(lambda: Detect(http.protocol, grpc.protocol),
-                                            sock=sock, ssl=ctx, backlog=1024)
+        listener = await loop.create_server(
+            lambda: Detect(http.protocol, grpc.protocol), sock=sock, ssl=ctx, backlog=1024
+        )
         out._listeners.append(listener)
         out.http_port = out.grpc_port = int(sock.getsockname()[1])
         return out
     if opts.allow_grpc:
         out._grpc = await start_grpc_native(
-            methods(core, opts), opts.grpc_address, opts.grpc_port,
-            ssl_context=grpc_tls(opts, ("h2",)), reuse_port=opts.reuse_grpc_port,
-            limits=GrpcLimits())
+            methods(core, opts),
+            opts.grpc_address,
+            opts.grpc_port,
+            ssl_context=grpc_tls(opts, ("h2",)),
+            reuse_port=opts.reuse_grpc_port,
+            limits=GrpcLimits(),
+        )
         out.grpc_port = out._grpc.port
     if opts.allow_http:
         server = await start_http_native(
-            make_dispatch(core, opts), opts.http_address, opts.http_port,
-            ssl_context=http_tls(opts, ("http/1.1",)), reuse_port=opts.reuse_http_port,
-            limits=http_limits(opts, nofile))
+            make_dispatch(core, opts),
+            opts.http_address,
+            opts.http_port,
+            ssl_context=http_tls(opts, ("http/1.1",)),
+            reuse_port=opts.reuse_http_port,
+            limits=http_limits(opts, nofile),
+        )
         out._http = server.service
         out._listeners.append(server._server)
         out.http_port = server.port

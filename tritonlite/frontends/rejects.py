@@ -26,16 +26,31 @@ from tritonlite.frontends.grpc import errors as grpc_status
 from tritonlite.logs import RateLimitedLog
 
 PROTOCOLS = ("http", "grpc")
-REASONS = ("bad_request", "not_found", "unsupported", "too_large", "timeout", "protocol_error",
-           "unavailable", "forbidden")
+REASONS = (
+    "bad_request",
+    "not_found",
+    "unsupported",
+    "too_large",
+    "timeout",
+    "protocol_error",
+    "unavailable",
+    "forbidden",
+)
 
 _HTTP_REASONS = {
     404: "not_found",
-    405: "unsupported", 415: "unsupported", 501: "unsupported", 505: "unsupported",
+    405: "unsupported",
+    415: "unsupported",
+    501: "unsupported",
+    505: "unsupported",
     408: "timeout",
-    413: "too_large", 414: "too_large", 431: "too_large",
-    429: "unavailable", 503: "unavailable",
-    401: "forbidden", 403: "forbidden",
+    413: "too_large",
+    414: "too_large",
+    431: "too_large",
+    429: "unavailable",
+    503: "unavailable",
+    401: "forbidden",
+    403: "forbidden",
 }
 _GRPC_REASONS = {
     grpc_status.INVALID_ARGUMENT: "bad_request",
@@ -76,10 +91,12 @@ def _one_line(message: str) -> str:
 class Rejects:
     """Counts of rejected requests by (protocol, reason), and their rate-limited log lines."""
 
-    def __init__(self, logger: logging.Logger | None = None, *, burst: int = 10,
-                 interval_s: float = 60.0) -> None:
-        self.log = RateLimitedLog(logger or logging.getLogger("tritonlite.rejects"),
-                                  burst=burst, interval_s=interval_s)
+    def __init__(
+        self, logger: logging.Logger | None = None, *, burst: int = 10, interval_s: float = 60.0
+    ) -> None:
+        self.log = RateLimitedLog(
+            logger or logging.getLogger("tritonlite.rejects"), burst=burst, interval_s=interval_s
+        )
         self._lock = threading.Lock()
         self._counts = {(p, r): 0 for p in PROTOCOLS for r in REASONS}
 
@@ -90,8 +107,14 @@ class Rejects:
             if key not in self._counts:
                 raise ValueError(f"unknown rejection {key!r}")
             self._counts[key] += 1
-        self.log.log(f"{protocol}/{reason}", "rejected %s request (%s %s): %s",
-                     protocol, reason, status, _one_line(message))
+        self.log.log(
+            f"{protocol}/{reason}",
+            "rejected %s request (%s %s): %s",
+            protocol,
+            reason,
+            status,
+            _one_line(message),
+        )
 
     def http(self, status: int, message: str, reason: str | None = None) -> None:
         """An HTTP error response with ``status``: counted unless it is a server error."""
@@ -108,15 +131,18 @@ class Rejects:
     def count(self, protocol: str, reason: str | None = None) -> int:
         """Rejections so far for ``protocol`` (and ``reason``, else all reasons)."""
         with self._lock:
-            return sum(v for (p, r), v in self._counts.items()
-                       if p == protocol and reason in (None, r))
+            return sum(
+                v for (p, r), v in self._counts.items() if p == protocol and reason in (None, r)
+            )
 
     def collect(self) -> Iterator[CounterMetricFamily]:
         """The ``tritonlite_rejected_requests_total`` family, every label pair present."""
         fam = CounterMetricFamily(
             "tritonlite_rejected_requests",
             "Requests refused for what the client sent (4xx / client gRPC statuses), by "
-            "protocol and reason; server errors are not counted", labels=["protocol", "reason"])
+            "protocol and reason; server errors are not counted",
+            labels=["protocol", "reason"],
+        )
         with self._lock:
             counts = sorted(self._counts.items())
         for (protocol, reason), value in counts:

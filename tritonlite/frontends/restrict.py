@@ -24,21 +24,38 @@ from dataclasses import dataclass
 from tritonlite.frontends.call import GrpcCall, RpcError, StreamHandler, UnaryHandler
 from tritonlite.options import ServerOptions
 
-GROUPS = ("health", "metadata", "inference", "shared-memory", "model-config",
-          "model-repository", "statistics", "trace", "logging")
+GROUPS = (
+    "health",
+    "metadata",
+    "inference",
+    "shared-memory",
+    "model-config",
+    "model-repository",
+    "statistics",
+    "trace",
+    "logging",
+)
 GRPC_KEY_PREFIX = "triton-grpc-protocol-"
 _UNAVAILABLE = 14  # grpc.StatusCode.UNAVAILABLE
 
 # frontends/http/app.py handler name -> group (Triton's http_server.cc, checked on 2.51)
 HTTP_HANDLER_GROUPS: dict[str, str] = {
-    "live": "health", "ready": "health", "model_ready": "health",
-    "server_metadata": "metadata", "model_metadata": "metadata",
-    "infer": "inference", "generate": "inference", "generate_stream": "inference",
-    "sys_shm": "shared-memory", "cuda_shm": "shared-memory",
+    "live": "health",
+    "ready": "health",
+    "model_ready": "health",
+    "server_metadata": "metadata",
+    "model_metadata": "metadata",
+    "infer": "inference",
+    "generate": "inference",
+    "generate_stream": "inference",
+    "sys_shm": "shared-memory",
+    "cuda_shm": "shared-memory",
     "model_config": "model-config",
-    "repo_index": "model-repository", "repo_load": "model-repository",
+    "repo_index": "model-repository",
+    "repo_load": "model-repository",
     "repo_unload": "model-repository",
-    "model_stats": "statistics", "all_stats": "statistics",
+    "model_stats": "statistics",
+    "all_stats": "statistics",
     "trace_setting": "trace",
     "logging_setting": "logging",
 }
@@ -46,11 +63,15 @@ HTTP_HANDLER_GROUPS: dict[str, str] = {
 _SERVICE = "/inference.GRPCInferenceService/"
 # registry path -> group (Triton's grpc_server.cc; grpc.health.v1 is the health group there)
 GRPC_METHOD_GROUPS: dict[str, str] = {
-    _SERVICE + "ServerLive": "health", _SERVICE + "ServerReady": "health",
+    _SERVICE + "ServerLive": "health",
+    _SERVICE + "ServerReady": "health",
     _SERVICE + "ModelReady": "health",
-    "/grpc.health.v1.Health/Check": "health", "/grpc.health.v1.Health/Watch": "health",
-    _SERVICE + "ServerMetadata": "metadata", _SERVICE + "ModelMetadata": "metadata",
-    _SERVICE + "ModelInfer": "inference", _SERVICE + "ModelStreamInfer": "inference",
+    "/grpc.health.v1.Health/Check": "health",
+    "/grpc.health.v1.Health/Watch": "health",
+    _SERVICE + "ServerMetadata": "metadata",
+    _SERVICE + "ModelMetadata": "metadata",
+    _SERVICE + "ModelInfer": "inference",
+    _SERVICE + "ModelStreamInfer": "inference",
     _SERVICE + "SystemSharedMemoryStatus": "shared-memory",
     _SERVICE + "SystemSharedMemoryRegister": "shared-memory",
     _SERVICE + "SystemSharedMemoryUnregister": "shared-memory",
@@ -79,8 +100,9 @@ class Restriction:
 Restrictions = Mapping[str, Restriction]  # group -> its restriction; absent: open
 
 
-def parse(specs: Sequence[str], option: str, kind: str,
-          key_prefix: str = "") -> dict[str, Restriction]:
+def parse(
+    specs: Sequence[str], option: str, kind: str, key_prefix: str = ""
+) -> dict[str, Restriction]:
     """``["health,metadata:key=value", ...]`` -> {group: Restriction}.
 
     ``kind`` is "api" (HTTP) or "protocol" (gRPC), ``key_prefix`` what is put before the key
@@ -92,14 +114,16 @@ def parse(specs: Sequence[str], option: str, kind: str,
         groups, colon, setting = spec.partition(":")
         key, eq, value = setting.partition("=")
         if not colon or not eq or not groups or not key or not value:
-            raise ValueError(f"--{option} option format is '<config name>:<setting>=<value>'. "
-                             f"Got {spec}")
+            raise ValueError(
+                f"--{option} option format is '<config name>:<setting>=<value>'. Got {spec}"
+            )
         for group in groups.split(","):
             if group not in GROUPS:
                 raise ValueError(f"unknown restricted {kind} '{group}'")
             if group in out:
-                raise ValueError(f"restricted {kind} '{group}' can not be specified in "
-                                 "multiple config groups")
+                raise ValueError(
+                    f"restricted {kind} '{group}' can not be specified in multiple config groups"
+                )
             out[group] = Restriction(key_prefix + key, value)
     return out
 
@@ -111,8 +135,9 @@ def http_restrictions(options: ServerOptions) -> dict[str, Restriction]:
 
 def grpc_restrictions(options: ServerOptions) -> dict[str, Restriction]:
     """``--grpc-restricted-protocol``: group -> its full metadata key and value."""
-    return parse(options.grpc_restricted_protocol, "grpc-restricted-protocol", "protocol",
-                 GRPC_KEY_PREFIX)
+    return parse(
+        options.grpc_restricted_protocol, "grpc-restricted-protocol", "protocol", GRPC_KEY_PREFIX
+    )
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:
@@ -139,12 +164,14 @@ def _grpc_check(restriction: Restriction, call: GrpcCall) -> None:
             if value == restriction.value:
                 return
             break  # the first entry decides, as Triton's multimap find does
-    raise RpcError(_UNAVAILABLE,
-                   f"This protocol is restricted, expecting header '{restriction.key}'")
+    raise RpcError(
+        _UNAVAILABLE, f"This protocol is restricted, expecting header '{restriction.key}'"
+    )
 
 
 def guard_unary(handler: UnaryHandler, restriction: Restriction) -> UnaryHandler:
     """``handler`` behind ``restriction``."""
+
     async def guarded(request: bytes, call: GrpcCall) -> bytes:
         _grpc_check(restriction, call)
         return await handler(request, call)
@@ -154,6 +181,7 @@ def guard_unary(handler: UnaryHandler, restriction: Restriction) -> UnaryHandler
 
 def guard_stream(handler: StreamHandler, restriction: Restriction) -> StreamHandler:
     """``handler`` behind ``restriction``: the call ends before any message is read."""
+
     async def guarded(call: GrpcCall) -> None:
         _grpc_check(restriction, call)
         await handler(call)
@@ -167,4 +195,3 @@ def group_of(table: Mapping[str, str], name: str, what: str) -> str:
     if group is None:
         raise RuntimeError(f"{what} '{name}' has no restriction group in frontends/restrict.py")
     return group
-

@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from tritonlite.options import ServerOptions
 
 
-def server_context(cert: str, key: str, root: str | None = None, mutual: bool = False,
-                   alpn: Sequence[str] = ()) -> ssl.SSLContext:
+def server_context(
+    cert: str, key: str, root: str | None = None, mutual: bool = False, alpn: Sequence[str] = ()
+) -> ssl.SSLContext:
     """An ``ssl.SSLContext`` for a listening socket; raises OSError / ssl.SSLError when a
     file cannot be read or does not match."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -38,8 +39,13 @@ def http_tls(opts: ServerOptions, alpn: Sequence[str] = ()) -> ssl.SSLContext | 
     if not opts.http_use_ssl:
         return None
     assert opts.http_server_cert and opts.http_server_key
-    return server_context(opts.http_server_cert, opts.http_server_key, opts.http_root_cert,
-                          opts.http_use_ssl_mutual, alpn)
+    return server_context(
+        opts.http_server_cert,
+        opts.http_server_key,
+        opts.http_root_cert,
+        opts.http_use_ssl_mutual,
+        alpn,
+    )
 
 
 def grpc_tls(opts: ServerOptions, alpn: Sequence[str] = ()) -> ssl.SSLContext | None:
@@ -47,5 +53,10 @@ def grpc_tls(opts: ServerOptions, alpn: Sequence[str] = ()) -> ssl.SSLContext | 
     if not opts.grpc_use_ssl:
         return None
     assert opts.grpc_server_cert and opts.grpc_server_key
-    return server_context(opts.grpc_server_cert, opts.grpc_server_key, opts.grpc_root_cert,
-                          opts.grpc_use_ssl_mutual, alpn)
+    return server_context(
+        opts.grpc_server_cert,
+        opts.grpc_server_key,
+        opts.grpc_root_cert,
+        opts.grpc_use_ssl_mutual,
+        alpn,
+    )

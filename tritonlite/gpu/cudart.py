@@ -71,8 +71,11 @@ class CudaRuntime:
     def __init__(self, lib: ctypes.CDLL) -> None:
         self._lib = lib
         lib.cudaGetErrorString.restype = ctypes.c_char_p
-        lib.cudaIpcOpenMemHandle.argtypes = [ctypes.POINTER(ctypes.c_void_p), _IpcHandle,
-                                             ctypes.c_uint]
+        lib.cudaIpcOpenMemHandle.argtypes = [
+            ctypes.POINTER(ctypes.c_void_p),
+            _IpcHandle,
+            ctypes.c_uint,
+        ]
         lib.cudaIpcCloseMemHandle.argtypes = [ctypes.c_void_p]
         lib.cudaMemcpy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
         lib.cudaSetDevice.argtypes = [ctypes.c_int]
@@ -94,9 +97,12 @@ class CudaRuntime:
         if len(handle) != IPC_HANDLE_BYTES:
             raise CudaError(f"a CUDA IPC handle has {IPC_HANDLE_BYTES} bytes, got {len(handle)}")
         ptr = ctypes.c_void_p()
-        self._check(self._lib.cudaIpcOpenMemHandle(ctypes.byref(ptr), _IpcHandle(handle),
-                                                   _LAZY_ENABLE_PEER_ACCESS),
-                    "cudaIpcOpenMemHandle")
+        self._check(
+            self._lib.cudaIpcOpenMemHandle(
+                ctypes.byref(ptr), _IpcHandle(handle), _LAZY_ENABLE_PEER_ACCESS
+            ),
+            "cudaIpcOpenMemHandle",
+        )
         return int(ptr.value or 0)
 
     def ipc_close(self, ptr: int) -> None:

@@ -35,8 +35,9 @@ class InProcessServer:
     def execute(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
         return bls.execute(self._bridge, request, decoupled)
 
-    def execute_async(self, request: pb_utils.InferenceRequest,
-                      decoupled: bool) -> asyncio.Future[Any]:
+    def execute_async(
+        self, request: pb_utils.InferenceRequest, decoupled: bool
+    ) -> asyncio.Future[Any]:
         return bls.execute_async(self._bridge, request, decoupled)
 
     def call(self, factory: Callable[[Any], Awaitable[T]]) -> T:

@@ -58,6 +58,7 @@ class _Refused(Exception):
 
 # -- conversions --------------------------------------------------------------------------------
 
+
 def _bytes_array(data: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     """An object array of ``bytes`` (what the core's BYTES tensors hold) for any BYTES array."""
     if data.dtype == np.object_ and all(type(v) is bytes for v in data.flat):
@@ -81,8 +82,9 @@ def core_request(request: pb_utils.InferenceRequest) -> InferRequest:
         wire = datatypes.wire_name_of(data)
         if wire == "BYTES":
             data = _bytes_array(data)
-        inputs.append(InferInput(tensor.name(), wire, tuple(int(d) for d in data.shape),
-                                 _read_only(data)))
+        inputs.append(
+            InferInput(tensor.name(), wire, tuple(int(d) for d in data.shape), _read_only(data))
+        )
     # Triton adds them from a std::set: sorted, without repeats; none means every output.
     names = sorted(request.requested_output_names())
     flags = request.flags()
@@ -102,9 +104,11 @@ def core_request(request: pb_utils.InferenceRequest) -> InferRequest:
 
 def pb_response(response: InferResponse) -> pb_utils.InferenceResponse:
     """The model's view of a core response: tensors over the response's own arrays."""
-    tensors = [pb_utils.Tensor._of_input(
-                   o.name, _bytes_array(o.data) if o.datatype == "BYTES" else o.data)
-               for o in response.outputs if o.data is not None]
+    tensors = [
+        pb_utils.Tensor._of_input(o.name, _bytes_array(o.data) if o.datatype == "BYTES" else o.data)
+        for o in response.outputs
+        if o.data is not None
+    ]
     out = pb_utils.InferenceResponse(tensors)
     params = response.parameters
     if params and all(isinstance(v, (bool, int, float, str)) for v in params.values()):
@@ -123,11 +127,13 @@ def _failed(model_name: str, exc: BaseException) -> pb_utils.InferenceResponse:
         return error_response(f"Model {model_name} - Error when running inference: {exc}")
     if isinstance(exc, TritonliteError):
         return error_response(exc.message)
-    return error_response(f"BLS request to model '{model_name}' failed: "
-                          f"{type(exc).__name__}: {exc}")
+    return error_response(
+        f"BLS request to model '{model_name}' failed: {type(exc).__name__}: {exc}"
+    )
 
 
 # -- on the server's loop -------------------------------------------------------------------------
+
 
 def _admit(core: InferenceCore, request: InferRequest, decoupled: bool) -> bool:
     """Triton's checks before a BLS request is sent; True when the target is decoupled."""
@@ -135,13 +141,15 @@ def _admit(core: InferenceCore, request: InferRequest, decoupled: bool) -> bool:
     try:
         model = core.repository.get(name, request.model_version)
     except TritonliteError:
-        raise _Refused(f"Failed for execute the inference request. Model '{name}' is not "
-                       "ready.") from None
+        raise _Refused(
+            f"Failed for execute the inference request. Model '{name}' is not ready."
+        ) from None
     if model.signature.decoupled and not decoupled:
         raise _Refused(
             f"Model {name} is using the decoupled. The current BLS request call doesn't support "
             "models using the decoupled transaction policy. Please use 'decoupled=True' "
-            "argument to the 'exec' or 'async_exec' calls for decoupled models.'")
+            "argument to the 'exec' or 'async_exec' calls for decoupled models.'"
+        )
     return model.signature.decoupled
 
 
@@ -180,8 +188,7 @@ async def _pump(core: InferenceCore, request: InferRequest, sink: queue.SimpleQu
                 if item.error is not None:
                     # infer_stream hands the request a responder only once it is queued
                     refused = first and getattr(request, "responder", None) is None
-                    sink.put(_failed(name, _Refused(item.error.message) if refused
-                                     else item.error))
+                    sink.put(_failed(name, _Refused(item.error.message) if refused else item.error))
                 elif item.response is not None:
                     sink.put(item.response)
                 else:  # a flags-only final: Triton's iterator yields an empty response
@@ -199,8 +206,12 @@ _END = object()
 class ResponseIterator:
     """The responses of a ``decoupled=True`` BLS request, in order; the last may be empty."""
 
-    def __init__(self, model_name: str, sink: queue.SimpleQueue[Any],
-                 pending: concurrent.futures.Future[None] | None) -> None:
+    def __init__(
+        self,
+        model_name: str,
+        sink: queue.SimpleQueue[Any],
+        pending: concurrent.futures.Future[None] | None,
+    ) -> None:
         self._model_name = model_name
         self._sink = sink
         self._pending = pending
@@ -229,10 +240,12 @@ class ResponseIterator:
 
 # -- the model's side ---------------------------------------------------------------------------
 
+
 def _refuse_on_loop(bridge: LoopBridge) -> None:
     if bridge.is_loop_thread():
         raise pb_utils.TritonModelException(
-            "BLS requests cannot be made from the server's event loop thread")
+            "BLS requests cannot be made from the server's event loop thread"
+        )
 
 
 def execute(bridge: LoopBridge, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
@@ -264,8 +277,9 @@ def _single(name: str, response: pb_utils.InferenceResponse) -> ResponseIterator
     return ResponseIterator(name, sink, None)
 
 
-def execute_async(bridge: LoopBridge, request: pb_utils.InferenceRequest,
-                  decoupled: bool) -> asyncio.Future[Any]:
+def execute_async(
+    bridge: LoopBridge, request: pb_utils.InferenceRequest, decoupled: bool
+) -> asyncio.Future[Any]:
     """``InferenceRequest.async_exec``: a future on the running loop, as Triton returns one."""
     loop = asyncio.get_running_loop()  # RuntimeError outside a coroutine, as in Triton
     _refuse_on_loop(bridge)

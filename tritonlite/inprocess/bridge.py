@@ -44,8 +44,10 @@ class LoopBridge:
         if self.loop.is_closed():
             raise unavailable("the inference server is not running in this process")
         if threading.get_ident() == self.loop_thread:
-            raise internal("a blocking call into the inference server was made on the "
-                           "server's event loop thread; model code must run on its own thread")
+            raise internal(
+                "a blocking call into the inference server was made on the "
+                "server's event loop thread; model code must run on its own thread"
+            )
 
     def submit(self, factory: Factory[T]) -> concurrent.futures.Future[T]:
         """Run ``factory(core)`` on the server's loop; its result or exception lands in the

@@ -58,8 +58,9 @@ class BatchRunner(Protocol):
     batcher's implicit-state wrapper). Called on the instance's thread with its backend
     instance; same contract as ``BackendInstance.execute``."""
 
-    def execute(self, inner: BackendInstance, requests: list[InferRequest],
-                timing: ExecTiming) -> list[Result]: ...
+    def execute(
+        self, inner: BackendInstance, requests: list[InferRequest], timing: ExecTiming
+    ) -> list[Result]: ...
 
 
 class InstancePool(Protocol):
@@ -80,16 +81,21 @@ class InstancePool(Protocol):
         """Whether an instance (or this one) is idle and healthy, ready for a batch."""
         ...
 
-    def dispatch(self, batch: list[Pending], instance: object | None = None,
-                 runner: BatchRunner | None = None,
-                 done: Callable[[], None] | None = None) -> None:
+    def dispatch(
+        self,
+        batch: list[Pending],
+        instance: object | None = None,
+        runner: BatchRunner | None = None,
+        done: Callable[[], None] | None = None,
+    ) -> None:
         """Take an idle instance (``instance`` when given; ``has_idle`` must be true) and run
         ``batch`` on it, through ``runner`` when given. ``done`` is called on the loop once the
         batch's futures are resolved, before the instance is idle again."""
         ...
 
-    def reject(self, request: InferRequest, future: asyncio.Future[InferResponse],
-               err: TritonliteError) -> None:
+    def reject(
+        self, request: InferRequest, future: asyncio.Future[InferResponse], err: TritonliteError
+    ) -> None:
         """Fail a request the scheduler refused (queue full, timed out): counted as the
         statistics count a rejection, then ``future`` gets ``err``."""
         ...

@@ -22,8 +22,12 @@ _SHAPE_KEYS_MAX = 4096
 
 
 def _policy(p: Any) -> QueuePolicy:
-    return QueuePolicy(int(p.timeout_action), int(p.default_timeout_microseconds) * 1000,
-                       bool(p.allow_timeout_override), int(p.max_queue_size))
+    return QueuePolicy(
+        int(p.timeout_action),
+        int(p.default_timeout_microseconds) * 1000,
+        bool(p.allow_timeout_override),
+        int(p.max_queue_size),
+    )
 
 
 class DynamicBatchScheduler:
@@ -44,21 +48,18 @@ class DynamicBatchScheduler:
         self._next_slot = 0
         self._wakeup = Wakeup(self._loop, self._schedule)
         self._shape_keys: dict[tuple[Any, ...], int] = {}
-        self._ragged = frozenset(
-            t.name for t in model.config.input if t.allow_ragged_batch
-        )
+        self._ragged = frozenset(t.name for t in model.config.input if t.allow_ragged_batch)
         self._preserve = bool(db.preserve_ordering)
         # With no delay and nothing queued, a request that finds an instance idle is a batch
         # of its own at once: BatchQueue would decide just that, so it is not asked.
         self._direct_ok = int(db.max_queue_delay_microseconds) == 0 and not self._preserve
-        self._order: deque[
-            tuple[asyncio.Future[InferResponse], asyncio.Future[InferResponse]]] = deque()
+        self._order: deque[tuple[asyncio.Future[InferResponse], asyncio.Future[InferResponse]]] = (
+            deque()
+        )
 
     # -- intake ---------------------------------------------------------------------------------
     def _shape_key(self, req: InferRequest) -> int:
-        key = tuple(
-            (i.name, None if i.name in self._ragged else i.shape[1:]) for i in req.inputs
-        )
+        key = tuple((i.name, None if i.name in self._ragged else i.shape[1:]) for i in req.inputs)
         found = self._shape_keys.get(key)
         if found is None:
             if len(self._shape_keys) >= _SHAPE_KEYS_MAX and not self._slots:
@@ -76,11 +77,18 @@ class DynamicBatchScheduler:
             return fut
         slot = self._next_slot
         self._next_slot += 1
-        rc = self._queue.push(slot, request.batch_size, now, request.priority,
-                              request.timeout_us * 1000, self._shape_key(request))
+        rc = self._queue.push(
+            slot,
+            request.batch_size,
+            now,
+            request.priority,
+            request.timeout_us * 1000,
+            self._shape_key(request),
+        )
         if rc == REJECT_QUEUE_FULL:
-            err = rejected(unavailable(
-                f"Exceeds maximum queue size for model '{self._model.name}'"))
+            err = rejected(
+                unavailable(f"Exceeds maximum queue size for model '{self._model.name}'")
+            )
             self._model.reject(request, fut, err)
             return fut
         inner = fut

@@ -56,8 +56,9 @@ class EnsembleStats(Protocol):
 
     def record_failure(self, total_ns: int, reason: str) -> None: ...
     def record_execution(self, batch_size: int, timing: ExecTiming) -> Any: ...
-    def record_success(self, total_ns: int, queue_ns: int, timing: ExecTiming | None,
-                       batch_size: int) -> None: ...
+    def record_success(
+        self, total_ns: int, queue_ns: int, timing: ExecTiming | None, batch_size: int
+    ) -> None: ...
 
 
 @runtime_checkable
@@ -114,8 +115,13 @@ class EnsembleGraph:
         self.steps: list[Step] = []
         self.producer: dict[str, int] = {}
         for idx, s in enumerate(cfg.ensemble_scheduling.step):
-            step = Step(idx, s.model_name, int(s.model_version),
-                        tuple(sorted(s.input_map.items())), tuple(sorted(s.output_map.items())))
+            step = Step(
+                idx,
+                s.model_name,
+                int(s.model_version),
+                tuple(sorted(s.input_map.items())),
+                tuple(sorted(s.output_map.items())),
+            )
             self.steps.append(step)
             for _, tensor in step.outputs:
                 self.producer[tensor] = idx
@@ -128,7 +134,8 @@ class EnsembleGraph:
         # Optional ensemble inputs a request may leave out: the steps that read one run
         # without it (Triton marks such a tensor ready with no data).
         self.optional_inputs: tuple[str, ...] = tuple(
-            i.name for i in cfg.input if getattr(i, "optional", False))
+            i.name for i in cfg.input if getattr(i, "optional", False)
+        )
 
     def needed_steps(self, outputs: list[str]) -> list[Step]:
         """The steps that must run to produce ``outputs``, in config order."""
@@ -143,8 +150,9 @@ class EnsembleGraph:
         return [s for s in self.steps if s.index in need]
 
 
-def reshape_dims(config_dims: tuple[int, ...], allow_batching: bool, batch_size: int,
-                 shape: tuple[int, ...]) -> tuple[int, ...]:
+def reshape_dims(
+    config_dims: tuple[int, ...], allow_batching: bool, batch_size: int, shape: tuple[int, ...]
+) -> tuple[int, ...]:
     """Triton's ReshapeTensorDims: add or drop the batch dim between (non-)batching models."""
     if allow_batching == (batch_size != 0):
         return shape
@@ -202,8 +210,9 @@ class _Run:
 
     async def run(self) -> InferResponse:
         graph, req = self.graph, self.req
-        wanted = ([o.name for o in req.outputs] if req.outputs is not None
-                  else list(graph.output_dims))
+        wanted = (
+            [o.name for o in req.outputs] if req.outputs is not None else list(graph.output_dims)
+        )
         pending = graph.needed_steps(wanted)
         running: dict[asyncio.Future[InferResponse], Step] = {}
         try:
@@ -231,7 +240,8 @@ class _Run:
         if any(o not in self.tensors for o in wanted):
             raise invalid_arg(
                 f"in ensemble '{graph.name}', {_log_request(req)}unexpected deadlock, at least one "
-                "output is not set while no more ensemble steps can be made")
+                "output is not set while no more ensemble steps can be made"
+            )
         return self._response(wanted)
 
     def _ready(self, step: Step) -> bool:
@@ -290,15 +300,19 @@ class _Run:
         graph, req = self.graph, self.req
         batching = req.batch_size != 0 and graph.batching
         # Triton's ensemble responses carry the sequence parameters of the tensors' steps.
-        params = {"sequence_id": req.sequence_id, "sequence_start": req.sequence_start,
-                  "sequence_end": req.sequence_end}
+        params = {
+            "sequence_id": req.sequence_id,
+            "sequence_start": req.sequence_start,
+            "sequence_end": req.sequence_end,
+        }
         produced = ModelOutputs(partial=True, parameters=params)
         for name in wanted:
             t = self.tensors.get(name)
             if t is None:  # "Composing models did not output tensor": left out, as in Triton
                 continue
-            shape = reshape_dims(graph.output_dims[name], batching, t.batch_size,
-                                 tuple(t.data.shape))
+            shape = reshape_dims(
+                graph.output_dims[name], batching, t.batch_size, tuple(t.data.shape)
+            )
             produced[name] = t.data if shape == t.data.shape else t.data.reshape(shape)
         return self.sched.model.respond(req, produced)
 
@@ -349,8 +363,12 @@ class EnsembleScheduler:
                 return
             timing = run.timing.as_exec()
             stats.record_execution(max(1, request.batch_size), timing)
-            stats.record_success(time.monotonic_ns() - request.arrival_ns,
-                                 started - request.arrival_ns, timing, max(1, request.batch_size))
+            stats.record_success(
+                time.monotonic_ns() - request.arrival_ns,
+                started - request.arrival_ns,
+                timing,
+                max(1, request.batch_size),
+            )
             if not fut.done():
                 fut.set_result(resp)
         finally:

@@ -148,20 +148,28 @@ class SequenceBatchScheduler:
     def _sequence_for(self, request: InferRequest, now: int) -> _Sequence:
         name = self._model.name
         if request.batch_size > 1:
-            raise invalid_arg(f"inference request to model '{name}' must specify batch-size 1 "
-                              "due to requirements of sequence batcher")
+            raise invalid_arg(
+                f"inference request to model '{name}' must specify batch-size 1 "
+                "due to requirements of sequence batcher"
+            )
         cid = request.sequence_id
         if cid == 0 or cid == "":
-            raise invalid_arg(f"inference request to model '{name}' must specify a non-zero or "
-                              "non-empty correlation ID")
+            raise invalid_arg(
+                f"inference request to model '{name}' must specify a non-zero or "
+                "non-empty correlation ID"
+            )
         if isinstance(cid, str) and self._controls.corrid_is_string is False:
-            raise invalid_arg(f"inference request to model '{name}' must specify an unsigned "
-                              "integer correlation ID: its CORRID control is not TYPE_STRING")
+            raise invalid_arg(
+                f"inference request to model '{name}' must specify an unsigned "
+                "integer correlation ID: its CORRID control is not TYPE_STRING"
+            )
         seq = self._active.get(cid)
         if seq is None:
             if not request.sequence_start:
-                raise invalid_arg(f"inference request for sequence {cid} to model '{name}' must "
-                                  "specify the START flag on the first request of the sequence")
+                raise invalid_arg(
+                    f"inference request for sequence {cid} to model '{name}' must "
+                    "specify the START flag on the first request of the sequence"
+                )
             seq = _Sequence(cid, now)
             self._active[cid] = seq
             if self._free:
@@ -172,9 +180,13 @@ class SequenceBatchScheduler:
             if self._reap_at is None:
                 self._reap_at = now + self._idle_ns
         elif request.sequence_start:
-            log.warning("sequence %s for model '%s' has a conflict. The previous sequence did not "
-                        "end before this sequence start. Previous sequence will be terminated "
-                        "early.", cid, name)
+            log.warning(
+                "sequence %s for model '%s' has a conflict. The previous sequence did not "
+                "end before this sequence start. Previous sequence will be terminated "
+                "early.",
+                cid,
+                name,
+            )
         seq.last_ns = now
         if request.sequence_end:
             # Later requests with this ID start a new sequence (or fail without START).
@@ -202,8 +214,10 @@ class SequenceBatchScheduler:
         heapq.heappush(self._free, (slot.index, slot.batcher))
 
     def _cancel(self, seq: _Sequence) -> None:
-        err = TritonliteError(ErrorCode.CANCELLED,
-                              f"sequence {seq.corr_id} of model '{self._model.name}' was cancelled")
+        err = TritonliteError(
+            ErrorCode.CANCELLED,
+            f"sequence {seq.corr_id} of model '{self._model.name}' was cancelled",
+        )
         while seq.queue:
             p = seq.queue.popleft()
             self._queued -= 1
@@ -231,8 +245,9 @@ class SequenceBatchScheduler:
             elif seq.slot is None:
                 wait = min(wait, _BACKLOG_RECHECK_NS)
             else:
-                log.debug("sequence %s of model '%s': max sequence idle exceeded", cid,
-                          self._model.name)
+                log.debug(
+                    "sequence %s of model '%s': max sequence idle exceeded", cid, self._model.name
+                )
                 del self._active[cid]
                 seq.expired = True
                 if not seq.queue:
@@ -272,8 +287,10 @@ class SequenceBatchScheduler:
     def _key(self, seq: _Sequence) -> tuple[Any, ...]:
         req = seq.queue[0].request
         state = self._input_state(seq, req)
-        return (tuple(sorted((i.name, i.shape) for i in req.inputs)),
-                tuple(a.shape for a in state.values()))
+        return (
+            tuple(sorted((i.name, i.shape) for i in req.inputs)),
+            tuple(a.shape for a in state.values()),
+        )
 
     def _dispatch(self, b: _Batcher, now: int) -> int:
         """Run a batch on ``b``'s idle instance if one is due; else when to look again (or -1)."""
@@ -301,8 +318,7 @@ class SequenceBatchScheduler:
             return -1
         if self._delay_ns and self._min_util:
             earliest = min(seq.queue[0].enqueue_ns for _, seq in ready)
-            if (now - earliest <= self._delay_ns
-                    and len(ready) / self._batch_max < self._min_util):
+            if now - earliest <= self._delay_ns and len(ready) / self._batch_max < self._min_util:
                 return earliest + self._delay_ns + 1
         key = self._key(ready[0][1])
         by_slot = {i: seq for i, seq in ready if i == ready[0][0] or self._key(seq) == key}
@@ -376,6 +392,9 @@ class SequenceBatchScheduler:
 
     def sequences(self) -> dict[int | str, str]:
         """Live correlation IDs and where each is ("slot <instance>:<index>" or "backlog")."""
-        return {cid: (f"slot {seq.slot.batcher}:{seq.slot.index}" if seq.slot is not None
-                      else "backlog")
-                for cid, seq in self._active.items()}
+        return {
+            cid: (
+                f"slot {seq.slot.batcher}:{seq.slot.index}" if seq.slot is not None else "backlog"
+            )
+            for cid, seq in self._active.items()
+        }

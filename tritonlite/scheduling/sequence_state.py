@@ -89,7 +89,8 @@ class Controls:
                 false, true = (_frozen(np.full(self._shape, v, dtype=dt)) for v in values)
                 self._flags[c.kind] = _Flag(ci.name, wire, false, true)
         self.names = frozenset(f.name for f in self._flags.values()) | (
-            {self._corrid[0]} if self._corrid else set())
+            {self._corrid[0]} if self._corrid else set()
+        )
 
     @property
     def corrid_is_string(self) -> bool | None:
@@ -132,27 +133,35 @@ class StateSpec:
     initial: np.ndarray[Any, Any]  # with the batch dim [1] when the model batches; read-only
 
 
-def _initial_from_config(state: Any, wire: str, batched: bool,
-                         model_dir: Path) -> np.ndarray[Any, Any]:
+def _initial_from_config(
+    state: Any, wire: str, batched: bool, model_dir: Path
+) -> np.ndarray[Any, Any]:
     init = state.initial_state[0]
     name = state.input_name
     if init.data_type != state.data_type:
-        raise invalid_arg(f"The data type used for 'initial_state' field of state '{name}' "
-                          "does not match the state data type.")
+        raise invalid_arg(
+            f"The data type used for 'initial_state' field of state '{name}' "
+            "does not match the state data type."
+        )
     if not init.name:
-        raise invalid_arg("Field 'name' must be set when using initial_state for state input "
-                          f"'{name}'.")
+        raise invalid_arg(
+            f"Field 'name' must be set when using initial_state for state input '{name}'."
+        )
     if len(init.dims) != len(state.dims):
         raise invalid_arg(
             "Number of dimensions in 'initial_state' doesn't match the size of 'state' "
-            f"dimensions for state input '{name}'. {len(init.dims)} != {len(state.dims)}")
+            f"dimensions for state input '{name}'. {len(init.dims)} != {len(state.dims)}"
+        )
     for i_dim, s_dim in zip(init.dims, state.dims):
         if i_dim == -1:
-            raise invalid_arg(f"'initial_state' field for state input name '{name}' contains "
-                              "variable dimensions.")
+            raise invalid_arg(
+                f"'initial_state' field for state input name '{name}' contains variable dimensions."
+            )
         if s_dim != -1 and i_dim != s_dim:
-            raise invalid_arg(f"'initial_state' dim for input name '{name}' doesn't match "
-                              f"'state' dim description. {i_dim} != {s_dim}")
+            raise invalid_arg(
+                f"'initial_state' dim for input name '{name}' doesn't match "
+                f"'state' dim description. {i_dim} != {s_dim}"
+            )
     shape = ((1,) if batched else ()) + tuple(int(d) for d in init.dims)
     which = init.WhichOneof("state_data")
     if which == "zero_data":
@@ -169,8 +178,10 @@ def _initial_from_config(state: Any, wire: str, batched: bool,
         return datatypes.deserialize_bytes(raw, count).reshape(shape)
     need = count * datatypes.element_size(wire)
     if need > len(raw):
-        raise invalid_arg(f"initial_state setting expects {need} bytes, but the data provided "
-                          f"from {init.data_file}only has {len(raw)} bytes.")
+        raise invalid_arg(
+            f"initial_state setting expects {need} bytes, but the data provided "
+            f"from {init.data_file}only has {len(raw)} bytes."
+        )
     return np.frombuffer(raw[:need], dtype=datatypes.numpy_dtype(wire)).reshape(shape).copy()
 
 
@@ -195,7 +206,8 @@ def load_states(cfg: Any, model_dir: Path) -> tuple[StateSpec, ...]:
         if len(state.initial_state) > 1:
             raise invalid_arg(
                 f"initial_state field for state input '{state.input_name}' must contain exactly "
-                f"one or zero element. Found '{len(state.initial_state)}' elements.")
+                f"one or zero element. Found '{len(state.initial_state)}' elements."
+            )
         if state.input_name in seen:
             raise invalid_arg(f"State input name '{state.input_name}' specified more than once.")
         seen.add(state.input_name)
@@ -208,23 +220,30 @@ def load_states(cfg: Any, model_dir: Path) -> tuple[StateSpec, ...]:
     return tuple(specs)
 
 
-def null_request(rep: InferRequest, client_inputs: int, controls: Controls,
-                 states: tuple[StateSpec, ...], state_shapes: dict[str, tuple[int, ...]]
-                 ) -> InferRequest:
+def null_request(
+    rep: InferRequest,
+    client_inputs: int,
+    controls: Controls,
+    states: tuple[StateSpec, ...],
+    state_shapes: dict[str, tuple[int, ...]],
+) -> InferRequest:
     """A "null" request shaped like ``rep`` (Triton's ``CopyAsNull``) for an empty direct slot.
 
     Its inputs are zeros of ``rep``'s first ``client_inputs`` inputs' shapes, its controls say
     not-ready (CORRID 0), its states are zeros shaped as ``state_shapes``; it asks for no
     outputs and its results are dropped.
     """
-    inputs = [InferInput(i.name, i.datatype, i.shape, _frozen(zeros(i.datatype, i.shape)))
-              for i in rep.inputs[:client_inputs]]
+    inputs = [
+        InferInput(i.name, i.datatype, i.shape, _frozen(zeros(i.datatype, i.shape)))
+        for i in rep.inputs[:client_inputs]
+    ]
     inputs += controls.tensors(False, False, False, 0)
     for st in states:
         shape = state_shapes[st.input_name]
         inputs.append(InferInput(st.input_name, st.wire, shape, _frozen(zeros(st.wire, shape))))
-    return InferRequest(model_name=rep.model_name, model_version=rep.model_version,
-                        inputs=inputs, outputs=[])
+    return InferRequest(
+        model_name=rep.model_name, model_version=rep.model_version, inputs=inputs, outputs=[]
+    )
 
 
 @dataclass(slots=True)
@@ -247,15 +266,17 @@ class StateRunner:
         self.plan: Plan | None = None
         self._states = states
 
-    def execute(self, inner: BackendInstance, requests: list[InferRequest],
-                timing: ExecTiming) -> list[Result]:
+    def execute(
+        self, inner: BackendInstance, requests: list[InferRequest], timing: ExecTiming
+    ) -> list[Result]:
         plan, self.plan = self.plan, None
         if plan is None:
             return inner.execute(requests, timing)
         produced = inner.execute(plan.requests, timing)
         if len(produced) != len(plan.requests):
-            raise internal(f"the model returned {len(produced)} responses for "
-                           f"{len(plan.requests)} requests")
+            raise internal(
+                f"the model returned {len(produced)} responses for {len(plan.requests)} requests"
+            )
         results: list[Result] = []
         for pos, next_state in zip(plan.positions, plan.next_states):
             res = produced[pos]

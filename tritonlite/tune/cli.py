@@ -31,40 +31,95 @@ PROG = "tritonlite tune"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, allow_abbrev=False, description=(
-        "Search a model's serving config (dynamic batching, queue delay, preferred batch "
-        "sizes, instances, ONNX Runtime threads, response cache) by measuring candidates; "
-        "writes the best config.pbtxt, a Markdown report and plots."))
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        allow_abbrev=False,
+        description=(
+            "Search a model's serving config (dynamic batching, queue delay, preferred batch "
+            "sizes, instances, ONNX Runtime threads, response cache) by measuring candidates; "
+            "writes the best config.pbtxt, a Markdown report and plots."
+        ),
+    )
     a = p.add_argument
-    a("--model-repository", metavar="DIR", help="the repository holding the model (tune "
-      "starts its own server on it unless --url is given)")
+    a(
+        "--model-repository",
+        metavar="DIR",
+        help="the repository holding the model (tune "
+        "starts its own server on it unless --url is given)",
+    )
     a("--model", required=True, metavar="NAME")
     a("--protocol", default="http", choices=("http", "grpc"), help="the load's protocol")
-    a("--concurrency", default="1:64", metavar="LOW:HIGH",
-      help="requests in flight: probes run at HIGH, final sweeps at LOW..HIGH (default 1:64)")
-    a("--latency-budget-ms", type=float, default=None, metavar="P99",
-      help="the p99 latency a config must keep (default: none)")
+    a(
+        "--concurrency",
+        default="1:64",
+        metavar="LOW:HIGH",
+        help="requests in flight: probes run at HIGH, final sweeps at LOW..HIGH (default 1:64)",
+    )
+    a(
+        "--latency-budget-ms",
+        type=float,
+        default=None,
+        metavar="P99",
+        help="the p99 latency a config must keep (default: none)",
+    )
     a("--max-minutes", type=float, default=10.0, metavar="N", help="time limit (default 10)")
     a("--output", default=None, metavar="DIR", help="where to write (default tune-<model>)")
-    a("--url", default=None, metavar="HOST:PORT",
-      help="a running server's HTTP address (run with --model-control-mode explicit)")
-    a("--grpc-url", default=None, metavar="HOST:PORT",
-      help="with --url and --protocol grpc: that server's gRPC address")
-    a("--load", default="auto", choices=("auto", "builtin", "perf_analyzer"),
-      help="the load generator: perf_analyzer ($PERF_ANALYZER or on PATH) when auto finds "
-           "it, else the built-in one")
-    a("--input-pool", type=int, default=0, metavar="N",
-      help="requests cycle through N distinct inputs (the stream repeats, so the response "
-           "cache is tried); 0: every request differs (default)")
-    a("--shape", action="append", default=[], metavar="NAME:D1,D2",
-      help="the shape of a variable-size input, without the batch dimension (repeatable)")
-    a("--probe-seconds", type=float, default=2.0, metavar="S",
-      help="measurement window of a probe (default 2)")
-    a("--sweep-seconds", type=float, default=None, metavar="S",
-      help="measurement window of each final sweep point (default 2 x probe)")
-    a("--server-arg", action="append", default=[], metavar="ARG",
-      help="an extra flag for the server tune starts (repeatable), e.g. "
-           "--server-arg=--frontend=native")
+    a(
+        "--url",
+        default=None,
+        metavar="HOST:PORT",
+        help="a running server's HTTP address (run with --model-control-mode explicit)",
+    )
+    a(
+        "--grpc-url",
+        default=None,
+        metavar="HOST:PORT",
+        help="with --url and --protocol grpc: that server's gRPC address",
+    )
+    a(
+        "--load",
+        default="auto",
+        choices=("auto", "builtin", "perf_analyzer"),
+        help="the load generator: perf_analyzer ($PERF_ANALYZER or on PATH) when auto finds "
+        "it, else the built-in one",
+    )
+    a(
+        "--input-pool",
+        type=int,
+        default=0,
+        metavar="N",
+        help="requests cycle through N distinct inputs (the stream repeats, so the response "
+        "cache is tried); 0: every request differs (default)",
+    )
+    a(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME:D1,D2",
+        help="the shape of a variable-size input, without the batch dimension (repeatable)",
+    )
+    a(
+        "--probe-seconds",
+        type=float,
+        default=2.0,
+        metavar="S",
+        help="measurement window of a probe (default 2)",
+    )
+    a(
+        "--sweep-seconds",
+        type=float,
+        default=None,
+        metavar="S",
+        help="measurement window of each final sweep point (default 2 x probe)",
+    )
+    a(
+        "--server-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="an extra flag for the server tune starts (repeatable), e.g. "
+        "--server-arg=--frontend=native",
+    )
     return p
 
 
@@ -90,8 +145,10 @@ def _check(p: argparse.ArgumentParser, ns: argparse.Namespace) -> tuple[Settings
         if not repo.is_dir():
             p.error(f"--model-repository: '{repo}' is not a directory")
         if ns.url is None and not (repo / ns.model).is_dir():
-            p.error(f"model '{ns.model}' not found in the model repository '{repo}' "
-                    f"(no directory '{repo / ns.model}')")
+            p.error(
+                f"model '{ns.model}' not found in the model repository '{repo}' "
+                f"(no directory '{repo / ns.model}')"
+            )
     shapes: dict[str, Any] = {}
     for item in ns.shape:
         name, colon, dims = item.partition(":")
@@ -104,8 +161,10 @@ def _check(p: argparse.ArgumentParser, ns: argparse.Namespace) -> tuple[Settings
     settings = Settings(
         concurrency=lo_hi,
         latency_budget_us=ns.latency_budget_ms * 1000 if ns.latency_budget_ms else None,
-        max_minutes=ns.max_minutes, probe_s=ns.probe_seconds,
-        sweep_s=ns.sweep_seconds if ns.sweep_seconds else 2 * ns.probe_seconds)
+        max_minutes=ns.max_minutes,
+        probe_s=ns.probe_seconds,
+        sweep_s=ns.sweep_seconds if ns.sweep_seconds else 2 * ns.probe_seconds,
+    )
     return settings, shapes
 
 
@@ -134,8 +193,9 @@ def run(ns: argparse.Namespace, settings: Settings, shapes: dict[str, Any], argv
         http_url, grpc_url = ns.url.removeprefix("http://"), ns.grpc_url or ""
     else:
         print(f"{PROG}: starting tritonlite on {ns.model_repository}", file=sys.stderr)
-        managed = ManagedServer(Path(ns.model_repository), ns.model, ns.server_arg,
-                                log_path=out / "server.log")
+        managed = ManagedServer(
+            Path(ns.model_repository), ns.model, ns.server_arg, log_path=out / "server.log"
+        )
         try:
             managed.wait_started()
         except BaseException:
@@ -151,22 +211,30 @@ def run(ns: argparse.Namespace, settings: Settings, shapes: dict[str, Any], argv
         specs = load.request_specs(meta, server_cfg.max_batch_size, shapes)
         outputs = [o.name for o in server_cfg.output]
         ctx = space.Context(
-            max_batch_size=server_cfg.max_batch_size, ort=space.is_ort(server_cfg),
-            cores=os.cpu_count() or 1, devices=_devices(server_cfg),
-            max_concurrency=settings.concurrency[1], repeats=ns.input_pool > 0,
-            latency_budget_us=settings.latency_budget_us)
+            max_batch_size=server_cfg.max_batch_size,
+            ort=space.is_ort(server_cfg),
+            cores=os.cpu_count() or 1,
+            devices=_devices(server_cfg),
+            max_concurrency=settings.concurrency[1],
+            repeats=ns.input_pool > 0,
+            latency_budget_us=settings.latency_budget_us,
+        )
         pool = load.make_pool(specs, ns.input_pool or load.DISTINCT_POOL)
         url = http_url if ns.protocol == "http" else grpc_url
-        measure, load_name = _measure(ns, control, specs, outputs, pool, url,
-                                      server_cfg.max_batch_size > 0, out)
-        print(f"{PROG}: {ns.model} over {ns.protocol} with {load_name}; writing to {out}",
-              file=sys.stderr)
+        measure, load_name = _measure(
+            ns, control, specs, outputs, pool, url, server_cfg.max_batch_size > 0, out
+        )
+        print(
+            f"{PROG}: {ns.model} over {ns.protocol} with {load_name}; writing to {out}",
+            file=sys.stderr,
+        )
         tuner = Tuner(control, ns.model, base, ctx, settings, measure, sys.stderr)
         touched = ns.url is not None
         result = tuner.run()
         command = "tritonlite tune " + " ".join(shlex.quote(a) for a in argv)
-        cfg_path, report_path, note = report.write_all(out, ns.model, result, settings, base,
-                                                       load_name, command)
+        cfg_path, report_path, note = report.write_all(
+            out, ns.model, result, settings, base, load_name, command
+        )
     finally:
         if managed:
             managed.stop()
@@ -176,8 +244,10 @@ def run(ns: argparse.Namespace, settings: Settings, shapes: dict[str, Any], argv
             except TuneError as exc:
                 err = str(exc)
             if err:
-                print(f"{PROG}: warning: could not reload '{ns.model}' from its repository: "
-                      f"{err}", file=sys.stderr)
+                print(
+                    f"{PROG}: warning: could not reload '{ns.model}' from its repository: {err}",
+                    file=sys.stderr,
+                )
     if note:
         print(f"{PROG}: {note}", file=sys.stderr)
     c = result.chosen
@@ -187,9 +257,16 @@ def run(ns: argparse.Namespace, settings: Settings, shapes: dict[str, Any], argv
     return 0
 
 
-def _measure(ns: argparse.Namespace, control: Control, specs: list[load.TensorSpec],
-             outputs: list[str], pool: list[list[bytes]], url: str, batched: bool,
-             out: Path) -> tuple[Any, str]:
+def _measure(
+    ns: argparse.Namespace,
+    control: Control,
+    specs: list[load.TensorSpec],
+    outputs: list[str],
+    pool: list[list[bytes]],
+    url: str,
+    batched: bool,
+    out: Path,
+) -> tuple[Any, str]:
     model = ns.model
 
     def stats() -> Any:
@@ -204,11 +281,15 @@ def _measure(ns: argparse.Namespace, control: Control, specs: list[load.TensorSp
     warmup = 0.5
     if ns.protocol == "http":
         reqs = load.http_requests(model, url, specs, outputs, pool)
-        return (lambda c, w: asyncio.run(load.http_load(url, reqs, c, warmup, w, stats)),
-                "the built-in HTTP load generator")
+        return (
+            lambda c, w: asyncio.run(load.http_load(url, reqs, c, warmup, w, stats)),
+            "the built-in HTTP load generator",
+        )
     reqs = load.grpc_requests(model, specs, outputs, pool)
-    return (lambda c, w: asyncio.run(load.grpc_load(url, reqs, c, warmup, w, stats)),
-            "the built-in gRPC load generator")
+    return (
+        lambda c, w: asyncio.run(load.grpc_load(url, reqs, c, warmup, w, stats)),
+        "the built-in gRPC load generator",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

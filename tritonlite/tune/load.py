@@ -24,9 +24,18 @@ from tritonlite._proto import pb
 from tritonlite.tune.server import ModelStats
 
 _NUMPY = {
-    "BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32,
-    "UINT64": np.uint64, "INT8": np.int8, "INT16": np.int16, "INT32": np.int32,
-    "INT64": np.int64, "FP16": np.float16, "FP32": np.float32, "FP64": np.float64,
+    "BOOL": np.bool_,
+    "UINT8": np.uint8,
+    "UINT16": np.uint16,
+    "UINT32": np.uint32,
+    "UINT64": np.uint64,
+    "INT8": np.int8,
+    "INT16": np.int16,
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "FP16": np.float16,
+    "FP32": np.float32,
+    "FP64": np.float64,
 }
 DISTINCT_POOL = 509  # "every request differs": more payloads than a probe repeats in practice
 
@@ -38,8 +47,9 @@ class TensorSpec:
     shape: tuple[int, ...]
 
 
-def request_specs(metadata: dict[str, Any], max_batch_size: int,
-                  shapes: dict[str, tuple[int, ...]] | None = None) -> list[TensorSpec]:
+def request_specs(
+    metadata: dict[str, Any], max_batch_size: int, shapes: dict[str, tuple[int, ...]] | None = None
+) -> list[TensorSpec]:
     """The inputs of one request (batch 1) from the model metadata; ``shapes`` fills -1 dims."""
     out = []
     for t in metadata.get("inputs", []):
@@ -62,8 +72,7 @@ def make_tensor(spec: TensorSpec, rng: np.random.Generator) -> bytes:
         items = [str(int(v)).encode() for v in rng.integers(0, 1_000_000, size=n)]
         return b"".join(len(b).to_bytes(4, "little") + b for b in items)
     if spec.datatype == "BF16":
-        return rng.standard_normal(n).astype(np.float32).view(np.uint32).astype(
-            np.uint16).tobytes()
+        return rng.standard_normal(n).astype(np.float32).view(np.uint32).astype(np.uint16).tobytes()
     dtype = np.dtype(_NUMPY[spec.datatype])
     if dtype.kind == "b":
         return rng.integers(0, 2, size=n).astype(dtype).tobytes()
@@ -77,28 +86,40 @@ def make_pool(specs: list[TensorSpec], size: int, seed: int = 0) -> list[list[by
     return [[make_tensor(s, rng) for s in specs] for _ in range(max(1, size))]
 
 
-def http_requests(model: str, host: str, specs: list[TensorSpec], outputs: list[str],
-                  pool: list[list[bytes]]) -> list[bytes]:
+def http_requests(
+    model: str, host: str, specs: list[TensorSpec], outputs: list[str], pool: list[list[bytes]]
+) -> list[bytes]:
     """Whole HTTP/1.1 requests (head and body), one per payload of ``pool``."""
     out = []
     for tensors in pool:
-        header = json.dumps({
-            "inputs": [{"name": s.name, "shape": list(s.shape), "datatype": s.datatype,
-                        "parameters": {"binary_data_size": len(b)}}
-                       for s, b in zip(specs, tensors, strict=True)],
-            "outputs": [{"name": o, "parameters": {"binary_data": True}} for o in outputs],
-        }).encode()
+        header = json.dumps(
+            {
+                "inputs": [
+                    {
+                        "name": s.name,
+                        "shape": list(s.shape),
+                        "datatype": s.datatype,
+                        "parameters": {"binary_data_size": len(b)},
+                    }
+                    for s, b in zip(specs, tensors, strict=True)
+                ],
+                "outputs": [{"name": o, "parameters": {"binary_data": True}} for o in outputs],
+            }
+        ).encode()
         body = header + b"".join(tensors)
-        head = (f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: {host}\r\n"
-                f"Content-Type: application/octet-stream\r\n"
-                f"Inference-Header-Content-Length: {len(header)}\r\n"
-                f"Content-Length: {len(body)}\r\n\r\n").encode()
+        head = (
+            f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: {host}\r\n"
+            f"Content-Type: application/octet-stream\r\n"
+            f"Inference-Header-Content-Length: {len(header)}\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode()
         out.append(head + body)
     return out
 
 
-def grpc_requests(model: str, specs: list[TensorSpec], outputs: list[str],
-                  pool: list[list[bytes]]) -> list[bytes]:
+def grpc_requests(
+    model: str, specs: list[TensorSpec], outputs: list[str], pool: list[list[bytes]]
+) -> list[bytes]:
     """Serialized ``ModelInferRequest`` messages, one per payload of ``pool``."""
     out = []
     for tensors in pool:
@@ -177,8 +198,9 @@ def summarize(sample: Sample, latencies_ns: list[int], window_s: float) -> Sampl
     if latencies_ns:
         lat = np.asarray(latencies_ns, dtype=np.float64) / 1000.0
         sample.throughput = len(latencies_ns) / window_s
-        sample.p50_us, sample.p90_us, sample.p99_us = (float(v) for v in
-                                                       np.percentile(lat, [50, 90, 99]))
+        sample.p50_us, sample.p90_us, sample.p99_us = (
+            float(v) for v in np.percentile(lat, [50, 90, 99])
+        )
         sample.avg_us = float(lat.mean())
     return sample
 
@@ -218,8 +240,13 @@ class _HttpClient:
             self.writer.close()
 
 
-async def _closed_loop(send: Callable[[int], Awaitable[str]], concurrency: int, warmup_s: float,
-                       window_s: float, stats: Callable[[], ModelStats]) -> Sample:
+async def _closed_loop(
+    send: Callable[[int], Awaitable[str]],
+    concurrency: int,
+    warmup_s: float,
+    window_s: float,
+    stats: Callable[[], ModelStats],
+) -> Sample:
     sample = Sample(concurrency)
     done: list[tuple[int, int]] = []
     stop = False
@@ -260,8 +287,14 @@ async def _closed_loop(send: Callable[[int], Awaitable[str]], concurrency: int, 
     return summarize(sample, lat, (end - start) / 1e9)
 
 
-async def http_load(url: str, requests: list[bytes], concurrency: int, warmup_s: float,
-                    window_s: float, stats: Callable[[], ModelStats]) -> Sample:
+async def http_load(
+    url: str,
+    requests: list[bytes],
+    concurrency: int,
+    warmup_s: float,
+    window_s: float,
+    stats: Callable[[], ModelStats],
+) -> Sample:
     host, _, port = url.rpartition(":")
     clients = [_HttpClient(host, int(port)) for _ in range(concurrency)]
     n = len(requests)
@@ -276,15 +309,23 @@ async def http_load(url: str, requests: list[bytes], concurrency: int, warmup_s:
             c.close()
 
 
-async def grpc_load(url: str, requests: list[bytes], concurrency: int, warmup_s: float,
-                    window_s: float, stats: Callable[[], ModelStats]) -> Sample:
+async def grpc_load(
+    url: str,
+    requests: list[bytes],
+    concurrency: int,
+    warmup_s: float,
+    window_s: float,
+    stats: Callable[[], ModelStats],
+) -> Sample:
     import grpc
 
     n = len(requests)
     async with grpc.aio.insecure_channel(url) as channel:
-        infer = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer",
-                                    request_serializer=lambda b: b,
-                                    response_deserializer=lambda b: b)
+        infer = channel.unary_unary(
+            "/inference.GRPCInferenceService/ModelInfer",
+            request_serializer=lambda b: b,
+            response_deserializer=lambda b: b,
+        )
 
         async def send(i: int) -> str:
             try:

@@ -44,8 +44,8 @@ def input_data(specs: list[TensorSpec], pool: list[list[bytes]], batched: bool) 
             if s.datatype == "BYTES":
                 items, k = [], 0
                 while k < len(raw):
-                    n = int.from_bytes(raw[k:k + 4], "little")
-                    items.append(raw[k + 4:k + 4 + n].decode())
+                    n = int.from_bytes(raw[k : k + 4], "little")
+                    items.append(raw[k + 4 : k + 4 + n].decode())
                     k += 4 + n
                 step[s.name] = {"content": items, "shape": shape}
             else:
@@ -57,8 +57,17 @@ def input_data(specs: list[TensorSpec], pool: list[list[bytes]], batched: bool) 
 class PerfAnalyzer:
     """Runs points with the perf_analyzer at ``binary`` against one model."""
 
-    def __init__(self, binary: str, model: str, url: str, protocol: str, specs: list[TensorSpec],
-                 pool: list[list[bytes]], batched: bool, workdir: Path) -> None:
+    def __init__(
+        self,
+        binary: str,
+        model: str,
+        url: str,
+        protocol: str,
+        specs: list[TensorSpec],
+        pool: list[list[bytes]],
+        batched: bool,
+        workdir: Path,
+    ) -> None:
         self.binary, self.model, self.url, self.protocol = binary, model, url, protocol
         workdir.mkdir(parents=True, exist_ok=True)
         self.workdir = workdir
@@ -66,24 +75,40 @@ class PerfAnalyzer:
         self.data_path.write_text(input_data(specs, pool, batched))
         self.last_command = ""
 
-    def run(self, concurrency: int, window_s: float,
-            stats: Callable[[], ModelStats]) -> Sample:
+    def run(self, concurrency: int, window_s: float, stats: Callable[[], ModelStats]) -> Sample:
         sample = Sample(concurrency)
         with tempfile.NamedTemporaryFile(suffix=".csv", dir=self.workdir, delete=False) as f:
             csv_path = Path(f.name)
-        cmd = [self.binary, "-m", self.model, "-u", self.url, "-i", self.protocol,
-               "--concurrency-range", f"{concurrency}:{concurrency}",
-               "--measurement-interval", str(max(100, int(window_s * 1000))),
-               # tune compares candidates by their own repeated probes; a noisy machine must
-               # not make perf_analyzer give up on a point ("Failed to obtain stable ...").
-               "--stability-percentage", "100", "--max-trials", "6",
-               "--input-data", str(self.data_path), "-f", str(csv_path)]
+        cmd = [
+            self.binary,
+            "-m",
+            self.model,
+            "-u",
+            self.url,
+            "-i",
+            self.protocol,
+            "--concurrency-range",
+            f"{concurrency}:{concurrency}",
+            "--measurement-interval",
+            str(max(100, int(window_s * 1000))),
+            # tune compares candidates by their own repeated probes; a noisy machine must
+            # not make perf_analyzer give up on a point ("Failed to obtain stable ...").
+            "--stability-percentage",
+            "100",
+            "--max-trials",
+            "6",
+            "--input-data",
+            str(self.data_path),
+            "-f",
+            str(csv_path),
+        ]
         self.last_command = " ".join(cmd)
         before = stats()
         start = time.monotonic()
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True,
-                                  timeout=max(60.0, 20 * window_s))
+            proc = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=max(60.0, 20 * window_s)
+            )
         except subprocess.TimeoutExpired:
             sample.error = "perf_analyzer timed out"
             return sample
@@ -106,8 +131,17 @@ class PerfAnalyzer:
         sample.p50_us = float(row.get("p50 latency") or 0)
         sample.p90_us = float(row.get("p90 latency") or 0)
         sample.p99_us = float(row.get("p99 latency") or 0)
-        sample.avg_us = sum(float(row.get(c) or 0) for c in (
-            "Client Send", "Network+Server Send/Recv", "Server Queue", "Server Compute Input",
-            "Server Compute Infer", "Server Compute Output", "Client Recv"))
+        sample.avg_us = sum(
+            float(row.get(c) or 0)
+            for c in (
+                "Client Send",
+                "Network+Server Send/Recv",
+                "Server Queue",
+                "Server Compute Input",
+                "Server Compute Infer",
+                "Server Compute Output",
+                "Client Recv",
+            )
+        )
         sample.count = max(1, int(sample.throughput * window_s))
         return sample

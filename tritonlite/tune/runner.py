@@ -77,8 +77,16 @@ class Tuner:
     ``space.apply(base, candidate)``. ``measure`` drives the load at the configured model.
     """
 
-    def __init__(self, control: Control, model: str, base: Any, ctx: space.Context,
-                 settings: Settings, measure: Measure, log: TextIO) -> None:
+    def __init__(
+        self,
+        control: Control,
+        model: str,
+        base: Any,
+        ctx: space.Context,
+        settings: Settings,
+        measure: Measure,
+        log: TextIO,
+    ) -> None:
         self.control, self.model, self.base, self.ctx = control, model, base, ctx
         self.settings, self.measure, self.log = settings, measure, log
         self.trials: list[Trial] = []
@@ -97,13 +105,19 @@ class Tuner:
         frac = min(1.0, self.elapsed() / (self.settings.max_minutes * 60))
         bar = "#" * int(frac * 20) + "." * (20 - int(frac * 20))
         s = trial.samples[-1] if trial.samples else None
-        what = (f"{s.throughput:,.0f} infer/s p99 {s.p99_us / 1000:.2f} ms"
-                if s is not None and s.ok else trial.status)
+        what = (
+            f"{s.throughput:,.0f} infer/s p99 {s.p99_us / 1000:.2f} ms"
+            if s is not None and s.ok
+            else trial.status
+        )
         best = self.leader
-        best_text = (f"{best.candidate.label()} ({best.score:,.0f})" if best else "-")
-        print(f"[{bar}] {self.elapsed():5.0f}s #{trial.index} {trial.stage}: "
-              f"{trial.candidate.label()} -> {what} | best: {best_text}",
-              file=self.log, flush=True)
+        best_text = f"{best.candidate.label()} ({best.score:,.0f})" if best else "-"
+        print(
+            f"[{bar}] {self.elapsed():5.0f}s #{trial.index} {trial.stage}: "
+            f"{trial.candidate.label()} -> {what} | best: {best_text}",
+            file=self.log,
+            flush=True,
+        )
 
     def _time_left(self) -> float:
         return self.deadline - time.monotonic()
@@ -113,13 +127,13 @@ class Tuner:
 
     def _final_cost(self, points: int) -> float:
         return (self._load_s + (self.settings.sweep_s + 1.0) * points) * (
-            self.settings.finalists + 1)
+            self.settings.finalists + 1
+        )
 
     # -- measuring -----------------------------------------------------------------------------
     def _load(self, trial: Trial) -> bool:
         t0 = time.monotonic()
-        err = self.control.load(self.model, config_json(space.apply(self.base,
-                                                                    trial.candidate)))
+        err = self.control.load(self.model, config_json(space.apply(self.base, trial.candidate)))
         trial.load_s = time.monotonic() - t0
         self._load_s = 0.5 * self._load_s + 0.5 * trial.load_s
         if err:
@@ -157,11 +171,19 @@ class Tuner:
     def _settle(self, trial: Trial) -> None:
         """Merge a sweep's rounds per concurrency (``load.merge``) and score it."""
         if trial.ok:
-            trial.samples = [merge([s for s in trial.samples if s.concurrency == c])
-                             for c in sorted({s.concurrency for s in trial.samples})]
+            trial.samples = [
+                merge([s for s in trial.samples if s.concurrency == c])
+                for c in sorted({s.concurrency for s in trial.samples})
+            ]
         budget = self.settings.latency_budget_us
-        trial.score = max((space.score(s.throughput, s.p99_us, budget)
-                           for s in trial.samples if s.ok), default=0.0) if trial.ok else 0.0
+        trial.score = (
+            max(
+                (space.score(s.throughput, s.p99_us, budget) for s in trial.samples if s.ok),
+                default=0.0,
+            )
+            if trial.ok
+            else 0.0
+        )
 
     def _confirm(self, trial: Trial) -> None:
         """A second probe of a candidate about to win; its score becomes the mean of both
@@ -176,12 +198,15 @@ class Tuner:
         if lo == hi or self._base_low is None:
             return True
         s = self._sample(trial, lo, self.settings.probe_s)
-        ok = s.ok and space.acceptable(s.throughput, s.p99_us, self._base_low.throughput,
-                                       self.settings.latency_budget_us)
+        ok = s.ok and space.acceptable(
+            s.throughput, s.p99_us, self._base_low.throughput, self.settings.latency_budget_us
+        )
         if s.ok and not ok:
-            trial.status = (f"rejected: at concurrency {lo} {s.throughput:,.0f} infer/s, p99 "
-                            f"{s.p99_us / 1000:.2f} ms (original {self._base_low.throughput:,.0f}"
-                            " infer/s)")
+            trial.status = (
+                f"rejected: at concurrency {lo} {s.throughput:,.0f} infer/s, p99 "
+                f"{s.p99_us / 1000:.2f} ms (original {self._base_low.throughput:,.0f}"
+                " infer/s)"
+            )
         return ok
 
     # -- the search ----------------------------------------------------------------------------
@@ -191,9 +216,12 @@ class Tuner:
         baseline_cand = space.from_config(self.base)
         baseline = self.probe("baseline", baseline_cand)
         if not baseline.ok:
-            hint = (" (tune loads configs through the repository API: run the server with "
-                    "--model-control-mode explicit)" if baseline.status.startswith("load")
-                    else "")
+            hint = (
+                " (tune loads configs through the repository API: run the server with "
+                "--model-control-mode explicit)"
+                if baseline.status.startswith("load")
+                else ""
+            )
             raise RuntimeError(f"the original config does not serve: {baseline.status}{hint}")
         self._confirm(baseline)
         if lo < hi:
@@ -210,12 +238,13 @@ class Tuner:
                     stopped = True
                     break
                 trial = self.probe(name, cand)
-                if trial.ok and space.better(trial.score, stage_best.score,
-                                             self.settings.margin):
+                if trial.ok and space.better(trial.score, stage_best.score, self.settings.margin):
                     self._confirm(trial)
-                    if (trial.ok and space.better(trial.score, stage_best.score,
-                                                  self.settings.margin)
-                            and self._light_load_ok(trial)):
+                    if (
+                        trial.ok
+                        and space.better(trial.score, stage_best.score, self.settings.margin)
+                        and self._light_load_ok(trial)
+                    ):
                         stage_best = self.leader = trial
                 if ladder.add(trial.score):
                     break
@@ -224,9 +253,15 @@ class Tuner:
 
     def _finalists(self, baseline: Trial) -> list[space.Candidate]:
         assert self.best is not None
-        ranked = sorted((t for t in self.trials if t.ok and t.kind == "probe"
-                         and (t.stage == "baseline" or len(t.samples) > 1)),
-                        key=lambda t: t.score, reverse=True)
+        ranked = sorted(
+            (
+                t
+                for t in self.trials
+                if t.ok and t.kind == "probe" and (t.stage == "baseline" or len(t.samples) > 1)
+            ),
+            key=lambda t: t.score,
+            reverse=True,
+        )
         out = [self.best.candidate]
         for t in ranked:
             if len(out) >= self.settings.finalists:
@@ -240,11 +275,18 @@ class Tuner:
         ref = {s.concurrency: s for s in base.samples if s.ok}
         for s in trial.samples:
             b = ref.get(s.concurrency)
-            if trial.ok and b and not space.acceptable(s.throughput, s.p99_us, b.throughput,
-                                                     self.settings.latency_budget_us):
-                trial.status = (f"rejected: at concurrency {s.concurrency} "
-                                f"{s.throughput:,.0f} infer/s vs the original's "
-                                f"{b.throughput:,.0f}")
+            if (
+                trial.ok
+                and b
+                and not space.acceptable(
+                    s.throughput, s.p99_us, b.throughput, self.settings.latency_budget_us
+                )
+            ):
+                trial.status = (
+                    f"rejected: at concurrency {s.concurrency} "
+                    f"{s.throughput:,.0f} infer/s vs the original's "
+                    f"{b.throughput:,.0f}"
+                )
 
     def _describe(self, trial: Trial) -> str:
         """The point a trial's score comes from, in words."""
@@ -253,10 +295,15 @@ class Tuner:
         if not ok:
             return trial.status
         s = max(ok, key=lambda x: space.score(x.throughput, x.p99_us, budget))
-        fits = "" if budget is None else (" within the budget" if s.p99_us <= budget
-                                          else " over the budget")
-        return (f"{s.throughput:,.0f} infer/s at concurrency {s.concurrency}, p99 "
-                f"{s.p99_us / 1000:.1f} ms{fits}")
+        fits = (
+            ""
+            if budget is None
+            else (" within the budget" if s.p99_us <= budget else " over the budget")
+        )
+        return (
+            f"{s.throughput:,.0f} infer/s at concurrency {s.concurrency}, p99 "
+            f"{s.p99_us / 1000:.1f} ms{fits}"
+        )
 
     def _final(self, baseline: Trial, points: list[int], stopped: bool) -> Result:
         """Sweep the original and the finalists in two rounds, the second in reverse order
@@ -288,29 +335,34 @@ class Tuner:
         for t in sweeps[1:]:
             self._check_points(t, base_sweep)
         top = max((t for t in sweeps if t.ok), key=lambda t: t.score, default=base_sweep)
-        if top is base_sweep or not space.better(top.score, base_sweep.score,
-                                                 self.settings.margin):
+        if top is base_sweep or not space.better(top.score, base_sweep.score, self.settings.margin):
             chosen = base_sweep
             if top is base_sweep:
                 reason = "no candidate beat the original configuration"
             else:
-                reason = (f"the best candidate ({top.candidate.label()}, {top.score:,.0f} "
-                          f"infer/s) is within the {self.settings.margin:.0%} noise margin of "
-                          f"the original ({base_sweep.score:,.0f} infer/s)")
+                reason = (
+                    f"the best candidate ({top.candidate.label()}, {top.score:,.0f} "
+                    f"infer/s) is within the {self.settings.margin:.0%} noise margin of "
+                    f"the original ({base_sweep.score:,.0f} infer/s)"
+                )
             reason += "; the original configuration is kept"
         else:
             chosen = top
-            gain = (f"{top.score / base_sweep.score:.2f}x" if base_sweep.score
-                    else "where the original scored 0; vs")
-            reason = (f"the highest score, {top.score:,.0f} ({self._describe(top)}), "
-                      f"{gain} the original's {base_sweep.score:,.0f} "
-                      f"({self._describe(base_sweep)})")
+            gain = (
+                f"{top.score / base_sweep.score:.2f}x"
+                if base_sweep.score
+                else "where the original scored 0; vs"
+            )
+            reason = (
+                f"the highest score, {top.score:,.0f} ({self._describe(top)}), "
+                f"{gain} the original's {base_sweep.score:,.0f} "
+                f"({self._describe(base_sweep)})"
+            )
         reason += note
         if base_sweep.score == 0 and budget is not None:
             reason += " (the original has no point within the latency budget)"
         # Leave the server serving what was chosen (and check once more that it loads).
-        err = self.control.load(self.model, config_json(space.apply(self.base,
-                                                                    chosen.candidate)))
+        err = self.control.load(self.model, config_json(space.apply(self.base, chosen.candidate)))
         if err:
             raise RuntimeError(f"the chosen config no longer loads: {err}")
         return Result(baseline, chosen, self.trials, reason, self.elapsed(), stopped)

@@ -52,8 +52,16 @@ class ModelStats:
 
 
 def _values(s: ModelStats) -> tuple[int, ...]:
-    return (s.success, s.inference_count, s.execution_count, s.queue_ns, s.compute_input_ns,
-            s.compute_infer_ns, s.compute_output_ns, s.cache_hits)
+    return (
+        s.success,
+        s.inference_count,
+        s.execution_count,
+        s.queue_ns,
+        s.compute_input_ns,
+        s.compute_infer_ns,
+        s.compute_output_ns,
+        s.cache_hits,
+    )
 
 
 class Control:
@@ -65,8 +73,12 @@ class Control:
 
     def _call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(f"http://{self.http_url}{path}", data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            f"http://{self.http_url}{path}",
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json"},
+        )
         try:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as r:
                 raw = r.read()
@@ -125,21 +137,51 @@ class Control:
 class ManagedServer:
     """``python -m tritonlite`` serving ``repo`` with ``model`` loaded, until ``stop``."""
 
-    def __init__(self, repo: Path, model: str, extra_args: list[str] | None = None,
-                 log_path: Path | None = None) -> None:
-        self.cmd = [sys.executable, "-m", "tritonlite", "--model-repository", str(repo),
-                    "--model-control-mode", "explicit", "--load-model", model,
-                    "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0",
-                    "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1",
-                    "--metrics-address", "127.0.0.1",
-                    "--cache-config", f"local,size={CACHE_BYTES}", *(extra_args or [])]
+    def __init__(
+        self,
+        repo: Path,
+        model: str,
+        extra_args: list[str] | None = None,
+        log_path: Path | None = None,
+    ) -> None:
+        self.cmd = [
+            sys.executable,
+            "-m",
+            "tritonlite",
+            "--model-repository",
+            str(repo),
+            "--model-control-mode",
+            "explicit",
+            "--load-model",
+            model,
+            "--http-port",
+            "0",
+            "--grpc-port",
+            "0",
+            "--metrics-port",
+            "0",
+            "--http-address",
+            "127.0.0.1",
+            "--grpc-address",
+            "127.0.0.1",
+            "--metrics-address",
+            "127.0.0.1",
+            "--cache-config",
+            f"local,size={CACHE_BYTES}",
+            *(extra_args or []),
+        ]
         self.ports: dict[str, str] = {}
         self._lines: list[str] = []
         self._cond = threading.Condition()
         self._log = log_path.open("w") if log_path else None
-        self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         self._pump = threading.Thread(target=self._drain, daemon=True)
         self._pump.start()
 
@@ -176,14 +218,17 @@ class ManagedServer:
         if not wanted <= set(self.ports):
             code = self.proc.poll()
             self.stop()
-            raise TuneError(f"the tritonlite server did not start (exit code {code}); its last "
-                            f"lines:\n{self.tail()}")
+            raise TuneError(
+                f"the tritonlite server did not start (exit code {code}); its last "
+                f"lines:\n{self.tail()}"
+            )
         control = Control(self.http_url)
         while not control.live():
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                raise TuneError(f"the tritonlite server is not live; its last lines:\n"
-                                f"{self.tail()}")
+                raise TuneError(
+                    f"the tritonlite server is not live; its last lines:\n{self.tail()}"
+                )
             time.sleep(0.05)
 
     @property

@@ -96,7 +96,9 @@ def from_config(cfg: Any) -> Candidate:
         dynamic_batching=dyn,
         max_queue_delay_us=int(cfg.dynamic_batching.max_queue_delay_microseconds) if dyn else 0,
         preferred_batch_sizes=tuple(cfg.dynamic_batching.preferred_batch_size) if dyn else (),
-        instance_count=count, intra_op_threads=intra, spinning=spin,
+        instance_count=count,
+        intra_op_threads=intra,
+        spinning=spin,
         response_cache=bool(cfg.response_cache.enable),
     )
 
@@ -135,10 +137,14 @@ def apply(base: Any, cand: Candidate) -> Any:
             cfg.instance_group[0].count = cand.instance_count
         else:
             cfg.instance_group.add(count=cand.instance_count)
-    _set_param(cfg, INTRA_OP_PARAMETER,
-               None if cand.intra_op_threads is None else str(cand.intra_op_threads))
-    _set_param(cfg, SPINNING_PARAMETER,
-               None if cand.spinning is None else ("1" if cand.spinning else "0"))
+    _set_param(
+        cfg,
+        INTRA_OP_PARAMETER,
+        None if cand.intra_op_threads is None else str(cand.intra_op_threads),
+    )
+    _set_param(
+        cfg, SPINNING_PARAMETER, None if cand.spinning is None else ("1" if cand.spinning else "0")
+    )
     if cand.response_cache:
         cfg.response_cache.enable = True
     else:
@@ -197,11 +203,12 @@ def batching_stage(best: Candidate, ctx: Context) -> list[Candidate]:
     if ctx.max_batch_size <= 0:
         return []
     cap = ctx.latency_budget_us / 2 if ctx.latency_budget_us else math.inf
-    ladder = [replace(best, dynamic_batching=False, max_queue_delay_us=0,
-                      preferred_batch_sizes=())]
-    ladder += [replace(best, dynamic_batching=True, max_queue_delay_us=d,
-                       preferred_batch_sizes=())
-               for d in QUEUE_DELAYS_US if d <= cap]
+    ladder = [replace(best, dynamic_batching=False, max_queue_delay_us=0, preferred_batch_sizes=())]
+    ladder += [
+        replace(best, dynamic_batching=True, max_queue_delay_us=d, preferred_batch_sizes=())
+        for d in QUEUE_DELAYS_US
+        if d <= cap
+    ]
     return _dedup(ladder, best)
 
 
@@ -221,13 +228,17 @@ def preferred_sizes(max_batch_size: int, max_concurrency: int) -> list[tuple[int
 def preferred_stage(best: Candidate, ctx: Context) -> list[Candidate]:
     if not best.dynamic_batching or ctx.max_batch_size <= 1:
         return []
-    return _dedup((replace(best, preferred_batch_sizes=s)
-                   for s in preferred_sizes(ctx.max_batch_size, ctx.max_concurrency)), best)
+    return _dedup(
+        (
+            replace(best, preferred_batch_sizes=s)
+            for s in preferred_sizes(ctx.max_batch_size, ctx.max_concurrency)
+        ),
+        best,
+    )
 
 
 def instance_stage(best: Candidate, ctx: Context) -> list[Candidate]:
-    return _dedup((replace(best, instance_count=n)
-                   for n in range(1, max_instances(ctx) + 1)), best)
+    return _dedup((replace(best, instance_count=n) for n in range(1, max_instances(ctx) + 1)), best)
 
 
 def intra_op_stage(best: Candidate, ctx: Context) -> list[Candidate]:
@@ -303,8 +314,13 @@ class Ladder:
         return self._worse >= self.patience
 
 
-def acceptable(throughput: float, p99_us: float, base_throughput: float,
-               budget_us: float | None, tolerance: float = 0.10) -> bool:
+def acceptable(
+    throughput: float,
+    p99_us: float,
+    base_throughput: float,
+    budget_us: float | None,
+    tolerance: float = 0.10,
+) -> bool:
     """No regression at a lighter load: within the budget when there is one, else at least
     ``1 - tolerance`` of the original's throughput at that concurrency (in a closed loop the
     same as its latency: a queue delay that buys throughput under load must not cost idle

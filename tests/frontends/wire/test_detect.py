@@ -44,12 +44,13 @@ class Tag(asyncio.Protocol):
             self.transport.close()
 
 
-async def _serve(ctx: ssl.SSLContext | None = None, timeout: float = 30.0
-                 ) -> tuple[asyncio.Server, int]:
+async def _serve(
+    ctx: ssl.SSLContext | None = None, timeout: float = 30.0
+) -> tuple[asyncio.Server, int]:
     loop = asyncio.get_running_loop()
     server = await loop.create_server(
-        lambda: Detect(lambda: Tag(b"h1"), lambda: Tag(b"h2"), timeout), "127.0.0.1", 0,
-        ssl=ctx)
+        lambda: Detect(lambda: Tag(b"h1"), lambda: Tag(b"h2"), timeout), "127.0.0.1", 0, ssl=ctx
+    )
     return server, server.sockets[0].getsockname()[1]
 
 
@@ -64,13 +65,16 @@ async def _talk(port: int, chunks: list[bytes], ctx: ssl.SSLContext | None = Non
     return data
 
 
-@pytest.mark.parametrize("chunks,expected", [
-    ([b"GET / HTTP/1.1\r\n\r\n\n"], b"h1:GET / HTTP/1.1\r\n\r\n\n"),
-    ([b"P", b"OST /v2 HTTP/1.1\n"], b"h1:POST /v2 HTTP/1.1\n"),  # leaves the preface late
-    ([b"PRI * HTTP/1.1\n"], b"h1:PRI * HTTP/1.1\n"),
-    ([PREFACE], b"h2:" + PREFACE),
-    ([PREFACE[:3], PREFACE[3:10], PREFACE[10:]], b"h2:" + PREFACE),  # split anywhere
-])
+@pytest.mark.parametrize(
+    "chunks,expected",
+    [
+        ([b"GET / HTTP/1.1\r\n\r\n\n"], b"h1:GET / HTTP/1.1\r\n\r\n\n"),
+        ([b"P", b"OST /v2 HTTP/1.1\n"], b"h1:POST /v2 HTTP/1.1\n"),  # leaves the preface late
+        ([b"PRI * HTTP/1.1\n"], b"h1:PRI * HTTP/1.1\n"),
+        ([PREFACE], b"h2:" + PREFACE),
+        ([PREFACE[:3], PREFACE[3:10], PREFACE[10:]], b"h2:" + PREFACE),  # split anywhere
+    ],
+)
 def test_first_bytes_decide(run: Runner, chunks: list[bytes], expected: bytes) -> None:
     async def main() -> bytes:
         server, port = await _serve()
@@ -96,14 +100,18 @@ def test_silent_client_is_dropped(run: Runner) -> None:
     assert run(main()) == b""
 
 
-@pytest.mark.parametrize("alpn,payload,expected", [
-    (["h2"], b"anything\n", b"h2:anything\n"),
-    (["http/1.1"], PREFACE, b"h1:" + PREFACE),  # ALPN wins over the bytes
-    ([], PREFACE, b"h2:" + PREFACE),  # no ALPN: the bytes decide, as in plain TCP
-    ([], b"GET / HTTP/1.1\n", b"h1:GET / HTTP/1.1\n"),
-])
-def test_tls_alpn(run: Runner, tmp_path: Path, alpn: list[str], payload: bytes,
-                  expected: bytes) -> None:
+@pytest.mark.parametrize(
+    "alpn,payload,expected",
+    [
+        (["h2"], b"anything\n", b"h2:anything\n"),
+        (["http/1.1"], PREFACE, b"h1:" + PREFACE),  # ALPN wins over the bytes
+        ([], PREFACE, b"h2:" + PREFACE),  # no ALPN: the bytes decide, as in plain TCP
+        ([], b"GET / HTTP/1.1\n", b"h1:GET / HTTP/1.1\n"),
+    ],
+)
+def test_tls_alpn(
+    run: Runner, tmp_path: Path, alpn: list[str], payload: bytes, expected: bytes
+) -> None:
     certs = make_certs(tmp_path)
     sctx = server_context(certs["server.pem"], certs["server.key"], alpn=("h2", "http/1.1"))
     cctx = ssl.create_default_context(cafile=certs["ca.pem"])

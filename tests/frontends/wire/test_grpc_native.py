@@ -75,8 +75,9 @@ class Registry:
 
     async def meta(self, request: bytes, call: GrpcCall) -> bytes:
         md = [(k, v.hex() if isinstance(v, bytes) else v) for k, v in call.metadata()]
-        return json.dumps({"metadata": md, "local": call.peer_is_local(),
-                           "remaining": call.time_remaining()}).encode()
+        return json.dumps(
+            {"metadata": md, "local": call.peer_is_local(), "remaining": call.time_remaining()}
+        ).encode()
 
     async def fail(self, request: bytes, call: GrpcCall) -> bytes:
         if request == b"triton":
@@ -192,8 +193,9 @@ class Served:
         self.target = f"127.0.0.1:{server.port}"
 
     def channel(self, *options: tuple[str, Any], compression: Any = None) -> grpc.Channel:
-        return grpc.insecure_channel(self.target, options=UNLIMITED + list(options),
-                                     compression=compression)
+        return grpc.insecure_channel(
+            self.target, options=UNLIMITED + list(options), compression=compression
+        )
 
 
 @pytest.fixture(params=["pure", "compiled"])
@@ -269,16 +271,21 @@ def test_100_concurrent_calls(served: Served) -> None:
         futures = [echo.future(b"%d" % i * (1 + i * 100), timeout=30) for i in range(100)]
         for i, f in enumerate(futures):
             assert f.result() == b"%d" % i * (1 + i * 100)
-        streams = [ch.stream_stream("/test.T/Stream")(iter([b"a%d" % i, b"b%d" % i]), timeout=30)
-                   for i in range(20)]
+        streams = [
+            ch.stream_stream("/test.T/Stream")(iter([b"a%d" % i, b"b%d" % i]), timeout=30)
+            for i in range(20)
+        ]
         for i, s in enumerate(streams):
             assert list(s) == [b"a%d" % i, b"b%d" % i]
 
 
 def test_keepalive_pings_are_welcome(served: Served) -> None:
-    with served.channel(("grpc.keepalive_time_ms", 100), ("grpc.keepalive_timeout_ms", 5000),
-                        ("grpc.keepalive_permit_without_calls", 1),
-                        ("grpc.http2.max_pings_without_data", 0)) as ch:
+    with served.channel(
+        ("grpc.keepalive_time_ms", 100),
+        ("grpc.keepalive_timeout_ms", 5000),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
+    ) as ch:
         slow = ch.unary_unary("/test.T/Slow")
         assert slow(b"1.5", timeout=10) == b"done"  # ~15 keepalive pings meanwhile
         assert ch.unary_unary("/test.T/Echo")(b"after", timeout=10) == b"after"
@@ -293,14 +300,24 @@ def test_request_and_response_compression(served: Served, algorithm: Any) -> Non
         got = ch.unary_unary("/test.T/Compress")(name.encode() + b":" + body, timeout=10)
         assert got == body
         assert list(ch.stream_stream("/test.T/Stream")(iter([body, b"x"]), timeout=10)) == [
-            body, b"x"]
+            body,
+            b"x",
+        ]
 
 
 def test_metadata_bin_and_deadline(served: Served) -> None:
     with served.channel() as ch:
-        got = json.loads(ch.unary_unary("/test.T/Meta")(
-            b"", timeout=5, metadata=[("x-key", "Value 1"), ("x-data-bin", b"\x00\xff\x10"),
-                                      ("x-big", "v" * 40000)]))  # HEADERS + CONTINUATIONs
+        got = json.loads(
+            ch.unary_unary("/test.T/Meta")(
+                b"",
+                timeout=5,
+                metadata=[
+                    ("x-key", "Value 1"),
+                    ("x-data-bin", b"\x00\xff\x10"),
+                    ("x-big", "v" * 40000),
+                ],
+            )
+        )  # HEADERS + CONTINUATIONs
     md = dict(got["metadata"])
     assert md["x-key"] == "Value 1" and md["x-data-bin"] == "00ff10"
     assert md["x-big"] == "v" * 40000
@@ -415,8 +432,8 @@ def test_protocol_behind_the_one_port_detector() -> None:
 
     async def start() -> asyncio.base_events.Server:
         return await asyncio.get_running_loop().create_server(
-            lambda: Detect(asyncio.Protocol, lambda: Tracked(registry.methods())),
-            "127.0.0.1", 0)
+            lambda: Detect(asyncio.Protocol, lambda: Tracked(registry.methods())), "127.0.0.1", 0
+        )
 
     async def stop(server: asyncio.base_events.Server) -> None:
         server.close()
@@ -454,15 +471,29 @@ class RawClient:
         except OSError:
             return False
 
-    def request(self, path: str, body: bytes | None, end: bool = True,
-                extra: list[tuple[bytes, bytes]] | None = None) -> int:
+    def request(
+        self,
+        path: str,
+        body: bytes | None,
+        end: bool = True,
+        extra: list[tuple[bytes, bytes]] | None = None,
+    ) -> int:
         sid = self.sid
         self.sid += 2
-        headers = [(b":method", b"POST"), (b":scheme", b"http"), (b":path", path.encode()),
-                   (b":authority", b"x"), (b"content-type", b"application/grpc"),
-                   (b"te", b"trailers")] + (extra or [])
-        data = frame(HEADERS, END_HEADERS | (END_STREAM if body is None and end else 0), sid,
-                     self.enc.encode(headers))
+        headers = [
+            (b":method", b"POST"),
+            (b":scheme", b"http"),
+            (b":path", path.encode()),
+            (b":authority", b"x"),
+            (b"content-type", b"application/grpc"),
+            (b"te", b"trailers"),
+        ] + (extra or [])
+        data = frame(
+            HEADERS,
+            END_HEADERS | (END_STREAM if body is None and end else 0),
+            sid,
+            self.enc.encode(headers),
+        )
         if body is not None:
             data += frame(DATA, END_STREAM if end else 0, sid, body)
         self.send(data)
@@ -553,16 +584,22 @@ def test_unary_half_closed_mid_message_is_internal(served: Served) -> None:
 
 def test_response_compression_on_the_wire(served: Served) -> None:
     raw = RawClient(served.port)
-    raw.request("/test.T/Compress", grpc_message(b"gzip:" + b"z" * 1000),
-                extra=[(b"grpc-accept-encoding", b"identity,gzip")])
+    raw.request(
+        "/test.T/Compress",
+        grpc_message(b"gzip:" + b"z" * 1000),
+        extra=[(b"grpc-accept-encoding", b"identity,gzip")],
+    )
     frames = raw.until(lambda f: f[0] == HEADERS and f[1] & END_STREAM)
     head = dict(raw.headers(next(f for f in frames if f[0] == HEADERS)))
     assert head[b"grpc-encoding"] == b"gzip"
     body = b"".join(f[3] for f in frames if f[0] == DATA)
     assert body[0] == 1 and zlib.decompress(body[5:], 31) == b"z" * 1000
     # a client that did not offer gzip gets it uncompressed
-    raw.request("/test.T/Compress", grpc_message(b"gzip:" + b"z" * 10),
-                extra=[(b"grpc-accept-encoding", b"identity")])
+    raw.request(
+        "/test.T/Compress",
+        grpc_message(b"gzip:" + b"z" * 10),
+        extra=[(b"grpc-accept-encoding", b"identity")],
+    )
     frames = raw.until(lambda f: f[0] == HEADERS and f[1] & END_STREAM and f[2] == 3)
     assert [f[3] for f in frames if f[0] == DATA and f[2] == 3] == [grpc_message(b"z" * 10)]
     raw.close()
@@ -583,10 +620,27 @@ def test_a_client_that_never_reads_is_dropped() -> None:
 def test_tls_with_alpn_h2(tmp_path: Any) -> None:
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     made = subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
-         "-out", str(cert), "-days", "1", "-subj", "/CN=localhost",
-         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
-        capture_output=True, timeout=60)
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+        ],
+        capture_output=True,
+        timeout=60,
+    )
     if made.returncode != 0:
         pytest.skip(f"openssl could not make a certificate: {made.stderr!r}")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -616,15 +670,22 @@ def test_request_compression_errors() -> None:
         assert _status(raw, sid) == (b"12", b"Compression algorithm 'br' not supported")
         sid = raw.request("/test.T/Echo", grpc_message(b"x", compressed=1))
         assert _status(raw, sid)[0] == b"13"
-        sid = raw.request("/test.T/Echo", grpc_message(b"not gzip", compressed=1),
-                          extra=[(b"grpc-encoding", b"gzip")])
+        sid = raw.request(
+            "/test.T/Echo",
+            grpc_message(b"not gzip", compressed=1),
+            extra=[(b"grpc-encoding", b"gzip")],
+        )
         assert _status(raw, sid)[0] == b"13"
         bomb = zlib.compress(b"\0" * 100_000)  # 100 KB inflated from ~100 bytes
-        sid = raw.request("/test.T/Echo", grpc_message(bomb, compressed=1),
-                          extra=[(b"grpc-encoding", b"deflate")])
+        sid = raw.request(
+            "/test.T/Echo", grpc_message(bomb, compressed=1), extra=[(b"grpc-encoding", b"deflate")]
+        )
         assert _status(raw, sid)[0] == b"8"
-        sid = raw.request("/test.T/Echo", grpc_message(zlib.compress(b"fits"), compressed=1),
-                          extra=[(b"grpc-encoding", b"deflate")])
+        sid = raw.request(
+            "/test.T/Echo",
+            grpc_message(zlib.compress(b"fits"), compressed=1),
+            extra=[(b"grpc-encoding", b"deflate")],
+        )
         assert _status(raw, sid) == (b"0", b"")
         raw.close()
 
@@ -676,18 +737,30 @@ def test_fuzz_the_transport() -> None:
     rng = __import__("random").Random(7)
     registry = Registry()
     paths = list(registry.methods()) + ["/nope", ""]
-    extras = [(b"grpc-timeout", b"1m"), (b"grpc-timeout", b"99999999999S"),
-              (b"grpc-timeout", b"x"), (b"grpc-encoding", b"gzip"), (b"grpc-encoding", b"zz"),
-              (b"grpc-accept-encoding", b"gzip"), (b"x-a-bin", b"!!notbase64"),
-              (b"x-b-bin", b"AAEC"), (b"content-type", b"text/plain"), (b":method", b"GET")]
+    extras = [
+        (b"grpc-timeout", b"1m"),
+        (b"grpc-timeout", b"99999999999S"),
+        (b"grpc-timeout", b"x"),
+        (b"grpc-encoding", b"gzip"),
+        (b"grpc-encoding", b"zz"),
+        (b"grpc-accept-encoding", b"gzip"),
+        (b"x-a-bin", b"!!notbase64"),
+        (b"x-b-bin", b"AAEC"),
+        (b"content-type", b"text/plain"),
+        (b":method", b"GET"),
+    ]
 
     def conversation() -> list[bytes]:
         enc = hpack.Encoder()
         frames = [PREFACE, settings()]
         for sid in range(1, 2 * rng.randint(1, 4), 2):
-            headers = [(b":method", b"POST"), (b":scheme", b"http"),
-                       (b":path", rng.choice(paths).encode()), (b":authority", b"x"),
-                       (b"content-type", b"application/grpc")]
+            headers = [
+                (b":method", b"POST"),
+                (b":scheme", b"http"),
+                (b":path", rng.choice(paths).encode()),
+                (b":authority", b"x"),
+                (b"content-type", b"application/grpc"),
+            ]
             headers += rng.sample(extras, rng.randint(0, 3))
             frames.append(frame(HEADERS, END_HEADERS, sid, enc.encode(headers)))
             body = rng.choice([b"0", b"0.001", b"gzip:abc", b"crash", b"triton", b"x" * 300])
@@ -732,10 +805,26 @@ def test_nghttp2_h2load_client(served: Served, tmp_path: Any) -> None:
     body = tmp_path / "body"
     body.write_bytes(grpc_message(b"y" * 3000))
     done = subprocess.run(
-        [h2load, "-n", "4000", "-c", "4", "-m", "32", "-d", str(body),
-         "-H", "content-type: application/grpc", "-H", "te: trailers",
-         f"http://{served.target}/test.T/Echo"],
-        capture_output=True, text=True, timeout=120)
+        [
+            h2load,
+            "-n",
+            "4000",
+            "-c",
+            "4",
+            "-m",
+            "32",
+            "-d",
+            str(body),
+            "-H",
+            "content-type: application/grpc",
+            "-H",
+            "te: trailers",
+            f"http://{served.target}/test.T/Echo",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "4000 succeeded, 0 failed, 0 errored" in done.stdout, done.stdout + done.stderr
     assert "status codes: 4000 2xx" in done.stdout, done.stdout
     _still_serves(served)
@@ -780,12 +869,15 @@ def test_header_block_in_continuations_from_grpc() -> None:
         grpc_native.H2Connection = Recording
         try:
             with served.channel() as ch:
-                got = json.loads(ch.unary_unary("/test.T/Meta")(
-                    b"", timeout=5, metadata=[("x-big", "v" * 40000)]))
+                got = json.loads(
+                    ch.unary_unary("/test.T/Meta")(
+                        b"", timeout=5, metadata=[("x-big", "v" * 40000)]
+                    )
+                )
         finally:
             grpc_native.H2Connection = original
     assert dict(got["metadata"])["x-big"] == "v" * 40000
-    frames = parse_frames(bytes(received[len(PREFACE):]))
+    frames = parse_frames(bytes(received[len(PREFACE) :]))
     assert CONTINUATION in [f[0] for f in frames]
 
 

@@ -113,8 +113,13 @@ def _exchange(cl: h2.connection.H2Connection, server: Any) -> list[Any]:
 
 def test_settings_and_connection_window(H2C: Any) -> None:
     rec = Recorder()
-    lim = H2Limits(max_concurrent_streams=7, stream_window=1 << 20, connection_window=8 << 20,
-                   max_frame_size=32768, max_header_list_size=12345)
+    lim = H2Limits(
+        max_concurrent_streams=7,
+        stream_window=1 << 20,
+        connection_window=8 << 20,
+        max_frame_size=32768,
+        max_header_list_size=12345,
+    )
     server = H2C(rec, lim)
     cl = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
     cl.initiate_connection()
@@ -141,7 +146,9 @@ def test_unary_round_trip_with_h2(H2C: Any) -> None:
         cl.send_data(sid, grpc_message(msg[:200]) + grpc_message(msg, 1), end_stream=True)
         server.receive(cl.data_to_send())
         assert rec.events[-4:] == [
-            ("request", sid, REQUEST), ("message", sid, 0, msg[:200]), ("message", sid, 1, msg),
+            ("request", sid, REQUEST),
+            ("message", sid, 0, msg[:200]),
+            ("message", sid, 1, msg),
             ("half_close", sid),
         ]
         server.send_response(sid, HEAD, b"pong" * 100, False, TRAILERS)
@@ -167,8 +174,10 @@ def test_streaming_both_ways_with_h2(H2C: Any) -> None:
         assert rec.events[-1] == ("message", sid, 0, b"q%d" % i)
         assert server.send_message(sid, b"r%d" % i) is True
         events = cl.receive_data(server.data_to_send())
-        assert any(isinstance(e, h2.events.DataReceived) and e.data == grpc_message(b"r%d" % i)
-                   for e in events)
+        assert any(
+            isinstance(e, h2.events.DataReceived) and e.data == grpc_message(b"r%d" % i)
+            for e in events
+        )
     cl.end_stream(sid)
     _exchange(cl, server)
     assert rec.events[-1] == ("half_close", sid)
@@ -183,8 +192,9 @@ def test_ping_is_acked_by_h2(H2C: Any) -> None:
     cl = _h2_client(server)
     cl.ping(b"12345678")
     events = _exchange(cl, server)
-    assert any(isinstance(e, h2.events.PingAckReceived) and e.ping_data == b"12345678"
-               for e in events)
+    assert any(
+        isinstance(e, h2.events.PingAckReceived) and e.ping_data == b"12345678" for e in events
+    )
 
 
 def test_large_message_flow_control_with_h2(H2C: Any) -> None:
@@ -245,7 +255,9 @@ def test_continuation_padding_priority_and_byte_at_a_time(H2C: Any) -> None:
     rec = peer.handler
     assert rec.events == [
         ("request", 1, REQUEST + [(b"x-long", b"v" * 300)]),
-        ("message", 1, 0, b"abc"), ("message", 1, 0, b""), ("message", 1, 0, b"z"),
+        ("message", 1, 0, b"abc"),
+        ("message", 1, 0, b""),
+        ("message", 1, 0, b"z"),
         ("half_close", 1),
     ]
     assert not peer.conn.closed
@@ -265,8 +277,9 @@ def test_window_updates_as_data_is_consumed(H2C: Any) -> None:
     for _ in range(8):
         peer.send(frame(DATA, 0, 1, b"\0" * 16384))
         sent += 16384
-    stream_wu = sum(struct.unpack(">L", p)[0] for t, _, s, p in peer.frames
-                    if t == WINDOW_UPDATE and s == 1)
+    stream_wu = sum(
+        struct.unpack(">L", p)[0] for t, _, s, p in peer.frames if t == WINDOW_UPDATE and s == 1
+    )
     assert sent - stream_wu <= 32768  # at most half a window unacknowledged
     peer.conn.set_reading(1, False)
     before = len(peer.frames)
@@ -277,8 +290,9 @@ def test_window_updates_as_data_is_consumed(H2C: Any) -> None:
 
 
 def test_outgoing_data_waits_for_the_peers_windows(H2C: Any) -> None:
-    peer = Peer(H2C, H2Limits(stream_write_buffer=600),
-                client_settings=settings((4, 100), (5, 16384)))
+    peer = Peer(
+        H2C, H2Limits(stream_write_buffer=600), client_settings=settings((4, 100), (5, 16384))
+    )
     peer.request(grpc_message(b"q"))
     conn = peer.conn
     conn.send_headers(1, HEAD)
@@ -390,8 +404,10 @@ CONNECTION_ERRORS = {
     "wu on idle stream": (frame(WINDOW_UPDATE, 0, 5, b"\0\0\0\1"), PROTOCOL_ERROR),
     "wu zero on connection": (frame(WINDOW_UPDATE, 0, 0, b"\0\0\0\0"), PROTOCOL_ERROR),
     "wu bad length": (frame(WINDOW_UPDATE, 0, 0, b"\0\0\0\0\1"), FRAME_SIZE_ERROR),
-    "wu overflows connection": (frame(WINDOW_UPDATE, 0, 0, struct.pack(">L", 0x7FFFFFFF)),
-                                FLOW_CONTROL_ERROR),
+    "wu overflows connection": (
+        frame(WINDOW_UPDATE, 0, 0, struct.pack(">L", 0x7FFFFFFF)),
+        FLOW_CONTROL_ERROR,
+    ),
     "ping bad length": (frame(PING, 0, 0, b"1234567"), FRAME_SIZE_ERROR),
     "ping on a stream": (frame(PING, 0, 1, b"12345678"), PROTOCOL_ERROR),
     "settings bad length": (frame(SETTINGS, 0, 0, b"\0\1\0\0\0"), FRAME_SIZE_ERROR),
@@ -407,8 +423,10 @@ CONNECTION_ERRORS = {
     "continuation alone": (frame(CONTINUATION, END_HEADERS, 1, b"\x82"), PROTOCOL_ERROR),
     "even stream id": (None, PROTOCOL_ERROR),
     "interleaved header block": (None, PROTOCOL_ERROR),
-    "hpack garbage": (frame(HEADERS, END_HEADERS, 1, b"\xff\xff\xff\xff\xff\xff\x7f"),
-                      COMPRESSION_ERROR),
+    "hpack garbage": (
+        frame(HEADERS, END_HEADERS, 1, b"\xff\xff\xff\xff\xff\xff\x7f"),
+        COMPRESSION_ERROR,
+    ),
     "frame over max frame size": (frame(DATA, 0, 1, b"x" * 20000), FRAME_SIZE_ERROR),
     "padding too long": (None, PROTOCOL_ERROR),
     "headers on a closed stream": (None, STREAM_CLOSED),
@@ -465,11 +483,24 @@ STREAM_ERRORS = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(STREAM_ERRORS) + [
-    "duplicate path", "missing scheme", "empty path", "content-length mismatch",
-    "data after end stream", "trailers without end stream", "stream window exceeded",
-    "wu zero on stream", "wu overflows stream", "priority bad length", "priority on itself",
-    "too many streams"])
+@pytest.mark.parametrize(
+    "case",
+    sorted(STREAM_ERRORS)
+    + [
+        "duplicate path",
+        "missing scheme",
+        "empty path",
+        "content-length mismatch",
+        "data after end stream",
+        "trailers without end stream",
+        "stream window exceeded",
+        "wu zero on stream",
+        "wu overflows stream",
+        "priority bad length",
+        "priority on itself",
+        "too many streams",
+    ],
+)
 def test_stream_errors_keep_the_connection(H2C: Any, case: str) -> None:
     peer = Peer(H2C, H2Limits(max_concurrent_streams=1, stream_window=1000))
     headers = list(REQUEST)
@@ -478,8 +509,11 @@ def test_stream_errors_keep_the_connection(H2C: Any, case: str) -> None:
     more = b""
     if case in STREAM_ERRORS:
         extra, code = STREAM_ERRORS[case]
-        headers = ([h for h in extra if h[0][:1] == b":"] + headers
-                   + [h for h in extra if h[0][:1] != b":"])
+        headers = (
+            [h for h in extra if h[0][:1] == b":"]
+            + headers
+            + [h for h in extra if h[0][:1] != b":"]
+        )
         if case == "pseudo after regular":
             headers = REQUEST + extra
     elif case == "duplicate path":
@@ -538,8 +572,18 @@ def _flood(peer: Peer, data: bytes, limit: int = 100_000) -> int:
     return limit
 
 
-@pytest.mark.parametrize("kind", ["ping", "settings", "empty data", "empty continuation",
-                                  "unknown", "window update", "priority"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "ping",
+        "settings",
+        "empty data",
+        "empty continuation",
+        "unknown",
+        "window update",
+        "priority",
+    ],
+)
 def test_control_floods(H2C: Any, kind: str) -> None:
     peer = Peer(H2C)
     if kind in ("empty data", "window update"):
@@ -612,8 +656,15 @@ def test_memory_bounded_by_a_client_that_never_reads(H2C: Any) -> None:
 def test_buffered_partial_messages_hold_back_window_updates(H2C: Any) -> None:
     """Past max_buffered bytes of incomplete messages, a stream's window is refilled only once
     some message completes (a client cannot make the server hold more than that)."""
-    peer = Peer(H2C, H2Limits(stream_window=65536, connection_window=1 << 20,
-                              max_message_size=100_000, max_buffered=100_000))
+    peer = Peer(
+        H2C,
+        H2Limits(
+            stream_window=65536,
+            connection_window=1 << 20,
+            max_message_size=100_000,
+            max_buffered=100_000,
+        ),
+    )
     peer.request(None, end=False)
     peer.request(None, end=False)
     first = grpc_message(b"a" * 100_000)

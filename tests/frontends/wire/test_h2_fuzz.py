@@ -110,12 +110,20 @@ def _conversation(rng: random.Random) -> list[bytes]:
             frames.append(frame(CONTINUATION, END_HEADERS, sid, block[cut:]))
         elif rng.random() < 0.3:
             pad = rng.randint(0, 5)
-            frames.append(frame(HEADERS, END_HEADERS | PADDED | PRIORITY_FLAG, sid,
-                                bytes([pad]) + struct.pack(">LB", 0, 16) + block + b"\0" * pad))
+            frames.append(
+                frame(
+                    HEADERS,
+                    END_HEADERS | PADDED | PRIORITY_FLAG,
+                    sid,
+                    bytes([pad]) + struct.pack(">LB", 0, 16) + block + b"\0" * pad,
+                )
+            )
         else:
             frames.append(frame(HEADERS, END_HEADERS, sid, block))
-        body = b"".join(grpc_message(rng.randbytes(rng.choice([0, 1, 5, 200, 3000])))
-                        for _ in range(rng.randint(0, 3)))
+        body = b"".join(
+            grpc_message(rng.randbytes(rng.choice([0, 1, 5, 200, 3000])))
+            for _ in range(rng.randint(0, 3))
+        )
         while body:
             k = rng.randint(1, len(body))
             frames.append(frame(DATA, 0, sid, body[:k]))
@@ -129,8 +137,14 @@ def _conversation(rng: random.Random) -> list[bytes]:
         if extra < 0.2:
             frames.append(frame(PING, 0, 0, rng.randbytes(8)))
         elif extra < 0.4:
-            frames.append(frame(WINDOW_UPDATE, 0, rng.choice([0, sid]),
-                                struct.pack(">L", rng.randint(1, 1 << 20))))
+            frames.append(
+                frame(
+                    WINDOW_UPDATE,
+                    0,
+                    rng.choice([0, sid]),
+                    struct.pack(">L", rng.randint(1, 1 << 20)),
+                )
+            )
         elif extra < 0.5:
             frames.append(frame(PRIORITY, 0, sid + 2, struct.pack(">LB", 0, 1)))
         elif extra < 0.55:
@@ -198,8 +212,7 @@ def test_fuzz_frame_sequences() -> None:
         if time.monotonic() > deadline:
             break
         conversation = _conversation(rng)
-        data = (b"".join(conversation) if rng.random() < 0.1
-                else _mutate(rng, conversation, corpus))
+        data = b"".join(conversation) if rng.random() < 0.1 else _mutate(rng, conversation, corpus)
         cuts = sorted(rng.randrange(len(data) + 1) for _ in range(rng.randint(0, 4)))
         results = [_run(cls, data, cuts, case) for cls in twins]
         out, events, conn = results[0]

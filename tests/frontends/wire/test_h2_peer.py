@@ -86,8 +86,13 @@ class Recorder:
 class Peer:
     """One server connection (``cls``: either twin) and a raw client talking to it."""
 
-    def __init__(self, cls: Any, limits: Any = None, handler: Any = None,
-                 client_settings: bytes | None = None) -> None:
+    def __init__(
+        self,
+        cls: Any,
+        limits: Any = None,
+        handler: Any = None,
+        client_settings: bytes | None = None,
+    ) -> None:
         self.handler = handler if handler is not None else Recorder()
         self.conn = cls(self.handler, limits)
         self.enc = hpack.Encoder()
@@ -108,16 +113,22 @@ class Peer:
     def block(self, headers: list[tuple[bytes, bytes]] | None = None) -> bytes:
         return bytes(self.enc.encode(headers if headers is not None else REQUEST))
 
-    def request(self, body: bytes | None = None, headers: list[tuple[bytes, bytes]] | None = None,
-                end: bool = True) -> int:
+    def request(
+        self,
+        body: bytes | None = None,
+        headers: list[tuple[bytes, bytes]] | None = None,
+        end: bool = True,
+    ) -> int:
         sid = self.next_sid
         self.next_sid += 2
         block = self.block(headers)
         if body is None:
             self.send(frame(HEADERS, END_HEADERS | (END_STREAM if end else 0), sid, block))
         else:
-            self.send(frame(HEADERS, END_HEADERS, sid, block)
-                      + frame(DATA, END_STREAM if end else 0, sid, body))
+            self.send(
+                frame(HEADERS, END_HEADERS, sid, block)
+                + frame(DATA, END_STREAM if end else 0, sid, body)
+            )
         return sid
 
     def goaway_code(self) -> int | None:
@@ -127,8 +138,9 @@ class Peer:
         return None
 
     def rst_codes(self, sid: int) -> list[int]:
-        return [struct.unpack(">L", p)[0] for t, _, s, p in self.frames if t == RST_STREAM
-                and s == sid]
+        return [
+            struct.unpack(">L", p)[0] for t, _, s, p in self.frames if t == RST_STREAM and s == sid
+        ]
 
 
 HEAD = _h2_py.encode_headers([(b":status", b"200"), (b"content-type", b"application/grpc")])

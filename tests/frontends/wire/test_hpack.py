@@ -71,12 +71,26 @@ def _hex(s: str) -> bytes:
 # --- RFC 7541 Appendix C ---------------------------------------------------------------------
 
 REQUESTS = [
-    [(b":method", b"GET"), (b":scheme", b"http"), (b":path", b"/"),
-     (b":authority", b"www.example.com")],
-    [(b":method", b"GET"), (b":scheme", b"http"), (b":path", b"/"),
-     (b":authority", b"www.example.com"), (b"cache-control", b"no-cache")],
-    [(b":method", b"GET"), (b":scheme", b"https"), (b":path", b"/index.html"),
-     (b":authority", b"www.example.com"), (b"custom-key", b"custom-value")],
+    [
+        (b":method", b"GET"),
+        (b":scheme", b"http"),
+        (b":path", b"/"),
+        (b":authority", b"www.example.com"),
+    ],
+    [
+        (b":method", b"GET"),
+        (b":scheme", b"http"),
+        (b":path", b"/"),
+        (b":authority", b"www.example.com"),
+        (b"cache-control", b"no-cache"),
+    ],
+    [
+        (b":method", b"GET"),
+        (b":scheme", b"https"),
+        (b":path", b"/index.html"),
+        (b":authority", b"www.example.com"),
+        (b"custom-key", b"custom-value"),
+    ],
 ]
 REQUEST_TABLE_SIZES = [57, 110, 164]
 C3 = [
@@ -94,12 +108,16 @@ _DATE2 = b"Mon, 21 Oct 2013 20:13:22 GMT"
 _LOC = b"https://www.example.com"
 _COOKIE = b"foo=ASDJKHQKBZXOQWEOPIUAXQWEOIU; max-age=3600; version=1"
 RESPONSES = [
-    [(b":status", b"302"), (b"cache-control", b"private"), (b"date", _DATE1),
-     (b"location", _LOC)],
-    [(b":status", b"307"), (b"cache-control", b"private"), (b"date", _DATE1),
-     (b"location", _LOC)],
-    [(b":status", b"200"), (b"cache-control", b"private"), (b"date", _DATE2),
-     (b"location", _LOC), (b"content-encoding", b"gzip"), (b"set-cookie", _COOKIE)],
+    [(b":status", b"302"), (b"cache-control", b"private"), (b"date", _DATE1), (b"location", _LOC)],
+    [(b":status", b"307"), (b"cache-control", b"private"), (b"date", _DATE1), (b"location", _LOC)],
+    [
+        (b":status", b"200"),
+        (b"cache-control", b"private"),
+        (b"date", _DATE2),
+        (b"location", _LOC),
+        (b"content-encoding", b"gzip"),
+        (b"set-cookie", _COOKIE),
+    ],
 ]
 RESPONSE_TABLE_SIZES = [222, 222, 215]
 C5 = [
@@ -126,12 +144,24 @@ C6 = [
     ("block", "header", "table_size", "encoder_kwargs"),
     [
         # C.2.1 literal with indexing, C.2.2 without indexing, C.2.3 never indexed, C.2.4 indexed
-        ("400a 6375 7374 6f6d 2d6b 6579 0d63 7573 746f 6d2d 6865 6164 6572",
-         (b"custom-key", b"custom-header"), 55, {}),
-        ("040c 2f73 616d 706c 652f 7061 7468", (b":path", b"/sample/path"), 0,
-         {"unindexed_names": frozenset([b":path"])}),
-        ("1008 7061 7373 776f 7264 0673 6563 7265 74", (b"password", b"secret"), 0,
-         {"sensitive_names": frozenset([b"password"])}),
+        (
+            "400a 6375 7374 6f6d 2d6b 6579 0d63 7573 746f 6d2d 6865 6164 6572",
+            (b"custom-key", b"custom-header"),
+            55,
+            {},
+        ),
+        (
+            "040c 2f73 616d 706c 652f 7061 7468",
+            (b":path", b"/sample/path"),
+            0,
+            {"unindexed_names": frozenset([b":path"])},
+        ),
+        (
+            "1008 7061 7373 776f 7264 0673 6563 7265 74",
+            (b"password", b"secret"),
+            0,
+            {"sensitive_names": frozenset([b"password"])},
+        ),
         ("82", (b":method", b"GET"), 0, {}),
     ],
     ids=["C.2.1", "C.2.2", "C.2.3", "C.2.4"],
@@ -309,11 +339,7 @@ def test_header_list_size_limit_is_inclusive(H: Any) -> None:
 def test_hpack_bomb_stops_at_max_header_list_size(H: Any) -> None:
     refs = 20000
     value = b"v" * 4096
-    block = (
-        _int(8192, 5, 0x20)
-        + b"\x40\x05x-big" + _int(len(value), 7) + value
-        + b"\xbe" * refs
-    )
+    block = _int(8192, 5, 0x20) + b"\x40\x05x-big" + _int(len(value), 7) + value + b"\xbe" * refs
     d = H.Decoder(max_table_size=8192)
     t0 = time.monotonic()
     with pytest.raises(HeaderListTooLarge):
@@ -391,8 +417,11 @@ VALUES = st.one_of(
 )
 FIELDS = st.tuples(NAMES, VALUES)
 BLOCKS = st.lists(
-    st.tuples(st.lists(FIELDS, max_size=12), st.booleans(),
-              st.one_of(st.none(), st.sampled_from([0, 64, 256, 1024, 4096]))),
+    st.tuples(
+        st.lists(FIELDS, max_size=12),
+        st.booleans(),
+        st.one_of(st.none(), st.sampled_from([0, 64, 256, 1024, 4096])),
+    ),
     min_size=1,
     max_size=8,
 )

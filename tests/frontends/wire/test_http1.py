@@ -38,8 +38,9 @@ def _compiled() -> Any:
         from tritonlite.frontends.wire import _http1_c
     except ImportError as exc:
         if REQUIRE:
-            raise AssertionError("TRITONLITE_REQUIRE_EXTENSIONS=1 but _http1_c is not built") \
-                from exc
+            raise AssertionError(
+                "TRITONLITE_REQUIRE_EXTENSIONS=1 but _http1_c is not built"
+            ) from exc
         return None
     return _http1_c
 
@@ -102,10 +103,16 @@ async def handler(req: Any) -> HttpResponse | HttpStream:
         return error(exc.status, exc.message)
     except TritonliteError as exc:
         return error(STATUS[exc.code], exc.message)
-    doc = {"method": req.method, "path": path, "query": req.query,
-           "version": list(req.version), "length": len(body),
-           "body": bytes(body[:64]).decode("latin-1"),
-           "x_test": req.headers.get("X-Test"), "peer": req.peer[0]}
+    doc = {
+        "method": req.method,
+        "path": path,
+        "query": req.query,
+        "version": list(req.version),
+        "length": len(body),
+        "body": bytes(body[:64]).decode("latin-1"),
+        "x_test": req.headers.get("X-Test"),
+        "peer": req.peer[0],
+    }
     return HttpResponse(200, [orjson.dumps(doc)], "application/json", {"X-Echo": "1"})
 
 
@@ -130,8 +137,11 @@ def serve(loop_thread: LoopThread, twin: Any) -> Iterator[Serve]:
     started: list[NativeHttpServer] = []
 
     def start(handler_: Any = handler, **limits: Any) -> NativeHttpServer:
-        server = loop_thread.run(start_http_native(
-            handler_, "127.0.0.1", 0, limits=HttpLimits(**limits), protocol_class=twin))
+        server = loop_thread.run(
+            start_http_native(
+                handler_, "127.0.0.1", 0, limits=HttpLimits(**limits), protocol_class=twin
+            )
+        )
         started.append(server)
         return server
 
@@ -141,8 +151,10 @@ def serve(loop_thread: LoopThread, twin: Any) -> Iterator[Serve]:
 
 
 def _post(path: str, body: bytes, extra: bytes = b"") -> bytes:
-    return (b"POST %s HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n%s\r\n"
-            % (path.encode(), len(body), extra)) + body
+    return (
+        b"POST %s HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n%s\r\n"
+        % (path.encode(), len(body), extra)
+    ) + body
 
 
 def _get(path: str, extra: bytes = b"", version: bytes = b"1.1") -> bytes:
@@ -154,8 +166,10 @@ def _json(resp: Any) -> Any:
 
 
 def test_twins_are_what_they_claim() -> None:
-    assert http1.Http1Protocol in (_http1_py.Http1Protocol, getattr(COMPILED, "Http1Protocol",
-                                                                    None))
+    assert http1.Http1Protocol in (
+        _http1_py.Http1Protocol,
+        getattr(COMPILED, "Http1Protocol", None),
+    )
     if COMPILED is None:
         pytest.skip(NOT_BUILT)
     assert COMPILED.__file__ != _http1_py.__file__
@@ -205,8 +219,9 @@ def test_connection_close_from_the_client_is_honoured(serve: Serve) -> None:
 def test_pipelined_requests_in_one_send_are_answered_in_order(serve: Serve) -> None:
     with Conn(serve().port) as c:
         # the first is the slowest: its answer must still come first
-        c.send(_get("/slow?d=0.2") + _post("/b", b"12345") + _get("/slow?d=0.05")
-               + _post("/d", b""))
+        c.send(
+            _get("/slow?d=0.2") + _post("/b", b"12345") + _get("/slow?d=0.05") + _post("/d", b"")
+        )
         paths = [_json(c.response())["path"] for _ in range(4)]
         assert paths == ["/slow", "/b", "/slow", "/d"]
         c.send(_get("/e"))
@@ -225,15 +240,17 @@ def test_body_arriving_byte_by_byte(serve: Serve) -> None:
     with Conn(serve().port) as c:
         data = _post("/slowly", b"abcdefgh")
         for i in range(len(data)):
-            c.send(data[i:i + 1])
+            c.send(data[i : i + 1])
         doc = _json(c.response())
         assert doc["body"] == "abcdefgh"
 
 
 def test_chunked_request_body(serve: Serve) -> None:
     with Conn(serve().port) as c:
-        c.send(b"POST /c HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
-               b"5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nTrailer-A: 1\r\n\r\n")
+        c.send(
+            b"POST /c HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nTrailer-A: 1\r\n\r\n"
+        )
         r = c.response()
         assert r.status == 200 and "connection" not in r.headers
         assert _json(r)["body"] == "hello world"
@@ -243,8 +260,10 @@ def test_chunked_request_body(serve: Serve) -> None:
 
 def test_chunked_and_content_length_is_framed_by_chunks_then_closed(serve: Serve) -> None:
     with Conn(serve().port) as c:
-        c.send(b"POST /c HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n"
-               b"Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n")
+        c.send(
+            b"POST /c HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
+        )
         r = c.response()
         assert r.status == 200 and r.headers["connection"] == "close"
         assert _json(r)["body"] == "abc"
@@ -253,9 +272,11 @@ def test_chunked_and_content_length_is_framed_by_chunks_then_closed(serve: Serve
 
 def test_gzip_and_deflate_bodies_are_undone_before_the_handler(serve: Serve) -> None:
     with Conn(serve().port) as c:
-        for enc, data, plain in (("gzip", gzip.compress(b"zipped"), "zipped"),
-                                 ("deflate", zlib.compress(b"deflated"), "deflated"),
-                                 ("deflate", zlib.compress(b"raw")[2:-4], "raw")):
+        for enc, data, plain in (
+            ("gzip", gzip.compress(b"zipped"), "zipped"),
+            ("deflate", zlib.compress(b"deflated"), "deflated"),
+            ("deflate", zlib.compress(b"raw")[2:-4], "raw"),
+        ):
             c.send(_post("/z", data, f"Content-Encoding: {enc}\r\n".encode()))
             assert _json(c.response())["body"] == plain
         c.send(_post("/z", b"not gzip at all", b"Content-Encoding: gzip\r\n"))
@@ -342,8 +363,9 @@ def test_router_404_405(serve: Serve) -> None:
 def test_expect_100_continue(serve: Serve) -> None:
     with Conn(serve().port) as c:
         for _ in range(2):
-            c.send(b"POST /e HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\n"
-                   b"Expect: 100-continue\r\n\r\n")
+            c.send(
+                b"POST /e HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n"
+            )
             assert c.raw(25) == b"HTTP/1.1 100 Continue\r\n\r\n"
             c.send(b"body")
             assert _json(c.response())["body"] == "body"
@@ -351,8 +373,9 @@ def test_expect_100_continue(serve: Serve) -> None:
 
 def test_expect_on_a_request_answered_without_reading_closes(serve: Serve) -> None:
     with Conn(serve().port) as c:
-        c.send(b"POST /noread HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\n"
-               b"Expect: 100-continue\r\n\r\n")
+        c.send(
+            b"POST /noread HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n"
+        )
         r = c.response()  # no 100 Continue: the final answer comes first
         assert r.status == 200 and r.body == b"not read"
         assert r.headers["connection"] == "close"
@@ -361,8 +384,10 @@ def test_expect_on_a_request_answered_without_reading_closes(serve: Serve) -> No
 
 def test_unknown_expectation_is_417(serve: Serve) -> None:
     with Conn(serve().port) as c:
-        c.send(b"POST /v2/health/live HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n"
-               b"Expect: gimme\r\n\r\n")
+        c.send(
+            b"POST /v2/health/live HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n"
+            b"Expect: gimme\r\n\r\n"
+        )
         r = c.response()
         assert r.status == 417 and _json(r) == {"error": "Unknown Expect: gimme"}
 
@@ -385,8 +410,10 @@ def test_content_length_at_the_limit_is_served(serve: Serve) -> None:
 
 def test_chunked_body_over_the_limit_is_413(serve: Serve) -> None:
     with Conn(serve(max_body=10).port) as c:
-        c.send(b"POST /big HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
-               b"8\r\n12345678\r\n8\r\n12345678\r\n")
+        c.send(
+            b"POST /big HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"8\r\n12345678\r\n8\r\n12345678\r\n"
+        )
         r = c.response()
         assert r.status == 413 and r.headers["connection"] == "close"
         assert c.closed()
@@ -416,16 +443,19 @@ def test_too_many_headers_are_431(serve: Serve) -> None:
         assert c.response().status == 431
 
 
-@pytest.mark.parametrize("garbage", [
-    b"\x00\x01\x02\x03\r\n\r\n",
-    b"GET\r\n\r\n",
-    b"GET / HTTP/9.9\r\n\r\n",
-    b"GET / HTTP/1.1\r\nContent-Length: abc\r\n\r\n",
-    b"GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
-    b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
-    b"GET / HTTP/1.1\r\nBad Header Name: x\r\n\r\n",
-    b"G\x7fT / HTTP/1.1\r\n\r\n",
-])
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"\x00\x01\x02\x03\r\n\r\n",
+        b"GET\r\n\r\n",
+        b"GET / HTTP/9.9\r\n\r\n",
+        b"GET / HTTP/1.1\r\nContent-Length: abc\r\n\r\n",
+        b"GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+        b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        b"GET / HTTP/1.1\r\nBad Header Name: x\r\n\r\n",
+        b"G\x7fT / HTTP/1.1\r\n\r\n",
+    ],
+)
 def test_garbage_is_400_with_a_json_error_and_close(serve: Serve, garbage: bytes) -> None:
     with Conn(serve().port) as c:
         c.send(garbage)
@@ -475,8 +505,7 @@ def test_idle_keep_alive_connection_is_closed(serve: Serve) -> None:
 
 
 def test_a_slow_handler_is_not_timed_out(serve: Serve) -> None:
-    with Conn(serve(header_timeout_s=0.1, body_timeout_s=0.1,
-                    keepalive_timeout_s=0.1).port) as c:
+    with Conn(serve(header_timeout_s=0.1, body_timeout_s=0.1, keepalive_timeout_s=0.1).port) as c:
         c.send(_get("/slow?d=0.5"))
         assert c.response().status == 200
 
@@ -506,8 +535,9 @@ def test_over_the_connection_cap_health_is_answered_and_the_rest_refused(serve: 
         assert r.status == 200
 
 
-def test_stop_finishes_in_flight_refuses_new_and_closes(loop_thread: LoopThread,
-                                                        serve: Serve) -> None:
+def test_stop_finishes_in_flight_refuses_new_and_closes(
+    loop_thread: LoopThread, serve: Serve
+) -> None:
     server = serve()
     port = server.port
     with Conn(port) as busy, Conn(port) as idle, Conn(port) as kept:
@@ -552,8 +582,9 @@ def test_over_tls(loop_thread: LoopThread, twin: Any, tmp_path: Any) -> None:
 
     certs = make_certs(tmp_path)
     ctx = server_context(certs["server.pem"], certs["server.key"])
-    server = loop_thread.run(start_http_native(handler, "127.0.0.1", 0, ssl_context=ctx,
-                                               protocol_class=twin))
+    server = loop_thread.run(
+        start_http_native(handler, "127.0.0.1", 0, ssl_context=ctx, protocol_class=twin)
+    )
     try:
         client = ssl.create_default_context(cafile=certs["ca.pem"])
         raw = socket.create_connection(("127.0.0.1", server.port), timeout=10)
@@ -609,7 +640,8 @@ def test_behind_the_one_port_detector(loop_thread: LoopThread, twin: Any) -> Non
     async def listen() -> asyncio.Server:
         loop = asyncio.get_running_loop()
         return await loop.create_server(
-            lambda: Detect(service.protocol, asyncio.Protocol), "127.0.0.1", 0)
+            lambda: Detect(service.protocol, asyncio.Protocol), "127.0.0.1", 0
+        )
 
     server = loop_thread.run(listen())
     try:

@@ -27,20 +27,44 @@ from test_http1 import FakeTransport, twin_class
 from tritonlite.frontends.http.call import HttpResponse
 from tritonlite.frontends.wire.http1 import HttpLimits, HttpService
 
-_HEAD = orjson.dumps({
-    "inputs": [{"name": n, "shape": [1, 16], "datatype": "INT32",
-                "parameters": {"binary_data_size": 64}} for n in ("INPUT0", "INPUT1")],
-    "outputs": [{"name": n, "parameters": {"binary_data": True}}
-                for n in ("OUTPUT0", "OUTPUT1")]})
+_HEAD = orjson.dumps(
+    {
+        "inputs": [
+            {
+                "name": n,
+                "shape": [1, 16],
+                "datatype": "INT32",
+                "parameters": {"binary_data_size": 64},
+            }
+            for n in ("INPUT0", "INPUT1")
+        ],
+        "outputs": [
+            {"name": n, "parameters": {"binary_data": True}} for n in ("OUTPUT0", "OUTPUT1")
+        ],
+    }
+)
 _BODY = _HEAD + bytes(range(64)) * 2
-REQUEST = (b"POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: localhost:8000\r\n"
-           b"Accept: */*\r\nInference-Header-Content-Length: %d\r\n"
-           b"Content-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n"
-           % (len(_HEAD), len(_BODY))) + _BODY
-_OUT_HEAD = orjson.dumps({
-    "model_name": "add_sub", "model_version": "1",
-    "outputs": [{"name": n, "datatype": "INT32", "shape": [1, 16],
-                 "parameters": {"binary_data_size": 64}} for n in ("OUTPUT0", "OUTPUT1")]})
+REQUEST = (
+    b"POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: localhost:8000\r\n"
+    b"Accept: */*\r\nInference-Header-Content-Length: %d\r\n"
+    b"Content-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n"
+    % (len(_HEAD), len(_BODY))
+) + _BODY
+_OUT_HEAD = orjson.dumps(
+    {
+        "model_name": "add_sub",
+        "model_version": "1",
+        "outputs": [
+            {
+                "name": n,
+                "datatype": "INT32",
+                "shape": [1, 16],
+                "parameters": {"binary_data_size": 64},
+            }
+            for n in ("OUTPUT0", "OUTPUT1")
+        ],
+    }
+)
 _OUT = memoryview(bytes(range(64)))
 
 
@@ -50,8 +74,12 @@ async def handler(req: Any) -> HttpResponse:
     req.headers.get("Inference-Header-Content-Length")
     req.headers.get("Content-Encoding")
     req.headers.get("Accept-Encoding")
-    return HttpResponse(200, [_OUT_HEAD, _OUT, _OUT], "application/octet-stream",
-                        {"Inference-Header-Content-Length": str(len(_OUT_HEAD))})
+    return HttpResponse(
+        200,
+        [_OUT_HEAD, _OUT, _OUT],
+        "application/octet-stream",
+        {"Inference-Header-Content-Length": str(len(_OUT_HEAD))},
+    )
 
 
 async def _measure(twin: Any, n: int) -> tuple[float, float]:
@@ -104,5 +132,7 @@ if __name__ == "__main__":
     for twin_name in ("pure", "compiled"):
         for _ in range(3):
             p, b = measure(twin_name, count)
-            print(f"{twin_name:8s} {p:8,.0f} ns/request  loop turn + task alone {b:6,.0f} ns  "
-                  f"protocol {p - b:8,.0f} ns")
+            print(
+                f"{twin_name:8s} {p:8,.0f} ns/request  loop turn + task alone {b:6,.0f} ns  "
+                f"protocol {p - b:8,.0f} ns"
+            )

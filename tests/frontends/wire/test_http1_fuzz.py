@@ -47,8 +47,17 @@ async def handler(req: Any) -> HttpResponse:
 
 # -- generators ----------------------------------------------------------------------------------
 Rng = random.Random
-_PATHS = ["/", "/v2", "/v2/models/add_sub/infer", "/a%20b/c?x=1&y=%ZZ", "/q?", "/" + "p" * 300,
-          "/v2/models/m/versions/3/infer?trace=1", "/%E2%82%AC", "*"]
+_PATHS = [
+    "/",
+    "/v2",
+    "/v2/models/add_sub/infer",
+    "/a%20b/c?x=1&y=%ZZ",
+    "/q?",
+    "/" + "p" * 300,
+    "/v2/models/m/versions/3/infer?trace=1",
+    "/%E2%82%AC",
+    "*",
+]
 
 
 def _body(rng: Rng) -> bytes:
@@ -84,7 +93,7 @@ def valid_request(rng: Rng) -> tuple[bytes, bool]:
         while pos < len(body):
             n = rng.randrange(1, 600)
             ext = b";e=1" if rng.random() < 0.1 else b""
-            framed += b"%x%s\r\n%s\r\n" % (len(body[pos:pos + n]), ext, body[pos:pos + n])
+            framed += b"%x%s\r\n%s\r\n" % (len(body[pos : pos + n]), ext, body[pos : pos + n])
             pos += n
         body = framed + b"0\r\n\r\n"
     elif body or method in ("POST", "PUT"):
@@ -108,20 +117,26 @@ _BAD: list[Callable[[Rng], bytes]] = [
     lambda r: bytes(r.getrandbits(8) for _ in range(r.randrange(1, 40))) + b"\r\n\r\n",
     lambda r: b"GET / HTTP/" + r.choice([b"0.9", b"2.0", b"1.x", b"11"]) + b"\r\n\r\n",
     lambda r: b"G\x00T / HTTP/1.1\r\n\r\n",
-    lambda r: b"GET / HTTP/1.1\r\nContent-Length: " + r.choice([b"-1", b"x", b"1 2"])
-    + b"\r\n\r\n",
+    lambda r: b"GET / HTTP/1.1\r\nContent-Length: " + r.choice([b"-1", b"x", b"1 2"]) + b"\r\n\r\n",
     lambda r: b"GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
-    lambda r: b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
-    + r.choice([b"zz\r\n", b"-1\r\n", b"5\r\nabc\r\n0\r\n\r\n", b"ffffffffffffffffff\r\n"]),
+    lambda r: (
+        b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + r.choice([b"zz\r\n", b"-1\r\n", b"5\r\nabc\r\n0\r\n\r\n", b"ffffffffffffffffff\r\n"])
+    ),
     lambda r: b"GET / HTTP/1.1\r\nBad Name: v\r\n\r\n",
     lambda r: b"GET / HTTP/1.1\r\nX: a\x00b\r\n\r\n",
     lambda r: b"GET /\x01 HTTP/1.1\r\n\r\n",
     lambda r: b"GET / HTTP/1.1\r\nX: " + b"v" * 3000 + b"\r\n\r\n",  # 431
-    lambda r: b"GET / HTTP/1.1\r\n" + b"".join(b"X%d: v\r\n" % i for i in range(40))
-    + b"\r\n",  # 431: too many
+    lambda r: (
+        b"GET / HTTP/1.1\r\n" + b"".join(b"X%d: v\r\n" % i for i in range(40)) + b"\r\n"
+    ),  # 431: too many
     lambda r: b"POST / HTTP/1.1\r\nContent-Length: 99999\r\n\r\n",  # 413
-    lambda r: b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
-    + b"1000\r\n" + b"x" * 4096 + b"\r\n1\r\ny\r\n0\r\n\r\n",  # 413 (chunked)
+    lambda r: (
+        b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + b"1000\r\n"
+        + b"x" * 4096
+        + b"\r\n1\r\ny\r\n0\r\n\r\n"
+    ),  # 413 (chunked)
     lambda r: b"POST / HTTP/1.1\r\nContent-Length: 10\r\n\r\nshort",  # EOF mid-body
     lambda r: b"GET / HTTP/1.1\r\nHost: x",  # EOF mid-headers
 ]
@@ -144,9 +159,9 @@ def mutate(rng: Rng, data: bytes) -> bytes:
         if op == 0:
             b[i] = rng.getrandbits(8)
         elif op == 1:
-            del b[i:i + rng.randrange(1, 20)]
+            del b[i : i + rng.randrange(1, 20)]
         elif op == 2:
-            b[i:i] = b[i:i + rng.randrange(1, 20)]
+            b[i:i] = b[i : i + rng.randrange(1, 20)]
         elif op == 3:
             b[i:i] = bytes(rng.getrandbits(8) for _ in range(rng.randrange(1, 8)))
         elif op == 4:
@@ -163,7 +178,7 @@ def parse_responses(out: bytes) -> list[tuple[int, dict[str, str], bytes]]:
     pos = 0
     while pos < len(out):
         end = out.find(b"\r\n\r\n", pos)
-        assert end >= 0, f"unterminated head: {out[pos:pos + 200]!r}"
+        assert end >= 0, f"unterminated head: {out[pos : pos + 200]!r}"
         lines = out[pos:end].split(b"\r\n")
         assert lines[0].startswith(b"HTTP/1.1 "), lines[0]
         status = int(lines[0][9:12])
@@ -176,7 +191,7 @@ def parse_responses(out: bytes) -> list[tuple[int, dict[str, str], bytes]]:
         if status == 100:
             continue
         n = int(headers["content-length"])
-        body = out[pos:pos + n]
+        body = out[pos : pos + n]
         assert len(body) == n, "short body"
         pos += n
         responses.append((status, headers, body))
@@ -190,7 +205,7 @@ async def feed(service: HttpService, data: bytes, rng: Rng) -> tuple[bytes, bool
     pos = 0
     while pos < len(data):
         n = rng.choice([1, 3, 17, 100, 1000, len(data)])
-        proto.data_received(data[pos:pos + n])
+        proto.data_received(data[pos : pos + n])
         pos += n
         if rng.random() < 0.3:
             await asyncio.sleep(0)

@@ -37,8 +37,9 @@ class LoopThread:
 
 
 class Response:
-    def __init__(self, status: int, reason: str, headers: dict[str, str], body: bytes,
-                 raw_head: bytes) -> None:
+    def __init__(
+        self, status: int, reason: str, headers: dict[str, str], body: bytes, raw_head: bytes
+    ) -> None:
         self.status = status
         self.reason = reason
         self.headers = headers

@@ -42,12 +42,15 @@ def _consistent(lhs: _Node, rhs: _Node, prefix: str) -> None:
     if lhs.data_type != rhs.data_type:
         lt = pb.DataType.values_by_number[lhs.data_type].name
         rt = pb.DataType.values_by_number[rhs.data_type].name
-        raise invalid_arg(f"{prefix}inconsistent data type: {lt} is inferred from model "
-                          f"{lhs.model} while {rt} is inferred from model {rhs.model}")
+        raise invalid_arg(
+            f"{prefix}inconsistent data type: {lt} is inferred from model "
+            f"{lhs.model} while {rt} is inferred from model {rhs.model}"
+        )
     if not _compatible(lhs.dims, rhs.dims) and not _compatible(lhs.full_dims, rhs.full_dims):
         raise invalid_arg(
             f"{prefix}inconsistent shape: {_dims_str(lhs.full_dims)} is inferred from model "
-            f"{lhs.model} while {_dims_str(rhs.full_dims)} is inferred from model {rhs.model}")
+            f"{lhs.model} while {_dims_str(rhs.full_dims)} is inferred from model {rhs.model}"
+        )
 
 
 def validate_composing(cfg: Any, configs: dict[str, Any]) -> None:
@@ -65,26 +68,33 @@ def validate_composing(cfg: Any, configs: dict[str, Any]) -> None:
             raise invalid_arg(
                 f"ensemble {name} allows maximum batch size {cfg.max_batch_size}, but it "
                 f"contains model {model} which only allows maximum batch size to be "
-                f"{mc.max_batch_size}")
+                f"{mc.max_batch_size}"
+            )
         step_batching = mc.max_batch_size > 0
         inputs = {i.name: i for i in mc.input}
         for model_input, tensor in sorted(step.input_map.items()):
             if model_input not in inputs:
-                raise invalid_arg(f"in ensemble {name}, ensemble tensor {tensor} is mapping to "
-                                  f"non-existing input {model_input} in model {model}")
+                raise invalid_arg(
+                    f"in ensemble {name}, ensemble tensor {tensor} is mapping to "
+                    f"non-existing input {model_input} in model {model}"
+                )
         for io in mc.input:
             tensor = step.input_map.get(io.name)
             if tensor is None:
                 if io.optional:
                     continue
-                raise invalid_arg(f"in ensemble {name}, input {io.name} in model {model} is "
-                                  "not mapped to any ensemble tensors")
+                raise invalid_arg(
+                    f"in ensemble {name}, input {io.name} in model {model} is "
+                    "not mapped to any ensemble tensors"
+                )
             _merge(tensors, tensor, _node(model, step_batching, io.data_type, io.dims), name)
         outputs = {o.name: o for o in mc.output}
         for model_output, tensor in sorted(step.output_map.items()):
             if model_output not in outputs:
-                raise invalid_arg(f"in ensemble {name}, ensemble tensor {tensor} is mapped from "
-                                  f"non-existing output {model_output} in model {model}")
+                raise invalid_arg(
+                    f"in ensemble {name}, ensemble tensor {tensor} is mapped from "
+                    f"non-existing output {model_output} in model {model}"
+                )
         for model_output, tensor in sorted(step.output_map.items()):
             o = outputs[model_output]
             _merge(tensors, tensor, _node(model, step_batching, o.data_type, o.dims), name)

@@ -36,7 +36,8 @@ log = logging.getLogger("tritonlite")
 
 # The ensembles whose loads led to the current one, outermost first (one chain per task).
 _chain: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
-    "tritonlite_ensemble_chain", default=())
+    "tritonlite_ensemble_chain", default=()
+)
 _PLATFORM_RE = re.compile(r'^\s*platform\s*:\s*"ensemble"', re.MULTILINE)
 
 
@@ -84,13 +85,16 @@ async def load_composing(repo: ModelRepository, cfg: Any, explicit: bool) -> Non
     on_disk = repo.scan()
     missing = [d for d in deps if on_disk.get(d) is None and not _ready_versions(repo, d)]
     if missing:
-        raise invalid_arg(f"ensemble {name} contains models that are not available or "
-                          f"ambiguous: {', '.join(missing)}")
+        raise invalid_arg(
+            f"ensemble {name} contains models that are not available or "
+            f"ambiguous: {', '.join(missing)}"
+        )
     chain = _chain.get() + (name,)
     for dep in deps:
         if dep in chain:
-            raise invalid_arg(f"circular dependency between ensembles: {dep} -> ... -> "
-                              f"{chain[-1]} -> {dep}")
+            raise invalid_arg(
+                f"circular dependency between ensembles: {dep} -> ... -> {chain[-1]} -> {dep}"
+            )
     token = _chain.set(chain)
     try:
         for dep in deps:
@@ -102,14 +106,17 @@ async def load_composing(repo: ModelRepository, cfg: Any, explicit: bool) -> Non
         dep = step.model_name
         ready = _ready_versions(repo, dep)
         if step.model_version >= 0 and step.model_version not in ready:
-            raise invalid_arg(f"ensemble '{name}' depends on '{dep}' whose required version "
-                              f"{step.model_version} is not loaded.")
+            raise invalid_arg(
+                f"ensemble '{name}' depends on '{dep}' whose required version "
+                f"{step.model_version} is not loaded."
+            )
         model = repo.get(dep, int(step.model_version))
         if model.signature.decoupled:
             raise unsupported(
                 f"ensemble '{name}' step model '{dep}' is decoupled (model_transaction_policy "
                 "{ decoupled: true }): ensembles with decoupled composing models are not "
-                "supported")
+                "supported"
+            )
         configs[dep] = model.config
     validate_composing(cfg, configs)
     # Triton sets this on every valid ensemble (decoupled when a step is); its config shows it.
@@ -136,8 +143,10 @@ async def _ensure_loaded(repo: ModelRepository, name: str, dep: str, explicit: b
         return
     error = error or _reason(repo, dep)
     if error:
-        raise invalid_arg(f"ensemble '{name}' depends on '{dep}' which has no loaded version. "
-                          f"Model '{dep}' loading failed with error: {error}")
+        raise invalid_arg(
+            f"ensemble '{name}' depends on '{dep}' which has no loaded version. "
+            f"Model '{dep}' loading failed with error: {error}"
+        )
     raise invalid_arg(f"ensemble '{name}' depends on '{dep}' which has no loaded version.")
 
 
@@ -155,8 +164,9 @@ async def unload_composing(repo: ModelRepository, cfg: Any) -> None:
         try:
             await repo.unload(dep)
         except TritonliteError as exc:
-            log.error("failed to unload '%s' (composing model of '%s'): %s", dep, cfg.name,
-                      exc.message)
+            log.error(
+                "failed to unload '%s' (composing model of '%s'): %s", dep, cfg.name, exc.message
+            )
             continue
         if is_ensemble(dep_cfg):
             await unload_composing(repo, dep_cfg)

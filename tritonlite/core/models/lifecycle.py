@@ -49,9 +49,13 @@ class VersionState:
 
 # Triton's Status::CodeString.
 _CODE_TEXT = {
-    ErrorCode.UNKNOWN: "Unknown", ErrorCode.INTERNAL: "Internal", ErrorCode.NOT_FOUND: "Not found",
-    ErrorCode.INVALID_ARG: "Invalid argument", ErrorCode.UNAVAILABLE: "Unavailable",
-    ErrorCode.UNSUPPORTED: "Unsupported", ErrorCode.ALREADY_EXISTS: "Already exists",
+    ErrorCode.UNKNOWN: "Unknown",
+    ErrorCode.INTERNAL: "Internal",
+    ErrorCode.NOT_FOUND: "Not found",
+    ErrorCode.INVALID_ARG: "Invalid argument",
+    ErrorCode.UNAVAILABLE: "Unavailable",
+    ErrorCode.UNSUPPORTED: "Unsupported",
+    ErrorCode.ALREADY_EXISTS: "Already exists",
     ErrorCode.CANCELLED: "Cancelled",
 }
 
@@ -66,4 +70,5 @@ def load_failed_message(name: str, reasons: dict[int, str]) -> str:
     """What an explicit load answers when versions failed (``reasons``: version -> index
     reason): Triton's text, one ``;\\n``-terminated clause per failed version, ascending."""
     return f"load failed for model '{name}': " + "".join(
-        f"version {v} is at {UNAVAILABLE.value} state: {r};\n" for v, r in sorted(reasons.items()))
+        f"version {v} is at {UNAVAILABLE.value} state: {r};\n" for v, r in sorted(reasons.items())
+    )

@@ -52,8 +52,10 @@ def check_model_name(name: str, action: str) -> None:
     request's verb ("load", "unload") for the message, in Triton's "failed to load 'x'" shape."""
     problem = component_problem(name) if isinstance(name, str) else "must be a string"
     if problem is not None:
-        raise invalid_arg(f"failed to {action} '{shown(str(name))}', invalid model name: "
-                          f"a model name is one directory name and {problem}")
+        raise invalid_arg(
+            f"failed to {action} '{shown(str(name))}', invalid model name: "
+            f"a model name is one directory name and {problem}"
+        )
 
 
 def check_override_path(rel: str) -> tuple[str, ...]:
@@ -62,8 +64,7 @@ def check_override_path(rel: str) -> tuple[str, ...]:
     parts = tuple(rel.split("/"))
     # a hidden file is fine inside the model directory (.gitkeep); "." and ".." are not
     if "\\" in rel or any(component_problem(p, leading_dot=True) for p in parts):
-        raise invalid_arg(f"invalid file override path '{shown(rel)}': "
-                          "must stay inside the model directory")
+        raise invalid_arg(
+            f"invalid file override path '{shown(rel)}': must stay inside the model directory"
+        )
     return parts
-
-

@@ -33,8 +33,9 @@ class OverrideDir:
 _OVERRIDE_PREFIX = "tritonlite-override-"
 # Errors of writing an override that the request's own file layout causes (a file where a
 # directory is wanted, a name the filesystem refuses); anything else is the server's.
-_CLIENT_ERRNOS = frozenset({errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG,
-                            errno.EINVAL, errno.EILSEQ})
+_CLIENT_ERRNOS = frozenset(
+    {errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG, errno.EINVAL, errno.EILSEQ}
+)
 
 
 def check_override_files(name: str, files: dict[str, bytes]) -> dict[tuple[str, ...], bytes]:
@@ -70,8 +71,9 @@ def write_override_files(name: str, files: dict[str, bytes]) -> OverrideDir:
 
 def _write_one(model_dir: Path, parts: tuple[str, ...], content: bytes) -> None:
     rel = "/".join(parts)
-    bad = invalid_arg(f"invalid file override path '{names.shown(rel)}': "
-                      "must stay inside the model directory")
+    bad = invalid_arg(
+        f"invalid file override path '{names.shown(rel)}': must stay inside the model directory"
+    )
     parent = model_dir
     try:
         for part in parts[:-1]:
@@ -82,17 +84,22 @@ def _write_one(model_dir: Path, parts: tuple[str, ...], content: bytes) -> None:
                 parent.mkdir()
         if parent.resolve() != parent or not parent.is_relative_to(model_dir):
             raise bad
-        fd = os.open(parent / parts[-1],
-                     os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fd = os.open(
+            parent / parts[-1],
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o600,
+        )
         with os.fdopen(fd, "wb") as f:
             f.write(content)
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         if exc.errno in _CLIENT_ERRNOS or exc.errno == errno.ELOOP:
-            raise invalid_arg(f"unable to write file override '{names.shown(rel)}': "
-                              f"{reason}") from None
-        raise TritonliteError(ErrorCode.INTERNAL, f"unable to write file override "
-                              f"'{names.shown(rel)}': {reason}") from None
+            raise invalid_arg(
+                f"unable to write file override '{names.shown(rel)}': {reason}"
+            ) from None
+        raise TritonliteError(
+            ErrorCode.INTERNAL, f"unable to write file override '{names.shown(rel)}': {reason}"
+        ) from None
 
 
 def remove_override_dir(override: OverrideDir) -> None:
@@ -104,7 +111,7 @@ def remove_override_dir(override: OverrideDir) -> None:
 
 def decode_override_file(key: str, value: Any) -> tuple[str, bytes]:
     """``file:<path>`` with base64 (HTTP) or raw bytes (gRPC) content -> (path, bytes)."""
-    rel = key[len("file:"):]
+    rel = key[len("file:") :]
     if isinstance(value, (bytes, bytearray)):
         return rel, bytes(value)
     if not isinstance(value, str):

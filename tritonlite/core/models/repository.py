@@ -93,20 +93,27 @@ def _fingerprint(model_dir: Path) -> tuple[Any, ...]:
     return tuple(items)
 
 
-def _warm_up(instances: list[ModelInstance], samples: list[WarmupSample], signature: Signature,
-             timeout_s: float) -> list[tuple[int, ExecTiming]]:
+def _warm_up(
+    instances: list[ModelInstance],
+    samples: list[WarmupSample],
+    signature: Signature,
+    timeout_s: float,
+) -> list[tuple[int, ExecTiming]]:
     """Run the warm-up samples on every instance, each on its own thread (Triton does this
     before the model is READY); raises the first failure, else returns the runs."""
-    futures = [(i, i.call_soon(functools.partial(run_samples, i.impl, samples, signature)))
-               for i in instances]
+    futures = [
+        (i, i.call_soon(functools.partial(run_samples, i.impl, samples, signature)))
+        for i in instances
+    ]
     runs: list[tuple[int, ExecTiming]] = []
     for inst, fut in futures:
         try:
             runs += fut.result(timeout_s if timeout_s > 0 else None)
         except concurrent.futures.TimeoutError:
             inst.abandon()  # hung: closing it must not wait for it
-            raise unavailable(f"warm-up of instance {inst.spec.name} timed out after "
-                              f"{timeout_s:g} s") from None
+            raise unavailable(
+                f"warm-up of instance {inst.spec.name} timed out after {timeout_s:g} s"
+            ) from None
     return runs
 
 
@@ -124,8 +131,9 @@ def _build_version(ctx: ModelContext, health: HealthSettings) -> _Built:
         for _group, inst_name, kind, device in model_config.instance_names(ctx.config):
             spec = InstanceSpec(inst_name, _KINDS.get(kind, "CPU"), device)
             instances.append(ModelInstance(spec, functools.partial(backend.new_instance, spec)))
-        runs = (_warm_up(instances, samples, signature, health.execution_timeout_s)
-                if samples else [])
+        runs = (
+            _warm_up(instances, samples, signature, health.execution_timeout_s) if samples else []
+        )
     except BaseException:
         for inst in instances:
             inst.close()
@@ -142,11 +150,13 @@ _ONNX_AUTO_COMPLETE_ERRORS = ("unable to read ONNX model ", "unable to find ONNX
 
 def _is_auto_complete_failure(exc: TritonliteError) -> bool:
     return isinstance(exc, model_config.AutoCompleteError) or exc.message.startswith(
-        _ONNX_AUTO_COMPLETE_ERRORS)
+        _ONNX_AUTO_COMPLETE_ERRORS
+    )
 
 
-def _policy_versions(model_dir: Path, config_json: str | None,
-                     auto_complete: bool) -> list[int] | None:
+def _policy_versions(
+    model_dir: Path, config_json: str | None, auto_complete: bool
+) -> list[int] | None:
     """The versions the config as written selects; None when it cannot be read or parsed."""
     try:
         if config_json is not None:
@@ -188,9 +198,13 @@ class RepositoryOptions(Protocol):
 
 
 class ModelRepository:
-    def __init__(self, options: RepositoryOptions, shm: SharedMemoryManager,
-                 step_infer: Callable[[InferRequest], Awaitable[InferResponse]],
-                 latency: LatencyFactory | None = None) -> None:
+    def __init__(
+        self,
+        options: RepositoryOptions,
+        shm: SharedMemoryManager,
+        step_infer: Callable[[InferRequest], Awaitable[InferResponse]],
+        latency: LatencyFactory | None = None,
+    ) -> None:
         """``step_infer``: the core's admission of an ensemble step (``InferenceCore``);
         ``latency``: each loaded version's latency observer, when the metrics ask for one."""
         self.options = options
@@ -200,8 +214,9 @@ class ModelRepository:
         self.models: dict[str, ModelEntry] = {}
         # Explicit mode: models loaded only as some ensemble's composing models.
         self.loaded_for_ensembles: set[str] = set()
-        self.health = HealthSettings(options.backend_execution_timeout_s,
-                                     options.health_probe_interval_s)
+        self.health = HealthSettings(
+            options.backend_execution_timeout_s, options.health_probe_interval_s
+        )
         self._poll_task: asyncio.Task[None] | None = None
         # What loaded models reach the server through (BLS): set by InferenceCore.start.
         self.server: ServerAccess | None = None
@@ -238,7 +253,8 @@ class ModelRepository:
             state = entry.versions.get(version)
             if state is None:
                 raise not_found(
-                    f"Request for unknown model: '{name}' version {version} is not found")
+                    f"Request for unknown model: '{name}' version {version} is not found"
+                )
             if not state.is_ready:
                 raise unavailable(
                     f"Request for unknown model: '{name}' version {version} is not at ready state"
@@ -308,8 +324,9 @@ class ModelRepository:
 
         # Composing models first; ensembles then load one at a time (they build no backends,
         # and a circular pair loading at once would wait on each other).
-        await asyncio.gather(*(one(n) for n in wanted
-                               if not ensemble_deps.is_ensemble_dir(on_disk.get(n))))
+        await asyncio.gather(
+            *(one(n) for n in wanted if not ensemble_deps.is_ensemble_dir(on_disk.get(n)))
+        )
         for n in wanted:
             if ensemble_deps.is_ensemble_dir(on_disk.get(n)):
                 await one(n)
@@ -327,8 +344,10 @@ class ModelRepository:
         load starts removes the entry it created."""
         names.check_model_name(name, "load")
         if files and config_json is None:
-            raise invalid_arg("failed to load '" + name + "', 'config' parameter must be set "
-                              "when file overrides are given")
+            raise invalid_arg(
+                "failed to load '" + name + "', 'config' parameter must be set "
+                "when file overrides are given"
+            )
         if files:
             check_override_files(name, files)
         self.loaded_for_ensembles.discard(name)
@@ -342,8 +361,9 @@ class ModelRepository:
                 await self._load_locked(entry, name, config_json, files)
                 return
 
-    async def _load_locked(self, entry: ModelEntry, name: str, config_json: str | None,
-                           files: dict[str, bytes] | None) -> None:
+    async def _load_locked(
+        self, entry: ModelEntry, name: str, config_json: str | None, files: dict[str, bytes] | None
+    ) -> None:
         # entry.lock is held.
         override: OverrideDir | None = None
         try:
@@ -354,7 +374,8 @@ class ModelRepository:
                 found = self.scan().get(name, ...)
                 if found is ...:
                     raise invalid_arg(
-                        f"failed to load '{name}', failed to poll from model repository")
+                        f"failed to load '{name}', failed to poll from model repository"
+                    )
                 if found is None:
                     raise invalid_arg(
                         f"failed to load '{name}': model name found in multiple repositories"
@@ -396,8 +417,9 @@ class ModelRepository:
             except TritonliteError as exc:
                 # Triton polls the repository for configs that parse; completing and checking
                 # them (backend auto-complete included) is part of each version's load.
-                versions = await asyncio.to_thread(_policy_versions, model_dir, config_json,
-                                                   opts.auto_complete_config)
+                versions = await asyncio.to_thread(
+                    _policy_versions, model_dir, config_json, opts.auto_complete_config
+                )
                 if versions is None:
                     recorded = self._poll_failure(entry, name, exc.message, first_load)
                 elif not versions:
@@ -405,7 +427,8 @@ class ModelRepository:
                 else:
                     code = ErrorCode.INTERNAL if _is_auto_complete_failure(exc) else exc.code
                     recorded = self._fail_versions(
-                        entry, name, versions, lc.failed_reason(exc.message, code), first_load)
+                        entry, name, versions, lc.failed_reason(exc.message, code), first_load
+                    )
             if recorded is not None:
                 raise recorded
             versions = model_config.select_versions(cfg, model_config.version_dirs(model_dir))
@@ -427,12 +450,18 @@ class ModelRepository:
         errors: dict[int, str] = {}
 
         async def build(v: int) -> None:
-            ctx = ModelContext(name, v, model_dir, model_dir / str(v), cfg, config_text,
-                               self.server)
+            ctx = ModelContext(
+                name, v, model_dir, model_dir / str(v), cfg, config_text, self.server
+            )
             try:
                 if ensemble_deps.is_ensemble(cfg):
-                    built[v] = _Built(ctx, Signature.from_config(cfg, model_dir),
-                                      EnsembleBackend(EnsembleGraph(cfg), self), [], [])
+                    built[v] = _Built(
+                        ctx,
+                        Signature.from_config(cfg, model_dir),
+                        EnsembleBackend(EnsembleGraph(cfg), self),
+                        [],
+                        [],
+                    )
                     return
                 built[v] = await asyncio.to_thread(_build_version, ctx, self.health)
             except TritonliteError as exc:
@@ -445,16 +474,25 @@ class ModelRepository:
         if errors and not first_load:
             for b in built.values():
                 await asyncio.to_thread(self._close_built, b)
-            raise invalid_arg(lc.load_failed_message(
-                name, {v: lc.failed_reason(m) for v, m in errors.items()}))
+            raise invalid_arg(
+                lc.load_failed_message(name, {v: lc.failed_reason(m) for v, m in errors.items()})
+            )
         old = {v: s for v, s in entry.versions.items() if s.model is not None}
         new_states: dict[int, VersionState] = {}
         for v in versions:
             if v in built:
                 b = built[v]
                 cls = EnsembleModel if isinstance(b.backend, EnsembleBackend) else Model
-                model = cls(b.ctx, b.signature, b.backend, b.instances, self.shm,
-                            self.health, b.warmup, self.latency)
+                model = cls(
+                    b.ctx,
+                    b.signature,
+                    b.backend,
+                    b.instances,
+                    self.shm,
+                    self.health,
+                    b.warmup,
+                    self.latency,
+                )
                 record_runs(model.stats, b.warmup_runs)
                 new_states[v] = VersionState(lc.READY, "", model)
                 log.info("successfully loaded '%s' version %d", name, v)
@@ -472,12 +510,14 @@ class ModelRepository:
             assert s.model is not None
             asyncio.create_task(self._retire(s.model))
         if errors:
-            raise invalid_arg(lc.load_failed_message(
-                name, {v: lc.failed_reason(m) for v, m in errors.items()}))
+            raise invalid_arg(
+                lc.load_failed_message(name, {v: lc.failed_reason(m) for v, m in errors.items()})
+            )
 
     @staticmethod
-    def _fail_versions(entry: ModelEntry, name: str, versions: list[int], reason: str,
-                       first_load: bool) -> TritonliteError:
+    def _fail_versions(
+        entry: ModelEntry, name: str, versions: list[int], reason: str, first_load: bool
+    ) -> TritonliteError:
         """Record a failure of every version in ``versions``; returns Triton's answer to raise.
         A failed reload leaves the serving versions as they are."""
         reasons = dict.fromkeys(versions, reason)
@@ -485,16 +525,18 @@ class ModelRepository:
             entry.versions = {v: VersionState(lc.UNAVAILABLE, r) for v, r in reasons.items()}
         return invalid_arg(lc.load_failed_message(name, reasons))
 
-    def _poll_failure(self, entry: ModelEntry, name: str, cause: str,
-                      first_load: bool) -> TritonliteError:
+    def _poll_failure(
+        self, entry: ModelEntry, name: str, cause: str, first_load: bool
+    ) -> TritonliteError:
         """A config that cannot be read or parsed: Triton tells the client only that the poll
         failed (its log has the cause); returns the error to raise."""
         log.error("failed to read the configuration of '%s': %s", name, cause)
         if first_load:
             self._mark_failed(entry, cause)
             entry.poll_failed = True
-        return TritonliteError(ErrorCode.INTERNAL, f"failed to load '{name}', failed to poll "
-                               "from model repository")
+        return TritonliteError(
+            ErrorCode.INTERNAL, f"failed to load '{name}', failed to poll from model repository"
+        )
 
     def _mark_failed(self, entry: ModelEntry, reason: str) -> None:
         # A model whose config could not be read has no known versions: key -1 keeps the
@@ -516,7 +558,8 @@ class ModelRepository:
         entry = self.models.get(name)
         if entry is None or not any(s.model is not None for s in entry.versions.values()):
             raise invalid_arg(
-                f"failed to unload '{name}', Model to be unloaded has not been served")
+                f"failed to unload '{name}', Model to be unloaded has not been served"
+            )
         async with entry.lock:
             models = []
             for v, s in entry.versions.items():
@@ -554,8 +597,11 @@ class ModelRepository:
             if path is None:
                 continue
             known = self.models.get(name)
-            if (known is not None and known.override is None
-                    and known.fingerprint == _fingerprint(path)):
+            if (
+                known is not None
+                and known.override is None
+                and known.fingerprint == _fingerprint(path)
+            ):
                 continue
             try:
                 await self.load(name)
@@ -582,6 +628,6 @@ def control_error(mode: str) -> TritonliteError:
     return TritonliteError(
         ErrorCode.UNAVAILABLE,
         "explicit model load / unload is not allowed if polling is enabled"
-        if mode == "poll" else "explicit model load / unload is not allowed if "
-        "model control mode is not EXPLICIT",
+        if mode == "poll"
+        else "explicit model load / unload is not allowed if model control mode is not EXPLICIT",
     )

@@ -36,11 +36,23 @@ SUMMARY_WINDOW = 8192
 
 # Series names; the metrics collector maps them to Triton's family names.
 REQUEST, QUEUE, COMPUTE_INPUT, COMPUTE_INFER, COMPUTE_OUTPUT, CACHE_HIT, CACHE_MISS = (
-    "request", "queue", "compute_input", "compute_infer", "compute_output", "cache_hit",
+    "request",
+    "queue",
+    "compute_input",
+    "compute_infer",
+    "compute_output",
+    "cache_hit",
     "cache_miss",
 )
-SUMMARY_SERIES = (REQUEST, QUEUE, COMPUTE_INPUT, COMPUTE_INFER, COMPUTE_OUTPUT, CACHE_HIT,
-                  CACHE_MISS)
+SUMMARY_SERIES = (
+    REQUEST,
+    QUEUE,
+    COMPUTE_INPUT,
+    COMPUTE_INFER,
+    COMPUTE_OUTPUT,
+    CACHE_HIT,
+    CACHE_MISS,
+)
 HISTOGRAM_SERIES = (REQUEST, QUEUE, COMPUTE_INPUT, COMPUTE_INFER, COMPUTE_OUTPUT)
 
 
@@ -112,19 +124,25 @@ class LatencyRecorder:
 
     __slots__ = ("summaries", "histograms", "_s", "_h", "_pressure")
 
-    def __init__(self, summaries: bool, histogram_bounds_us: Sequence[float] | None,
-                 pressure: MemoryPressure = NO_PRESSURE) -> None:
+    def __init__(
+        self,
+        summaries: bool,
+        histogram_bounds_us: Sequence[float] | None,
+        pressure: MemoryPressure = NO_PRESSURE,
+    ) -> None:
         self.summaries: dict[str, Window] | None = (
             {name: Window() for name in SUMMARY_SERIES} if summaries else None
         )
         self.histograms: dict[str, Histogram] | None = (
             {name: Histogram(histogram_bounds_us) for name in HISTOGRAM_SERIES}
-            if histogram_bounds_us is not None else None
+            if histogram_bounds_us is not None
+            else None
         )
         # Series in the order ``request`` receives them, for the hot path.
         self._s = None if self.summaries is None else [self.summaries[n] for n in HISTOGRAM_SERIES]
-        self._h = None if self.histograms is None else [self.histograms[n]
-                                                         for n in HISTOGRAM_SERIES]
+        self._h = (
+            None if self.histograms is None else [self.histograms[n] for n in HISTOGRAM_SERIES]
+        )
         self._pressure = pressure
 
     def request(self, total_ns: int, queue_ns: int, compute: tuple[int, int, int] | None) -> None:
@@ -152,9 +170,11 @@ class LatencyRecorder:
             self.summaries[CACHE_MISS].observe(ns // 1000, time.monotonic())
 
 
-def recorder_factory(summaries: bool, bounds: tuple[float, ...] | None,
-                     pressure: MemoryPressure = NO_PRESSURE,
-                     ) -> Callable[[], LatencyRecorder] | None:
+def recorder_factory(
+    summaries: bool,
+    bounds: tuple[float, ...] | None,
+    pressure: MemoryPressure = NO_PRESSURE,
+) -> Callable[[], LatencyRecorder] | None:
     """Each loaded version's latency observer (the repository calls it per version): None
     unless ``summaries`` or histogram ``bounds`` are asked for (and metrics are served);
     ``pressure`` sheds histograms."""

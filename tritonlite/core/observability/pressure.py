@@ -163,14 +163,27 @@ class MemoryPressure:
     ``shed_histograms``; only ``sample`` (on the event loop) changes ``active``.
     """
 
-    __slots__ = ("threshold", "interval_s", "active", "reading", "shed_cache_inserts",
-                 "shed_histograms", "_read", "_task")
+    __slots__ = (
+        "threshold",
+        "interval_s",
+        "active",
+        "reading",
+        "shed_cache_inserts",
+        "shed_histograms",
+        "_read",
+        "_task",
+    )
 
-    def __init__(self, threshold: float = 0.0, interval_s: float = 2.0,
-                 read: Callable[[], MemoryReading | None] = read_memory) -> None:
+    def __init__(
+        self,
+        threshold: float = 0.0,
+        interval_s: float = 2.0,
+        read: Callable[[], MemoryReading | None] = read_memory,
+    ) -> None:
         if not 0.0 <= threshold <= 1.0:  # also refuses NaN
-            raise ValueError(f"the memory pressure threshold must be a fraction between 0 and 1,"
-                             f" got {threshold}")
+            raise ValueError(
+                f"the memory pressure threshold must be a fraction between 0 and 1, got {threshold}"
+            )
         if not interval_s > 0:
             raise ValueError(f"the memory sampling interval must be > 0 s, got {interval_s}")
         self.threshold = threshold
@@ -204,14 +217,23 @@ class MemoryPressure:
             self.active = now
             mib = 1 << 20
             if now:
-                log.warning("memory pressure: %d MiB of %d MiB available (%s), at or below the "
-                            "threshold %g; shedding response cache inserts and latency "
-                            "histograms", reading.available // mib, reading.limit // mib,
-                            reading.source, self.threshold)
+                log.warning(
+                    "memory pressure: %d MiB of %d MiB available (%s), at or below the "
+                    "threshold %g; shedding response cache inserts and latency "
+                    "histograms",
+                    reading.available // mib,
+                    reading.limit // mib,
+                    reading.source,
+                    self.threshold,
+                )
             else:
-                log.info("memory pressure over: %d MiB of %d MiB available (%s); cache inserts "
-                         "and latency histograms resume", reading.available // mib,
-                         reading.limit // mib, reading.source)
+                log.info(
+                    "memory pressure over: %d MiB of %d MiB available (%s); cache inserts "
+                    "and latency histograms resume",
+                    reading.available // mib,
+                    reading.limit // mib,
+                    reading.source,
+                )
         return now
 
     async def _poll(self) -> None:
@@ -228,11 +250,17 @@ class MemoryPressure:
             return
         reading = self._read()
         if reading is None:
-            log.warning("memory pressure monitoring unavailable: no cgroup memory limit or "
-                        "/proc/meminfo could be read")
+            log.warning(
+                "memory pressure monitoring unavailable: no cgroup memory limit or "
+                "/proc/meminfo could be read"
+            )
             return
-        log.info("Monitoring memory pressure: %s, limit %d MiB, threshold %g",
-                 reading.source, reading.limit >> 20, self.threshold)
+        log.info(
+            "Monitoring memory pressure: %s, limit %d MiB, threshold %g",
+            reading.source,
+            reading.limit >> 20,
+            self.threshold,
+        )
         self._apply(reading)
         self._task = asyncio.get_running_loop().create_task(self._poll())
 

@@ -40,8 +40,7 @@ def check_trace_level(levels: Any) -> tuple[str, ...]:
     if "OFF" in levels and len(levels) > 1:
         raise invalid_arg("Expect only one trace level 'OFF' is specified")
     if "TENSORS" in levels:
-        raise unsupported("trace level TENSORS is not supported by tritonlite "
-                          "(TIMESTAMPS is)")
+        raise unsupported("trace level TENSORS is not supported by tritonlite (TIMESTAMPS is)")
     return tuple(dict.fromkeys(levels))
 
 
@@ -55,8 +54,14 @@ class TraceSettings:
     the request path makes. Used on the event loop only.
     """
 
-    def __init__(self, level: tuple[str, ...] = ("OFF",), rate: int = 1000, count: int = -1,
-                 log_frequency: int = 0, file: str = "") -> None:
+    def __init__(
+        self,
+        level: tuple[str, ...] = ("OFF",),
+        rate: int = 1000,
+        count: int = -1,
+        log_frequency: int = 0,
+        file: str = "",
+    ) -> None:
         self._writer = TraceWriter()
         self._files: dict[str, TraceFile] = {}
         f = self._file(file)
@@ -83,8 +88,7 @@ class TraceSettings:
         return trace
 
     def get(self, model: str = "") -> dict[str, Any]:
-        return self._models.get(model, self._global).to_dict() if model else \
-            self._global.to_dict()
+        return self._models.get(model, self._global).to_dict() if model else self._global.to_dict()
 
     def update(self, changes: dict[str, Any], model: str = "") -> dict[str, Any]:
         """Apply ``changes`` (wire values; None clears); return the resulting settings."""
@@ -129,9 +133,11 @@ class TraceSettings:
         level = pick("trace_level", None if current is None else current.level, fallback.level)
         rate = pick("trace_rate", None if current is None else current.rate, fallback.rate)
         count = pick("trace_count", None if current is None else current.count, fallback.count)
-        log_frequency = pick("log_frequency",
-                             None if current is None else current.log_frequency,
-                             fallback.log_frequency)
+        log_frequency = pick(
+            "log_frequency",
+            None if current is None else current.log_frequency,
+            fallback.log_frequency,
+        )
         if model:
             if not specified:
                 self._fallback_used.discard(model)
@@ -140,8 +146,9 @@ class TraceSettings:
                     old.retire()
                 return
             self._fallback_used.add(model)  # the file is never a model's own
-        setting = TraceSetting(level, rate, count, log_frequency, fallback.file,
-                               frozenset(specified))
+        setting = TraceSetting(
+            level, rate, count, log_frequency, fallback.file, frozenset(specified)
+        )
         if not setting.valid and setting.level != ("OFF",):
             raise invalid_arg(f"Attempting to set invalid trace setting :{setting.reason}")
         if model:
@@ -163,11 +170,22 @@ class TraceSettings:
 class LogSettings:
     """The logging extension's settings; ``log_verbose_level`` drives the package logger."""
 
-    def __init__(self, verbose: int = 0, info: bool = True, warning: bool = True,
-                 error: bool = True, fmt: str = "default", log_file: str = "") -> None:
+    def __init__(
+        self,
+        verbose: int = 0,
+        info: bool = True,
+        warning: bool = True,
+        error: bool = True,
+        fmt: str = "default",
+        log_file: str = "",
+    ) -> None:
         self._s: dict[str, Any] = {
-            "log_file": log_file, "log_info": info, "log_warning": warning, "log_error": error,
-            "log_verbose_level": verbose, "log_format": fmt,
+            "log_file": log_file,
+            "log_info": info,
+            "log_warning": warning,
+            "log_error": error,
+            "log_verbose_level": verbose,
+            "log_format": fmt,
         }
         self._apply()
 
@@ -180,7 +198,8 @@ class LogSettings:
             if key == "log_file":
                 if value is not None and value != "":
                     raise unsupported(
-                        "log file location can not be updated through network protocol")
+                        "log file location can not be updated through network protocol"
+                    )
                 continue
             if key in ("log_info", "log_warning", "log_error"):
                 if not isinstance(value, bool):
@@ -203,8 +222,18 @@ class LogSettings:
 
     def _apply(self) -> None:
         s = self._s
-        level = logging.DEBUG if s["log_verbose_level"] > 0 else (
-            logging.INFO if s["log_info"] else logging.WARNING if s["log_warning"]
-            else logging.ERROR if s["log_error"] else logging.CRITICAL)
+        level = (
+            logging.DEBUG
+            if s["log_verbose_level"] > 0
+            else (
+                logging.INFO
+                if s["log_info"]
+                else logging.WARNING
+                if s["log_warning"]
+                else logging.ERROR
+                if s["log_error"]
+                else logging.CRITICAL
+            )
+        )
         logging.getLogger("tritonlite").setLevel(level)
         logs.set_iso8601(s["log_format"] == "ISO8601")

@@ -49,21 +49,19 @@ class ResponseStats:
         return {n: getattr(self, n).to_dict() for n in _RESPONSE_NAMES}
 
 
-_RESPONSE_NAMES = ("compute_infer", "compute_output", "success", "fail", "empty_response",
-                   "cancel")
+_RESPONSE_NAMES = ("compute_infer", "compute_output", "success", "fail", "empty_response", "cancel")
 
 
 class LatencyObserver(Protocol):
     """Per-request observations for the opt-in summaries/histograms (core/latency.py)."""
 
-    def request(self, total_ns: int, queue_ns: int, compute: tuple[int, int, int] | None) -> None:
-        ...
+    def request(
+        self, total_ns: int, queue_ns: int, compute: tuple[int, int, int] | None
+    ) -> None: ...
 
-    def cache_hit(self, ns: int) -> None:
-        ...
+    def cache_hit(self, ns: int) -> None: ...
 
-    def cache_miss(self, ns: int) -> None:
-        ...
+    def cache_miss(self, ns: int) -> None: ...
 
 
 # What the core hands the repository for the opt-in latency metrics: one observer per loaded
@@ -72,8 +70,14 @@ LatencyFactory = Callable[[], LatencyObserver]
 
 
 _NAMES = (
-    "success", "fail", "queue", "compute_input", "compute_infer", "compute_output",
-    "cache_hit", "cache_miss",
+    "success",
+    "fail",
+    "queue",
+    "compute_input",
+    "compute_infer",
+    "compute_output",
+    "cache_hit",
+    "cache_miss",
 )
 
 
@@ -81,9 +85,21 @@ class ModelStats:
     """Cumulative statistics of one model version (Triton's ModelStatistics)."""
 
     __slots__ = (
-        "success", "fail", "queue", "compute_input", "compute_infer", "compute_output",
-        "cache_hit", "cache_miss", "inference_count", "execution_count", "last_inference_ms",
-        "batches", "failures_by_reason", "latency", "responses",
+        "success",
+        "fail",
+        "queue",
+        "compute_input",
+        "compute_infer",
+        "compute_output",
+        "cache_hit",
+        "cache_miss",
+        "inference_count",
+        "execution_count",
+        "last_inference_ms",
+        "batches",
+        "failures_by_reason",
+        "latency",
+        "responses",
     )
 
     def __init__(self, latency: LatencyObserver | None = None) -> None:
@@ -101,7 +117,10 @@ class ModelStats:
         self.batches: dict[int, BatchStats] = {}
         self.responses: dict[int, ResponseStats] = {}
         self.failures_by_reason: dict[str, int] = {
-            "REJECTED": 0, "CANCELED": 0, "BACKEND": 0, "OTHER": 0,
+            "REJECTED": 0,
+            "CANCELED": 0,
+            "BACKEND": 0,
+            "OTHER": 0,
         }
         self.latency = latency
 
@@ -118,8 +137,14 @@ class ModelStats:
         b.compute_output.add(co)
         return spans
 
-    def record_success(self, total_ns: int, queue_ns: int, timing: ExecTiming | None,
-                       batch_size: int = 1, spans: tuple[int, int, int] | None = None) -> None:
+    def record_success(
+        self,
+        total_ns: int,
+        queue_ns: int,
+        timing: ExecTiming | None,
+        batch_size: int = 1,
+        spans: tuple[int, int, int] | None = None,
+    ) -> None:
         """A request that succeeded; ``inference_count`` counts its ``batch_size``
         inferences (as Triton's, it counts successful requests only). ``spans``: the
         ``timing.spans()`` the caller already has."""
@@ -132,8 +157,7 @@ class ModelStats:
             self.compute_infer.add(cinf)
             self.compute_output.add(co)
         if self.latency is not None:
-            self.latency.request(total_ns, queue_ns,
-                                 None if timing is None else (ci, cinf, co))
+            self.latency.request(total_ns, queue_ns, None if timing is None else (ci, cinf, co))
         self.last_inference_ms = time.time_ns() // 1_000_000
 
     def record_cache_hit(self, total_ns: int, hit_ns: int) -> None:

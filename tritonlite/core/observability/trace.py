@@ -106,8 +106,15 @@ class TraceSetting:
     ``specified`` names the values set explicitly (not inherited from the fallback setting).
     """
 
-    def __init__(self, level: tuple[str, ...], rate: int, count: int, log_frequency: int,
-                 file: TraceFile, specified: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        level: tuple[str, ...],
+        rate: int,
+        count: int,
+        log_frequency: int,
+        file: TraceFile,
+        specified: frozenset[str] = frozenset(),
+    ) -> None:
         self.level = level
         self.rate = rate
         self.count = count
@@ -151,8 +158,9 @@ class TraceSetting:
         self._in_buffer += 1
         self._collected += 1
         self._live -= 1
-        if ((self.count == 0 and self._collected == self._sample)
-                or (self.log_frequency and self._in_buffer >= self.log_frequency)):
+        if (self.count == 0 and self._collected == self._sample) or (
+            self.log_frequency and self._in_buffer >= self.log_frequency
+        ):
             self._save(True)
         elif self._retired and self._live == 0:
             self._save(self.log_frequency != 0)
@@ -173,9 +181,14 @@ class TraceSetting:
         self._save(self.log_frequency != 0)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"trace_level": list(self.level), "trace_rate": str(self.rate),
-                "trace_count": str(self.count), "log_frequency": str(self.log_frequency),
-                "trace_file": self.file.name, "trace_mode": "triton"}
+        return {
+            "trace_level": list(self.level),
+            "trace_rate": str(self.rate),
+            "trace_count": str(self.count),
+            "log_frequency": str(self.log_frequency),
+            "trace_file": self.file.name,
+            "trace_mode": "triton",
+        }
 
 
 def _stamp(trace_id: int, name: str, ns: int) -> str:
@@ -191,11 +204,23 @@ class Trace:
     request's header object, gRPC read stamps after REQUEST_END.
     """
 
-    __slots__ = ("id", "model_name", "model_version", "request_id", "setting", "stamps",
-                 "response_ns", "protocol", "recv", "send", "_released")
+    __slots__ = (
+        "id",
+        "model_name",
+        "model_version",
+        "request_id",
+        "setting",
+        "stamps",
+        "response_ns",
+        "protocol",
+        "recv",
+        "send",
+        "_released",
+    )
 
-    def __init__(self, setting: TraceSetting, model_name: str, model_version: int,
-                 request_id: str) -> None:
+    def __init__(
+        self, setting: TraceSetting, model_name: str, model_version: int, request_id: str
+    ) -> None:
         self.id = next(_ids)
         self.setting = setting
         self.model_name = model_name
@@ -219,8 +244,12 @@ class Trace:
         if timing is not None:
             inp = timing.input_end_ns or timing.start_ns
             out = timing.infer_end_ns or timing.end_ns
-            st += [("COMPUTE_START", timing.start_ns), ("COMPUTE_INPUT_END", inp),
-                   ("COMPUTE_OUTPUT_START", out), ("COMPUTE_END", timing.end_ns)]
+            st += [
+                ("COMPUTE_START", timing.start_ns),
+                ("COMPUTE_INPUT_END", inp),
+                ("COMPUTE_OUTPUT_START", out),
+                ("COMPUTE_END", timing.end_ns),
+            ]
         self.response_ns = now_ns
         st.append(("REQUEST_END", now_ns))
 
@@ -247,24 +276,36 @@ class Trace:
 
     def render(self) -> str:
         i = self.id
-        head = f'{{"id":{i},"model_name":{_json_str(self.model_name)},' \
-               f'"model_version":{self.model_version}'
+        head = (
+            f'{{"id":{i},"model_name":{_json_str(self.model_name)},'
+            f'"model_version":{self.model_version}'
+        )
         if self.request_id:
             head += f',"request_id":{_json_str(self.request_id)}'
         parts: list[str] = []
         core = [_stamp(i, n, ns) for n, ns in self.stamps]
         done = [_stamp(i, "INFER_RESPONSE_COMPLETE", self.response_ns)] if self.response_ns else []
         if self.protocol == "HTTP":
-            parts += [_stamp(i, "HTTP_RECV_START", self.recv[0]),
-                      _stamp(i, "HTTP_RECV_END", self.recv[1]), head + "}"]
+            parts += [
+                _stamp(i, "HTTP_RECV_START", self.recv[0]),
+                _stamp(i, "HTTP_RECV_END", self.recv[1]),
+                head + "}",
+            ]
             parts += core[:2] + done + core[2:]
-            parts += [_stamp(i, "HTTP_SEND_START", self.send[0]),
-                      _stamp(i, "HTTP_SEND_END", self.send[1])]
+            parts += [
+                _stamp(i, "HTTP_SEND_START", self.send[0]),
+                _stamp(i, "HTTP_SEND_END", self.send[1]),
+            ]
         elif self.protocol == "GRPC":
-            parts += [head + "}", *core, _stamp(i, "GRPC_WAITREAD_START", self.recv[0]),
-                      _stamp(i, "GRPC_WAITREAD_END", self.recv[1]), *done,
-                      _stamp(i, "GRPC_SEND_START", self.send[0]),
-                      _stamp(i, "GRPC_SEND_END", self.send[1])]
+            parts += [
+                head + "}",
+                *core,
+                _stamp(i, "GRPC_WAITREAD_START", self.recv[0]),
+                _stamp(i, "GRPC_WAITREAD_END", self.recv[1]),
+                *done,
+                _stamp(i, "GRPC_SEND_START", self.send[0]),
+                _stamp(i, "GRPC_SEND_END", self.send[1]),
+            ]
         else:
             parts += [head + "}", *core]
         return ",".join(parts)

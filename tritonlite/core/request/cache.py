@@ -131,8 +131,9 @@ class ResponseCache:
         return len(self._entries)
 
     # -- the request path -------------------------------------------------------------------
-    async def infer(self, model: Model, request: InferRequest,
-                    shm: SharedMemoryManager) -> InferResponse:
+    async def infer(
+        self, model: Model, request: InferRequest, shm: SharedMemoryManager
+    ) -> InferResponse:
         """Answer ``request`` from the cache, or run it and store its response.
 
         Statistics: a hit is a success (and a queue entry of 0 ns) with ``cache_hit`` = lookup
@@ -196,8 +197,11 @@ class ResponseCache:
             else:
                 return False
             arr.flags.writeable = False
-            size = (len(datatypes.serialize_bytes(arr)) if arr.dtype.kind in ("O", "S", "U")
-                    else arr.nbytes)
+            size = (
+                len(datatypes.serialize_bytes(arr))
+                if arr.dtype.kind in ("O", "S", "U")
+                else arr.nbytes
+            )
             nbytes += size + _OUTPUT_OVERHEAD
             outputs.append((out.name, out.datatype, tuple(out.shape), arr))
         if nbytes > self.capacity:
@@ -211,8 +215,9 @@ class ResponseCache:
         return True
 
     @staticmethod
-    def respond(entry: CacheEntry, model: Model, request: InferRequest,
-                shm: SharedMemoryManager) -> InferResponse:
+    def respond(
+        entry: CacheEntry, model: Model, request: InferRequest, shm: SharedMemoryManager
+    ) -> InferResponse:
         """A fresh response to ``request`` from ``entry``: its id, binary flags and shm regions."""
         by_name = {o[0]: o for o in entry.outputs}
         if request.outputs is None:
@@ -231,5 +236,6 @@ class ResponseCache:
             else:
                 binary = request.binary_data_output if ro is None else bool(ro.binary)
                 outs.append(InferOutput(name, datatype, shape, arr, binary=binary))
-        return InferResponse(model.name, model.version_str, request.id, outs,
-                             dict(entry.parameters))
+        return InferResponse(
+            model.name, model.version_str, request.id, outs, dict(entry.parameters)
+        )

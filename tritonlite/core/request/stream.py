@@ -71,11 +71,24 @@ def is_decoupled(model: Model) -> bool:
 class ResponseStream:
     """The channel from a backend's senders (any thread) to ``infer_stream`` (the loop)."""
 
-    __slots__ = ("_loop", "_model", "_request", "_lock", "_items", "_waiter", "_index",
-                 "_mark_ns", "_on_final", "closed", "cancelled", "sent")
+    __slots__ = (
+        "_loop",
+        "_model",
+        "_request",
+        "_lock",
+        "_items",
+        "_waiter",
+        "_index",
+        "_mark_ns",
+        "_on_final",
+        "closed",
+        "cancelled",
+        "sent",
+    )
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, model: Model,
-                 request: InferRequest) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, model: Model, request: InferRequest
+    ) -> None:
         self._loop = loop
         self._model = model
         self._request = request
@@ -132,8 +145,11 @@ class ResponseStream:
                 outcome = "fail"
         end = time.monotonic_ns()
         # Only what a model builds has an output phase: an error or a flag goes out as is.
-        output_ns = end - output_start if result is not None and not isinstance(
-            result, TritonliteError) else 0
+        output_ns = (
+            end - output_start
+            if result is not None and not isinstance(result, TritonliteError)
+            else 0
+        )
         with self._lock:
             if self.closed:
                 return False
@@ -151,9 +167,15 @@ class ResponseStream:
                 self._items.append(item)
         infer_ns = max(0, output_start - start)
         try:
-            self._loop.call_soon_threadsafe(self._delivered, index,
-                                            outcome if queued else "cancel", infer_ns, output_ns,
-                                            on_final, output_start)
+            self._loop.call_soon_threadsafe(
+                self._delivered,
+                index,
+                outcome if queued else "cancel",
+                infer_ns,
+                output_ns,
+                on_final,
+                output_start,
+            )
         except RuntimeError:  # the loop is closed: the server is gone
             return False
         return queued
@@ -191,8 +213,15 @@ class ResponseStream:
             self.cancelled = True
             self._items.clear()
 
-    def _delivered(self, index: int, outcome: str, infer_ns: int, output_ns: int,
-                   on_final: Callable[[int], None] | None = None, sent_ns: int = 0) -> None:
+    def _delivered(
+        self,
+        index: int,
+        outcome: str,
+        infer_ns: int,
+        output_ns: int,
+        on_final: Callable[[int], None] | None = None,
+        sent_ns: int = 0,
+    ) -> None:
         """On the loop: count the item at ``index`` (see the module docstring), wake ``get``."""
         self._model.stats.record_response(index, outcome, infer_ns, output_ns)
         if on_final is not None:

@@ -57,8 +57,9 @@ class HealthSettings:
 class InstanceHealth:
     """Takes failed instances of one model out of rotation and brings them back."""
 
-    def __init__(self, model: Model, settings: HealthSettings,
-                 samples: Sequence[WarmupSample]) -> None:
+    def __init__(
+        self, model: Model, settings: HealthSettings, samples: Sequence[WarmupSample]
+    ) -> None:
         self.model = model
         self.settings = settings
         self.samples = list(samples)
@@ -88,9 +89,15 @@ class InstanceHealth:
         inst.failovers += 1
         model.take_idle(inst)
         left = sum(i.healthy for i in model.instances)
-        log.error("model '%s' version %s: instance %s taken out of rotation (%d of %d left): %s",
-                  model.name, model.version_str, inst.spec.name, left, len(model.instances),
-                  reason)
+        log.error(
+            "model '%s' version %s: instance %s taken out of rotation (%d of %d left): %s",
+            model.name,
+            model.version_str,
+            inst.spec.name,
+            left,
+            len(model.instances),
+            reason,
+        )
         if not self._stopped:
             self._rebuilding.add(inst)
             self._spawn(self._rebuild(inst))
@@ -103,8 +110,9 @@ class InstanceHealth:
             for attempt in range(1, s.rebuild_attempts + 1):
                 if self._stopped:
                     return
-                log.info("rebuilding instance %s (attempt %d of %d)", name, attempt,
-                         s.rebuild_attempts)
+                log.info(
+                    "rebuilding instance %s (attempt %d of %d)", name, attempt, s.rebuild_attempts
+                )
                 try:
                     await asyncio.to_thread(inst.restart)
                     if self.samples:
@@ -116,11 +124,16 @@ class InstanceHealth:
                     if self._stopped:
                         return
                     if attempt == s.rebuild_attempts:
-                        log.error("giving up on instance %s after %d attempts: %s", name,
-                                  attempt, msg)
+                        log.error(
+                            "giving up on instance %s after %d attempts: %s", name, attempt, msg
+                        )
                         break
-                    log.warning("rebuilding instance %s failed: %s; next attempt in %.1f s",
-                                name, msg, delay)
+                    log.warning(
+                        "rebuilding instance %s failed: %s; next attempt in %.1f s",
+                        name,
+                        msg,
+                        delay,
+                    )
                     inst.abandon()  # stop the new thread, if one was made
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 30.0)
@@ -137,8 +150,11 @@ class InstanceHealth:
         finally:
             self._rebuilding.discard(inst)
         if not self.model.ready and not self._rebuilding:
-            log.error("model '%s' version %s has no healthy instance left",
-                      self.model.name, self.model.version_str)
+            log.error(
+                "model '%s' version %s has no healthy instance left",
+                self.model.name,
+                self.model.version_str,
+            )
             self.model.scheduler.stop()
 
     async def _run_samples(self, inst: ModelInstance) -> None:

@@ -186,8 +186,9 @@ class ModelInstance:
         if self._probing:
             self._probing = False
             self.recent_ns = span
-            self._probe_every = (PROBE_FIRST if span < INLINE_MAX_NS
-                                 else min(self._probe_every * 2, PROBE_MAX))
+            self._probe_every = (
+                PROBE_FIRST if span < INLINE_MAX_NS else min(self._probe_every * 2, PROBE_MAX)
+            )
             return
         recent = self.recent_ns
         span = min(span, 2 * INLINE_MAX_NS)
@@ -217,22 +218,25 @@ class ModelInstance:
                 err = internal(f"instance {self.spec.name} failed: {exc}")
                 results, timing, executed = [err] * len(batch), None, False
             try:
-                loop.call_soon_threadsafe(self.finished, model, gen, batch, results, timing,
-                                          executed)
+                loop.call_soon_threadsafe(
+                    self.finished, model, gen, batch, results, timing, executed
+                )
             except RuntimeError:  # the loop is closed: the server is gone
                 return
 
         self._worker.work.put(job)
 
-    def _start(self, model: Model, batch: list[Pending], loop: asyncio.AbstractEventLoop,
-               gen: int) -> None:
+    def _start(
+        self, model: Model, batch: list[Pending], loop: asyncio.AbstractEventLoop, gen: int
+    ) -> None:
         requests = [p.request for p in batch]
         timing = ExecTiming(start_ns=time.monotonic_ns())
 
         def done(collect: Callable[[], list[Any]]) -> None:  # on a backend thread
             try:
-                loop.call_soon_threadsafe(self._collected, model, gen, batch, requests, timing,
-                                          collect)
+                loop.call_soon_threadsafe(
+                    self._collected, model, gen, batch, requests, timing, collect
+                )
             except RuntimeError:  # the loop is closed: the server is gone
                 return
 
@@ -248,9 +252,15 @@ class ModelInstance:
 
             loop.call_soon(self._collected, model, gen, batch, requests, timing, fail)
 
-    def _collected(self, model: Model, gen: int, batch: list[Pending],
-                   requests: list[InferRequest], timing: ExecTiming,
-                   collect: Callable[[], list[Any]]) -> None:
+    def _collected(
+        self,
+        model: Model,
+        gen: int,
+        batch: list[Pending],
+        requests: list[InferRequest],
+        timing: ExecTiming,
+        collect: Callable[[], list[Any]],
+    ) -> None:
         """On the loop: a batch started by ``_start`` ended; build its responses."""
         try:
             results = self._responses(model, requests, timing, collect)
@@ -275,13 +285,21 @@ class ModelInstance:
         self._worker.work.put(job)
         return fut
 
-    def finished(self, model: Model, gen: int, batch: list[Pending],
-                 results: list[InferResponse | TritonliteError], timing: ExecTiming | None,
-                 executed: bool, release_later: bool = False) -> None:
+    def finished(
+        self,
+        model: Model,
+        gen: int,
+        batch: list[Pending],
+        results: list[InferResponse | TritonliteError],
+        timing: ExecTiming | None,
+        executed: bool,
+        release_later: bool = False,
+    ) -> None:
         """On the loop: a batch came back. A fatal error takes the instance out first."""
         if gen != self.generation:
-            log.warning("abandoned thread of instance %s returned; its results are dropped",
-                        self.spec.name)
+            log.warning(
+                "abandoned thread of instance %s returned; its results are dropped", self.spec.name
+            )
             return
         if self._watch is not None:
             self._watch.cancel()
@@ -297,8 +315,10 @@ class ModelInstance:
             return
         self._watch = None
         timeout = model.health.settings.execution_timeout_s
-        msg = (f"execution timed out after {timeout:g} s on model instance '{self.spec.name}'; "
-               "the instance was taken out of rotation")
+        msg = (
+            f"execution timed out after {timeout:g} s on model instance '{self.spec.name}'; "
+            "the instance was taken out of rotation"
+        )
         model.health.take_out(self, msg)
         model._complete(self, batch, [unavailable(msg)] * len(batch), None, True)
 
@@ -335,16 +355,20 @@ class ModelInstance:
         timing = ExecTiming(start_ns=time.monotonic_ns())
         runner = self.runner
         if runner is None:
-            results = self._responses(model, requests, timing, self.impl.execute, requests,
-                                      timing)
+            results = self._responses(model, requests, timing, self.impl.execute, requests, timing)
         else:
-            results = self._responses(model, requests, timing, runner.execute, self.impl,
-                                      requests, timing)
+            results = self._responses(
+                model, requests, timing, runner.execute, self.impl, requests, timing
+            )
         return results, timing, True
 
     def _responses(
-        self, model: Model, requests: list[InferRequest], timing: ExecTiming,
-        execute: Callable[..., list[Any]], *args: Any,
+        self,
+        model: Model,
+        requests: list[InferRequest],
+        timing: ExecTiming,
+        execute: Callable[..., list[Any]],
+        *args: Any,
     ) -> list[InferResponse | TritonliteError]:
         """Each request's response or error from ``execute(*args)`` (the backend's results,
         or what it raised), then ``timing.end_ns``."""
@@ -359,7 +383,9 @@ class ModelInstance:
             log.error("instance %s failed fatally: %s", self.spec.name, exc.message)
             fatal = BackendFatalError(
                 f"model instance '{self.spec.name}' failed and was taken out of rotation: "
-                f"{exc.message}", exc.code)
+                f"{exc.message}",
+                exc.code,
+            )
             produced = [fatal] * len(requests)
         except TritonliteError as exc:
             produced = [exc] * len(requests)
@@ -372,8 +398,9 @@ class ModelInstance:
                 results.append(out)
                 continue
             try:
-                results.append(build_response(model.signature, model.version_str, req, out,
-                                              model.shm))
+                results.append(
+                    build_response(model.signature, model.version_str, req, out, model.shm)
+                )
             except TritonliteError as exc:
                 results.append(exc)
         timing.end_ns = time.monotonic_ns()
@@ -438,9 +465,13 @@ class Model:
             return bool(self.idle)
         return instance in self.idle
 
-    def dispatch(self, batch: list[Pending], instance: object | None = None,
-                 runner: BatchRunner | None = None,
-                 done: Callable[[], None] | None = None) -> None:
+    def dispatch(
+        self,
+        batch: list[Pending],
+        instance: object | None = None,
+        runner: BatchRunner | None = None,
+        done: Callable[[], None] | None = None,
+    ) -> None:
         if instance is None:
             chosen = self.idle.popleft()
         else:
@@ -451,8 +482,9 @@ class Model:
         chosen.on_done = done
         self.run_batch(chosen, batch)
 
-    def reject(self, request: InferRequest, future: asyncio.Future[InferResponse],
-               err: TritonliteError) -> None:
+    def reject(
+        self, request: InferRequest, future: asyncio.Future[InferResponse], err: TritonliteError
+    ) -> None:
         self.record_rejection(request, err)
         future.set_exception(err)
 
@@ -485,8 +517,9 @@ class Model:
         self.executing += len(batch)
         if self.health.inline_ok and instance.runs_inline():
             results, timing, executed = instance.run(self, [p.request for p in batch])
-            instance.finished(self, instance.generation, batch, results, timing, executed,
-                              release_later=True)
+            instance.finished(
+                self, instance.generation, batch, results, timing, executed, release_later=True
+            )
             return
         instance.submit(self, batch, self._loop)
 
@@ -509,8 +542,11 @@ class Model:
             if self.signature.decoupled:
                 streaming = _StreamingBatch(self, batch, timing)
             else:
-                size = (batch[0].request.batch_size if len(batch) == 1
-                        else sum(p.request.batch_size for p in batch))
+                size = (
+                    batch[0].request.batch_size
+                    if len(batch) == 1
+                    else sum(p.request.batch_size for p in batch)
+                )
                 spans = stats.record_execution(size, timing)
         now = time.monotonic_ns()
         for p, res in zip(batch, results):
@@ -524,14 +560,16 @@ class Model:
                 if not isinstance(res, ErrorResponse):
                     stats.record_failure(total, "BACKEND" if executed else "OTHER")
                 else:
-                    stats.record_success(total, p.dispatch_ns - p.enqueue_ns, timing,
-                                         req.batch_size, spans)
+                    stats.record_success(
+                        total, p.dispatch_ns - p.enqueue_ns, timing, req.batch_size, spans
+                    )
                 if not p.future.done():
                     p.future.set_exception(res)
                 continue
             if streaming is None or not streaming.defer(p):
-                stats.record_success(total, p.dispatch_ns - p.enqueue_ns, timing,
-                                     req.batch_size, spans)
+                stats.record_success(
+                    total, p.dispatch_ns - p.enqueue_ns, timing, req.batch_size, spans
+                )
             if req.on_timing is not None and timing is not None:
                 req.on_timing(timing)
             if not p.future.done():
@@ -567,8 +605,9 @@ class Model:
         try:
             await asyncio.wait_for(self._drained.wait(), timeout_s)
         except asyncio.TimeoutError:
-            log.warning("model %s v%s: in-flight requests did not finish in time",
-                        self.name, self.version)
+            log.warning(
+                "model %s v%s: in-flight requests did not finish in time", self.name, self.version
+            )
 
     def close(self) -> None:
         """Close instances and backend; call from a worker thread after ``drain``."""
@@ -621,9 +660,12 @@ class _StreamingBatch:
 
     def _final(self, p: Pending, final_ns: int) -> None:
         timing = self._stretched(final_ns)
-        self._model.stats.record_success(timing.end_ns - p.request.arrival_ns,
-                                         p.dispatch_ns - p.enqueue_ns, timing,
-                                         p.request.batch_size)
+        self._model.stats.record_success(
+            timing.end_ns - p.request.arrival_ns,
+            p.dispatch_ns - p.enqueue_ns,
+            timing,
+            p.request.batch_size,
+        )
         self._open -= 1
         self._last_ns = max(self._last_ns, final_ns)
         self._maybe_record()

@@ -80,8 +80,9 @@ class WarmupSample:
         return out
 
 
-def _data(name: str, wire: str, dims: tuple[int, ...], inp: Any,
-          model_dir: Path) -> np.ndarray[Any, Any]:
+def _data(
+    name: str, wire: str, dims: tuple[int, ...], inp: Any, model_dir: Path
+) -> np.ndarray[Any, Any]:
     count = datatypes.num_elements(dims)
     kind = inp.WhichOneof("input_data_type")
     if kind == "zero_data" or (kind == "random_data" and wire == "BYTES"):
@@ -108,8 +109,10 @@ def _data(name: str, wire: str, dims: tuple[int, ...], inp: Any,
         dt = datatypes.numpy_dtype(wire)
         need = count * dt.itemsize
         if len(blob) < need:
-            raise invalid_arg(f"{_NO_ID}warmup setting expects {need} bytes, but the data "
-                              f"provided from {inp.input_data_file}only has {len(blob)} bytes")
+            raise invalid_arg(
+                f"{_NO_ID}warmup setting expects {need} bytes, but the data "
+                f"provided from {inp.input_data_file}only has {len(blob)} bytes"
+            )
         return np.frombuffer(blob, dtype=dt, count=count).reshape(dims)
     raise invalid_arg(f"{_NO_ID}warmup setting expects input '{name}' to have input_data_type set")
 
@@ -130,8 +133,10 @@ def build_samples(config: Any, model_dir: Path, signature: Signature) -> list[Wa
             inp = w.inputs[name]
             dims = tuple(int(d) for d in inp.dims)
             if any(d < 0 for d in dims):
-                raise invalid_arg("warmup setting expects all variable-size dimensions are "
-                                  f"specified for input '{name}'")
+                raise invalid_arg(
+                    "warmup setting expects all variable-size dimensions are "
+                    f"specified for input '{name}'"
+                )
             wire = datatypes.config_to_wire(pb.DataType.values_by_number[inp.data_type].name)
             data = _data(name, wire, dims, inp, model_dir)
             is_input = name in signature.inputs
@@ -143,8 +148,9 @@ def build_samples(config: Any, model_dir: Path, signature: Signature) -> list[Wa
     return samples
 
 
-def run_samples(impl: BackendInstance, samples: list[WarmupSample],
-                signature: Signature) -> list[tuple[int, ExecTiming]]:
+def run_samples(
+    impl: BackendInstance, samples: list[WarmupSample], signature: Signature
+) -> list[tuple[int, ExecTiming]]:
     """Run every sample on the calling (instance) thread; raise INVALID_ARG on a failure.
 
     Returns each run as (requests in it, its timing), for ``record_runs``.
@@ -157,16 +163,19 @@ def run_samples(impl: BackendInstance, samples: list[WarmupSample],
             try:
                 results = impl.execute(requests, timing)
                 if len(results) != len(requests):
-                    raise invalid_arg(f"returned {len(results)} responses for "
-                                      f"{len(requests)} requests")
+                    raise invalid_arg(
+                        f"returned {len(results)} responses for {len(requests)} requests"
+                    )
                 errors = [r.message for r in results if isinstance(r, TritonliteError)]
             except TritonliteError as exc:
                 errors = [exc.message] * len(requests)
             except Exception as exc:
                 errors = [f"{type(exc).__name__}: {exc}"] * len(requests)
             if errors:
-                raise invalid_arg(f"failed to run warmup sample '{sample.name}': "
-                                  + "".join(f"{e}; " for e in errors))
+                raise invalid_arg(
+                    f"failed to run warmup sample '{sample.name}': "
+                    + "".join(f"{e}; " for e in errors)
+                )
             timing.end_ns = time.monotonic_ns()
             runs.append((len(requests), timing))
     return runs

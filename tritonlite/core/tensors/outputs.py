@@ -27,9 +27,7 @@ def _unreshape(arr: np.ndarray[Any, Any], spec: TensorSpec, batched: bool) -> np
     return arr.reshape(lead + dims)
 
 
-def _write_shm(
-    shm: SharedMemoryManager, out: RequestedOutput, arr: np.ndarray[Any, Any]
-) -> None:
+def _write_shm(shm: SharedMemoryManager, out: RequestedOutput, arr: np.ndarray[Any, Any]) -> None:
     ref = out.shm
     assert ref is not None
     data = datatypes.tensor_bytes(arr)

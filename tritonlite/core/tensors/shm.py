@@ -53,8 +53,12 @@ class SystemRegion:
     closed: bool = False
 
     def status(self) -> dict[str, Any]:
-        return {"name": self.name, "key": self.key, "offset": self.offset,
-                "byte_size": self.byte_size}
+        return {
+            "name": self.name,
+            "key": self.key,
+            "offset": self.offset,
+            "byte_size": self.byte_size,
+        }
 
 
 @dataclass(slots=True)
@@ -95,8 +99,10 @@ def _open_key(key: str) -> int:
 
 def in_use(name: str) -> TritonliteError:
     """Triton's refusal to unregister a region that a request is using."""
-    return TritonliteError(ErrorCode.UNAVAILABLE, f"Cannot unregister shared memory region "
-                           f"'{name}', it is currently in use")
+    return TritonliteError(
+        ErrorCode.UNAVAILABLE,
+        f"Cannot unregister shared memory region '{name}', it is currently in use",
+    )
 
 
 class SharedMemoryManager:
@@ -148,9 +154,7 @@ class SharedMemoryManager:
             if byte_size == 0 or offset + byte_size > os.fstat(fd).st_size:
                 # (Triton 2.51 answers 500 "Invalid shared memory region: '<key>'" instead
                 # when another region already maps this key: it allows a key once)
-                raise invalid_arg(
-                    f"failed to register shared memory region '{name}': invalid args"
-                )
+                raise invalid_arg(f"failed to register shared memory region '{name}': invalid args")
         except BaseException:
             os.close(fd)
             raise
@@ -168,7 +172,7 @@ class SharedMemoryManager:
         """Unregister ``name`` (every region when empty); a region a request holds stays, and
         the call fails naming it, as Triton's does."""
         busy = []
-        for n in ([name] if name else list(self._system)):
+        for n in [name] if name else list(self._system):
             region = self._system.get(n)
             if region is None:
                 continue
@@ -184,8 +188,9 @@ class SharedMemoryManager:
         region = self._system.get(name)
         if region is None:
             if name in self._cuda:
-                raise invalid_arg(f"shared memory region '{name}' is CUDA memory: it has no "
-                                  "host view")
+                raise invalid_arg(
+                    f"shared memory region '{name}' is CUDA memory: it has no host view"
+                )
             raise not_found(f"Unable to find shared memory region: '{name}'")
         if offset < 0 or byte_size < 0 or offset + byte_size > region.byte_size:
             raise invalid_arg(f"Invalid offset + byte size for shared memory region: '{name}'")
@@ -230,8 +235,9 @@ class SharedMemoryManager:
                     rt.set_device(cregion.device_id)
                     rt.to_host(host.ctypes.data, cregion.ptr + offset, byte_size)
             except cudart.CudaError as exc:
-                raise TritonliteError(ErrorCode.INTERNAL, f"failed to read CUDA shared memory "
-                                      f"region '{name}': {exc}") from None
+                raise TritonliteError(
+                    ErrorCode.INTERNAL, f"failed to read CUDA shared memory region '{name}': {exc}"
+                ) from None
         return memoryview(host.data)
 
     def write(self, name: str, offset: int, data: bytes | bytearray | memoryview) -> None:
@@ -263,8 +269,9 @@ class SharedMemoryManager:
                 rt.set_device(cregion.device_id)
                 rt.to_device(cregion.ptr + offset, host.ctypes.data, size)
         except cudart.CudaError as exc:
-            raise TritonliteError(ErrorCode.INTERNAL, f"failed to write CUDA shared memory "
-                                  f"region '{name}': {exc}") from None
+            raise TritonliteError(
+                ErrorCode.INTERNAL, f"failed to write CUDA shared memory region '{name}': {exc}"
+            ) from None
 
     # -- CUDA shared memory ------------------------------------------------------------------
     def register_cuda(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
@@ -277,17 +284,21 @@ class SharedMemoryManager:
                 "CUDA shared memory is not supported on this server (no CUDA device)"
             )
         if device_id < 0 or device_id >= devices:
-            raise invalid_arg(f"failed to register CUDA shared memory region '{name}': "
-                              f"device {device_id} does not exist")
+            raise invalid_arg(
+                f"failed to register CUDA shared memory region '{name}': "
+                f"device {device_id} does not exist"
+            )
         if byte_size <= 0:
-            raise invalid_arg(f"failed to register CUDA shared memory region '{name}': "
-                              "invalid args")
+            raise invalid_arg(
+                f"failed to register CUDA shared memory region '{name}': invalid args"
+            )
         try:
             rt.set_device(device_id)
             ptr = rt.ipc_open(bytes(raw_handle))
         except cudart.CudaError as exc:
-            raise invalid_arg(f"failed to register CUDA shared memory region '{name}': "
-                              f"{exc}") from None
+            raise invalid_arg(
+                f"failed to register CUDA shared memory region '{name}': {exc}"
+            ) from None
         self._cuda[name] = CudaRegion(name, device_id, byte_size, ptr)
 
     def cuda_status(self, name: str = "") -> list[dict[str, Any]]:
@@ -301,7 +312,7 @@ class SharedMemoryManager:
     def unregister_cuda(self, name: str = "") -> None:
         """As ``unregister_system``, for CUDA regions."""
         busy = []
-        for n in ([name] if name else list(self._cuda)):
+        for n in [name] if name else list(self._cuda):
             region = self._cuda.get(n)
             if region is None:
                 continue
@@ -354,16 +365,23 @@ def _raise_busy(busy: list[str], kind: str) -> None:
     if len(busy) == 1:
         raise in_use(busy[0])
     if busy:
-        raise TritonliteError(ErrorCode.UNAVAILABLE, f"Failed to unregister the following {kind} "
-                              f"shared memory regions: {', '.join(busy)} (currently in use)")
+        raise TritonliteError(
+            ErrorCode.UNAVAILABLE,
+            f"Failed to unregister the following {kind} "
+            f"shared memory regions: {', '.join(busy)} (currently in use)",
+        )
 
 
 def _truncated(name: str) -> TritonliteError:
-    return invalid_arg(f"shared memory region '{name}' is smaller than when it was "
-                       "registered: its file was truncated")
+    return invalid_arg(
+        f"shared memory region '{name}' is smaller than when it was "
+        "registered: its file was truncated"
+    )
 
 
 def _io_error(name: str, what: str, exc: OSError) -> TritonliteError:
     code = ErrorCode.INVALID_ARG if exc.errno in (errno.EFBIG, errno.ENOSPC) else ErrorCode.INTERNAL
-    return TritonliteError(code, f"failed to {what} shared memory region '{name}': "
-                           f"{exc.strerror or type(exc).__name__}")
+    return TritonliteError(
+        code,
+        f"failed to {what} shared memory region '{name}': {exc.strerror or type(exc).__name__}",
+    )

@@ -39,8 +39,9 @@ def _resolve_shm(inp: InferInput, shm: SharedMemoryManager, model: str) -> None:
     inp.data = datatypes.from_buffer(inp.datatype, inp.shape, view, f"input '{inp.name}'")
 
 
-def _reshaped(data: np.ndarray[Any, Any], batch: int | None,
-              spec: TensorSpec) -> np.ndarray[Any, Any]:
+def _reshaped(
+    data: np.ndarray[Any, Any], batch: int | None, spec: TensorSpec
+) -> np.ndarray[Any, Any]:
     assert spec.reshape is not None
     target = ([batch] if batch is not None else []) + list(spec.reshape)
     if -1 in spec.reshape:
@@ -63,18 +64,23 @@ def _names(names: list[str]) -> str:
     return "[" + ",".join(f"'{n}'" for n in names) + "]" if names else "]"
 
 
-def _count_error(sig: Signature, req: InferRequest, visit: list[InferInput],
-                 seen: set[str]) -> TritonliteError:
+def _count_error(
+    sig: Signature, req: InferRequest, visit: list[InferInput], seen: set[str]
+) -> TritonliteError:
     n_all, n_req, n = len(sig.inputs), len(sig.required_inputs), len(req.inputs)
     if n_req == n_all:
         head = f"expected {n_all} inputs but got {n} inputs for model '{sig.name}'"
     else:
-        head = (f"expected number of inputs between {n_req} and {n_all} but got {n} inputs "
-                f"for model '{sig.name}'")
+        head = (
+            f"expected number of inputs between {n_req} and {n_all} but got {n} inputs "
+            f"for model '{sig.name}'"
+        )
     got = "[" + ",".join(f"'{i.name}'" for i in visit) + "]"
     missing = [name for name in sig.inputs if name in sig.required_inputs and name not in seen]
-    return invalid_arg(f"{log_request(req)}{head}. Got input(s) {got}, but missing required "
-                       f"input(s) {_names(missing)}. Please provide all required input(s).")
+    return invalid_arg(
+        f"{log_request(req)}{head}. Got input(s) {got}, but missing required "
+        f"input(s) {_names(missing)}. Please provide all required input(s)."
+    )
 
 
 def prepare(sig: Signature, req: InferRequest, shm: SharedMemoryManager) -> None:
@@ -129,8 +135,14 @@ def _good_batch(sig: Signature, req: InferRequest, seen: set[str]) -> int:
         spec = inputs.get(inp.name)
         shape = inp.shape
         data = inp.data
-        if spec is None or spec.reshape is not None or inp.datatype != spec.datatype \
-                or data is None or data.shape != shape or type(data) is Misfit:
+        if (
+            spec is None
+            or spec.reshape is not None
+            or inp.datatype != spec.datatype
+            or data is None
+            or data.shape != shape
+            or type(data) is Misfit
+        ):
             return -1
         if batching:
             if not shape or (batch and shape[0] != batch):
@@ -164,16 +176,22 @@ def _ordered(sig: Signature, req: InferRequest, seen: set[str]) -> int:
             if inp.name not in sig.inputs:
                 raise invalid_arg(f"unexpected inference input '{inp.name}' for model '{model}'")
             if len(inp.shape) == 0:
-                raise invalid_arg(f"{log_request(req)}input '{inp.name}' has no shape but model "
-                                  f"requires batch dimension for '{model}'")
+                raise invalid_arg(
+                    f"{log_request(req)}input '{inp.name}' has no shape but model "
+                    f"requires batch dimension for '{model}'"
+                )
             if batch == 0:  # (0 is "not set yet" in Triton too)
                 batch = inp.shape[0]
             elif inp.shape[0] != batch:
-                raise invalid_arg(f"{log_request(req)}input '{inp.name}' batch size does not "
-                                  f"match other inputs for '{model}'")
+                raise invalid_arg(
+                    f"{log_request(req)}input '{inp.name}' batch size does not "
+                    f"match other inputs for '{model}'"
+                )
         if batch > sig.max_batch_size:
-            raise invalid_arg(f"{log_request(req)}inference request batch-size must be <= "
-                              f"{sig.max_batch_size} for '{model}'")
+            raise invalid_arg(
+                f"{log_request(req)}inference request batch-size must be <= "
+                f"{sig.max_batch_size} for '{model}'"
+            )
     for inp in visit:
         spec = sig.inputs.get(inp.name)
         if spec is None:
@@ -200,8 +218,11 @@ def _ordered(sig: Signature, req: InferRequest, seen: set[str]) -> int:
         data = inp.data
         assert data is not None
         # a batch size of 0 leaves Triton no batch dimension: it sizes the inner shape
-        elements = (datatypes.num_elements(inp.shape) if sig.max_batch_size <= 0
-                    else (batch or 1) * datatypes.num_elements(inp.shape[1:]))
+        elements = (
+            datatypes.num_elements(inp.shape)
+            if sig.max_batch_size <= 0
+            else (batch or 1) * datatypes.num_elements(inp.shape[1:])
+        )
         if spec.datatype == "BYTES":
             if isinstance(data, Misfit):
                 raise _bytes_error(req, inp.name, model, bytes(data.raw), elements)
@@ -223,8 +244,9 @@ _BATCH_NOTE = (
 )
 
 
-def _bytes_error(req: InferRequest, name: str, model: str, buf: bytes,
-                 count: int) -> TritonliteError:
+def _bytes_error(
+    req: InferRequest, name: str, model: str, buf: bytes, count: int
+) -> TritonliteError:
     """What Triton says of a BYTES buffer that is not ``count`` length-prefixed elements
     (``ValidateBytesInputs``: it walks the buffer, then compares the count, then the tail)."""
     pos, n, checked, left, length = 0, len(buf), 0, 0, 0
@@ -234,29 +256,38 @@ def _bytes_error(req: InferRequest, name: str, model: str, buf: bytes,
                 return invalid_arg(
                     f"{log_request(req)}incomplete string length indicator for inference input "
                     f"'{name}' for model '{model}', expecting 4 bytes but only {n - pos} bytes "
-                    "available. Please make sure the string length indicator is in one buffer.")
+                    "available. Please make sure the string length indicator is in one buffer."
+                )
             checked += 1
             if checked > count:
                 return invalid_arg(
                     f"{log_request(req)}unexpected number of string elements {checked} for "
-                    f"inference input '{name}' for model '{model}', expecting {count}")
-            length = left = int.from_bytes(buf[pos:pos + 4], "little")
+                    f"inference input '{name}' for model '{model}', expecting {count}"
+                )
+            length = left = int.from_bytes(buf[pos : pos + 4], "little")
             pos += 4
         take = min(left, n - pos)
         pos += take
         left -= take
     if checked < count:
-        return invalid_arg(f"{log_request(req)}expected {count} string elements for inference "
-                           f"input '{name}' for model '{model}', got {checked}")
-    return invalid_arg(f"incomplete string data for inference input '{name}', expecting string "
-                       f"of length {length} but only {length - left} bytes available")
+        return invalid_arg(
+            f"{log_request(req)}expected {count} string elements for inference "
+            f"input '{name}' for model '{model}', got {checked}"
+        )
+    return invalid_arg(
+        f"incomplete string data for inference input '{name}', expecting string "
+        f"of length {length} but only {length - left} bytes available"
+    )
 
 
-def byte_size_error(req: InferRequest, name: str, model: str, expected: int,
-                    got: int) -> TritonliteError:
+def byte_size_error(
+    req: InferRequest, name: str, model: str, expected: int, got: int
+) -> TritonliteError:
     """Triton's INVALID_ARG for an input whose bytes do not fill its shape."""
-    return invalid_arg(f"{log_request(req)}input byte size mismatch for input '{name}' for "
-                       f"model '{model}'. Expected {expected}, got {got}")
+    return invalid_arg(
+        f"{log_request(req)}input byte size mismatch for input '{name}' for "
+        f"model '{model}'. Expected {expected}, got {got}"
+    )
 
 
 def fill_raw_input(sig: Signature, req: InferRequest) -> None:
@@ -281,8 +312,10 @@ def fill_raw_input(sig: Signature, req: InferRequest) -> None:
     fixed = datatypes.num_elements(tuple(d for d in spec.dims if d != -1))
     if spec.datatype == "BYTES":
         if variable or fixed != 1:
-            raise invalid_arg(f"{log_request(req)}For BYTE datatype raw input '{spec.name}', the "
-                              "model must have input shape [1]")
+            raise invalid_arg(
+                f"{log_request(req)}For BYTE datatype raw input '{spec.name}', the "
+                "model must have input shape [1]"
+            )
         data = np.empty(1, dtype=object)
         data[0] = bytes(raw)
         shape = tuple(dims)
@@ -295,7 +328,12 @@ def fill_raw_input(sig: Signature, req: InferRequest) -> None:
         expected = datatypes.num_elements(shape) * size
         if expected != len(raw):
             raise byte_size_error(req, "raw_input", sig.name, expected, len(raw))
-        req.inputs = [InferInput(spec.name, spec.datatype, shape,
-                                 datatypes.from_buffer(spec.datatype, shape, raw,
-                                                       f"input '{spec.name}'"))]
+        req.inputs = [
+            InferInput(
+                spec.name,
+                spec.datatype,
+                shape,
+                datatypes.from_buffer(spec.datatype, shape, raw, f"input '{spec.name}'"),
+            )
+        ]
     req.raw_input = None

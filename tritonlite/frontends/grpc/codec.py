@@ -64,9 +64,14 @@ _CONTENTS: dict[str, tuple[str, Any]] = {
 }
 # the datatype Triton names when contents sit in a field that does not match the input
 _FIELD_TYPE = {
-    "bool_contents": "BOOL", "int_contents": "INT32", "int64_contents": "INT64",
-    "uint_contents": "UINT32", "uint64_contents": "UINT64", "fp32_contents": "FP32",
-    "fp64_contents": "FP64", "bytes_contents": "BYTES",
+    "bool_contents": "BOOL",
+    "int_contents": "INT32",
+    "int64_contents": "INT64",
+    "uint_contents": "UINT32",
+    "uint64_contents": "UINT64",
+    "fp32_contents": "FP32",
+    "fp64_contents": "FP64",
+    "bytes_contents": "BYTES",
 }
 
 
@@ -74,7 +79,8 @@ def _wire_class() -> Any:
     """ModelInferRequest with its message-typed fields read as raw bytes (same field numbers)."""
     F = descriptor_pb2.FieldDescriptorProto
     fdp = descriptor_pb2.FileDescriptorProto(
-        name="tritonlite_grpc_wire.proto", package="tritonlite.grpcwire", syntax="proto3")
+        name="tritonlite_grpc_wire.proto", package="tritonlite.grpcwire", syntax="proto3"
+    )
     msg = fdp.message_type.add(name="InferRequestWire")
     for number, name, kind, label in (
         (1, "model_name", F.TYPE_STRING, F.LABEL_OPTIONAL),
@@ -89,7 +95,8 @@ def _wire_class() -> Any:
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fdp)
     return message_factory.GetMessageClass(
-        pool.FindMessageTypeByName("tritonlite.grpcwire.InferRequestWire"))
+        pool.FindMessageTypeByName("tritonlite.grpcwire.InferRequestWire")
+    )
 
 
 _Wire = _wire_class()
@@ -147,8 +154,9 @@ def _param_target(key: str, kind: str | None, v: Any) -> str | None:
             return "sequence_id"
         if kind == "string_param":
             return "sequence_id"
-        raise invalid_arg("invalid value type for 'sequence_id' parameter, expected "
-                          "int64_param or string_param.")
+        raise invalid_arg(
+            "invalid value type for 'sequence_id' parameter, expected int64_param or string_param."
+        )
     if key == "sequence_start" or key == "sequence_end":
         if kind != "bool_param":
             raise invalid_arg(f"invalid value type for '{key}' parameter, expected bool_param.")
@@ -158,8 +166,9 @@ def _param_target(key: str, kind: str | None, v: Any) -> str | None:
             return "priority"
         if kind == "int64_param":
             raise invalid_arg("invalid value for 'priority', expected value >= 0.")
-        raise invalid_arg("invalid value type for 'priority' parameter, expected "
-                          "int64_param or uint64_param.")
+        raise invalid_arg(
+            "invalid value type for 'priority' parameter, expected int64_param or uint64_param."
+        )
     if key == "timeout":
         if kind != "int64_param":
             raise invalid_arg("invalid value type for 'timeout' parameter, expected int64_param.")
@@ -177,8 +186,10 @@ def _param_target(key: str, kind: str | None, v: Any) -> str | None:
         )
     if kind in ("int64_param", "bool_param", "string_param", "double_param"):
         return None
-    raise invalid_arg(f"invalid value type for '{key}' parameter, expected int64_param, "
-                      "bool_param, string_param or double_param.")
+    raise invalid_arg(
+        f"invalid value type for '{key}' parameter, expected int64_param, "
+        "bool_param, string_param or double_param."
+    )
 
 
 # -- tensors ----------------------------------------------------------------------------------
@@ -190,26 +201,35 @@ def _shm_ref(name: str, params: Any) -> tuple[str, int, int] | None:
     size_p = params.get("shared_memory_byte_size")
     if region_p is None:
         if offset_p is not None or size_p is not None:
-            raise invalid_arg(f"tensor '{name}' sets shared memory offset or size without a region "
-                              "('shared_memory_region')")
+            raise invalid_arg(
+                f"tensor '{name}' sets shared memory offset or size without a region "
+                "('shared_memory_region')"
+            )
         return None
     kind, region = param_value(region_p)
     if kind != "string_param":
-        raise invalid_arg(f"invalid value type for 'shared_memory_region' parameter for tensor "
-                          f"'{name}', expected string_param.")
+        raise invalid_arg(
+            f"invalid value type for 'shared_memory_region' parameter for tensor "
+            f"'{name}', expected string_param."
+        )
     offset = 0
     if offset_p is not None:
         kind, offset = param_value(offset_p)
         if kind != "int64_param":
-            raise invalid_arg(f"invalid value type for 'shared_memory_offset' parameter for "
-                              f"tensor '{name}', expected int64_param.")
+            raise invalid_arg(
+                f"invalid value type for 'shared_memory_offset' parameter for "
+                f"tensor '{name}', expected int64_param."
+            )
     if size_p is None:
-        raise invalid_arg(f"tensor '{name}': 'shared_memory_byte_size' is required with "
-                          "'shared_memory_region'")
+        raise invalid_arg(
+            f"tensor '{name}': 'shared_memory_byte_size' is required with 'shared_memory_region'"
+        )
     kind, size = param_value(size_p)
     if kind != "int64_param":
-        raise invalid_arg(f"invalid value type for 'shared_memory_byte_size' parameter for "
-                          f"tensor '{name}', expected int64_param.")
+        raise invalid_arg(
+            f"invalid value type for 'shared_memory_byte_size' parameter for "
+            f"tensor '{name}', expected int64_param."
+        )
     if offset < 0 or size < 0:
         raise invalid_arg(f"tensor '{name}': shared memory offset and byte size must be >= 0")
     return region, size, offset
@@ -247,12 +267,22 @@ def _input_spec(b: bytes) -> _InputSpec:
         params = {k: param_value(p)[1] for k, p in t.parameters.items() if k not in _SHM_KEYS}
     has_contents = t.HasField("contents")
     if shm is not None and has_contents:
-        raise invalid_arg(f"unexpected 'content' provided when using shared memory for input "
-                          f"tensor '{name}'")
+        raise invalid_arg(
+            f"unexpected 'content' provided when using shared memory for input tensor '{name}'"
+        )
     count = math.prod(shape)
     dtype = None if dt == "BYTES" else datatypes.numpy_dtype(dt)
-    spec = _InputSpec(name, dt, shape, count, dtype, count * (dtype.itemsize if dtype else 0),
-                      shm, params or None, t if has_contents else None)
+    spec = _InputSpec(
+        name,
+        dt,
+        shape,
+        count,
+        dtype,
+        count * (dtype.itemsize if dtype else 0),
+        shm,
+        params or None,
+        t if has_contents else None,
+    )
     if not has_contents:
         if len(_INPUTS) >= _CACHE_LIMIT:
             _INPUTS.clear()
@@ -271,22 +301,27 @@ def _from_contents(t: Any, shape: tuple[int, ...], model: str) -> np.ndarray[Any
                 f"of type '{fdt}', expected datatype '{dt}'"
             )
     if entry is None:
-        raise invalid_arg(f"input '{name}': {dt} tensors have no typed 'contents' field; "
-                          "send them in raw_input_contents")
+        raise invalid_arg(
+            f"input '{name}': {dt} tensors have no typed 'contents' field; "
+            "send them in raw_input_contents"
+        )
     values = getattr(c, entry[0])
     count = math.prod(shape)
     if dt == "BYTES":
         if len(values) != count:
-            raise invalid_arg(f"expected {count} BYTES elements, found {len(values)} "
-                              f"for input '{name}'")
+            raise invalid_arg(
+                f"expected {count} BYTES elements, found {len(values)} for input '{name}'"
+            )
         arr = np.empty(count, dtype=object)
         arr[:] = list(values)
         return arr.reshape(shape)
     target = datatypes.numpy_dtype(dt)
     flat = np.array(values, dtype=entry[1])
     if flat.size != count:
-        raise invalid_arg(f"unexpected total byte size {flat.size * target.itemsize} for input "
-                          f"'{name}', expecting {count * target.itemsize}")
+        raise invalid_arg(
+            f"unexpected total byte size {flat.size * target.itemsize} for input "
+            f"'{name}', expecting {count * target.itemsize}"
+        )
     return flat.astype(target, copy=False).reshape(shape)
 
 
@@ -305,8 +340,10 @@ def _output_spec(b: bytes) -> tuple[str, int, tuple[str, int, int] | None, dict[
             kind, v = param_value(p)
             if key == "classification":
                 if kind != "int64_param":
-                    raise invalid_arg(f"invalid value type for 'classification' parameter for "
-                                      f"output '{o.name}', expected int64_param.")
+                    raise invalid_arg(
+                        f"invalid value type for 'classification' parameter for "
+                        f"output '{o.name}', expected int64_param."
+                    )
                 if v < 0:
                     raise invalid_arg(f"output '{o.name}': 'classification' must be >= 0")
                 classification = v
@@ -346,25 +383,38 @@ def decode_infer(w: Any) -> InferRequest:
                 inp = InferInput(spec.name, spec.datatype, spec.shape, None, ShmRef(*spec.shm))
             elif spec.tensor is not None:
                 if n_raw:
-                    raise invalid_arg(f"contents field must not be specified when using "
-                                      f"raw_input_contents for '{spec.name}' for model '{model}'")
-                inp = InferInput(spec.name, spec.datatype, spec.shape,
-                                 _from_contents(spec.tensor, spec.shape, model))
+                    raise invalid_arg(
+                        f"contents field must not be specified when using "
+                        f"raw_input_contents for '{spec.name}' for model '{model}'"
+                    )
+                inp = InferInput(
+                    spec.name,
+                    spec.datatype,
+                    spec.shape,
+                    _from_contents(spec.tensor, spec.shape, model),
+                )
             elif pos < n_raw:
                 buf = raw[pos]
                 pos += 1
                 if spec.dtype is not None and len(buf) == spec.nbytes:
                     data = np.ndarray(spec.shape, spec.dtype, buf)
                 else:  # BYTES, or the wrong size (from_buffer raises Triton's message)
-                    data = datatypes.from_buffer(spec.datatype, spec.shape, buf,
-                                                 f"input '{spec.name}'")
+                    data = datatypes.from_buffer(
+                        spec.datatype, spec.shape, buf, f"input '{spec.name}'"
+                    )
                 inp = InferInput(spec.name, spec.datatype, spec.shape, data)
             elif spec.count == 0:
-                inp = InferInput(spec.name, spec.datatype, spec.shape,
-                                 np.empty(spec.shape, dtype=spec.dtype or object))
+                inp = InferInput(
+                    spec.name,
+                    spec.datatype,
+                    spec.shape,
+                    np.empty(spec.shape, dtype=spec.dtype or object),
+                )
             else:
-                raise invalid_arg(f"unable to find data for input tensor '{spec.name}' for "
-                                  f"model '{model}' in request.")
+                raise invalid_arg(
+                    f"unable to find data for input tensor '{spec.name}' for "
+                    f"model '{model}' in request."
+                )
             if spec.params is not None:
                 inp.parameters = dict(spec.params)
             inputs.append(inp)
@@ -372,16 +422,24 @@ def decode_infer(w: Any) -> InferRequest:
         assert spec is not None
         raise datatypes.shape_error(spec.shape, f"input '{spec.name}'") from None
     if pos != n_raw:
-        raise invalid_arg(f"unexpected additional input data for model '{model}': "
-                          f"{n_raw} raw_input_contents for {pos} inputs that use them")
+        raise invalid_arg(
+            f"unexpected additional input data for model '{model}': "
+            f"{n_raw} raw_input_contents for {pos} inputs that use them"
+        )
     requested = w.outputs
     if requested:
         outs = req.outputs = []
         for b in requested[:]:
             name, classification, shm, params = _OUTPUTS.get(b) or _output_spec(b)
-            outs.append(RequestedOutput(name, None, classification,
-                                        ShmRef(*shm) if shm is not None else None,
-                                        dict(params) if params is not None else {}))
+            outs.append(
+                RequestedOutput(
+                    name,
+                    None,
+                    classification,
+                    ShmRef(*shm) if shm is not None else None,
+                    dict(params) if params is not None else {},
+                )
+            )
     return req
 
 
@@ -484,8 +542,9 @@ def _response_parts(resp: InferResponse) -> tuple[list[Any], int]:
         size += len(tensor) + len(prefix) + n
     parts += raws
     if size > MAX_MESSAGE:
-        raise invalid_arg(f"Response has byte size {size} which exceeds gRPC's byte size limit "
-                          f"{MAX_MESSAGE}.")
+        raise invalid_arg(
+            f"Response has byte size {size} which exceeds gRPC's byte size limit {MAX_MESSAGE}."
+        )
     return parts, size
 
 
@@ -510,8 +569,9 @@ def encode_stream(resp: InferResponse) -> bytes:
     final = _FINAL_PARAM[resp.final]
     size += len(final)
     if size > MAX_MESSAGE:
-        raise invalid_arg(f"Response has byte size {size} which exceeds gRPC's byte size limit "
-                          f"{MAX_MESSAGE}.")
+        raise invalid_arg(
+            f"Response has byte size {size} which exceeds gRPC's byte size limit {MAX_MESSAGE}."
+        )
     return b"".join([b"\x12", _varint(size), final, *parts])
 
 

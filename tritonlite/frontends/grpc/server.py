@@ -50,8 +50,10 @@ def server_options(opts: ServerOptions) -> list[tuple[str, Any]]:
         ("grpc.keepalive_timeout_ms", opts.grpc_keepalive_timeout_ms),
         ("grpc.keepalive_permit_without_calls", int(opts.grpc_keepalive_permit_without_calls)),
         ("grpc.http2.max_pings_without_data", opts.grpc_http2_max_pings_without_data),
-        ("grpc.http2.min_recv_ping_interval_without_data_ms",
-         opts.grpc_http2_min_recv_ping_interval_without_data_ms),
+        (
+            "grpc.http2.min_recv_ping_interval_without_data_ms",
+            opts.grpc_http2_min_recv_ping_interval_without_data_ms,
+        ),
         ("grpc.http2.max_ping_strikes", opts.grpc_http2_max_ping_strikes),
     ]
     if opts.grpc_max_connection_age_ms is not None:
@@ -69,8 +71,9 @@ def _credentials(opts: ServerOptions) -> grpc.ServerCredentials:
     if opts.grpc_use_ssl_mutual:
         assert opts.grpc_root_cert
         root = Path(opts.grpc_root_cert).read_bytes()
-    return grpc.ssl_server_credentials([(key, cert)], root_certificates=root,
-                                       require_client_auth=opts.grpc_use_ssl_mutual)
+    return grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=root, require_client_auth=opts.grpc_use_ssl_mutual
+    )
 
 
 # status codes (ints, as handlers raise them) -> grpc.aio's enum
@@ -188,8 +191,9 @@ class _Registry(grpc.GenericRpcHandler):  # type: ignore[misc]
         return self._handlers.get(details.method)
 
 
-def generic_handler(registry: GrpcMethods,
-                    inflight: InFlight | None = None) -> grpc.GenericRpcHandler:
+def generic_handler(
+    registry: GrpcMethods, inflight: InFlight | None = None
+) -> grpc.GenericRpcHandler:
     """The grpc.aio handler serving ``registry`` (``server.add_generic_rpc_handlers``);
     ``inflight`` counts the unary calls being served (a graceful stop waits for them; a
     stream's requests are the core's to drain)."""
@@ -200,8 +204,9 @@ def _address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
 
 
-async def start_grpc(core: CoreAPI, opts: ServerOptions,
-                     inflight: InFlight | None = None) -> tuple[grpc.aio.Server, int]:
+async def start_grpc(
+    core: CoreAPI, opts: ServerOptions, inflight: InFlight | None = None
+) -> tuple[grpc.aio.Server, int]:
     """Start the gRPC front end on grpc.aio (the inference and the health service); returns
     the server and the port it bound (port 0 = any free). ``inflight`` counts open unary
     calls.

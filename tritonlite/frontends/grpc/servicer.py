@@ -58,8 +58,7 @@ def _parse(cls: Any, data: bytes) -> Any:
     try:
         return cls.FromString(data)
     except message.DecodeError as exc:
-        raise invalid_arg(
-            f"failed to parse the {cls.DESCRIPTOR.name} message: {exc}") from None
+        raise invalid_arg(f"failed to parse the {cls.DESCRIPTOR.name} message: {exc}") from None
 
 
 def _version(text: str) -> int:
@@ -91,19 +90,27 @@ class Servicer:
     async def ServerMetadata(self, request: bytes, call: GrpcCall) -> bytes:
         _parse(pb.ServerMetadataRequest, request)
         md = self.core.server_metadata()
-        return bytes(pb.ServerMetadataResponse(
-            name=md["name"], version=md["version"], extensions=md["extensions"],
-        ).SerializeToString())
+        return bytes(
+            pb.ServerMetadataResponse(
+                name=md["name"],
+                version=md["version"],
+                extensions=md["extensions"],
+            ).SerializeToString()
+        )
 
     async def ModelMetadata(self, request: bytes, call: GrpcCall) -> bytes:
         r = _parse(pb.ModelMetadataRequest, request)
         md = self.core.model_metadata(r.name, _version(r.version))
         tensor = pb.ModelMetadataResponse.TensorMetadata
-        return bytes(pb.ModelMetadataResponse(
-            name=md["name"], versions=md["versions"], platform=md["platform"],
-            inputs=[tensor(**t) for t in md["inputs"]],
-            outputs=[tensor(**t) for t in md["outputs"]],
-        ).SerializeToString())
+        return bytes(
+            pb.ModelMetadataResponse(
+                name=md["name"],
+                versions=md["versions"],
+                platform=md["platform"],
+                inputs=[tensor(**t) for t in md["inputs"]],
+                outputs=[tensor(**t) for t in md["outputs"]],
+            ).SerializeToString()
+        )
 
     async def ModelConfig(self, request: bytes, call: GrpcCall) -> bytes:
         r = _parse(pb.ModelConfigRequest, request)
@@ -183,13 +190,13 @@ class Servicer:
         out = pb.SystemSharedMemoryStatusResponse()
         for region in self.core.shm.system_status(r.name):
             out.regions[region["name"]].CopyFrom(
-                pb.SystemSharedMemoryStatusResponse.RegionStatus(**region))
+                pb.SystemSharedMemoryStatusResponse.RegionStatus(**region)
+            )
         return bytes(out.SerializeToString())
 
     async def SystemSharedMemoryRegister(self, request: bytes, call: GrpcCall) -> bytes:
         r = _parse(pb.SystemSharedMemoryRegisterRequest, request)
-        self.core.register_system_shm(r.name, r.key, r.offset, r.byte_size,
-                                      call.peer_is_local())
+        self.core.register_system_shm(r.name, r.key, r.offset, r.byte_size, call.peer_is_local())
         return bytes(pb.SystemSharedMemoryRegisterResponse().SerializeToString())
 
     async def SystemSharedMemoryUnregister(self, request: bytes, call: GrpcCall) -> bytes:
@@ -203,16 +210,20 @@ class Servicer:
         for region in self.core.shm.cuda_status(r.name):
             out.regions[region["name"]].CopyFrom(
                 pb.CudaSharedMemoryStatusResponse.RegionStatus(
-                    name=region["name"], device_id=region.get("device_id", 0),
-                    byte_size=region.get("byte_size", 0)))
+                    name=region["name"],
+                    device_id=region.get("device_id", 0),
+                    byte_size=region.get("byte_size", 0),
+                )
+            )
         return bytes(out.SerializeToString())
 
     async def CudaSharedMemoryRegister(self, request: bytes, call: GrpcCall) -> bytes:
         r = _parse(pb.CudaSharedMemoryRegisterRequest, request)
         if r.device_id < 0:
             raise invalid_arg("'device_id' must be >= 0")
-        self.core.register_cuda_shm(r.name, r.raw_handle, r.device_id, r.byte_size,
-                                    call.peer_is_local())
+        self.core.register_cuda_shm(
+            r.name, r.raw_handle, r.device_id, r.byte_size, call.peer_is_local()
+        )
         return bytes(pb.CudaSharedMemoryRegisterResponse().SerializeToString())
 
     async def CudaSharedMemoryUnregister(self, request: bytes, call: GrpcCall) -> bytes:
@@ -291,8 +302,7 @@ class Health:
             status = self._status()
             if status != last:
                 last = status
-                await call.write(
-                    health_pb2.HealthCheckResponse(status=status).SerializeToString())
+                await call.write(health_pb2.HealthCheckResponse(status=status).SerializeToString())
             await asyncio.sleep(WATCH_POLL_S)
 
 

@@ -54,6 +54,7 @@ def _wants_grpc_error(call: GrpcCall) -> bool:
 
 def _after(prev: asyncio.Future[None] | None, mine: asyncio.Future[None]) -> None:
     """Resolve ``mine`` once ``prev`` is resolved (the arrival-order chain)."""
+
     def resolve(_: Any = None) -> None:
         if not mine.done():
             mine.set_result(None)
@@ -82,9 +83,15 @@ def _message(item: StreamResponse, req: InferRequest, w: Any) -> bytes | None:
     return codec.encode_stream(InferResponse(req.model_name, "", req.id, final=True))
 
 
-async def _serve_one(core: CoreAPI, data: bytes, grpc_error: bool,
-                     outbox: asyncio.Queue[Outgoing], prev: asyncio.Future[None] | None,
-                     mine: asyncio.Future[None], forwarded: dict[str, Any]) -> None:
+async def _serve_one(
+    core: CoreAPI,
+    data: bytes,
+    grpc_error: bool,
+    outbox: asyncio.Queue[Outgoing],
+    prev: asyncio.Future[None] | None,
+    mine: asyncio.Future[None],
+    forwarded: dict[str, Any],
+) -> None:
     """One streamed request: its messages go to ``outbox``; ``mine`` resolves once it has
     answered (or started streaming) and every earlier request has too."""
     w = None
@@ -131,8 +138,9 @@ async def _serve_one(core: CoreAPI, data: bytes, grpc_error: bool,
         _after(prev, mine)
 
 
-async def model_stream_infer(core: CoreAPI, call: GrpcCall, compression: str | None,
-                             forwarded: dict[str, Any] | None = None) -> None:
+async def model_stream_infer(
+    core: CoreAPI, call: GrpcCall, compression: str | None, forwarded: dict[str, Any] | None = None
+) -> None:
     """Serve one ModelStreamInfer call; an error ending the stream is raised (the transport
     turns it into the call's status). ``forwarded``: the call's metadata that
     ``--grpc-header-forward-pattern`` picked, added to each request's parameters."""
@@ -148,7 +156,8 @@ async def model_stream_infer(core: CoreAPI, call: GrpcCall, compression: str | N
             while (msg := await call.read()) is not None:
                 mine: asyncio.Future[None] = loop.create_future()
                 task = asyncio.ensure_future(
-                    _serve_one(core, msg, grpc_error, outbox, prev, mine, forwarded))
+                    _serve_one(core, msg, grpc_error, outbox, prev, mine, forwarded)
+                )
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
                 prev = mine

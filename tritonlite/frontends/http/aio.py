@@ -28,8 +28,7 @@ __all__ = ["make_server"]
 class _Request:
     """``call.HttpRequest`` over an aiohttp ``BaseRequest``."""
 
-    __slots__ = ("_r", "_limit", "method", "path", "query", "headers", "version", "peer",
-                 "close")
+    __slots__ = ("_r", "_limit", "method", "path", "query", "headers", "version", "peer", "close")
 
     def __init__(self, r: web.BaseRequest, limit: int) -> None:
         self._r = r
@@ -63,7 +62,8 @@ class _Request:
             self.close = True  # its parser cannot go on: the connection ends after the answer
             encoding = r.headers.get("Content-Encoding", "identity")
             raise invalid_arg(
-                f"unable to decompress the request body ({encoding}): {exc}") from None
+                f"unable to decompress the request body ({encoding}): {exc}"
+            ) from None
 
     def disconnected(self) -> bool:
         transport = self._r.transport
@@ -105,8 +105,9 @@ class _Closed:
 def _response(resp: HttpResponse) -> web.Response:
     parts = resp.body
     body: Any = (bytes(parts[0]) if len(parts) == 1 else b"".join(parts)) if parts else None
-    return web.Response(status=resp.status, body=body, content_type=resp.content_type,
-                        headers=resp.headers)
+    return web.Response(
+        status=resp.status, body=body, content_type=resp.content_type, headers=resp.headers
+    )
 
 
 async def _traced(request: web.BaseRequest, resp: HttpResponse) -> web.Response:
@@ -130,8 +131,7 @@ def _exiting() -> web.Response:
     return resp
 
 
-def make_server(core: CoreAPI, opts: ServerOptions,
-                inflight: InFlight | None = None) -> web.Server:
+def make_server(core: CoreAPI, opts: ServerOptions, inflight: InFlight | None = None) -> web.Server:
     """The HTTP front end as an aiohttp low-level server (call on the event loop).
 
     ``inflight`` counts the requests being served; once its ``draining`` is set, requests
@@ -142,10 +142,12 @@ def make_server(core: CoreAPI, opts: ServerOptions,
     max_input_size = opts.http_max_input_size
     counter = inflight if inflight is not None else InFlight()
 
-    def request_factory(message: Any, payload: Any, protocol: Any, writer: Any,
-                        task: Any) -> web.BaseRequest:
-        return web.BaseRequest(message, payload, protocol, writer, task, loop,
-                               client_max_size=max_input_size)
+    def request_factory(
+        message: Any, payload: Any, protocol: Any, writer: Any, task: Any
+    ) -> web.BaseRequest:
+        return web.BaseRequest(
+            message, payload, protocol, writer, task, loop, client_max_size=max_input_size
+        )
 
     async def handle(request: web.BaseRequest) -> web.StreamResponse:
         if counter.draining:

@@ -101,13 +101,11 @@ async def ready(request: Request, core: CoreAPI, m: re.Match[str]) -> HttpRespon
     return _empty(200 if core.is_ready() else 400)
 
 
-async def server_metadata(request: Request, core: CoreAPI,
-                          m: re.Match[str]) -> HttpResponse:
+async def server_metadata(request: Request, core: CoreAPI, m: re.Match[str]) -> HttpResponse:
     return _json(core.server_metadata())
 
 
-async def model_metadata(request: Request, core: CoreAPI,
-                         m: re.Match[str]) -> HttpResponse:
+async def model_metadata(request: Request, core: CoreAPI, m: re.Match[str]) -> HttpResponse:
     return _json(core.model_metadata(_name(m), _version(m)))
 
 
@@ -133,13 +131,15 @@ async def all_stats(request: Request, core: CoreAPI, m: re.Match[str]) -> HttpRe
     return _json(core.statistics())
 
 
-async def infer(request: Request, core: CoreAPI, m: re.Match[str],
-                forward: HeaderForward | None = None) -> HttpResponse:
+async def infer(
+    request: Request, core: CoreAPI, m: re.Match[str], forward: HeaderForward | None = None
+) -> HttpResponse:
     recv_start = time.monotonic_ns() if core.trace.enabled else 0
     encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
     if encoding not in ("identity", "gzip", "deflate", ""):
-        return error(501, f"Unsupported compression type '{encoding}'",
-                              {"Accept-Encoding": "gzip, deflate"})
+        return error(
+            501, f"Unsupported compression type '{encoding}'", {"Accept-Encoding": "gzip, deflate"}
+        )
     body = await request.read()
     recv_end = time.monotonic_ns() if recv_start else 0
     header = request.headers.get("Inference-Header-Content-Length")
@@ -183,8 +183,7 @@ async def generate(request: Request, core: CoreAPI, m: re.Match[str]) -> HttpRes
     return await gen.generate(core.infer_stream(req))
 
 
-async def generate_stream(request: Request, core: CoreAPI,
-                          m: re.Match[str]) -> Response:
+async def generate_stream(request: Request, core: CoreAPI, m: re.Match[str]) -> Response:
     req = gen.decode(core, await request.read(), _name(m), _version(m))
     return await gen.generate_stream(request, core.infer_stream(req))
 
@@ -261,7 +260,8 @@ async def cuda_shm(request: Request, core: CoreAPI, m: re.Match[str]) -> HttpRes
     handle, device, size = doc.get("raw_handle"), doc.get("device_id", 0), doc.get("byte_size")
     if not isinstance(handle, dict) or not isinstance(handle.get("b64"), str):
         raise invalid_arg(
-            "CUDA shared memory register request must contain 'raw_handle': {'b64': ...}")
+            "CUDA shared memory register request must contain 'raw_handle': {'b64': ...}"
+        )
     if not codec._is_uint(size) or not codec._is_uint(device):
         raise invalid_arg("'byte_size' and 'device_id' must be unsigned integers")
     try:
@@ -272,8 +272,7 @@ async def cuda_shm(request: Request, core: CoreAPI, m: re.Match[str]) -> HttpRes
     return _empty(200)
 
 
-async def trace_setting(request: Request, core: CoreAPI,
-                        m: re.Match[str]) -> HttpResponse:
+async def trace_setting(request: Request, core: CoreAPI, m: re.Match[str]) -> HttpResponse:
     model = _name(m) if m.lastindex and m.group(1) is not None else ""
     if model and model not in core.repository.models:
         raise invalid_arg(f"Request for unknown model : {model}")
@@ -282,8 +281,7 @@ async def trace_setting(request: Request, core: CoreAPI,
     return _json(core.trace.update(await _body_json(request), model))
 
 
-async def logging_setting(request: Request, core: CoreAPI,
-                          m: re.Match[str]) -> HttpResponse:
+async def logging_setting(request: Request, core: CoreAPI, m: re.Match[str]) -> HttpResponse:
     if request.method == "GET":
         return _json(core.logging.get())
     return _json(core.logging.update(await _body_json(request)))
@@ -301,17 +299,23 @@ _ROUTES: list[tuple[re.Pattern[str], dict[str, Handler]]] = [
     (re.compile(_MODEL + r"/ready"), {"GET": model_ready}),
     (re.compile(_MODEL + r"/config"), {"GET": model_config}),
     (re.compile(_MODEL + r"/stats"), {"GET": model_stats}),
-    (re.compile(r"/v2/models/([^/]+)/trace/setting"),
-     {"GET": trace_setting, "POST": trace_setting}),
+    (
+        re.compile(r"/v2/models/([^/]+)/trace/setting"),
+        {"GET": trace_setting, "POST": trace_setting},
+    ),
     (re.compile(r"/v2"), {"GET": server_metadata}),
     (re.compile(r"/v2/health/live"), {"GET": live}),
     (re.compile(r"/v2/health/ready"), {"GET": ready}),
     (re.compile(r"/v2/systemsharedmemory(?:/region/([^/]+))?/(status)"), {"GET": sys_shm}),
-    (re.compile(r"/v2/systemsharedmemory(?:/region/([^/]+))?/(register|unregister)"),
-     {"POST": sys_shm}),
+    (
+        re.compile(r"/v2/systemsharedmemory(?:/region/([^/]+))?/(register|unregister)"),
+        {"POST": sys_shm},
+    ),
     (re.compile(r"/v2/cudasharedmemory(?:/region/([^/]+))?/(status)"), {"GET": cuda_shm}),
-    (re.compile(r"/v2/cudasharedmemory(?:/region/([^/]+))?/(register|unregister)"),
-     {"POST": cuda_shm}),
+    (
+        re.compile(r"/v2/cudasharedmemory(?:/region/([^/]+))?/(register|unregister)"),
+        {"POST": cuda_shm},
+    ),
     (re.compile(r"/v2/repository(?:/([^/]+))?/index"), {"POST": repo_index}),
     (re.compile(r"/v2/repository(?:/([^/]+))?/models/([^/]+)/load"), {"POST": repo_load}),
     (re.compile(r"/v2/repository(?:/([^/]+))?/models/([^/]+)/unload"), {"POST": repo_unload}),
@@ -345,8 +349,10 @@ def _guards(restrictions: restrict.Restrictions) -> dict[int, restrict.Restricti
     Raises RuntimeError for a handler without a group (``restrict.HTTP_HANDLER_GROUPS``)."""
     out: dict[int, restrict.Restriction] = {}
     for _, methods in _ROUTES:
-        groups = {restrict.group_of(restrict.HTTP_HANDLER_GROUPS, h.__name__, "HTTP handler")
-                  for h in methods.values()}
+        groups = {
+            restrict.group_of(restrict.HTTP_HANDLER_GROUPS, h.__name__, "HTTP handler")
+            for h in methods.values()
+        }
         if len(groups) != 1:
             raise RuntimeError(f"one HTTP route serves several restriction groups: {groups}")
         restriction = restrictions.get(groups.pop())
@@ -394,4 +400,3 @@ def make_dispatch(core: CoreAPI, options: ServerOptions | None = None) -> Dispat
             return error(500, f"internal error: {type(exc).__name__}: {exc}")
 
     return dispatch
-

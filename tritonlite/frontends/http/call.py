@@ -73,9 +73,13 @@ class HttpResponse:
 
     __slots__ = ("status", "body", "content_type", "headers", "on_sent")
 
-    def __init__(self, status: int = 200, body: list[BodyPart] | None = None,
-                 content_type: str | None = None,
-                 headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status: int = 200,
+        body: list[BodyPart] | None = None,
+        content_type: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         self.status = status
         self.body: list[BodyPart] = body if body is not None else []
         self.content_type = content_type
@@ -94,9 +98,13 @@ class HttpStream:
 
     __slots__ = ("status", "content_type", "headers", "send")
 
-    def __init__(self, status: int, content_type: str,
-                 send: Callable[[StreamWriter], Awaitable[None]],
-                 headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        content_type: str,
+        send: Callable[[StreamWriter], Awaitable[None]],
+        headers: dict[str, str] | None = None,
+    ) -> None:
         self.status = status
         self.content_type = content_type
         self.send = send
@@ -111,8 +119,7 @@ def too_large(limit: int) -> str:
     return f"request body is larger than the {limit} byte limit (--http-max-input-size)"
 
 
-def decode_body(body: bytes | bytearray, encoding: str | None,
-                limit: int) -> bytes | bytearray:
+def decode_body(body: bytes | bytearray, encoding: str | None, limit: int) -> bytes | bytearray:
     """``body`` with its ``Content-Encoding`` undone (gzip, deflate: zlib-wrapped or raw).
 
     Any other encoding is left as it is (the infer handler answers 501 for it before reading);
@@ -136,6 +143,5 @@ def decode_body(body: bytes | bytearray, encoding: str | None,
         if not d.eof:
             raise zlib.error("incomplete or truncated stream")
     except zlib.error as exc:
-        raise invalid_arg(
-            f"unable to decompress the request body ({enc}): {exc}") from None
+        raise invalid_arg(f"unable to decompress the request body ({enc}): {exc}") from None
     return out

@@ -64,8 +64,9 @@ def _flatten(data: Any, depth: int = 0) -> list[Any]:
     return out
 
 
-def json_to_array(name: str, datatype: str, shape: tuple[int, ...],
-                  data: Any) -> np.ndarray[Any, Any]:
+def json_to_array(
+    name: str, datatype: str, shape: tuple[int, ...], data: Any
+) -> np.ndarray[Any, Any]:
     """JSON ``data`` (flat or nested, row-major) -> array of ``shape``, type-checked."""
     if not isinstance(data, list):
         data = [data]
@@ -101,8 +102,9 @@ def _flat_array(name: str, datatype: str, flat: list[Any], count: int) -> np.nda
             raise invalid_arg(f"unable to parse 'data' for input '{name}': expected integers")
         info = np.iinfo(dt)
         if flat and (min(flat) < info.min or max(flat) > info.max):
-            raise invalid_arg(f"unable to parse 'data' for input '{name}': value out of range "
-                              f"for {datatype}")
+            raise invalid_arg(
+                f"unable to parse 'data' for input '{name}': value out of range for {datatype}"
+            )
         return np.array(flat, dtype=dt)
     for x in flat:
         if type(x) is not float and type(x) is not int:  # bool, str, None, objects, arrays
@@ -111,8 +113,9 @@ def _flat_array(name: str, datatype: str, flat: list[Any], count: int) -> np.nda
         with np.errstate(over="ignore"):  # beyond FP16/FP32's range: inf, as a C cast
             return np.array(flat, dtype=dt)
     except OverflowError:  # an integer beyond any float
-        raise invalid_arg(f"unable to parse 'data' for input '{name}': value out of range "
-                          f"for {datatype}") from None
+        raise invalid_arg(
+            f"unable to parse 'data' for input '{name}': value out of range for {datatype}"
+        ) from None
 
 
 def _shm_ref(name: str, params: dict[str, Any], what: str) -> ShmRef | None:
@@ -137,8 +140,10 @@ def _apply_request_params(req: InferRequest, params: Any) -> None:
         raise invalid_arg("request 'parameters' must be a JSON object")
     for key, v in params.items():
         if key.startswith("triton_"):
-            raise invalid_arg(f"parameter keys starting with 'triton_' are reserved for Triton "
-                              f"usage and should not be specified: '{key}'")
+            raise invalid_arg(
+                f"parameter keys starting with 'triton_' are reserved for Triton "
+                f"usage and should not be specified: '{key}'"
+            )
         if key == "sequence_id":
             if _is_uint(v) or isinstance(v, str):
                 req.sequence_id = v
@@ -170,8 +175,14 @@ def _apply_request_params(req: InferRequest, params: Any) -> None:
 # inputs, outputs, shared-memory references and parameter dicts) is still built fresh.
 _TEMPLATE_MAX_HEAD = 4096  # longer headers are parsed each time (and not kept)
 _TEMPLATE_LIMIT = 1024  # entries; the cache starts over when full (a client varying its 'id')
-_REQUEST_ATTRS = ("sequence_id", "sequence_start", "sequence_end", "priority", "timeout_us",
-                  "binary_data_output")
+_REQUEST_ATTRS = (
+    "sequence_id",
+    "sequence_start",
+    "sequence_end",
+    "priority",
+    "timeout_us",
+    "binary_data_output",
+)
 _DEFAULTS = InferRequest(model_name="")
 
 
@@ -184,16 +195,31 @@ class _Template:
 
     def __init__(self, req: InferRequest, spans: list[int], tail_len: int) -> None:
         self.id = req.id
-        self.attrs = tuple((a, getattr(req, a)) for a in _REQUEST_ATTRS
-                           if getattr(req, a) != getattr(_DEFAULTS, a))
+        self.attrs = tuple(
+            (a, getattr(req, a)) for a in _REQUEST_ATTRS if getattr(req, a) != getattr(_DEFAULTS, a)
+        )
         self.params = dict(req.parameters)
         self.inputs = tuple(
-            (i.name, i.datatype, i.shape, datatypes.numpy_dtype(i.datatype),
-             datatypes.num_elements(i.shape), off, dict(i.parameters), _shm_tuple(i.shm))
-            for i, off in zip(req.inputs, spans))
-        self.outputs = None if req.outputs is None else tuple(
-            (o.name, o.binary, o.classification, dict(o.parameters), _shm_tuple(o.shm))
-            for o in req.outputs)
+            (
+                i.name,
+                i.datatype,
+                i.shape,
+                datatypes.numpy_dtype(i.datatype),
+                datatypes.num_elements(i.shape),
+                off,
+                dict(i.parameters),
+                _shm_tuple(i.shm),
+            )
+            for i, off in zip(req.inputs, spans)
+        )
+        self.outputs = (
+            None
+            if req.outputs is None
+            else tuple(
+                (o.name, o.binary, o.classification, dict(o.parameters), _shm_tuple(o.shm))
+                for o in req.outputs
+            )
+        )
         self.tail_len = tail_len
 
 
@@ -211,14 +237,16 @@ def _templatable(req: InferRequest, spans: list[int]) -> bool:
         if off < 0:
             if inp.shm is None or inp.data is not None:
                 return False
-        elif inp.datatype == "BYTES" or inp.shm is not None or inp.data is None \
-                or inp.data.size == 0:
+        elif (
+            inp.datatype == "BYTES" or inp.shm is not None or inp.data is None or inp.data.size == 0
+        ):
             return False
     return True
 
 
-def _from_template(t: _Template, mv: memoryview, head_len: int, model_name: str,
-                   version: int) -> InferRequest:
+def _from_template(
+    t: _Template, mv: memoryview, head_len: int, model_name: str, version: int
+) -> InferRequest:
     req = InferRequest(model_name=model_name, model_version=version)
     if t.id:
         req.id = t.id
@@ -232,12 +260,18 @@ def _from_template(t: _Template, mv: memoryview, head_len: int, model_name: str,
             inputs.append(InferInput(name, datatype, shape, None, ShmRef(*shm), dict(params)))
             continue
         data = np.frombuffer(mv, dt, count, head_len + off).reshape(shape)
-        inputs.append(InferInput(name, datatype, shape, data, None,
-                                 dict(params) if params else {}))
+        inputs.append(InferInput(name, datatype, shape, data, None, dict(params) if params else {}))
     if t.outputs is not None:
-        req.outputs = [RequestedOutput(name, binary, cls, None if shm is None else ShmRef(*shm),
-                                       dict(params) if params else {})
-                       for name, binary, cls, params, shm in t.outputs]
+        req.outputs = [
+            RequestedOutput(
+                name,
+                binary,
+                cls,
+                None if shm is None else ShmRef(*shm),
+                dict(params) if params else {},
+            )
+            for name, binary, cls, params, shm in t.outputs
+        ]
     return req
 
 
@@ -247,8 +281,11 @@ def decode_infer(
     """Parse an infer request (JSON header + optional binary tail)."""
     mv = memoryview(body)
     key = None
-    if header_length is not None and 0 < header_length <= _TEMPLATE_MAX_HEAD \
-            and header_length <= len(mv):
+    if (
+        header_length is not None
+        and 0 < header_length <= _TEMPLATE_MAX_HEAD
+        and header_length <= len(mv)
+    ):
         key = bytes(mv[:header_length])
         t = _TEMPLATES.get(key)
         if t is not None and len(mv) - header_length == t.tail_len:
@@ -261,13 +298,14 @@ def decode_infer(
     return req
 
 
-def _decode_infer(mv: memoryview, header_length: int | None, model_name: str,
-                  version: int) -> tuple[InferRequest, list[int]]:
+def _decode_infer(
+    mv: memoryview, header_length: int | None, model_name: str, version: int
+) -> tuple[InferRequest, list[int]]:
     """The parse itself: the request, and the tail offset of each input read from the tail (in
     input order, for as long as every input so far came from the tail)."""
     spans: list[int] = []
     if header_length is None:
-        head, tail = mv, mv[len(mv):]
+        head, tail = mv, mv[len(mv) :]
     else:
         if header_length < 0 or header_length > len(mv):
             raise invalid_arg(
@@ -309,8 +347,9 @@ def _decode_infer(mv: memoryview, header_length: int | None, model_name: str,
             # The common binary input: parameters is just {"binary_data_size": N}.
             bsize = params.get("binary_data_size")
             if type(bsize) is int and 0 <= bsize <= len(tail) - pos:
-                data = datatypes.from_buffer(datatype, shape, tail[pos : pos + bsize],
-                                             f"input '{name}'")
+                data = datatypes.from_buffer(
+                    datatype, shape, tail[pos : pos + bsize], f"input '{name}'"
+                )
                 if len(spans) == len(req.inputs):
                     spans.append(pos)
                 pos += bsize
@@ -330,9 +369,17 @@ def _decode_infer(mv: memoryview, header_length: int | None, model_name: str,
                 "'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'"
             )
         inp = InferInput(name, datatype, shape, shm=shm)
-        inp.parameters = {k: v for k, v in params.items()
-                          if k not in ("binary_data_size", "shared_memory_region",
-                                       "shared_memory_byte_size", "shared_memory_offset")}
+        inp.parameters = {
+            k: v
+            for k, v in params.items()
+            if k
+            not in (
+                "binary_data_size",
+                "shared_memory_region",
+                "shared_memory_byte_size",
+                "shared_memory_offset",
+            )
+        }
         if has_data:
             inp.data = json_to_array(name, datatype, shape, item["data"])
         elif bsize is not None:
@@ -341,8 +388,9 @@ def _decode_infer(mv: memoryview, header_length: int | None, model_name: str,
                     f"unexpected size for input '{name}', expecting {bsize} bytes but only "
                     f"{len(tail) - pos} bytes of binary data remain for model '{model_name}'"
                 )
-            inp.data = datatypes.from_buffer(datatype, shape, tail[pos : pos + bsize],
-                                             f"input '{name}'")
+            inp.data = datatypes.from_buffer(
+                datatype, shape, tail[pos : pos + bsize], f"input '{name}'"
+            )
             pos += bsize
         elif shm is None:
             inp.data = datatypes.empty(datatype, shape, f"input '{name}'")
@@ -386,9 +434,18 @@ def _decode_output(item: Any, default_binary: bool) -> RequestedOutput:
     out.shm = _shm_ref(name, params, "output")
     if out.shm is not None and binary:
         raise invalid_arg(f"output '{name}' can not set both 'binary_data' and shared memory")
-    out.parameters = {k: v for k, v in params.items()
-                      if k not in ("binary_data", "classification", "shared_memory_region",
-                                   "shared_memory_byte_size", "shared_memory_offset")}
+    out.parameters = {
+        k: v
+        for k, v in params.items()
+        if k
+        not in (
+            "binary_data",
+            "classification",
+            "shared_memory_region",
+            "shared_memory_byte_size",
+            "shared_memory_offset",
+        )
+    }
     return out
 
 
@@ -410,8 +467,13 @@ def _json_data(name: str, arr: np.ndarray[Any, Any]) -> Any:
 def _raw(arr: np.ndarray[Any, Any]) -> memoryview:
     """``datatypes.tensor_bytes``, with the common case (a C-contiguous, native-order number
     tensor) as a plain byte view: 0.2 µs instead of 0.9."""
-    if arr.ndim and arr.size and arr.flags.c_contiguous and arr.dtype.kind in "biuf" \
-            and arr.dtype.isnative:
+    if (
+        arr.ndim
+        and arr.size
+        and arr.flags.c_contiguous
+        and arr.dtype.kind in "biuf"
+        and arr.dtype.isnative
+    ):
         return memoryview(arr).cast("B")  # type: ignore[arg-type]
     return datatypes.tensor_bytes(arr)
 
@@ -451,8 +513,12 @@ def raw_binary_request(model_name: str, version: int, body: bytes) -> InferReque
 
     The core fills in the input's name, datatype and shape from the model's signature.
     """
-    return InferRequest(model_name=model_name, model_version=version, binary_data_output=True,
-                        raw_input=memoryview(body))
+    return InferRequest(
+        model_name=model_name,
+        model_version=version,
+        binary_data_output=True,
+        raw_input=memoryview(body),
+    )
 
 
 # -- compression -------------------------------------------------------------------------------
@@ -483,4 +549,3 @@ def compress(body: bytes, encoding: str) -> bytes:
     if encoding == "gzip":
         return gzip.compress(body, compresslevel=6)
     return zlib.compress(body, 6)
-

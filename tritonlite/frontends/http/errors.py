@@ -29,8 +29,9 @@ def error_body(message: str) -> bytes:
     return orjson.dumps({"error": message})
 
 
-def error(status: int, message: str, headers: dict[str, str] | None = None,
-          reason: str | None = None) -> HttpResponse:
+def error(
+    status: int, message: str, headers: dict[str, str] | None = None, reason: str | None = None
+) -> HttpResponse:
     """Triton's error response: ``{"error": message}`` as JSON with ``status``.
 
     A client error is counted and logged (rate-limited) as a rejected request under ``reason``
@@ -40,10 +41,12 @@ def error(status: int, message: str, headers: dict[str, str] | None = None,
     return HttpResponse(status, [error_body(message)], "application/json", headers)
 
 
-def error_response(status: int, message: str,
-                   headers: dict[str, str] | None = None) -> web.Response:
+def error_response(
+    status: int, message: str, headers: dict[str, str] | None = None
+) -> web.Response:
     """The same error as an aiohttp ``web.Response`` (for the metrics endpoint, on aiohttp)."""
     from aiohttp import web
 
-    return web.Response(status=status, body=error_body(message),
-                        content_type="application/json", headers=headers)
+    return web.Response(
+        status=status, body=error_body(message), content_type="application/json", headers=headers
+    )

@@ -39,8 +39,10 @@ from tritonlite.frontends.http import codec
 from tritonlite.frontends.http.call import HttpRequest, HttpResponse, HttpStream, StreamWriter
 from tritonlite.frontends.http.errors import STATUS, error
 
-ONE_RESPONSE = ("generate expects model to produce exactly 1 response, use generate stream for "
-                "model that generates various number of responses")
+ONE_RESPONSE = (
+    "generate expects model to produce exactly 1 response, use generate stream for "
+    "model that generates various number of responses"
+)
 _SSE = "text/event-stream; charset=utf-8"
 _PARAM_TYPES = "It should be either 'int', 'bool', or 'string'."
 _DISCONNECT_POLL_S = 0.5  # how often a waiting stream checks that its client is still there
@@ -95,12 +97,12 @@ def _shape(name: str, dims: list[int], count: int) -> list[int]:
         for i in wild[:-1]:
             out[i] = 1
         if known == 0 or count % known:
-            raise invalid_arg(f"The schema can not convert input '{name}' to tensor with "
-                              "proper shape")
+            raise invalid_arg(
+                f"The schema can not convert input '{name}' to tensor with proper shape"
+            )
         out[wild[-1]] = count // known
     elif known != count:
-        raise invalid_arg(f"The schema can not convert input '{name}' to tensor with proper "
-                          "shape")
+        raise invalid_arg(f"The schema can not convert input '{name}' to tensor with proper shape")
     return out
 
 
@@ -215,8 +217,9 @@ async def generate(items: AsyncGenerator[StreamResponse, None]) -> HttpResponse:
         return error(STATUS[exc.code], exc.message)
 
 
-async def _next(request: HttpRequest,
-                items: AsyncGenerator[StreamResponse, None]) -> StreamResponse | None:
+async def _next(
+    request: HttpRequest, items: AsyncGenerator[StreamResponse, None]
+) -> StreamResponse | None:
     """The next item; None when the stream ended or the client went away meanwhile."""
     step = asyncio.ensure_future(items.__anext__())
     try:
@@ -235,9 +238,9 @@ async def _next(request: HttpRequest,
             await asyncio.gather(step, return_exceptions=True)
 
 
-async def generate_stream(request: HttpRequest,
-                          items: AsyncGenerator[StreamResponse, None]
-                          ) -> HttpResponse | HttpStream:
+async def generate_stream(
+    request: HttpRequest, items: AsyncGenerator[StreamResponse, None]
+) -> HttpResponse | HttpStream:
     """``/generate_stream``: one server-sent event per response, as they come.
 
     The status is fixed by the first item, so it is awaited here; the transport then runs

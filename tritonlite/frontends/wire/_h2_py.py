@@ -465,9 +465,7 @@ class H2Connection:
 
     # ---------------------------------------------------------------- frames in
 
-    def _frame(
-        self, buf: bytes, off: int, length: int, ftype: int, flags: int, sid: int
-    ) -> None:
+    def _frame(self, buf: bytes, off: int, length: int, ftype: int, flags: int, sid: int) -> None:
         if self._hb_sid != 0 and ftype != CONTINUATION:
             self._fail(PROTOCOL_ERROR, b"expected CONTINUATION")
             return
@@ -531,9 +529,7 @@ class H2Connection:
         self._recv_conn_window -= length
         self._conn_unacked += length
         if self._conn_unacked >= self._conn_window_size >> 1:
-            self._out.append(
-                _HDR.pack(0, 4, WINDOW_UPDATE, 0, 0) + _U32.pack(self._conn_unacked)
-            )
+            self._out.append(_HDR.pack(0, 4, WINDOW_UPDATE, 0, 0) + _U32.pack(self._conn_unacked))
             self._recv_conn_window += self._conn_unacked
             self._conn_unacked = 0
         st = self._streams.get(sid)
@@ -573,9 +569,7 @@ class H2Connection:
 
     def _ack_stream(self, st: _Stream) -> None:
         if st.unacked > 0 and not st.closed and not st.remote_closed:
-            self._out.append(
-                _HDR.pack(0, 4, WINDOW_UPDATE, 0, st.sid) + _U32.pack(st.unacked)
-            )
+            self._out.append(_HDR.pack(0, 4, WINDOW_UPDATE, 0, st.sid) + _U32.pack(st.unacked))
             st.recv_window += st.unacked
             st.unacked = 0
 
@@ -932,9 +926,7 @@ class H2Connection:
         if self.closed:
             return
         self._out.append(
-            _HDR.pack(0, 8 + len(debug), GOAWAY, 0, 0)
-            + _U32X2.pack(self._last_sid, code)
-            + debug
+            _HDR.pack(0, 8 + len(debug), GOAWAY, 0, 0) + _U32X2.pack(self._last_sid, code) + debug
         )
         self.goaway_sent = True
         self.closed = True

@@ -213,8 +213,11 @@ class Http1Protocol:
         self._overcap = not self._service.register(self)
         # over the cap, a connection gets one request, and only a short while to send it:
         # idle connections must not keep the file descriptors health probes need
-        timeout = self._header_timeout if not self._overcap else min(self._header_timeout,
-                                                                     _OVERCAP_TIMEOUT)
+        timeout = (
+            self._header_timeout
+            if not self._overcap
+            else min(self._header_timeout, _OVERCAP_TIMEOUT)
+        )
         self._deadline = self._loop.time() + timeout
 
     def data_received(self, data: bytes) -> None:
@@ -319,7 +322,7 @@ class Http1Protocol:
         q = url.find(b"?")
         if q >= 0:
             req.path = url[:q].decode("utf-8", "surrogateescape")
-            req.query = url[q + 1:].decode("utf-8", "surrogateescape")
+            req.query = url[q + 1 :].decode("utf-8", "surrogateescape")
         else:
             req.path = url.decode("utf-8", "surrogateescape")
         length = headers.get("content-length")
@@ -336,8 +339,11 @@ class Http1Protocol:
         if self._overcap:
             req._close = True
             if not req.path.startswith(_HEALTH):
-                raise _Refuse(503, "too many open connections: the server's limit is "
-                              f"{self._service.limits.max_connections}")
+                raise _Refuse(
+                    503,
+                    "too many open connections: the server's limit is "
+                    f"{self._service.limits.max_connections}",
+                )
         expect = headers.get("expect")
         if expect is not None and req.version >= _V11 and expect.lower() == "100-continue":
             req._expect = True
@@ -368,7 +374,7 @@ class Http1Protocol:
                     buf[:n] = body
                     req._body = buf
             else:
-                buf[size:size + n] = body
+                buf[size : size + n] = body
         else:
             if size + n > self._max_body:
                 raise _Refuse(413, too_large(self._max_body))
@@ -406,17 +412,24 @@ class Http1Protocol:
                         resp = error(500, f"internal error: {type(exc).__name__}: {exc}")
                         req._close = True
                 queue.popleft()
-                if self._read_paused and len(queue) <= self._max_pipeline // 2 \
-                        and not self._closing and self._transport is not None:
+                if (
+                    self._read_paused
+                    and len(queue) <= self._max_pipeline // 2
+                    and not self._closing
+                    and self._transport is not None
+                ):
                     self._read_paused = False
                     self._transport.resume_reading()
                 if not req._complete:
                     # answered without its whole body (a refusal, or a handler that did not
                     # read it): what follows on the connection cannot be framed any more
                     self._stop_reading()
-                close = (req._close or not req._keep_alive
-                         or (self._closing and not queue)
-                         or (self._service.draining and not queue and self._state == _IDLE))
+                close = (
+                    req._close
+                    or not req._keep_alive
+                    or (self._closing and not queue)
+                    or (self._service.draining and not queue and self._state == _IDLE)
+                )
                 if type(resp) is HttpResponse:
                     self._send(req, resp, close)
                 elif isinstance(resp, HttpStream):

@@ -25,8 +25,9 @@ class Detect(asyncio.Protocol):
 
     __slots__ = ("_http", "_grpc", "_transport", "_buf", "_timer", "_timeout")
 
-    def __init__(self, http: ProtocolFactory, grpc: ProtocolFactory,
-                 timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, http: ProtocolFactory, grpc: ProtocolFactory, timeout_s: float = 30.0
+    ) -> None:
         self._http = http
         self._grpc = grpc
         self._transport: asyncio.Transport | None = None

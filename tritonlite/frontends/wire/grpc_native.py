@@ -56,12 +56,23 @@ _HEAD = {
 _FLUSH_AT = 1 << 18
 _TRAILERS_OK = encode_headers([(b"grpc-status", b"0")])
 _TIMEOUT_UNITS = {
-    ord("H"): 3600.0, ord("M"): 60.0, ord("S"): 1.0, ord("m"): 1e-3, ord("u"): 1e-6, ord("n"): 1e-9
+    ord("H"): 3600.0,
+    ord("M"): 60.0,
+    ord("S"): 1.0,
+    ord("m"): 1e-3,
+    ord("u"): 1e-6,
+    ord("n"): 1e-9,
 }
 # headers that are transport, not the application's metadata
 _RESERVED = frozenset(
-    (b"content-type", b"te", b"grpc-timeout", b"grpc-encoding", b"grpc-accept-encoding",
-     b"content-length")
+    (
+        b"content-type",
+        b"te",
+        b"grpc-timeout",
+        b"grpc-encoding",
+        b"grpc-accept-encoding",
+        b"content-length",
+    )
 )
 
 
@@ -81,9 +92,7 @@ def _percent(text: str) -> bytes:
     raw = text.encode("utf-8", "replace")
     if all(0x20 <= c <= 0x7E and c != 0x25 for c in raw):
         return raw
-    return b"".join(
-        bytes((c,)) if 0x20 <= c <= 0x7E and c != 0x25 else b"%%%02X" % c for c in raw
-    )
+    return b"".join(bytes((c,)) if 0x20 <= c <= 0x7E and c != 0x25 else b"%%%02X" % c for c in raw)
 
 
 def _status_block(code: int, message: str, with_head: bool) -> bytes:
@@ -124,13 +133,30 @@ class _Call:
     """One RPC: what the handler sees as its ``GrpcCall``."""
 
     __slots__ = (
-        "_proto", "sid", "method", "headers", "request", "task", "deadline", "timer",
-        "encoding", "accept", "compression", "head_sent", "ended", "done", "queue", "eof",
-        "held", "reader", "writer",
+        "_proto",
+        "sid",
+        "method",
+        "headers",
+        "request",
+        "task",
+        "deadline",
+        "timer",
+        "encoding",
+        "accept",
+        "compression",
+        "head_sent",
+        "ended",
+        "done",
+        "queue",
+        "eof",
+        "held",
+        "reader",
+        "writer",
     )
 
-    def __init__(self, proto: GrpcProtocol, sid: int, method: GrpcMethod,
-                 headers: list[tuple[bytes, bytes]]) -> None:
+    def __init__(
+        self, proto: GrpcProtocol, sid: int, method: GrpcMethod, headers: list[tuple[bytes, bytes]]
+    ) -> None:
         self._proto = proto
         self.sid = sid
         self.method = method
@@ -252,8 +278,12 @@ class _Call:
 class GrpcProtocol(asyncio.Protocol):
     """One gRPC connection over ``H2Connection``."""
 
-    def __init__(self, methods: GrpcMethods, limits: GrpcLimits | None = None,
-                 server: NativeGrpcServer | None = None) -> None:
+    def __init__(
+        self,
+        methods: GrpcMethods,
+        limits: GrpcLimits | None = None,
+        server: NativeGrpcServer | None = None,
+    ) -> None:
         self.methods = methods
         # keyed by the :path bytes as they arrive, so a lookup decodes nothing
         self._paths = {path.encode(): m for path, m in methods.items()}
@@ -365,8 +395,10 @@ class GrpcProtocol(asyncio.Protocol):
         if not (self.paused or conn.queued_bytes()):
             return
         if self._progress() == self._stall_mark:
-            log.warning("gRPC client took no output for %ss: closing the connection",
-                        self.limits.stall_timeout_s)
+            log.warning(
+                "gRPC client took no output for %ss: closing the connection",
+                self.limits.stall_timeout_s,
+            )
             self.transport.abort()
         else:
             self._arm_stall()
@@ -406,8 +438,11 @@ class GrpcProtocol(asyncio.Protocol):
         self.calls[sid] = call
         if encoding and encoding != b"identity":
             if encoding not in (b"gzip", b"deflate"):
-                self._finish(call, UNIMPLEMENTED,
-                             f"Compression algorithm '{encoding.decode('latin-1')}' not supported")
+                self._finish(
+                    call,
+                    UNIMPLEMENTED,
+                    f"Compression algorithm '{encoding.decode('latin-1')}' not supported",
+                )
                 return
             call.encoding = encoding.decode()
         call.accept = accept

@@ -23,8 +23,15 @@ from typing import Any
 from tritonlite.frontends.http.call import Dispatch
 from tritonlite.frontends.wire import _http1_py
 
-__all__ = ["ACCELERATED", "Http1Protocol", "HttpLimits", "HttpService", "NativeHttpServer",
-           "describe", "start_http_native"]
+__all__ = [
+    "ACCELERATED",
+    "Http1Protocol",
+    "HttpLimits",
+    "HttpService",
+    "NativeHttpServer",
+    "describe",
+    "start_http_native",
+]
 
 Http1Protocol = _http1_py.Http1Protocol
 ACCELERATED = False
@@ -72,8 +79,13 @@ class HttpLimits:
     max_connections: int = 4096  # beyond: one request each, health only (others 503), closed
 
     def __post_init__(self) -> None:
-        for name in ("max_body", "max_header_bytes", "max_headers", "max_pipeline",
-                     "max_connections"):
+        for name in (
+            "max_body",
+            "max_header_bytes",
+            "max_headers",
+            "max_pipeline",
+            "max_connections",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"HttpLimits.{name} must be at least 1")
         for name in ("header_timeout_s", "body_timeout_s", "keepalive_timeout_s"):
@@ -88,17 +100,24 @@ class HttpService:
     registers itself in ``connection_made`` and unregisters in ``connection_lost``.
     """
 
-    def __init__(self, dispatch: Dispatch, limits: HttpLimits, *,
-                 protocol_class: Any = None) -> None:
+    def __init__(
+        self, dispatch: Dispatch, limits: HttpLimits, *, protocol_class: Any = None
+    ) -> None:
         self.dispatch = dispatch
         self.limits = limits
         self.draining = False
         self.connections: dict[Any, None] = {}  # in the order they opened
         self._protocol_class = protocol_class if protocol_class is not None else Http1Protocol
         self._sweeper: asyncio.TimerHandle | None = None
-        self._interval = max(0.01, min(1.0, limits.header_timeout_s / 4,
-                                       limits.body_timeout_s / 4,
-                                       limits.keepalive_timeout_s / 4))
+        self._interval = max(
+            0.01,
+            min(
+                1.0,
+                limits.header_timeout_s / 4,
+                limits.body_timeout_s / 4,
+                limits.keepalive_timeout_s / 4,
+            ),
+        )
         self._idle: asyncio.Event | None = None
 
     def protocol(self) -> Any:
@@ -137,8 +156,7 @@ class HttpService:
         now = loop.time()
         for proto in list(self.connections):
             proto.check_timeout(now)
-        self._sweeper = loop.call_later(self._interval, self._sweep) if self.connections \
-            else None
+        self._sweeper = loop.call_later(self._interval, self._sweep) if self.connections else None
 
     def refuse_new(self) -> None:
         """The stop signal: requests that begin from now on get 503 and ``Connection:
@@ -184,11 +202,16 @@ class NativeHttpServer:
         await self._server.wait_closed()
 
 
-async def start_http_native(handler: Dispatch, host: str, port: int, *,
-                            ssl_context: ssl.SSLContext | None = None,
-                            reuse_port: bool = False,
-                            limits: HttpLimits | None = None,
-                            protocol_class: Any = None) -> NativeHttpServer:
+async def start_http_native(
+    handler: Dispatch,
+    host: str,
+    port: int,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
+    reuse_port: bool = False,
+    limits: HttpLimits | None = None,
+    protocol_class: Any = None,
+) -> NativeHttpServer:
     """Listen on ``host:port`` (0: any free port) and serve HTTP/1.1 with ``handler``.
 
     ``protocol_class`` picks a twin explicitly (tests); by default the compiled one when it
@@ -196,6 +219,7 @@ async def start_http_native(handler: Dispatch, host: str, port: int, *,
     """
     service = HttpService(handler, limits or HttpLimits(), protocol_class=protocol_class)
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(service.protocol, host, port, ssl=ssl_context,
-                                      reuse_port=reuse_port or None, backlog=1024)
+    server = await loop.create_server(
+        service.protocol, host, port, ssl=ssl_context, reuse_port=reuse_port or None, backlog=1024
+    )
     return NativeHttpServer(server, service)

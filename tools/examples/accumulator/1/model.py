@@ -13,6 +13,9 @@ class TritonPythonModel:
             state = pb_utils.get_input_tensor_by_name(request, "STATE_IN").as_numpy()
             running = np.where(start.reshape(state.shape) != 0, 0, state)
             total = (running + value).astype(np.float32)
-            responses.append(pb_utils.InferenceResponse([
-                pb_utils.Tensor("OUTPUT", total), pb_utils.Tensor("STATE_OUT", total)]))
+            responses.append(
+                pb_utils.InferenceResponse(
+                    [pb_utils.Tensor("OUTPUT", total), pb_utils.Tensor("STATE_OUT", total)]
+                )
+            )
         return responses

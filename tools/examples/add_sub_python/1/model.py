@@ -10,7 +10,8 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         self.dtypes = {
             name: pb_utils.triton_string_to_numpy(
-                pb_utils.get_output_config_by_name(config, name)["data_type"])
+                pb_utils.get_output_config_by_name(config, name)["data_type"]
+            )
             for name in ("OUTPUT0", "OUTPUT1")
         }
 

@@ -12,6 +12,9 @@ class TritonPythonModel:
             shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
             probs = (shifted / shifted.sum(axis=-1, keepdims=True)).astype(np.float32)
             top = logits.argmax(axis=-1).astype(np.int64).reshape(-1, 1)
-            responses.append(pb_utils.InferenceResponse([
-                pb_utils.Tensor("PROBABILITIES", probs), pb_utils.Tensor("CLASS", top)]))
+            responses.append(
+                pb_utils.InferenceResponse(
+                    [pb_utils.Tensor("PROBABILITIES", probs), pb_utils.Tensor("CLASS", top)]
+                )
+            )
         return responses

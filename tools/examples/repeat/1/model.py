@@ -27,12 +27,17 @@ class TritonPythonModel:
             if delays.size != values.size:
                 error = pb_utils.TritonError(
                     f"expected DELAY to have {values.size} elements (one per IN element), "
-                    f"got {delays.size}", pb_utils.TritonError.INVALID_ARG)
-                sender.send(pb_utils.InferenceResponse(error=error),
-                            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                    f"got {delays.size}",
+                    pb_utils.TritonError.INVALID_ARG,
+                )
+                sender.send(
+                    pb_utils.InferenceResponse(error=error),
+                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                )
                 continue
-            worker = threading.Thread(target=self._stream, args=(sender, values, delays, wait),
-                                      daemon=True)
+            worker = threading.Thread(
+                target=self._stream, args=(sender, values, delays, wait), daemon=True
+            )
             worker.start()
             self.threads = [t for t in self.threads if t.is_alive()] + [worker]
         return None

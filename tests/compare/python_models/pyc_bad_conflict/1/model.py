@@ -4,8 +4,7 @@
 class TritonPythonModel:
     @staticmethod
     def auto_complete_config(auto_complete_model_config):
-        auto_complete_model_config.add_input(
-            {"name": "IN", "data_type": "TYPE_FP32", "dims": [2]})
+        auto_complete_model_config.add_input({"name": "IN", "data_type": "TYPE_FP32", "dims": [2]})
         return auto_complete_model_config
 
     def execute(self, requests):

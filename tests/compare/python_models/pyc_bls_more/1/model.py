@@ -13,14 +13,18 @@ def _describe(resp):
         d["code"] = int(resp.error().code())
     for t in resp.output_tensors():
         a = t.as_numpy()
-        d["outputs"][t.name()] = [a.dtype.str, list(a.shape), a.reshape(-1).tolist()
-                                  if a.dtype != np.object_ else [v.decode() for v in a.flat]]
+        d["outputs"][t.name()] = [
+            a.dtype.str,
+            list(a.shape),
+            a.reshape(-1).tolist() if a.dtype != np.object_ else [v.decode() for v in a.flat],
+        ]
     return d
 
 
 def _req(model, inputs, outputs=(), **kw):
-    return pb_utils.InferenceRequest(model_name=model, inputs=inputs,
-                                     requested_output_names=list(outputs), **kw)
+    return pb_utils.InferenceRequest(
+        model_name=model, inputs=inputs, requested_output_names=list(outputs), **kw
+    )
 
 
 def _run(case):
@@ -49,16 +53,20 @@ def _run(case):
         return _describe(_req("pyc_adder", [x]).exec())
     if case == "parameters":
         half = pb_utils.Tensor("IN", np.array([1, 2], dtype=np.float16))
-        r = _req("pyc_introspect", [half], ["REQUEST"], request_id="inner",
-                 parameters={"k": "v", "n": 3, "t": False}).exec()
+        r = _req(
+            "pyc_introspect",
+            [half],
+            ["REQUEST"],
+            request_id="inner",
+            parameters={"k": "v", "n": 3, "t": False},
+        ).exec()
         d = _describe(r)
         if not r.has_error():
             d["outputs"]["REQUEST"][2] = json.loads(d["outputs"]["REQUEST"][2][0])
         return d
     if case == "version":
         x = pb_utils.Tensor("X", np.array([1], dtype=np.float32))
-        return [_describe(_req("pyc_adder", [x], ["Y"], model_version=v).exec())
-                for v in (1, 7)]
+        return [_describe(_req("pyc_adder", [x], ["Y"], model_version=v).exec()) for v in (1, 7)]
     if case == "batched_callee":
         x = pb_utils.Tensor("IN", np.ones((5, 3), dtype=np.float32))
         return _describe(_req("pyc_autocomplete", [x], ["OUT"]).exec())
@@ -74,6 +82,9 @@ class TritonPythonModel:
                 report = _run(case)
             except Exception as exc:  # the exception BLS raised is part of the report
                 report = {"raised": type(exc).__name__, "message": str(exc)}
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor(
-                "REPORT", np.array([json.dumps(report)], dtype=object))]))
+            out.append(
+                pb_utils.InferenceResponse(
+                    [pb_utils.Tensor("REPORT", np.array([json.dumps(report)], dtype=object))]
+                )
+            )
         return out

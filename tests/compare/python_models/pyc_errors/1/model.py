@@ -31,6 +31,9 @@ class TritonPythonModel:
             if err is not None:
                 responses.append(pb_utils.InferenceResponse(error=err))
             else:
-                responses.append(pb_utils.InferenceResponse(
-                    [pb_utils.Tensor("OUT", np.array([mode * 10], dtype=np.int32))]))
+                responses.append(
+                    pb_utils.InferenceResponse(
+                        [pb_utils.Tensor("OUT", np.array([mode * 10], dtype=np.int32))]
+                    )
+                )
         return responses

@@ -24,16 +24,44 @@ class TritonPythonModel:
             "half_np": _name(pb_utils.triton_string_to_numpy(out["data_type"])),
             "string_np": str(pb_utils.triton_string_to_numpy("TYPE_STRING")),
             "bool_np": _name(pb_utils.triton_string_to_numpy("TYPE_BOOL")),
-            "to_triton": {t: pb_utils.numpy_to_triton_type(getattr(np, t)) for t in (
-                "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
-                "uint64", "float16", "float32", "float64", "object_", "bytes_")},
+            "to_triton": {
+                t: pb_utils.numpy_to_triton_type(getattr(np, t))
+                for t in (
+                    "bool_",
+                    "int8",
+                    "int16",
+                    "int32",
+                    "int64",
+                    "uint8",
+                    "uint16",
+                    "uint32",
+                    "uint64",
+                    "float16",
+                    "float32",
+                    "float64",
+                    "object_",
+                    "bytes_",
+                )
+            },
             "to_numpy": {str(c): _name(pb_utils.triton_to_numpy_type(c)) for c in range(1, 13)},
-            "error_codes": {c: int(getattr(pb_utils.TritonError, c)) for c in (
-                "UNKNOWN", "INTERNAL", "NOT_FOUND", "INVALID_ARG", "UNAVAILABLE", "UNSUPPORTED",
-                "ALREADY_EXISTS", "CANCELLED") if hasattr(pb_utils.TritonError, c)},
+            "error_codes": {
+                c: int(getattr(pb_utils.TritonError, c))
+                for c in (
+                    "UNKNOWN",
+                    "INTERNAL",
+                    "NOT_FOUND",
+                    "INVALID_ARG",
+                    "UNAVAILABLE",
+                    "UNSUPPORTED",
+                    "ALREADY_EXISTS",
+                    "CANCELLED",
+                )
+                if hasattr(pb_utils.TritonError, c)
+            },
             "decoupled": pb_utils.using_decoupled_model_transaction_policy(self.config),
             "model_dir_is_repository": pb_utils.get_model_dir() == args["model_repository"]
-            if hasattr(pb_utils, "get_model_dir") else "absent",
+            if hasattr(pb_utils, "get_model_dir")
+            else "absent",
         }
 
     def execute(self, requests):

@@ -26,8 +26,11 @@ def _tensors(mode):
         return [pb_utils.Tensor("TXT", np.array([b"x", b"yz"], dtype=np.bytes_))]
     if mode == 9:
         return [pb_utils.Tensor("OUT", np.array(3.0, dtype=np.float32))]
-    return [pb_utils.Tensor("OUT", f32), pb_utils.Tensor("TXT", np.array([b"t"], dtype=object)),
-            pb_utils.Tensor("FLAG", np.array([True]))]
+    return [
+        pb_utils.Tensor("OUT", f32),
+        pb_utils.Tensor("TXT", np.array([b"t"], dtype=object)),
+        pb_utils.Tensor("FLAG", np.array([True])),
+    ]
 
 
 class TritonPythonModel:
@@ -38,12 +41,18 @@ class TritonPythonModel:
             try:
                 tensors = _tensors(mode)
             except Exception as exc:  # what Tensor() refuses is itself compared
-                responses.append(pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError(f"{type(exc).__name__}: {exc}")))
+                responses.append(
+                    pb_utils.InferenceResponse(
+                        error=pb_utils.TritonError(f"{type(exc).__name__}: {exc}")
+                    )
+                )
                 continue
             if mode == 10:
-                responses.append(pb_utils.InferenceResponse(
-                    tensors, error=pb_utils.TritonError("outputs and an error")))
+                responses.append(
+                    pb_utils.InferenceResponse(
+                        tensors, error=pb_utils.TritonError("outputs and an error")
+                    )
+                )
             else:
                 responses.append(pb_utils.InferenceResponse(tensors))
         return responses

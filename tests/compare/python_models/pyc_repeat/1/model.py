@@ -19,11 +19,16 @@ class TritonPythonModel:
             sender = request.get_response_sender()
             n = int(pb_utils.get_input_tensor_by_name(request, "N").as_numpy()[0])
             if n < 0:
-                sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError("negative N")),
-                            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                sender.send(
+                    pb_utils.InferenceResponse(error=pb_utils.TritonError("negative N")),
+                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                )
                 continue
             for i in range(n):
-                sender.send(pb_utils.InferenceResponse(
-                    [pb_utils.Tensor("OUT", np.array([i], dtype=np.int32))]))
+                sender.send(
+                    pb_utils.InferenceResponse(
+                        [pb_utils.Tensor("OUT", np.array([i], dtype=np.int32))]
+                    )
+                )
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         return None
