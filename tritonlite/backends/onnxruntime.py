@@ -1,9 +1,14 @@
 """ONNX Runtime backend (``onnxruntime_onnx``): one InferenceSession per instance.
 
-Session threads are configured the way Triton's ORT backend names them in config
-``parameters``: ``intra_op_thread_count``, ``inter_op_thread_count``, ``execution_mode``
-(0 sequential, 1 parallel), ``enable_mem_arena``, ``enable_mem_pattern``. Intra-op spinning is
-off so idle ORT threads do not compete with the event loop for a core.
+Sessions are configured from config ``parameters`` (string values) under the names Triton's
+ONNX Runtime backend reads: ``intra_op_thread_count``, ``inter_op_thread_count`` (0 or less:
+ORT's own default), ``execution_mode`` (0 sequential, 1 parallel), ``enable_mem_arena``,
+``enable_mem_pattern``, ``session.use_device_allocator_for_initializers``. Thread spinning takes
+ONNX Runtime's own session keys as parameter names, the way Triton passes that last one:
+``session.intra_op.allow_spinning`` and ``session.inter_op.allow_spinning`` ("1" spins). Both
+default to off here (ORT's default is on) so that idle ORT threads do not compete with the
+event loop for a core; ``tritonlite tune`` measures both ways. A value that does not parse fails
+the load with Triton's wording, naming the parameter (``session_settings``).
 
 A batch that does not run on the event loop starts there with ``run_async`` and runs on an ORT
 intra-op thread (``start``); sessions that cannot (one intra-op thread, string or BF16 tensors,
@@ -18,10 +23,12 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import math
 import os
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +60,114 @@ def _param(config: Any, key: str) -> str | None:
     if key in config.parameters:
         return str(config.parameters[key].string_value)
     return None
+
+
+# The config ``parameters`` that shape a session (see the module docstring).
+INTRA_OP_THREADS = "intra_op_thread_count"
+INTER_OP_THREADS = "inter_op_thread_count"
+EXECUTION_MODE = "execution_mode"
+INTRA_OP_SPINNING = "session.intra_op.allow_spinning"
+INTER_OP_SPINNING = "session.inter_op.allow_spinning"
+MEM_ARENA = "enable_mem_arena"
+MEM_PATTERN = "enable_mem_pattern"
+DEVICE_ALLOCATOR_FOR_INITIALIZERS = "session.use_device_allocator_for_initializers"
+
+_TRUE = ("true", "on", "1")  # Triton's ParseBoolValue, case-insensitive
+_FALSE = ("false", "off", "0")
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    """What a model's config asks of its ORT sessions (``session_settings``).
+
+    ``intra_op_threads``/``inter_op_threads`` 0 leave the count to ORT; ``None`` for the
+    memory settings leaves ORT's default.
+    """
+
+    intra_op_threads: int
+    inter_op_threads: int
+    parallel: bool = False
+    intra_op_spinning: bool = False
+    inter_op_spinning: bool = False
+    mem_arena: bool | None = None
+    mem_pattern: bool | None = None
+    device_allocator_for_initializers: bool | None = None
+
+
+def default_intra_op_threads(cores: int) -> int:
+    """Intra-op threads when ``intra_op_thread_count`` is unset: every core but the event
+    loop's, and at least 2 (``run_async``, how a batch leaves the loop, needs an intra-op pool)."""
+    return max(2, cores - 1)
+
+
+def _int_setting(cfg: Any, key: str) -> int | None:
+    text = _param(cfg, key)
+    if text is None:
+        return None
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise invalid_arg(
+            f"parameter '{key}': failed to convert '{text}' to integral number"
+        ) from None
+
+
+def _bool_setting(cfg: Any, key: str) -> bool | None:
+    text = _param(cfg, key)
+    if text is None:
+        return None
+    if text.strip().lower() in _TRUE:
+        return True
+    if text.strip().lower() in _FALSE:
+        return False
+    raise invalid_arg(f"parameter '{key}': failed to convert '{text}' to boolean")
+
+
+def session_settings(cfg: Any, cores: int | None = None) -> SessionSettings:
+    """The session settings ``cfg``'s parameters ask for; INVALID_ARG (the load fails) for a
+    value that does not parse, in the words of Triton's backend with the parameter named."""
+    cores = cores if cores is not None else (os.cpu_count() or 1)
+    intra = _int_setting(cfg, INTRA_OP_THREADS)
+    inter = _int_setting(cfg, INTER_OP_THREADS)
+    mode = _int_setting(cfg, EXECUTION_MODE)
+    if mode not in (None, 0, 1):
+        raise invalid_arg(
+            "Invalid configuration value provided. Expected values for execution_mode are 0 "
+            f"or 1 but got {mode} ."
+        )
+    return SessionSettings(
+        intra_op_threads=default_intra_op_threads(cores) if intra is None else max(0, intra),
+        inter_op_threads=1 if inter is None else max(0, inter),
+        parallel=mode == 1,
+        intra_op_spinning=bool(_bool_setting(cfg, INTRA_OP_SPINNING)),
+        inter_op_spinning=bool(_bool_setting(cfg, INTER_OP_SPINNING)),
+        mem_arena=_bool_setting(cfg, MEM_ARENA),
+        mem_pattern=_bool_setting(cfg, MEM_PATTERN),
+        device_allocator_for_initializers=_bool_setting(cfg, DEVICE_ALLOCATOR_FOR_INITIALIZERS),
+    )
+
+
+def session_options(settings: SessionSettings) -> Any:
+    """An ``onnxruntime.SessionOptions`` carrying ``settings``."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = settings.intra_op_threads
+    opts.inter_op_num_threads = settings.inter_op_threads
+    if settings.parallel:
+        opts.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+    opts.add_session_config_entry(INTRA_OP_SPINNING, "1" if settings.intra_op_spinning else "0")
+    opts.add_session_config_entry(INTER_OP_SPINNING, "1" if settings.inter_op_spinning else "0")
+    if settings.mem_arena is not None:
+        opts.enable_cpu_mem_arena = settings.mem_arena
+    if settings.mem_pattern is not None:
+        opts.enable_mem_pattern = settings.mem_pattern
+    if settings.device_allocator_for_initializers is not None:
+        opts.add_session_config_entry(
+            DEVICE_ALLOCATOR_FOR_INITIALIZERS,
+            "1" if settings.device_allocator_for_initializers else "0",
+        )
+    return opts
 
 
 def model_path(ctx: ModelContext) -> Path:
@@ -148,29 +263,13 @@ def _from_ort_output(value: Any) -> np.ndarray[Any, Any]:
 class OnnxRuntimeInstance:
     thread_agnostic = True  # an ORT session may run on any thread
 
-    def __init__(self, ctx: ModelContext, spec: InstanceSpec) -> None:
+    def __init__(
+        self, ctx: ModelContext, spec: InstanceSpec, settings: SessionSettings | None = None
+    ) -> None:
         import onnxruntime as ort
 
         cfg = ctx.config
-        opts = ort.SessionOptions()
-        cores = os.cpu_count() or 1
-        intra = _param(cfg, "intra_op_thread_count")
-        inter = _param(cfg, "inter_op_thread_count")
-        # By default every core but the event loop's, and at least 2: ORT's run_async, how a
-        # batch leaves the loop (``start``), needs an intra-op pool.
-        opts.intra_op_num_threads = int(intra) if intra else max(2, cores - 1)
-        opts.inter_op_num_threads = int(inter) if inter else 1
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
-        mode = _param(cfg, "execution_mode")
-        if mode == "1":
-            opts.execution_mode = ort.ExecutionMode.ORT_PARALLEL
-        arena = _param(cfg, "enable_mem_arena")
-        if arena is not None:
-            opts.enable_cpu_mem_arena = arena not in ("0", "false")
-        pattern = _param(cfg, "enable_mem_pattern")
-        if pattern is not None:
-            opts.enable_mem_pattern = pattern not in ("0", "false")
+        opts = session_options(settings or session_settings(cfg))
         providers = providers_for(cfg, spec.kind, spec.device_id, ort.get_available_providers())
         path = model_path(ctx)
         try:
@@ -333,7 +432,7 @@ class OnnxRuntimeInstance:
         for name, value in zip(self._outputs, binding.get_outputs()):
             if name in self._bf16_outputs:
                 shape = tuple(value.shape())
-                count = int(np.prod(shape)) if shape else 1
+                count = math.prod(shape)
                 raw: Any = (ctypes.c_uint16 * count).from_address(value.data_ptr()) if count else []
                 values.append(np.array(raw, dtype=np.uint16).view(_BF16).reshape(shape))
             else:
@@ -359,11 +458,12 @@ class OnnxRuntimeBackend:
             )
         from tritonlite.backends.onnx_io import check_config, read_onnx_io
 
+        self._settings = session_settings(ctx.config)  # a bad parameter fails the load here
         check_config(ctx.config, read_onnx_io(path))
         kernels.warmup()  # compile now, never on a request
 
     def new_instance(self, spec: InstanceSpec) -> OnnxRuntimeInstance:
-        return OnnxRuntimeInstance(self._ctx, spec)
+        return OnnxRuntimeInstance(self._ctx, spec, self._settings)
 
     def close(self) -> None:
         return None

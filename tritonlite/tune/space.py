@@ -19,8 +19,10 @@ from typing import Any
 
 from tritonlite._proto import pb
 
-# ORT backend parameters (Triton's onnxruntime backend names; tritonlite's backends/onnxruntime.py
-# reads the first). The second is ONNX Runtime's own session key for intra-op spinning.
+# ORT backend parameters, as tritonlite's backends/onnxruntime.py reads them: Triton's onnxruntime
+# backend's name for the intra-op threads, and ONNX Runtime's own session key for intra-op spinning
+# (Triton has no spinning parameter; it ignores this one). Inter-op spinning is not tuned: with
+# sequential execution, the backend's default, the inter-op pool is not used.
 INTRA_OP_PARAMETER = "intra_op_thread_count"
 SPINNING_PARAMETER = "session.intra_op.allow_spinning"
 ORT_PLATFORMS = frozenset({"onnxruntime_onnx"})
