@@ -8,12 +8,14 @@
 from __future__ import annotations
 
 import io
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tritonlite.contracts.config import parse_json, parse_pbtxt
-from tritonlite.tune import space
+from tritonlite.tune import report, space
 from tritonlite.tune.load import Sample, merge
 from tritonlite.tune.runner import Settings, Tuner
 from tritonlite.tune.server import ModelStats
@@ -144,3 +146,34 @@ def test_merge_means_rounds_and_keeps_the_worst_p99() -> None:
     b = Sample(4, throughput=200, p50_us=20, p99_us=50, count=7, server=ModelStats(success=7))
     m = merge([a, b])
     assert (m.throughput, m.p50_us, m.p99_us, m.count, m.server.success) == (150, 15, 50, 12, 12)
+
+
+@pytest.mark.parametrize("have_matplotlib", [False, True])
+def test_outputs_without_matplotlib_are_the_config_and_report_with_a_note(
+    have_matplotlib: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = Settings(concurrency=(16, 16), max_minutes=5, probe_s=0.01, sweep_s=0.01)
+    result, _ = tune(settings)
+    if have_matplotlib:
+        pytest.importorskip("matplotlib")
+    else:  # what ``import matplotlib`` does where it is not installed
+        for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+            monkeypatch.delitem(sys.modules, name)
+        monkeypatch.setitem(sys.modules, "matplotlib", None)
+    base = parse_pbtxt(MLP, "mlp")
+    cfg_path, report_path, note = report.write_all(
+        tmp_path, "mlp", result, settings, base, "built-in HTTP load generator", "tune"
+    )
+    tuned = parse_pbtxt(cfg_path.read_text(), "tuned")
+    assert tuned.HasField("dynamic_batching")
+    text = report_path.read_text()
+    assert "## Choice" in text and "### Config diff" in text
+    pngs = sorted(p.name for p in tmp_path.glob("*.png"))
+    if have_matplotlib:
+        assert note == "" and pngs == [report.PLOT_CANDIDATES, report.PLOT_FRONTIER]
+        assert f"![{report.PLOT_FRONTIER}]({report.PLOT_FRONTIER})" in text
+    else:
+        assert pngs == []
+        assert "matplotlib is not installed" in note
+        assert "pip install 'tritonlite[tune]'" in note
+        assert note in text  # the report says why it has no plots

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -67,7 +68,7 @@ def request_specs(
 
 def make_tensor(spec: TensorSpec, rng: np.random.Generator) -> bytes:
     """Random raw bytes of one input (BYTES: 4-byte little-endian length prefixes)."""
-    n = int(np.prod(spec.shape)) if spec.shape else 1
+    n = math.prod(spec.shape)
     if spec.datatype == "BYTES":
         items = [str(int(v)).encode() for v in rng.integers(0, 1_000_000, size=n)]
         return b"".join(len(b).to_bytes(4, "little") + b for b in items)
