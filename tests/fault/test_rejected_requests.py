@@ -15,6 +15,7 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -194,11 +195,6 @@ def _grpc_kinds(n: int) -> list[tuple[str, bytes]]:
     return [kinds[i % len(kinds)] for i in range(n)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not yet counted: grpc_native._finish and "
-    "grpc/server._abort call frontends.grpc.errors.rejected(status, message)",
-)
 @pytest.mark.parametrize("frontend", ["aio", "native"])
 def test_grpc_flood_is_counted_by_reason_and_logged_bounded(
     server_factory: Callable[..., Server], repo: Path, frontend: str
@@ -218,3 +214,29 @@ def test_grpc_flood_is_counted_by_reason_and_logged_bounded(
     lines = _log_lines(server, r"rejected grpc request|suppressed \d+ similar grpc/")
     assert 0 < len(lines) <= len(seen) * (BURST + 1), lines
     assert "Traceback" not in server.output()
+
+
+@pytest.mark.parametrize("frontend", ["aio", "native"])
+def test_grpc_stream_errors_are_counted_once(
+    server_factory: Callable[..., Server], repo: Path, frontend: str
+) -> None:
+    # an error sent on the stream counts once; one that ends the stream (triton_grpc_error)
+    # counts once too, by the call's status
+    import queue
+
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    server = server_factory(repo, "--frontend", frontend)
+    x = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
+    x.set_data_from_numpy(np.ones((1, 4), np.float32))
+    for headers, n in ((None, 3), ({"triton_grpc_error": "true"}, 1)):
+        got: queue.Queue[Any] = queue.Queue()
+        with grpcclient.InferenceServerClient(server.grpc_url) as client:
+            client.start_stream(callback=lambda _r, e, got=got: got.put(e), headers=headers)
+            for _ in range(n):
+                client.async_stream_infer("no_such_model", [x])
+            errors = [got.get(timeout=30) for _ in range(n)]
+            client.stop_stream()
+        assert all(e is not None for e in errors), errors
+    assert rejected(scrape(server.metrics_url), "grpc") == {"not_found": 4}

@@ -31,7 +31,13 @@ from tritonlite.frontends.call import (
     StreamHandler,
     UnaryHandler,
 )
-from tritonlite.frontends.grpc.errors import STATUS, UNKNOWN, internal_message
+from tritonlite.frontends.grpc.errors import (
+    STATUS,
+    UNIMPLEMENTED,
+    UNKNOWN,
+    internal_message,
+    rejected,
+)
 from tritonlite.frontends.grpc.servicer import methods
 from tritonlite.options import ServerOptions
 
@@ -133,15 +139,19 @@ class AioCall:
 
 
 async def _abort(context: grpc.aio.ServicerContext, exc: Exception, path: str) -> NoReturn:
-    """End the call with the status ``exc`` maps to (raises grpc.aio's AbortError)."""
+    """End the call with the status ``exc`` maps to (raises grpc.aio's AbortError); a
+    client's mistake is counted and logged (rate-limited) as a rejection."""
     if isinstance(exc, RpcError):
-        await context.abort(_AIO_STATUS.get(exc.code, grpc.StatusCode.UNKNOWN), exc.message)
+        code, message = exc.code, exc.message
     elif isinstance(exc, TritonliteError):
-        await context.abort(_AIO_STATUS[STATUS.get(exc.code, UNKNOWN)], exc.message)
+        code, message = STATUS.get(exc.code, UNKNOWN), exc.message
     else:
         log.error("unexpected error in %s", path, exc_info=exc)
         await context.abort(grpc.StatusCode.INTERNAL, internal_message(exc))
-    raise AssertionError("context.abort returned")  # it always raises
+        raise AssertionError("context.abort returned")  # it always raises
+    rejected(code, message)
+    await context.abort(_AIO_STATUS.get(code, grpc.StatusCode.UNKNOWN), message)
+    raise AssertionError("context.abort returned")
 
 
 def _unary(fn: UnaryHandler, path: str, inflight: InFlight) -> grpc.RpcMethodHandler:
@@ -175,6 +185,20 @@ def _stream(fn: StreamHandler, path: str) -> grpc.RpcMethodHandler:
     return grpc.stream_stream_rpc_method_handler(handler)
 
 
+_NOT_FOUND = "Method not found!"  # grpc-core's answer to a method nobody serves
+
+
+def _unknown_method(path: str) -> grpc.RpcMethodHandler:
+    """grpc-core's answer to ``path``, given here so that it is counted as a rejection; a
+    stream handler, as it must not wait for a request message the client may never send."""
+
+    async def handler(requests: Any, context: grpc.aio.ServicerContext) -> None:
+        rejected(UNIMPLEMENTED, f"{_NOT_FOUND} {path}")
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, _NOT_FOUND)
+
+    return grpc.stream_stream_rpc_method_handler(handler)
+
+
 class _Registry(grpc.GenericRpcHandler):  # type: ignore[misc]
     """Every method of a ``GrpcMethods`` registry as one generic handler, raw bytes both
     ways (no (de)serializers: the handlers parse and serialize)."""
@@ -188,7 +212,8 @@ class _Registry(grpc.GenericRpcHandler):  # type: ignore[misc]
                 self._handlers[path] = _stream(method.stream, path)
 
     def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
-        return self._handlers.get(details.method)
+        handler = self._handlers.get(details.method)
+        return _unknown_method(details.method) if handler is None else handler
 
 
 def generic_handler(

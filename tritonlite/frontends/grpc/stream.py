@@ -33,7 +33,7 @@ from tritonlite.core.api import CoreAPI
 from tritonlite.core.request.stream import StreamResponse
 from tritonlite.frontends.call import GrpcCall
 from tritonlite.frontends.grpc import codec
-from tritonlite.frontends.grpc.errors import internal_message
+from tritonlite.frontends.grpc.errors import STATUS, UNKNOWN, internal_message, rejected
 from tritonlite.frontends.grpc.tracing import write_traced
 
 log = logging.getLogger("tritonlite")
@@ -66,7 +66,10 @@ def _after(prev: asyncio.Future[None] | None, mine: asyncio.Future[None]) -> Non
 
 
 def _error_message(err: TritonliteError, w: Any) -> bytes:
-    """An error on the stream, with the request's identity when it was parsed."""
+    """An error on the stream, with the request's identity when it was parsed; counted as a
+    rejection when it is the client's mistake (an error that ends the stream instead is
+    counted by the transport, with the call's status)."""
+    rejected(STATUS.get(err.code, UNKNOWN), err.message)
     if w is None:
         return codec.stream_error(err.message, "", "", "")
     return codec.stream_error(err.message, w.id, w.model_name, w.model_version)

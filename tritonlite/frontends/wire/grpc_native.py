@@ -36,6 +36,7 @@ from tritonlite.frontends.grpc.errors import (
     UNIMPLEMENTED,
     UNKNOWN,
     internal_message,
+    rejected,
 )
 from tritonlite.frontends.wire.h2 import H2Connection, H2Limits, encode_headers
 
@@ -428,11 +429,9 @@ class GrpcProtocol(asyncio.Protocol):
             return
         method = self._paths.get(path)
         if method is None:
-            conn.send_headers(
-                sid,
-                _status_block(UNIMPLEMENTED, f"Method not found: {path.decode('latin-1')}", True),
-                True,
-            )
+            message = f"Method not found: {path.decode('latin-1')}"
+            rejected(UNIMPLEMENTED, message)
+            conn.send_headers(sid, _status_block(UNIMPLEMENTED, message, True), True)
             return
         call = _Call(self, sid, method, headers)
         self.calls[sid] = call
@@ -602,6 +601,8 @@ class GrpcProtocol(asyncio.Protocol):
         if task is not None and task is not asyncio.current_task() and not task.done():
             task.cancel()
         call._wake()
+        if status != OK:
+            rejected(status, message)
         conn = self.conn
         if conn is not None:
             if status == OK and call.head_sent:
