@@ -596,15 +596,17 @@ def test_a_path_that_is_not_utf8_leaves_grpc_serving(tmp_path: Path, frontend: s
         server.stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core/repository._poll_failure answers INTERNAL (500, "
-    "Triton's 'failed to poll from model repository', as Triton 2.51 does) "
-    "for a config override that does not parse; a client's mistake should be "
-    "400 (issue 18 item 4; "
-    "found by test_repository_names_and_override_files at FUZZ_CASES=100000)",
-)
+_BAD_OVERRIDES = [
+    ("add_sub_nobatch", "BYTES", {}),  # a model in the repository
+    ("new_model", "BYTES", {"file:1/model.onnx": b"xx"}),  # with override files
+    ("new_model", '{"timeout": [[1], 2]}', {"file:1/f": b"xx"}),
+]
+
+
 def test_a_config_override_that_does_not_parse_is_a_client_error(tmp_path: Path) -> None:
+    # Triton 2.51 answers INTERNAL (500) with "failed to poll from model repository" only;
+    # the client's mistake is 400 / INVALID_ARGUMENT here, the parse error after Triton's words
+    # (issue 18 item 4; found by test_repository_names_and_override_files at FUZZ_CASES=100000)
     server = start_raw(
         write_repo(tmp_path, python=False),
         "--model-control-mode",
@@ -613,24 +615,32 @@ def test_a_config_override_that_does_not_parse_is_a_client_error(tmp_path: Path)
         "add_sub",
         "--allow-metrics=false",
     )
-    cases = [
-        ("add_sub_nobatch", {"config": "BYTES"}),  # a model in the repository
-        ("new_model", {"config": "BYTES", "file:1/model.onnx": "eHg="}),  # with override files
-        ("new_model", {"config": '{"timeout": [[1], 2]}', "file:1/f": "eHg="}),
-    ]
     try:
         with Http(server.http_url) as client:
-            answers = [
-                client.request(
-                    "POST",
-                    f"/v2/repository/models/{name}/load",
-                    json.dumps({"parameters": params}).encode(),
-                )
-                for name, params in cases
-            ]
+            answers = []
+            for name, config, files in _BAD_OVERRIDES:
+                params: dict[str, str] = {"config": config}
+                params.update({k: base64.b64encode(v).decode() for k, v in files.items()})
+                body = json.dumps({"parameters": params}).encode()
+                answers.append(client.request("POST", f"/v2/repository/models/{name}/load", body))
             check_add_sub(
                 *client.request("POST", "/v2/models/add_sub/infer", infer_body(A, B)), A, B
             )
+        with grpc.insecure_channel(server.grpc_url) as channel:
+            calls = []
+            for name, config, files in _BAD_OVERRIDES:
+                r = service_pb2.RepositoryModelLoadRequest(model_name=name)
+                r.parameters["config"].string_param = config
+                for k, v in files.items():
+                    r.parameters[k].bytes_param = v
+                calls.append(grpc_unary(channel, "RepositoryModelLoad", r.SerializeToString()))
+        _still_serves(server)
     finally:
         server.stop()
-    assert [status for status, _ in answers] == [400] * len(cases), answers
+    assert [status for status, _ in answers] == [400] * len(answers), answers
+    assert [code for code, _, _ in calls] == [grpc.StatusCode.INVALID_ARGUMENT] * len(calls)
+    for (name, _, _), (_, text), (_, message, _) in zip(_BAD_OVERRIDES, answers, calls):
+        expected = f"failed to load '{name}', failed to poll from model repository: "
+        assert json.loads(text)["error"].startswith(expected), text
+        assert message.startswith(expected + "failed to parse model configuration JSON"), message
+        assert "/tmp" not in message and b"/tmp" not in text  # no server path

@@ -35,7 +35,7 @@ from tritonlite.contracts.errors import (
 from tritonlite.contracts.signature import Signature
 from tritonlite.contracts.timing import ExecTiming
 from tritonlite.contracts.types import InferRequest, InferResponse
-from tritonlite.core.models import ensemble_deps, names
+from tritonlite.core.models import ensemble_deps, names, split_deps
 from tritonlite.core.models import lifecycle as lc
 from tritonlite.core.models.lifecycle import VersionState
 from tritonlite.core.models.overrides import (
@@ -48,6 +48,7 @@ from tritonlite.core.observability.stats import LatencyFactory
 from tritonlite.core.runtime.ensemble import EnsembleBackend, EnsembleModel
 from tritonlite.core.runtime.health import HealthSettings
 from tritonlite.core.runtime.model import Model, ModelInstance
+from tritonlite.core.runtime.split import SplitBackend, SplitModel
 from tritonlite.core.runtime.warmup import WarmupSample, build_samples, record_runs, run_samples
 from tritonlite.core.tensors.shm import SharedMemoryManager
 from tritonlite.gpu.devices import usable_gpus
@@ -322,13 +323,15 @@ class ModelRepository:
                 log.error("failed to load '%s': %s", name, exc.message)
                 failed.append(name)
 
-        # Composing models first; ensembles then load one at a time (they build no backends,
-        # and a circular pair loading at once would wait on each other).
-        await asyncio.gather(
-            *(one(n) for n in wanted if not ensemble_deps.is_ensemble_dir(on_disk.get(n)))
-        )
+        # Composing models and variants first; ensembles and routers then load one at a time
+        # (they build no backends, and a circular pair loading at once would wait on each other).
+        def depends(n: str) -> bool:
+            path = on_disk.get(n)
+            return ensemble_deps.is_ensemble_dir(path) or split_deps.is_split_dir(path)
+
+        await asyncio.gather(*(one(n) for n in wanted if not depends(n)))
         for n in wanted:
-            if ensemble_deps.is_ensemble_dir(on_disk.get(n)):
+            if depends(n):
                 await one(n)
         if mode == "poll":
             self._poll_task = asyncio.create_task(self._poll())
@@ -421,7 +424,9 @@ class ModelRepository:
                     _policy_versions, model_dir, config_json, opts.auto_complete_config
                 )
                 if versions is None:
-                    recorded = self._poll_failure(entry, name, exc.message, first_load)
+                    recorded = self._poll_failure(
+                        entry, name, exc.message, first_load, config_json is not None
+                    )
                 elif not versions:
                     raise
                 else:
@@ -439,6 +444,8 @@ class ModelRepository:
                 )
             if ensemble_deps.is_ensemble(cfg):
                 await ensemble_deps.load_composing(self, cfg, opts.model_control_mode == "explicit")
+            elif split_deps.is_split(cfg):
+                await split_deps.load_variants(self, cfg, opts.model_control_mode == "explicit")
         except TritonliteError as exc:
             if first_load and exc is not recorded:
                 self._mark_failed(entry, exc.message.rstrip("\n"))
@@ -463,6 +470,10 @@ class ModelRepository:
                         [],
                     )
                     return
+                if split_deps.is_split(cfg):
+                    backend = split_deps.make_backend(self, cfg)
+                    built[v] = _Built(ctx, Signature.from_config(cfg, model_dir), backend, [], [])
+                    return
                 built[v] = await asyncio.to_thread(_build_version, ctx, self.health)
             except TritonliteError as exc:
                 errors[v] = exc.message
@@ -482,7 +493,11 @@ class ModelRepository:
         for v in versions:
             if v in built:
                 b = built[v]
-                cls = EnsembleModel if isinstance(b.backend, EnsembleBackend) else Model
+                cls: type[Model] = Model
+                if isinstance(b.backend, EnsembleBackend):
+                    cls = EnsembleModel
+                elif isinstance(b.backend, SplitBackend):
+                    cls = SplitModel
                 model = cls(
                     b.ctx,
                     b.signature,
@@ -526,17 +541,20 @@ class ModelRepository:
         return invalid_arg(lc.load_failed_message(name, reasons))
 
     def _poll_failure(
-        self, entry: ModelEntry, name: str, cause: str, first_load: bool
+        self, entry: ModelEntry, name: str, cause: str, first_load: bool, override: bool
     ) -> TritonliteError:
-        """A config that cannot be read or parsed: Triton tells the client only that the poll
-        failed (its log has the cause); returns the error to raise."""
+        """A config that cannot be read or parsed; returns the error to raise. Triton tells
+        the client only that the poll failed (INTERNAL; its log has the cause). A ``config``
+        override that does not parse is the client's mistake: INVALID_ARG, with the cause
+        (the override's own text, no server path) after Triton's words."""
         log.error("failed to read the configuration of '%s': %s", name, cause)
         if first_load:
             self._mark_failed(entry, cause)
             entry.poll_failed = True
-        return TritonliteError(
-            ErrorCode.INTERNAL, f"failed to load '{name}', failed to poll from model repository"
-        )
+        message = f"failed to load '{name}', failed to poll from model repository"
+        if override:
+            return invalid_arg(f"{message}: {cause}")
+        return TritonliteError(ErrorCode.INTERNAL, message)
 
     def _mark_failed(self, entry: ModelEntry, reason: str) -> None:
         # A model whose config could not be read has no known versions: key -1 keeps the
