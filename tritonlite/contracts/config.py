@@ -70,6 +70,8 @@ class AutoCompleteError(TritonliteError):
 CONFIG_FILENAME = "config.pbtxt"
 
 _PLATFORM_BACKEND = {p: b for b, (p, _) in KNOWN_BACKENDS.items() if p}
+# tritonlite's A/B router (scheduling/split.py): no model file; the repository builds it.
+_PLATFORM_BACKEND["tritonlite_split"] = "tritonlite_split"
 _FILE_BACKEND = {f: b for b, (_, f) in KNOWN_BACKENDS.items()}
 # Triton's detection order; True when the default file may also be a directory.
 _DETECT = (("model.plan", False), ("model.onnx", True), ("model.pt", False), ("model.py", True))

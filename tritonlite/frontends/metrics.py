@@ -42,6 +42,7 @@ from tritonlite.core.models import lifecycle as lc
 from tritonlite.core.observability import latency as lat
 from tritonlite.core.observability.pressure import NO_PRESSURE, MemoryPressure
 from tritonlite.core.observability.sysinfo import CpuSampler, GpuSampler, load_nvml
+from tritonlite.frontends import split_metrics
 from tritonlite.frontends.http.errors import error_response
 from tritonlite.frontends.rejects import REJECTS
 
@@ -345,6 +346,7 @@ class _Collector:
         yield from self._instance_health()
         yield from self._memory_pressure()
         yield from REJECTS.collect()
+        yield from split_metrics.collect(models)
         yield from self._system()
 
     @staticmethod

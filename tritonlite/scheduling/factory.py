@@ -8,8 +8,13 @@ from tritonlite.scheduling.direct import DirectScheduler
 
 def make_scheduler(model: InstancePool) -> Scheduler:
     """``model``: the loaded model; an ensemble's is also the ``EnsembleHost`` its scheduler
-    runs steps through."""
+    runs steps through, a router's the ``SplitHost`` it routes through."""
     cfg = model.config
+    if cfg.platform == "tritonlite_split":
+        from tritonlite.scheduling.split import SplitHost, SplitScheduler
+
+        assert isinstance(model, SplitHost)
+        return SplitScheduler(model)
     if cfg.HasField("ensemble_scheduling"):
         from tritonlite.scheduling.ensemble import EnsembleHost, EnsembleScheduler
 
