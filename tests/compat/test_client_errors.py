@@ -7,15 +7,18 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote
 
 import grpc
 import pytest
+import test_triton_messages as T
 import tritonclient.grpc as grpcclient
 from conftest import Server, start_server
 from repos import write_add_sub, write_identity
+from support.reference import ReferenceTriton, require_reference
 from tritonclient.grpc import service_pb2
 
 pytestmark = pytest.mark.timeout(90)
@@ -163,3 +166,101 @@ def test_undecodable_protobuf(server: Server, payload: bytes) -> None:
     assert "Traceback" not in (rpc.value.details() or "")
     channel.close()
     _still_serves(server)
+
+
+# -- Triton 2.51's words (issue 21): recorded from the reference, compared live where installed --
+CONTROL = "explicit model load / unload is not allowed if polling is enabled"
+NO_ID = "[request id: <id_unknown>] "
+_MESSAGE_CASES: dict[str, tuple[Callable[[str, str], tuple[Any, ...]], tuple[Any, ...]]] = {
+    # Triton answers with the polling sentence in every mode but explicit, none included
+    "load": (
+        lambda http, _: T.http_call(http, "POST", "/v2/repository/models/m/load", b"{}"),
+        (503, CONTROL),
+    ),
+    "unload": (
+        lambda http, _: T.http_call(http, "POST", "/v2/repository/models/m/unload", b"{}"),
+        (503, CONTROL),
+    ),
+    "load_unknown_model": (
+        lambda http, _: T.http_call(http, "POST", "/v2/repository/models/zz/load", b"{}"),
+        (503, CONTROL),
+    ),
+    "grpc_load": (
+        lambda _, g: T.rpc(
+            g, "RepositoryModelLoad", service_pb2.RepositoryModelLoadRequest(model_name="m")
+        ),
+        ("UNAVAILABLE", CONTROL),
+    ),
+    "grpc_unload": (
+        lambda _, g: T.rpc(
+            g, "RepositoryModelUnload", service_pb2.RepositoryModelUnloadRequest(model_name="m")
+        ),
+        ("UNAVAILABLE", CONTROL),
+    ),
+    # an empty body is a raw input of 0 bytes, with Inference-Header-Content-Length 0 or none
+    "raw_empty": (
+        lambda http, _: T.infer_raw(http, "s", b""),
+        (
+            400,
+            NO_ID + "input byte size mismatch for input 'raw_input' for model 's'. "
+            "Expected 16, got 0",
+        ),
+    ),
+    "empty_without_header": (
+        lambda http, _: T.http_call(http, "POST", "/v2/models/s/infer", b""),
+        (
+            400,
+            NO_ID + "input byte size mismatch for input 'raw_input' for model 's'. "
+            "Expected 16, got 0",
+        ),
+    ),
+    "raw_empty_variable": (lambda http, _: T.infer_raw(http, "sv", b""), (200,)),
+    "raw_empty_bytes": (lambda http, _: T.infer_raw(http, "sb", b""), (200,)),
+    "raw_empty_two_inputs": (
+        lambda http, _: T.infer_raw(http, "nb", b""),
+        (
+            400,
+            NO_ID + "Raw request must only have 1 input (found 1) to be deduced but got 2 "
+            "inputs in 'nb' model configuration",
+        ),
+    ),
+}
+_NONE_MODE = ("--model-control-mode=none",)
+
+
+@pytest.fixture(scope="module")
+def messages_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return T.write_repo(tmp_path_factory.mktemp("client_errors_messages"))
+
+
+@pytest.fixture(scope="module")
+def none_mode(messages_repo: Path) -> Iterator[Server]:
+    s = start_server(messages_repo, *_NONE_MODE, "--allow-metrics=false")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def none_mode_triton(
+    messages_repo: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ReferenceTriton]:
+    t = ReferenceTriton(
+        require_reference(),
+        messages_repo,
+        *_NONE_MODE,
+        log=tmp_path_factory.mktemp("triton_log") / "triton.log",
+    )
+    yield t
+    t.stop()
+
+
+@pytest.mark.parametrize("case", list(_MESSAGE_CASES))
+def test_messages_as_triton(none_mode: Server, case: str) -> None:
+    send, expected = _MESSAGE_CASES[case]
+    assert send(none_mode.http_url, none_mode.grpc_url) == expected
+
+
+@pytest.mark.parametrize("case", list(_MESSAGE_CASES))
+def test_messages_as_the_reference_answers(none_mode_triton: ReferenceTriton, case: str) -> None:
+    send, expected = _MESSAGE_CASES[case]
+    assert send(none_mode_triton.http_url, none_mode_triton.grpc_url) == expected

@@ -643,9 +643,8 @@ class ModelRepository:
 
 
 def control_error(mode: str) -> TritonliteError:
+    """A load or unload in a mode other than explicit: Triton 2.51's words in every such mode
+    ("none" included, though nothing polls there), compared with it by test_client_errors."""
     return TritonliteError(
-        ErrorCode.UNAVAILABLE,
-        "explicit model load / unload is not allowed if polling is enabled"
-        if mode == "poll"
-        else "explicit model load / unload is not allowed if model control mode is not EXPLICIT",
+        ErrorCode.UNAVAILABLE, "explicit model load / unload is not allowed if polling is enabled"
     )

@@ -151,7 +151,8 @@ async def infer(
             raise invalid_arg(f"invalid Inference-Header-Content-Length '{header}'") from None
     else:
         header_len = None
-    if header_len == 0 and body:
+    if header_len == 0 or (header_len is None and not body):
+        # Triton reads an empty body as a raw input of 0 bytes, not as JSON, header or not
         req = codec.raw_binary_request(name, version, body)
     else:
         req = codec.decode_infer(body, header_len, name, version)
