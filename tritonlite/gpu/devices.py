@@ -9,6 +9,7 @@ Triton's message. Counts are computed once per backend.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import importlib.util
 
@@ -23,11 +24,29 @@ def _torch_count() -> int:
     return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
 
 
+def _driver_count() -> int:
+    """Devices the CUDA driver (``libcuda``) sees, through ``cuInit`` / ``cuDeviceGetCount``.
+
+    This is what every CUDA build (torch's too) stands on, so where there is no driver or it
+    finds no device, nothing else can use a GPU either; asking it costs a library load instead
+    of importing torch (seconds of CPU at every start of a CPU-only server)."""
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return 0
+    count = ctypes.c_int(0)
+    if lib.cuInit(0) != 0 or lib.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return 0
+    return count.value
+
+
 @functools.cache
 def visible_gpus() -> int:
-    """CUDA devices visible to this process (0 without a runtime or a device)."""
+    """CUDA devices visible to this process (0 without a driver, a runtime or a device)."""
     count = cudart.device_count()
-    return count if count else _torch_count()
+    if count:
+        return count
+    return _torch_count() if _driver_count() else 0
 
 
 @functools.cache
