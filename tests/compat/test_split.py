@@ -173,7 +173,9 @@ async def _http_burst(
 
 
 def _metric(server: Server, pattern: str) -> float:
-    text = urllib.request.urlopen(f"http://{server.metrics_url}/metrics", timeout=10).read().decode()
+    text = (
+        urllib.request.urlopen(f"http://{server.metrics_url}/metrics", timeout=10).read().decode()
+    )
     m = re.search("^" + pattern + r" (\S+)$", text, re.MULTILINE)
     assert m is not None, f"{pattern} not in metrics:\n{text}"
     return float(m.group(1))
@@ -263,8 +265,9 @@ def test_sticky_keys_never_change_variant(server: Server) -> None:
     assert all(len(v) == 1 for v in per_key.values()), per_key
     on_b = sum(1 for v in per_key.values() if v == {"vb"})
     assert 3 <= on_b <= 35  # about 10% of 150 keys
-    with pytest.raises(InferenceServerException, match="'ab_key' must be a string"):
+    with pytest.raises(InferenceServerException, match="'ab_key' must be a string") as info:
         http.infer("ab", _http_input(httpclient, _x(0)), parameters={"ab_key": 7})
+    assert info.value.status() == "400"  # type: ignore[no-untyped-call]
     http.close()
     grpc.close()
 
@@ -381,6 +384,7 @@ def test_unloaded_variant_share_is_redistributed(server: Server) -> None:
     assert set(first.values()) == {"ua", "ub"}
     http.unload_model("ub")
     try:
+        assert "model 'ru' splits its traffic: 'ua' 50%, 'ub' 50%" in server.output()
         assert http.is_model_ready("ru")
         moved = {k: variant_of(k) for k in keys}
         assert set(moved.values()) == {"ua"}

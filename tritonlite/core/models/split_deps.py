@@ -20,6 +20,7 @@ The rules, as for an ensemble's composing models (ensemble_deps.py):
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,8 @@ from tritonlite.scheduling.split import SPLIT, VARIANTS_KEY, Variants, parse_var
 
 if TYPE_CHECKING:
     from tritonlite.core.models.repository import ModelRepository
+
+log = logging.getLogger("tritonlite")
 
 _PLATFORM_RE = re.compile(r'^\s*(platform|backend)\s*:\s*"tritonlite_split"', re.MULTILINE)
 _REFUSED = (
@@ -128,6 +131,14 @@ async def load_variants(repo: ModelRepository, cfg: Any, explicit: bool) -> None
                 "request with one response"
             )
         check_signature(cfg.name, sig, dep, model.signature)
+    total = variants.total
+    log.info(
+        "model '%s' splits its traffic: %s",
+        cfg.name,
+        ", ".join(
+            f"'{n}' {100 * w / total:.4g}%" for n, w in zip(variants.names, variants.weights)
+        ),
+    )
 
 
 async def _ensure_loaded(repo: ModelRepository, cfg: Any, dep: str, explicit: bool) -> None:
