@@ -9,6 +9,7 @@ and a real InferenceCore loads (or refuses) real ONNX models configured that way
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
@@ -170,3 +171,11 @@ def test_a_real_load_spins_when_asked_and_refuses_a_bad_value(tmp_path: Path) ->
             await core.stop()
 
     asyncio.run(main())
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no CPU affinity on this OS")
+def test_thread_defaults_follow_the_cpu_affinity_not_the_machine() -> None:
+    cores = len(os.sched_getaffinity(0))
+    assert ortb.available_cores() == space.available_cores() == cores
+    expected = ortb.default_intra_op_threads(cores)
+    assert ortb.session_settings(cfg()).intra_op_threads == expected

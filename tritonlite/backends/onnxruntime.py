@@ -94,6 +94,15 @@ class SessionSettings:
     device_allocator_for_initializers: bool | None = None
 
 
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity, as ``taskset`` or a cpuset sets it),
+    else the machine's."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
 def default_intra_op_threads(cores: int) -> int:
     """Intra-op threads when ``intra_op_thread_count`` is unset: every core but the event
     loop's, and at least 2 (``run_async``, how a batch leaves the loop, needs an intra-op pool)."""
@@ -126,7 +135,7 @@ def _bool_setting(cfg: Any, key: str) -> bool | None:
 def session_settings(cfg: Any, cores: int | None = None) -> SessionSettings:
     """The session settings ``cfg``'s parameters ask for; INVALID_ARG (the load fails) for a
     value that does not parse, in the words of Triton's backend with the parameter named."""
-    cores = cores if cores is not None else (os.cpu_count() or 1)
+    cores = cores if cores is not None else available_cores()
     intra = _int_setting(cfg, INTRA_OP_THREADS)
     inter = _int_setting(cfg, INTER_OP_THREADS)
     mode = _int_setting(cfg, EXECUTION_MODE)
@@ -297,6 +306,7 @@ class OnnxRuntimeInstance:
         self._bf16 = bool(self._bf16_outputs) or any(t.data_type == bf16 for t in cfg.input)
         self._model = ctx.name
         self._staging = StagingPool()
+        self._ragged = batch_io.RaggedIO.for_config(cfg)  # None: no ragged or batch IO
         self._idle = threading.Event()  # no run started by ``start`` is going
         self._idle.set()
         # No string tensor on either side: inputs go to ORT and outputs come back as they are.
@@ -377,6 +387,9 @@ class OnnxRuntimeInstance:
         """Fill ``feed`` with the run's inputs: one request's arrays as they are, or each input
         of a batch (requests share non-batch shapes by construction) gathered along dim 0 into
         a reused staging buffer, whose lease goes on ``leases``."""
+        if self._ragged is not None:
+            self._ragged.feed(requests, feed, self._staging, leases, _to_ort_input)
+            return
         if len(requests) == 1:
             plain = self._plain
             for inp in requests[0].inputs:
@@ -398,6 +411,8 @@ class OnnxRuntimeInstance:
             produced = dict(zip(self._outputs, values))
         else:
             produced = {n: _from_ort_output(v) for n, v in zip(self._outputs, values)}
+        if self._ragged is not None:
+            return self._ragged.per_request(produced, requests)  # type: ignore[return-value]
         return batch_io.per_request(produced, requests)  # type: ignore[return-value]
 
     def _run(self, feed: dict[str, Any]) -> list[Any]:

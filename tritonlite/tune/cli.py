@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import shlex
 import sys
 from pathlib import Path
@@ -213,7 +212,7 @@ def run(ns: argparse.Namespace, settings: Settings, shapes: dict[str, Any], argv
         ctx = space.Context(
             max_batch_size=server_cfg.max_batch_size,
             ort=space.is_ort(server_cfg),
-            cores=os.cpu_count() or 1,
+            cores=space.available_cores(),
             devices=_devices(server_cfg),
             max_concurrency=settings.concurrency[1],
             repeats=ns.input_pool > 0,

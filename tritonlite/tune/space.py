@@ -13,6 +13,7 @@ early once values keep getting worse (``Ladder``). Nothing here measures or talk
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -182,6 +183,15 @@ class Context:
 
 def is_ort(cfg: Any) -> bool:
     return cfg.platform in ORT_PLATFORMS or cfg.backend in ORT_BACKENDS
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity), else the machine's: what the
+    server tune starts gets too, and what tritonlite's ORT backend sizes its threads by."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
 
 
 def max_instances(ctx: Context) -> int:
