@@ -185,6 +185,9 @@ def check_config(cfg: Any, io: ModelIO) -> None:
     inputs = {t.name: t for t in io.overridable}
     inputs.update((t.name, t) for t in io.inputs)
     outputs = {t.name: t for t in io.outputs}
+    _check_batch_inputs(cfg, inputs)
+    # A batch output is cut per request by its source input's shape: its dims need not match.
+    scattered = {t for bo in cfg.batch_output for t in bo.target_name}
     for kind, configured, known in (("input", cfg.input, inputs), ("output", cfg.output, outputs)):
         for entry in configured:
             tensor = known.get(entry.name)
@@ -210,8 +213,36 @@ def check_config(cfg: Any, io: ModelIO) -> None:
                         f"provides {_shape(tensor.dims)}"
                     )
                 continue
+            if kind == "output" and entry.name in scattered:
+                continue
             dims = list(entry.reshape.shape) if entry.HasField("reshape") else list(entry.dims)
             _check_dims(name, tensor, dims, mbs)
+
+
+def _check_batch_inputs(cfg: Any, inputs: dict[str, TensorSpec]) -> None:
+    """Each batch input target must be a model input that requests do not feed, of the batch
+    input's data type (Triton only finds these out when a request runs)."""
+    declared = {i.name for i in cfg.input}
+    for bi in cfg.batch_input:
+        value = pb.DataType.values_by_number.get(bi.data_type)
+        data_type = value.name if value is not None else str(bi.data_type)
+        for target in bi.target_name:
+            if target in declared:
+                raise invalid_arg(
+                    f"unable to load model '{cfg.name}', batch input target '{target}' is "
+                    "also a model configuration input"
+                )
+            tensor = inputs.get(target)
+            if tensor is None:
+                raise invalid_arg(
+                    f"unable to load model '{cfg.name}', batch input target '{target}' is not "
+                    f"an input of the model, which has: {', '.join(sorted(inputs))}"
+                )
+            if tensor.data_type != data_type:
+                raise invalid_arg(
+                    f"unable to load model '{cfg.name}', configuration expects datatype "
+                    f"{data_type} for batch input '{target}', model provides {tensor.data_type}"
+                )
 
 
 def _type_number(data_type: str) -> int:

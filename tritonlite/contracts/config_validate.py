@@ -125,11 +125,16 @@ def _validate_io_config(cfg: ModelConfig) -> None:
             seen.add(io.name)
     inputs = {io.name for io in cfg.input}
     outputs = {io.name for io in cfg.output}
+    in_kinds = pb.BatchInput.DESCRIPTOR.enum_types_by_name["Kind"].values_by_number
+    out_kinds = pb.BatchOutput.DESCRIPTOR.enum_types_by_name["Kind"].values_by_number
     for bi in cfg.batch_input:
+        # An unknown number has no name: Triton's Kind_Name gives "" for it.
+        kind_name = in_kinds[bi.kind].name if bi.kind in in_kinds else ""
+        if not kind_name:
+            raise invalid_arg(f"unknown batch input kind '{kind_name}'{suffix}")
         if len(bi.source_input) != 1:
-            kind = pb.BatchInput.DESCRIPTOR.enum_types_by_name["Kind"].values_by_number
             raise invalid_arg(
-                f"batch input kind '{kind[bi.kind].name}' expects 1 source input, got "
+                f"batch input kind '{kind_name}' expects 1 source input, got "
                 f"{len(bi.source_input)}{suffix}"
             )
         if bi.data_type not in (type_number("TYPE_INT32"), type_number("TYPE_FP32")):
@@ -138,9 +143,12 @@ def _validate_io_config(cfg: ModelConfig) -> None:
             if src not in inputs:
                 raise invalid_arg(f"unknown source input name '{src}'{suffix}")
     for bo in cfg.batch_output:
+        kind_name = out_kinds[bo.kind].name if bo.kind in out_kinds else ""
+        if not kind_name:
+            raise invalid_arg(f"unknown batch output kind '{kind_name}'{suffix}")
         if len(bo.source_input) != 1:
             raise invalid_arg(
-                "batch output kind 'BATCH_SCATTER_WITH_INPUT_SHAPE' expects 1 source input, "
+                f"batch output kind '{kind_name}' expects 1 source input, "
                 f"got {len(bo.source_input)}{suffix}"
             )
         for src in bo.source_input:
@@ -151,7 +159,9 @@ def _validate_io_config(cfg: ModelConfig) -> None:
             if target not in outputs:
                 raise invalid_arg(f"unknown target output name '{target}'{suffix}")
             if target in targets:
-                raise invalid_arg(f"target output name '{target}' can only be specified once")
+                raise invalid_arg(
+                    f"target output name '{target}' can only be specified once{suffix}"
+                )
             targets.add(target)
 
 
