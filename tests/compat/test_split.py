@@ -108,6 +108,8 @@ def build_repo(repo: Path) -> Path:
         py + IO.replace("[4]", "[8]"),
         VARIANT_MODEL.format(offset=0),
     )
+    decoupled = "model_transaction_policy { decoupled: true }\n"
+    _write(repo, "dec", py + decoupled + IO, VARIANT_MODEL.format(offset=0))
     _write(repo, "ab", _router("va:90,vb:10"))
     _write(repo, "live", _router("va:50,vb:50"))
     _write(repo, "ru", _router("ua:50,ub:50"))
@@ -426,6 +428,8 @@ BAD_CONFIGS = [
     (_router_json("nowhere:1"), "variant 'nowhere' is not in the model repository"),
     (_router_json("va:1,broken:1"), "variant 'broken' failed to load:.*never loads"),
     (_router_json("inner:1"), "variant 'inner' is itself a tritonlite_split model"),
+    (_router_json("va:1,dec:1"), "variant 'dec' is decoupled"),
+    (_router_json("../va:1"), "variant name '../va' is not a model name: must not contain '/'"),
     (_router_json("wide:1"), "input 'IN' has dims \\[4\\] but \\[8\\] in variant 'wide'"),
     (
         _router_json("va:1", input=[{"name": "IN", "data_type": "TYPE_INT32", "dims": [4]}]),
