@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
 import tritonlite
@@ -113,6 +113,23 @@ def _instances_ready(model: Any) -> bool:
     return True
 
 
+class _StepAdmission:
+    """How ensembles admit their steps (handed to the repository as its ``step_infer``): a
+    call runs one composing request as ``InferenceCore.step_infer``; ``stream`` runs one of a
+    decoupled composing model as ``infer_stream`` (core/runtime/ensemble.py)."""
+
+    __slots__ = ("_core",)
+
+    def __init__(self, core: InferenceCore) -> None:
+        self._core = core
+
+    def __call__(self, request: InferRequest) -> Awaitable[InferResponse]:
+        return self._core.step_infer(request)
+
+    def stream(self, request: InferRequest) -> AsyncGenerator[StreamResponse, None]:
+        return self._core.infer_stream(request)
+
+
 class InferenceCore:
     def __init__(
         self,
@@ -165,7 +182,7 @@ class InferenceCore:
             mc.histogram_buckets_us if options.allow_metrics and mc.histogram_latencies else None,
             self.pressure,
         )
-        self.repository = ModelRepository(options, self.shm, self.step_infer, recorder)
+        self.repository = ModelRepository(options, self.shm, _StepAdmission(self), recorder)
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> list[str]:

@@ -17,6 +17,13 @@
 * the first step error fails the request as ``in ensemble '<name>', <step's message>`` with
   the step's code; outputs that no step can produce end it with Triton's "unexpected deadlock".
 
+An ensemble with a decoupled composing model is decoupled itself (``EnsembleGraph.decoupled``,
+set at load): a decoupled step answers 0..N times, each answer runs the steps after it on its
+own, and the ensemble sends a response for each set of outputs that completes, through the
+request's ``responder`` (the core's stream), then its final flag once no step is running
+(``_StreamRun`` says how, as Triton's iteration-counted tensors do it). Decoupled steps run
+through ``EnsembleHost.step_stream``, the others through ``step_infer`` as above.
+
 The ensemble's own ``response_cache`` caches its final response in the core, keyed by the
 ensemble's inputs.
 
@@ -25,7 +32,8 @@ signatures, building the final response, the ensemble's statistics) the core han
 ``EnsembleHost`` (the loaded ``EnsembleModel``, core/ensemble.py).
 
 Statistics: each step is counted by its composing model; the ensemble counts each request
-once with compute durations that are the sums of its steps' (Triton's ensemble statistics).
+once, when it ends (a decoupled one: after its final flag), with compute durations that are the
+sums of its steps' (Triton's ensemble statistics).
 Ownership: the scheduler owns a request from ``enqueue`` until its future resolves.
 """
 
@@ -33,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -48,7 +57,13 @@ from tritonlite.contracts.errors import (
 )
 from tritonlite.contracts.signature import Signature
 from tritonlite.contracts.timing import ExecTiming
-from tritonlite.contracts.types import InferInput, InferRequest, InferResponse, RequestedOutput
+from tritonlite.contracts.types import (
+    InferInput,
+    InferRequest,
+    InferResponse,
+    RequestedOutput,
+    Responder,
+)
 
 
 class EnsembleStats(Protocol):
@@ -59,6 +74,18 @@ class EnsembleStats(Protocol):
     def record_success(
         self, total_ns: int, queue_ns: int, timing: ExecTiming | None, batch_size: int
     ) -> None: ...
+
+
+class StepItem(Protocol):
+    """One answer of a decoupled step (the core's ``StreamResponse``): a response or an error,
+    or neither on a flags-only final."""
+
+    @property
+    def response(self) -> InferResponse | None: ...
+    @property
+    def error(self) -> TritonliteError | None: ...
+    @property
+    def final(self) -> bool: ...
 
 
 @runtime_checkable
@@ -75,6 +102,11 @@ class EnsembleHost(Protocol):
 
     async def step_infer(self, request: InferRequest) -> InferResponse:
         """Admit one composing request the way the core admits a client's."""
+        ...
+
+    def step_stream(self, request: InferRequest) -> AsyncIterator[StepItem]:
+        """Run one composing request of a decoupled model: its answers as sent, the last one
+        final; errors come as items, never raised."""
         ...
 
     def composing_signature(self, name: str, version: int) -> Signature:
@@ -131,6 +163,9 @@ class EnsembleGraph:
             for o in cfg.output
         }
         self.composing: list[str] = sorted({s.model_name for s in self.steps})
+        # Set at load when a step's model is decoupled (ensemble_deps): the ensemble then
+        # answers each request with 0..N responses over the streaming API.
+        self.decoupled = bool(cfg.model_transaction_policy.decoupled)
         # Optional ensemble inputs a request may leave out: the steps that read one run
         # without it (Triton marks such a tensor ready with no data).
         self.optional_inputs: tuple[str, ...] = tuple(
@@ -210,9 +245,7 @@ class _Run:
 
     async def run(self) -> InferResponse:
         graph, req = self.graph, self.req
-        wanted = (
-            [o.name for o in req.outputs] if req.outputs is not None else list(graph.output_dims)
-        )
+        wanted = self.wanted()
         pending = graph.needed_steps(wanted)
         running: dict[asyncio.Future[InferResponse], Step] = {}
         try:
@@ -220,7 +253,7 @@ class _Run:
                 for step in [s for s in pending if self._ready(s)]:
                     pending.remove(step)
                     try:
-                        step_req = self._request(step)
+                        step_req = self._request(step, self.tensors)
                     except TritonliteError as exc:
                         raise self._step_error(exc) from None
                     running[asyncio.ensure_future(self.sched.model.step_infer(step_req))] = step
@@ -247,13 +280,14 @@ class _Run:
     def _ready(self, step: Step) -> bool:
         return all(t in self.tensors for _, t in step.inputs)
 
-    def _request(self, step: Step) -> InferRequest:
+    def _request(self, step: Step, tensors: Mapping[str, Tensor | None]) -> InferRequest:
+        """The composing request of ``step`` over ``tensors`` (ensemble tensor -> value)."""
         req = self.req
         signature = self.sched.model.composing_signature(step.model_name, step.model_version)
         allow_batching = signature.max_batch_size > 0
         inputs: list[InferInput] = []
         for name, tensor_name in step.inputs:
-            t = self.tensors[tensor_name]
+            t = tensors[tensor_name]
             if t is None:  # an optional tensor nobody gave or produced: left out, as in Triton
                 continue
             spec = signature.inputs.get(name)
@@ -278,17 +312,26 @@ class _Run:
         )
 
     def _consume(self, step: Step, resp: InferResponse) -> None:
+        self.tensors.update(self._produced(step, resp))
+
+    def _produced(self, step: Step, resp: InferResponse) -> list[tuple[str, Tensor | None]]:
+        """The ensemble tensors a step's response sets: None for an output it left out (an
+        optional input downstream, as in Triton)."""
         signature = self.sched.model.composing_signature(step.model_name, step.model_version)
         batch = 0
         if signature.max_batch_size > 0:
             batch = next((int(o.shape[0]) for o in resp.outputs if o.shape), 1)
         produced = {o.name: o for o in resp.outputs}
+        out: list[tuple[str, Tensor | None]] = []
         for name, tensor_name in step.outputs:
-            out = produced.get(name)
-            if out is None or out.data is None:
-                self.tensors[tensor_name] = None
-            else:
-                self.tensors[tensor_name] = Tensor(out.datatype, out.data, batch)
+            o = produced.get(name)
+            out.append(
+                (
+                    tensor_name,
+                    None if o is None or o.data is None else Tensor(o.datatype, o.data, batch),
+                )
+            )
+        return out
 
     def _step_error(self, exc: BaseException) -> TritonliteError:
         name = self.graph.name
@@ -297,6 +340,10 @@ class _Run:
         return internal(f"in ensemble '{name}', {type(exc).__name__}: {exc}")
 
     def _response(self, wanted: list[str]) -> InferResponse:
+        return self.sched.model.respond(self.req, self._outputs(wanted, self.tensors))
+
+    def _outputs(self, wanted: list[str], tensors: Mapping[str, Tensor | None]) -> ModelOutputs:
+        """The ensemble's outputs from ``tensors`` (ensemble tensor -> value)."""
         graph, req = self.graph, self.req
         batching = req.batch_size != 0 and graph.batching
         # Triton's ensemble responses carry the sequence parameters of the tensors' steps.
@@ -307,14 +354,156 @@ class _Run:
         }
         produced = ModelOutputs(partial=True, parameters=params)
         for name in wanted:
-            t = self.tensors.get(name)
+            t = tensors.get(name)
             if t is None:  # "Composing models did not output tensor": left out, as in Triton
                 continue
             shape = reshape_dims(
                 graph.output_dims[name], batching, t.batch_size, tuple(t.data.shape)
             )
             produced[name] = t.data if shape == t.data.shape else t.data.reshape(shape)
-        return self.sched.model.respond(req, produced)
+        return produced
+
+    def wanted(self) -> list[str]:
+        """The outputs the request asked for (all of the ensemble's when it named none)."""
+        req = self.req
+        if req.outputs is not None:
+            return [o.name for o in req.outputs]
+        return list(self.graph.output_dims)
+
+
+_Event = tuple[Step, InferResponse | None, BaseException | None, bool]
+
+
+class _StreamRun(_Run):
+    """One request of a decoupled ensemble (a step's model is decoupled), as Triton runs it.
+
+    Each answer of a step sets its output tensors once more: an ensemble tensor holds its
+    values by *iteration* (its n-th value is iteration n; the request's inputs are iteration
+    0). A step runs once for each iteration at which every tensor it reads has a value, so the
+    steps after a decoupled one run once per response it sends; the ensemble answers once for
+    each iteration at which every requested output has a value. A value is dropped once every
+    step that reads it, and the response when it is an output, has taken it.
+
+    The response sent when no step is running any more is the final one. When the last step
+    ends with a flags-only final instead, the ensemble ends with a flags-only final too, also
+    when it never answered: a decoupled model may answer 0 times, so Triton reports no
+    "unexpected deadlock" here. The first error (a step's error response, a failed execution
+    or admission) is the request's last answer: the steps still running are cancelled and
+    nothing else is sent (Triton 2.51 sends nothing after it either).
+    """
+
+    def __init__(self, sched: EnsembleScheduler, req: InferRequest, responder: Responder) -> None:
+        super().__init__(sched, req)
+        self.responder = responder
+        self.want = self.wanted()
+        self.readers: dict[str, list[Step]] = {}
+        for step in self.graph.needed_steps(self.want):
+            for tensor in dict.fromkeys(t for _, t in step.inputs):
+                self.readers.setdefault(tensor, []).append(step)
+        self.values: dict[str, dict[int, Tensor | None]] = {}
+        self.counts: dict[str, int] = {}  # tensor -> its next iteration
+        self.refs: dict[tuple[str, int], int] = {}  # (tensor, iteration) -> readers left
+        self.events: asyncio.Queue[_Event] = asyncio.Queue()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.running = 0  # step requests whose final answer has not come
+        self.ended = False  # the final response went out
+
+    async def run_stream(self) -> None:
+        try:
+            self._advance([self._add(n, t) for n, t in self.tensors.items()])
+            while self.running:
+                step, resp, err, final = await self.events.get()
+                if final:
+                    self.running -= 1
+                if err is not None:
+                    raise self._step_error(err)
+                produced = self._produced(step, resp) if resp is not None else []
+                self._advance([self._add(n, t) for n, t in produced])
+            if not self.ended:
+                self.responder.send(None, True)
+        finally:
+            for task in list(self.tasks):  # answers nobody will read: stop asking
+                task.cancel()
+
+    def _add(self, name: str, value: Tensor | None) -> tuple[str, int]:
+        it = self.counts.get(name, 0)
+        self.counts[name] = it + 1
+        refs = len(self.readers.get(name, ())) + (name in self.want)
+        if refs:
+            self.values.setdefault(name, {})[it] = value
+            self.refs[(name, it)] = refs
+        return name, it
+
+    def _has(self, name: str, it: int) -> bool:
+        values = self.values.get(name)
+        return values is not None and it in values
+
+    def _take(self, name: str, it: int) -> Tensor | None:
+        """A reader takes the value; the last one drops it."""
+        value = self.values[name][it]
+        left = self.refs[(name, it)] - 1
+        if left:
+            self.refs[(name, it)] = left
+        else:
+            del self.refs[(name, it)]
+            del self.values[name][it]
+        return value
+
+    def _advance(self, updated: list[tuple[str, int]]) -> None:
+        """Start the steps the ``updated`` values complete, then send the responses they
+        complete; the last one is final when no step is left running."""
+        launch: dict[tuple[int, int], Step] = {}
+        for name, it in updated:
+            for step in self.readers.get(name, ()):
+                key = (step.index, it)
+                if key not in launch and all(self._has(t, it) for _, t in step.inputs):
+                    launch[key] = step
+        for key in sorted(launch):
+            self._launch(launch[key], key[1])
+        ready = sorted(
+            {
+                it
+                for name, it in updated
+                if name in self.want and all(self._has(o, it) for o in self.want)
+            }
+        )
+        for n, it in enumerate(ready):
+            tensors = {o: self._take(o, it) for o in dict.fromkeys(self.want)}
+            final = self.running == 0 and n == len(ready) - 1
+            self.responder.send(self._outputs(self.want, tensors), final)
+            self.ended = final
+
+    def _launch(self, step: Step, it: int) -> None:
+        tensors = {t: self._take(t, it) for t in dict.fromkeys(t for _, t in step.inputs)}
+        try:
+            request = self._request(step, tensors)
+            signature = self.sched.model.composing_signature(step.model_name, step.model_version)
+        except TritonliteError as exc:
+            raise self._step_error(exc) from None
+        self.running += 1
+        task = asyncio.get_running_loop().create_task(
+            self._drive(step, request, signature.decoupled)
+        )
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _drive(self, step: Step, request: InferRequest, decoupled: bool) -> None:
+        """Run one step request; each of its answers becomes an event for ``run_stream``."""
+        put = self.events.put_nowait
+        try:
+            if not decoupled:
+                put((step, await self.sched.model.step_infer(request), None, True))
+                return
+            final = False
+            async for item in self.sched.model.step_stream(request):
+                final = item.final
+                put((step, item.response, item.error, final))
+                if final:
+                    return
+            if not final:  # the stream ended without its final answer
+                put((step, None, internal(f"model '{step.model_name}' sent no final"), True))
+        except Exception as exc:
+            put((step, None, exc, True))
 
 
 def _discard(fut: asyncio.Future[Any]) -> None:
@@ -345,6 +534,9 @@ class EnsembleScheduler:
         return fut
 
     async def _run(self, request: InferRequest, fut: asyncio.Future[InferResponse]) -> None:
+        if self.graph.decoupled:
+            await self._run_stream(request, fut)
+            return
         run = _Run(self, request)
         stats = self.model.stats
         started = time.monotonic_ns()
@@ -375,6 +567,50 @@ class EnsembleScheduler:
             self._inflight -= 1
             if self._inflight == 0:
                 self._idle.set()
+
+    async def _run_stream(self, request: InferRequest, fut: asyncio.Future[InferResponse]) -> None:
+        """A decoupled ensemble's request: its responses go to ``request.responder`` (set by
+        the core's ``infer_stream``, the only way in: ``infer`` refuses decoupled models);
+        ``fut`` only says when it is over. Counted once, when it ends, as Triton counts it."""
+        stats = self.model.stats
+        started = time.monotonic_ns()
+        error: TritonliteError | None = None
+        try:
+            responder = request.responder
+            if responder is None:
+                raise internal(f"ensemble '{self.model.name}' is decoupled: it streams only")
+            run = _StreamRun(self, request, responder)
+            try:
+                await run.run_stream()
+            except TritonliteError as exc:
+                error = exc
+            except Exception as exc:
+                error = run._step_error(exc)
+            if error is not None:
+                responder.send(error, True)
+        except asyncio.CancelledError:  # the client went away
+            stats.record_failure(time.monotonic_ns() - request.arrival_ns, "CANCELED")
+            raise
+        except TritonliteError as exc:
+            error = exc
+            if not fut.done():
+                fut.set_exception(exc)
+        finally:
+            self._inflight -= 1
+            if self._inflight == 0:
+                self._idle.set()
+        now = time.monotonic_ns()
+        if error is not None:
+            stats.record_failure(now - request.arrival_ns, "OTHER")
+        else:
+            timing = run.timing.as_exec()
+            size = max(1, request.batch_size)
+            stats.record_execution(size, timing)
+            stats.record_success(
+                now - request.arrival_ns, started - request.arrival_ns, timing, size
+            )
+        if not fut.done():
+            fut.set_result(InferResponse(request.model_name, "", request.id))
 
     def instance_free(self) -> None:
         """Ensembles have no instances of their own."""

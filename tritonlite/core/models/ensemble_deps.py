@@ -9,8 +9,8 @@ Triton's dependency rules, as the repository applies them:
   with Triton's message while every other model stays as it is; so does a circular chain of
   ensembles, a required version that is not loaded, or a config that does not fit its steps'
   models (``ensemble_config.validate_composing``);
-* a decoupled composing model fails the ensemble with UNSUPPORTED (decoupled steps are not
-  implemented);
+* an ensemble with a decoupled composing model is decoupled itself (Triton sets its
+  ``model_transaction_policy { decoupled: true }``): it answers over the streaming API only;
 * unloading an ensemble with ``unload_dependents`` also unloads the composing models that were
   loaded only for an ensemble and that no other loaded ensemble uses.
 """
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from tritonlite.contracts.config import CONFIG_FILENAME
 from tritonlite.contracts.config_validate import ENSEMBLE
-from tritonlite.contracts.errors import TritonliteError, invalid_arg, unsupported
+from tritonlite.contracts.errors import TritonliteError, invalid_arg
 from tritonlite.core.models import lifecycle as lc
 from tritonlite.core.models.ensemble_config import validate_composing
 
@@ -102,6 +102,7 @@ async def load_composing(repo: ModelRepository, cfg: Any, explicit: bool) -> Non
     finally:
         _chain.reset(token)
     configs: dict[str, Any] = {}
+    decoupled = False
     for step in cfg.ensemble_scheduling.step:
         dep = step.model_name
         ready = _ready_versions(repo, dep)
@@ -111,16 +112,13 @@ async def load_composing(repo: ModelRepository, cfg: Any, explicit: bool) -> Non
                 f"{step.model_version} is not loaded."
             )
         model = repo.get(dep, int(step.model_version))
-        if model.signature.decoupled:
-            raise unsupported(
-                f"ensemble '{name}' step model '{dep}' is decoupled (model_transaction_policy "
-                "{ decoupled: true }): ensembles with decoupled composing models are not "
-                "supported"
-            )
+        decoupled = decoupled or model.signature.decoupled
         configs[dep] = model.config
     validate_composing(cfg, configs)
     # Triton sets this on every valid ensemble (decoupled when a step is); its config shows it.
     cfg.model_transaction_policy.SetInParent()
+    if decoupled:
+        cfg.model_transaction_policy.decoupled = True
 
 
 async def _ensure_loaded(repo: ModelRepository, name: str, dep: str, explicit: bool) -> None:

@@ -1,21 +1,26 @@
 """The ensemble as the core loads it: ``EnsembleBackend`` (its graph, no instances) and
 ``EnsembleModel``, the loaded version, which is also its scheduler's ``EnsembleHost``
 (scheduling/ensemble.py runs the step graph).
+
+A step of a decoupled composing model runs as the core's ``infer_stream`` runs a client's
+request (``EnsembleModel.step_stream``); the repository's ``step_infer`` is the core's step
+admission, which offers that as its ``stream``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Protocol, runtime_checkable
 
 from tritonlite.backends.base import ModelOutputs
-from tritonlite.contracts.errors import TritonliteError, internal
+from tritonlite.contracts.errors import TritonliteError, internal, unsupported
 from tritonlite.contracts.signature import Signature
 from tritonlite.contracts.types import InferRequest, InferResponse
+from tritonlite.core.observability.stats import ModelStats
 from tritonlite.core.runtime.model import Model
 from tritonlite.core.tensors.outputs import build_response
-from tritonlite.scheduling.ensemble import EnsembleGraph, EnsembleScheduler
+from tritonlite.scheduling.ensemble import EnsembleGraph, EnsembleScheduler, StepItem
 
 
 class ComposingModels(Protocol):
@@ -24,6 +29,23 @@ class ComposingModels(Protocol):
     step_infer: Callable[[InferRequest], Awaitable[InferResponse]]
 
     def get(self, name: str, version: int = -1) -> Model: ...
+
+
+@runtime_checkable
+class StepStreams(Protocol):
+    """A step admission that also runs decoupled composing requests (the core's)."""
+
+    def stream(self, request: InferRequest) -> AsyncIterator[StepItem]: ...
+
+
+class _EnsembleStats(ModelStats):
+    """An ensemble's statistics: no per-response entries (Triton's ensembles report none, even
+    when decoupled; each composing model reports its own)."""
+
+    __slots__ = ()
+
+    def record_response(self, index: int, outcome: str, infer_ns: int, output_ns: int) -> None:
+        return None
 
 
 class EnsembleBackend:
@@ -44,6 +66,10 @@ class EnsembleModel(Model):
     """A loaded ensemble version: no instances; ready while every composing model is. Its
     scheduler's ``EnsembleHost``: steps are admitted by the core's one admission path."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.stats = _EnsembleStats(self.stats.latency)
+
     @property
     def graph(self) -> EnsembleGraph:
         backend = self.backend
@@ -58,6 +84,12 @@ class EnsembleModel(Model):
 
     async def step_infer(self, request: InferRequest) -> InferResponse:
         return await self._repository.step_infer(request)
+
+    def step_stream(self, request: InferRequest) -> AsyncIterator[StepItem]:
+        admit = self._repository.step_infer
+        if not isinstance(admit, StepStreams):  # a repository built without the core
+            raise unsupported(f"ensemble '{self.name}' cannot run decoupled steps here")
+        return admit.stream(request)
 
     def composing_signature(self, name: str, version: int) -> Signature:
         return self._repository.get(name, version).signature
