@@ -37,7 +37,7 @@ import random
 import time
 from bisect import bisect_right
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from tritonlite.contracts.errors import (
@@ -65,26 +65,33 @@ class Variants:
 
     names: tuple[str, ...]
     weights: tuple[int, ...]
+    cumulative: tuple[int, ...] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cumulative", _running(self.weights))
 
     @property
     def total(self) -> int:
-        return sum(self.weights)
+        return self.cumulative[-1] if self.cumulative else 0
 
     def pick(self, point: int, ready: Callable[[str], bool] | None = None) -> str | None:
         """The variant whose share holds ``point`` (0 <= point < total), among the ready ones
         when ``ready`` is given; None when none is."""
-        names, weights = self.names, self.weights
-        if ready is not None:
-            keep = [i for i, n in enumerate(names) if ready(n)]
-            if not keep:
-                return None
-            names = tuple(names[i] for i in keep)
-            weights = tuple(weights[i] for i in keep)
-        running, cum = 0, []
-        for w in weights:
-            running += w
-            cum.append(running)
-        return names[bisect_right(cum, point % running)]
+        if ready is None:
+            return self.names[bisect_right(self.cumulative, point)]
+        keep = [i for i, n in enumerate(self.names) if ready(n)]
+        if not keep:
+            return None
+        cum = _running(tuple(self.weights[i] for i in keep))
+        return self.names[keep[bisect_right(cum, point % cum[-1])]]
+
+
+def _running(weights: tuple[int, ...]) -> tuple[int, ...]:
+    out, total = [], 0
+    for w in weights:
+        total += w
+        out.append(total)
+    return tuple(out)
 
 
 def parse_variants(model: str, text: str) -> Variants:
@@ -199,9 +206,9 @@ class SplitScheduler:
         """The variant for a request with ``key`` (None: at random); None when none is ready."""
         variants, host = self.variants, self.model
         total = variants.total
+        second = -1
         if key is None:
-            first = self._random.randrange(total)
-            second = self._random.getrandbits(64)
+            first = int(self._random.random() * total)  # random() < 1: first < total
         else:
             h1, second = key_points(key)
             first = _scaled(h1, total)
@@ -209,6 +216,8 @@ class SplitScheduler:
         assert chosen is not None
         if host.variant_ready(chosen):
             return chosen
+        if second < 0:
+            second = self._random.getrandbits(64)
         ready = [n for n in variants.names if n != chosen and host.variant_ready(n)]
         self._warn(chosen, ready)
         if not ready:
