@@ -289,6 +289,7 @@ def test_statistics_show_the_router_like_an_ensemble(server: Server) -> None:
     assert [m["name"] for m in only] == ["ab"]
     config = client.get_model_config("ab")
     assert config["platform"] == "tritonlite_split"
+    assert not config.get("instance_group") and "optimization" not in config
     assert client.get_model_metadata("ab")["platform"] == "tritonlite_split"
     client.close()
 
@@ -442,6 +443,7 @@ BAD_CONFIGS = [
     (_router_json("va:1", max_batch_size=16), "allows max_batch_size 16 but variant 'va' only 8"),
     (_router_json("va:1", max_batch_size=0), "both must batch or neither"),
     (_router_json("va:1", dynamic_batching={}), "cannot set dynamic_batching"),
+    (_router_json("va:1", instance_group=[{"count": 2}]), "cannot set instance_group"),
     (_router_json("va:1", response_cache={"enable": True}), "cannot enable response_cache"),
     (
         json.dumps(

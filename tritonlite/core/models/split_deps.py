@@ -13,8 +13,8 @@ The rules, as for an ensemble's composing models (ensemble_deps.py):
   input, each router output exists in the variant likewise, and both batch (the router's
   max_batch_size at most the variant's) or neither does;
 * a router has no batcher, cache, warm-up or instances of its own: ``dynamic_batching``,
-  ``sequence_batching``, ``response_cache``, ``model_warmup`` and ``decoupled`` are refused
-  (set them on the variants);
+  ``sequence_batching``, ``response_cache``, ``model_warmup``, ``decoupled``, an
+  ``instance_group`` and ``optimization`` are refused (set them on the variants);
 * unloading a variant leaves the router loaded: its share goes to the ready variants.
 """
 
@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tritonlite.contracts.config import CONFIG_FILENAME
+from tritonlite.contracts.config_validate import KIND_CPU
 from tritonlite.contracts.errors import TritonliteError, invalid_arg, unsupported
 from tritonlite.contracts.signature import Signature, TensorSpec
 from tritonlite.core.models.names import component_problem
@@ -89,7 +90,31 @@ def router_variants(cfg: Any) -> Variants:
         raise invalid_arg(f"{where} cannot set model_warmup: set it on its variants")
     if cfg.model_transaction_policy.decoupled:
         raise unsupported(f"{where} cannot be decoupled")
+    _drop_instance_defaults(cfg, where)
     return variants
+
+
+def _drop_instance_defaults(cfg: Any, where: str) -> None:
+    """A router has no instances: the instance group and pinned-memory settings that config
+    normalization gives every model are removed (so ``/config`` shows none, as for an
+    ensemble); any other instance group or optimization is refused."""
+    groups = list(cfg.instance_group)
+    added = (
+        len(groups) == 1
+        and groups[0].name == cfg.name
+        and groups[0].count == 1
+        and groups[0].kind == KIND_CPU
+        and not groups[0].gpus
+    )
+    if groups and not added:
+        raise invalid_arg(f"{where} cannot set instance_group: a router has no instances")
+    default = type(cfg.optimization)()
+    default.input_pinned_memory.enable = True
+    default.output_pinned_memory.enable = True
+    if cfg.HasField("optimization") and cfg.optimization != default:
+        raise invalid_arg(f"{where} cannot set optimization: set it on its variants")
+    cfg.ClearField("instance_group")
+    cfg.ClearField("optimization")
 
 
 def _ready(repo: ModelRepository, name: str) -> bool:
