@@ -276,15 +276,27 @@ def test_sticky_keys_never_change_variant(server: Server) -> None:
 
 def test_statistics_show_the_router_like_an_ensemble(server: Server) -> None:
     client = httpclient.InferenceServerClient(server.http_url)
-    stats = {(m["name"], m["version"]): m for m in client.get_inference_statistics()["model_stats"]}
-    router = stats[("ab", "1")]["inference_stats"]
-    va = stats[("va", "1")]["inference_stats"]
-    vb = stats[("vb", "1")]["inference_stats"]
-    assert router["success"]["count"] >= 10_000
-    assert router["fail"]["count"] == 0
-    # every router request is one variant request (live's and ab's share va and vb)
-    assert va["success"]["count"] + vb["success"]["count"] >= router["success"]["count"]
-    assert router["compute_infer"]["count"] == router["success"]["count"]
+
+    def stats() -> dict[str, dict[str, Any]]:
+        return {
+            m["name"]: m["inference_stats"]
+            for m in client.get_inference_statistics()["model_stats"]
+            if m["version"] == "1"
+        }
+
+    before = stats()
+    for i in range(30):
+        client.infer("ab", _http_input(httpclient, _x(i)))
+    after = stats()
+
+    def delta(model: str, field: str) -> int:
+        return int(after[model][field]["count"] - before[model][field]["count"])
+
+    assert delta("ab", "success") == 30  # the router counts each request once
+    assert delta("ab", "compute_infer") == 30  # with its variant's compute times
+    assert after["ab"]["fail"]["count"] == 0
+    assert delta("va", "success") + delta("vb", "success") == 30  # and so do the variants
+    assert after["ab"]["compute_infer"]["ns"] > before["ab"]["compute_infer"]["ns"]
     only = client.get_inference_statistics("ab")["model_stats"]
     assert [m["name"] for m in only] == ["ab"]
     config = client.get_model_config("ab")
