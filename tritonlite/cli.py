@@ -440,6 +440,22 @@ def build_parser() -> argparse.ArgumentParser:
     a("--backend-config", action="append", default=[], metavar="BACKEND,KEY=VALUE")
     a("--http-max-input-size", type=int, default=64 * 1024 * 1024, metavar="BYTES")
     a(
+        "--http-max-connections",
+        type=int,
+        default=4096,
+        metavar="N",
+        help="tritonlite: open HTTP connections served in full (lowered to fit the file "
+        "descriptor limit); past it a connection gets one request, health only, and is closed",
+    )
+    a(
+        "--grpc-max-connections",
+        type=int,
+        default=4096,
+        metavar="N",
+        help="tritonlite: open gRPC connections (lowered to fit the file descriptor limit); "
+        "past it an idle one is closed to make room, or the new one is refused",
+    )
+    a(
         "--allow-client-shm",
         default="local",
         choices=("local", "true", "false"),
@@ -571,6 +587,8 @@ def _http_options(ns: argparse.Namespace) -> dict[str, Any]:
         http_server_cert=ns.http_server_cert,
         http_server_key=ns.http_server_key,
         http_root_cert=ns.http_root_cert,
+        http_max_connections=ns.http_max_connections,
+        grpc_max_connections=ns.grpc_max_connections,
     )
 
 

@@ -120,6 +120,9 @@ class ServerOptions:
     auto_complete_config: bool = True
     default_max_batch_size: int = 4
     http_max_input_size: int = 64 * 1024 * 1024
+    # connection caps per front end (tritonlite's), lowered to fit RLIMIT_NOFILE at start
+    http_max_connections: int = 4096
+    grpc_max_connections: int = 4096
     allow_client_shm: str = "local"
     log_verbose: int = 0
     log_info: bool = True
@@ -200,6 +203,12 @@ class ServerOptions:
                 raise ValueError(f"invalid port {port}")
         if self.http_max_input_size <= 0:
             raise ValueError("--http-max-input-size must be > 0")
+        for flag, cap in (
+            ("--http-max-connections", self.http_max_connections),
+            ("--grpc-max-connections", self.grpc_max_connections),
+        ):
+            if cap < 1:
+                raise ValueError(f"{flag} must be at least 1, got {cap}")
         if self.log_format not in ("default", "ISO8601"):
             raise ValueError("--log-format must be 'default' or 'ISO8601'")
         if self.response_cache_byte_size < 0:

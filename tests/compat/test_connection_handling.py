@@ -19,7 +19,7 @@ import h2.config
 import h2.connection
 import h2.events
 import pytest
-from conftest import Server, start_server
+from conftest import Server, start_server, wait_until
 from repos import write_add_sub
 
 pytestmark = pytest.mark.timeout(120)
@@ -139,3 +139,139 @@ def test_a_unary_call_half_closed_mid_message_gets_a_status(server: Server) -> N
                     status = f"reset {event.error_code}"
             sock.sendall(conn.data_to_send())
         assert status in (3, 13), status  # INVALID_ARGUMENT / INTERNAL
+
+
+# -- connection caps (issue 18 item 6) ---------------------------------------------------------
+HTTP_CAP, GRPC_CAP = 3, 2
+AIO = os.environ.get("TRITONLITE_TEST_FRONTEND") == "aio"
+
+
+@pytest.fixture(scope="module")
+def capped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    repo = tmp_path_factory.mktemp("capped_repo")
+    write_add_sub(repo, "add_sub", 8)
+    s = start_server(
+        repo,
+        "--http-max-connections",
+        str(HTTP_CAP),
+        "--grpc-max-connections",
+        str(GRPC_CAP),
+        "--allow-metrics=false",
+    )
+    yield s
+    s.stop()
+
+
+def _get(sock: socket.socket, path: str) -> tuple[str, dict[str, str], bytes]:
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"closed before a response: {data!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    status, *lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines)}
+    while len(body) < int(headers.get("content-length", "0")):
+        chunk = sock.recv(65536)
+        assert chunk
+        body += chunk
+    return status.split()[1], headers, body
+
+
+def test_past_the_http_cap_only_health_is_served_then_closed(capped: Server) -> None:
+    held = [_connect(capped.http_url) for _ in range(HTTP_CAP)]
+    try:
+        for sock in held:  # within the cap: served in full and kept alive
+            status, headers, _ = _get(sock, "/v2/models/add_sub")
+            assert status == "200" and headers.get("connection", "") != "close", headers
+        with _connect(capped.http_url) as sock:
+            status, headers, _ = _get(sock, "/v2/health/live")
+            assert status == "200" and headers.get("connection", "").lower() == "close"
+            assert sock.recv(1) == b""
+        with _connect(capped.http_url) as sock:
+            status, headers, body = _get(sock, "/v2/models/add_sub")
+            assert status == "503" and headers.get("connection", "").lower() == "close"
+            assert b"too many open connections: the server's limit is 3" in body, body
+            assert sock.recv(1) == b""
+        for sock in held:  # the connections within the cap still serve
+            assert _get(sock, "/v2/models/add_sub")[0] == "200"
+    finally:
+        for sock in held:
+            sock.close()
+
+    def served() -> bool:  # once the server has seen the held connections close
+        with _connect(capped.http_url) as sock:
+            return _get(sock, "/v2/models/add_sub")[0] == "200"
+
+    wait_until(served, timeout=20)
+
+
+def _channel(url: str) -> Any:
+    import grpc
+
+    # a connection of its own (grpc shares subchannels between equal channels otherwise)
+    return grpc.insecure_channel(url, options=[("grpc.use_local_subchannel_pool", 1)])
+
+
+def _live(channel: Any) -> Any:
+    import grpc
+    from tritonclient.grpc import service_pb2
+
+    call = channel.unary_unary(
+        "/inference.GRPCInferenceService/ServerLive",
+        request_serializer=service_pb2.ServerLiveRequest.SerializeToString,
+        response_deserializer=service_pb2.ServerLiveResponse.FromString,
+    )
+    try:
+        return call(service_pb2.ServerLiveRequest(), timeout=10).live
+    except grpc.RpcError as exc:
+        return exc.code()
+
+
+def test_past_the_grpc_cap_busy_connections_keep_their_place(capped: Server) -> None:
+    import queue
+
+    import grpc
+    from tritonclient.grpc import service_pb2
+
+    bad = service_pb2.ModelInferRequest(model_name="no_such_model").SerializeToString()
+    channels = [_channel(capped.grpc_url) for _ in range(GRPC_CAP)]
+    outboxes: list[queue.Queue[bytes | None]] = []
+    calls = []
+    try:
+        for ch in channels:  # each connection holds an open stream
+            outbox: queue.Queue[bytes | None] = queue.Queue()
+            outbox.put(bad)
+            call = ch.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")(
+                iter(outbox.get, None), timeout=60
+            )
+            next(call)  # answered (an error message): the stream is open on the server
+            outboxes.append(outbox)
+            calls.append(call)
+        third = _channel(capped.grpc_url)
+        assert _live(third) == grpc.StatusCode.UNAVAILABLE
+        third.close()
+    finally:
+        for outbox in outboxes:
+            outbox.put(None)
+        for call in calls:
+            list(call)
+        for ch in channels:
+            ch.close()
+    fresh = _channel(capped.grpc_url)
+    wait_until(lambda: _live(fresh) is True, timeout=20)
+    fresh.close()
+
+
+@pytest.mark.skipif(AIO, reason="grpc-core's cap (grpc.aio) refuses past the cap: no eviction")
+def test_past_the_grpc_cap_an_idle_connection_makes_room(capped: Server) -> None:
+    channels = [_channel(capped.grpc_url) for _ in range(GRPC_CAP + 2)]
+    try:
+        for ch in channels:  # each new one closes an idle one; their clients reconnect
+            assert _live(ch) is True
+        for ch in channels:
+            assert _live(ch) is True
+    finally:
+        for ch in channels:
+            ch.close()

@@ -397,22 +397,7 @@ def _start_with_nofile(repo: Path, nofile: int, *args: str) -> Server:
     return start_raw(repo, *args, preexec_fn=limit)
 
 
-@pytest.mark.parametrize(
-    "frontend",
-    [
-        pytest.param(
-            f,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="aiohttp has no connection cap: at the fd limit accept fails and "
-                "health stops answering (README, Front ends)",
-            ),
-        )
-        if f == "aio"
-        else f
-        for f in FRONTENDS
-    ],
-)
+@pytest.mark.parametrize("frontend", FRONTENDS)
 def test_health_answers_at_the_fd_limit(tmp_path: Path, frontend: str) -> None:
     repo = write_repo(tmp_path / "repo", python=False)
     server = _start_with_nofile(repo, NOFILE, "--frontend", frontend)

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import cast
 
 from tritonlite.core.api import CoreAPI
+from tritonlite.frontends.call import GrpcMethods
 from tritonlite.frontends.grpc.servicer import methods
 from tritonlite.frontends.http.app import make_dispatch
+from tritonlite.frontends.rejects import REJECTS
 from tritonlite.frontends.sockets import bind, connection_cap, raise_nofile_limit
 from tritonlite.frontends.tls import grpc_tls, http_tls
 from tritonlite.frontends.wire.detect import Detect
-from tritonlite.frontends.wire.grpc_native import GrpcLimits, NativeGrpcServer, start_grpc_native
+from tritonlite.frontends.wire.grpc_native import GrpcLimits, GrpcProtocol, NativeGrpcServer
 from tritonlite.frontends.wire.http1 import HttpLimits, HttpService, start_http_native
 from tritonlite.options import ServerOptions
 
@@ -77,7 +80,63 @@ class NativeFrontends:
 def http_limits(opts: ServerOptions, nofile: int = 0) -> HttpLimits:
     return HttpLimits(
         max_body=opts.http_max_input_size,
-        max_connections=connection_cap(HttpLimits.max_connections, nofile),
+        # (connection_cap keeps a floor of 16 against a tiny fd limit, not against the flag)
+        max_connections=min(
+            opts.http_max_connections, connection_cap(opts.http_max_connections, nofile)
+        ),
+    )
+
+
+class CappedGrpcServer(NativeGrpcServer):
+    """A native gRPC server with at most ``max_connections`` open connections. One past the
+    cap closes the oldest idle connection (no open call; GOAWAY, so its client reconnects when
+    it next calls) to make room; when every one is busy it is closed at once instead, before
+    the HTTP/2 preface, which clients take as a failed connect (UNAVAILABLE), as grpc-core's
+    ``grpc.max_allowed_incoming_connections`` does."""
+
+    def __init__(self, methods: GrpcMethods, limits: GrpcLimits, max_connections: int) -> None:
+        super().__init__(methods, limits)
+        self.max_connections = max_connections
+        self.open: dict[GrpcProtocol, None] = {}  # in the order they opened
+
+    def protocol(self) -> GrpcProtocol:
+        return _CappedGrpcProtocol(self.methods, self.limits, self)
+
+    def admit(self, proto: GrpcProtocol) -> bool:
+        """Whether a new connection may be served (an idle one may be closed for it)."""
+        open_ = self.open
+        if len(open_) >= self.max_connections:
+            idle = next((p for p in open_ if not p.calls), None)
+            if idle is None:
+                REJECTS.note(
+                    "grpc",
+                    "unavailable",
+                    f"too many open connections: the server's limit is {self.max_connections}",
+                )
+                return False
+            del open_[idle]
+            idle.goaway()  # with no call open, the connection closes after GOAWAY
+        open_[proto] = None
+        return True
+
+
+class _CappedGrpcProtocol(GrpcProtocol):
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if cast(CappedGrpcServer, self.server).admit(self):
+            super().connection_made(transport)
+        else:
+            transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        cast(CappedGrpcServer, self.server).open.pop(self, None)
+        super().connection_lost(exc)
+
+
+def grpc_server(core: CoreAPI, opts: ServerOptions, nofile: int = 0) -> CappedGrpcServer:
+    return CappedGrpcServer(
+        methods(core, opts),
+        GrpcLimits(),
+        min(opts.grpc_max_connections, connection_cap(opts.grpc_max_connections, nofile)),
     )
 
 
@@ -88,7 +147,7 @@ async def start_native(core: CoreAPI, opts: ServerOptions) -> NativeFrontends:
     nofile = raise_nofile_limit()
     if opts.shared_port:
         http = HttpService(make_dispatch(core, opts), http_limits(opts, nofile))
-        grpc = NativeGrpcServer(methods(core, opts), GrpcLimits())
+        grpc = grpc_server(core, opts, nofile)
         out._http, out._grpc = http, grpc
         # the same certificate for both (checked in options); ALPN lets the client choose
         ctx = http_tls(opts, ("h2", "http/1.1"))
@@ -100,15 +159,14 @@ async def start_native(core: CoreAPI, opts: ServerOptions) -> NativeFrontends:
         out.http_port = out.grpc_port = int(sock.getsockname()[1])
         return out
     if opts.allow_grpc:
-        out._grpc = await start_grpc_native(
-            methods(core, opts),
-            opts.grpc_address,
-            opts.grpc_port,
-            ssl_context=grpc_tls(opts, ("h2",)),
-            reuse_port=opts.reuse_grpc_port,
-            limits=GrpcLimits(),
+        # as wire.grpc_native.start_grpc_native, with the capped server
+        out._grpc = grpc = grpc_server(core, opts, nofile)
+        sock = bind(opts.grpc_address, opts.grpc_port, opts.reuse_grpc_port)
+        listener = await loop.create_server(
+            grpc.protocol, sock=sock, ssl=grpc_tls(opts, ("h2",)), backlog=1024
         )
-        out.grpc_port = out._grpc.port
+        grpc._server = listener
+        out.grpc_port = grpc.port = int(sock.getsockname()[1])
     if opts.allow_http:
         server = await start_http_native(
             make_dispatch(core, opts),

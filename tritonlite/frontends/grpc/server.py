@@ -39,6 +39,7 @@ from tritonlite.frontends.grpc.errors import (
     rejected,
 )
 from tritonlite.frontends.grpc.servicer import methods
+from tritonlite.frontends.sockets import connection_cap, raise_nofile_limit
 from tritonlite.options import ServerOptions
 
 log = logging.getLogger("tritonlite")
@@ -46,9 +47,15 @@ log = logging.getLogger("tritonlite")
 MAX_MESSAGE = 2**31 - 1  # Triton's MAX_GRPC_MESSAGE_SIZE (INT32_MAX)
 
 
-def server_options(opts: ServerOptions) -> list[tuple[str, Any]]:
-    """grpc channel arguments for the server (Triton's names and defaults)."""
+def server_options(opts: ServerOptions, nofile: int = 0) -> list[tuple[str, Any]]:
+    """grpc channel arguments for the server (Triton's names and defaults), and the
+    connection cap (--grpc-max-connections, lowered to fit ``nofile`` descriptors): grpc-core
+    closes a connection past it at once."""
     out: list[tuple[str, Any]] = [
+        (
+            "grpc.max_allowed_incoming_connections",
+            min(opts.grpc_max_connections, connection_cap(opts.grpc_max_connections, nofile)),
+        ),
         ("grpc.max_receive_message_length", MAX_MESSAGE),
         ("grpc.max_send_message_length", MAX_MESSAGE),
         ("grpc.so_reuseport", 1 if opts.reuse_grpc_port else 0),
@@ -239,7 +246,7 @@ async def start_grpc(
     Raises RuntimeError when the address can not be bound, OSError when a TLS file can not
     be read.
     """
-    server = grpc.aio.server(options=server_options(opts))
+    server = grpc.aio.server(options=server_options(opts, raise_nofile_limit()))
     try:
         server.add_generic_rpc_handlers((generic_handler(methods(core, opts), inflight),))
         address = _address(opts.grpc_address, opts.grpc_port)

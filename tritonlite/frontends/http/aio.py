@@ -2,7 +2,8 @@
 
 aiohttp brings its protocol, parser and keep-alive (no ``web.Application``); this module only
 adapts its ``BaseRequest`` to the call interface (``call.HttpRequest``) and the handler's
-``HttpResponse`` / ``HttpStream`` back to ``web.Response`` / ``web.StreamResponse``.
+``HttpResponse`` / ``HttpStream`` back to ``web.Response`` / ``web.StreamResponse``, and caps
+the open connections as the native front end does (``CappedServer``).
 """
 
 from __future__ import annotations
@@ -20,9 +21,12 @@ from tritonlite.frontends.call import InFlight
 from tritonlite.frontends.http.app import make_dispatch
 from tritonlite.frontends.http.call import HttpError, HttpResponse, HttpStream, too_large
 from tritonlite.frontends.http.errors import error
+from tritonlite.frontends.sockets import connection_cap, raise_nofile_limit
 from tritonlite.options import ServerOptions
 
-__all__ = ["make_server"]
+__all__ = ["CappedServer", "make_server"]
+
+_HEALTH = "/v2/health/"
 
 
 class _Request:
@@ -131,6 +135,50 @@ def _exiting() -> web.Response:
     return resp
 
 
+class CappedServer(web.Server):
+    """aiohttp's low-level server with the native front end's connection cap: past
+    ``max_connections`` open connections a new one is served one request -- health only,
+    anything else 503 -- and closed; past twice the cap (the file-descriptor ceiling the cap
+    was derived from) each new connection closes the oldest idle one, so health probes are
+    still accepted and answered."""
+
+    def __init__(self, handler: Any, *, max_connections: int, **kwargs: Any) -> None:
+        super().__init__(handler, **kwargs)
+        self.max_connections = max_connections
+        self.over_cap: set[Any] = set()  # the RequestHandlers admitted past the cap
+
+    def connection_made(self, handler: Any, transport: asyncio.Transport) -> None:
+        super().connection_made(handler, transport)
+        connections = self._connections  # in the order they opened
+        n = len(connections)
+        if n > self.max_connections:
+            self.over_cap.add(handler)
+        if n > 2 * self.max_connections:
+            for other in connections:
+                if other is not handler and _idle(other):
+                    other.force_close()
+                    break
+
+    def connection_lost(self, handler: Any, exc: BaseException | None = None) -> None:
+        self.over_cap.discard(handler)
+        super().connection_lost(handler, exc)
+
+    def refused(self) -> web.Response:
+        """The answer past the cap to anything but health (the connection then closes)."""
+        resp = _response(
+            error(503, f"too many open connections: the server's limit is {self.max_connections}")
+        )
+        resp.force_close()
+        return resp
+
+
+def _idle(handler: Any) -> bool:
+    # aiohttp's RequestHandler waits on ``_waiter`` between requests (its own keep-alive
+    # timer reads the same attribute); no request read, none in progress
+    waiter = getattr(handler, "_waiter", None)
+    return waiter is not None and not waiter.done() and not getattr(handler, "_messages", True)
+
+
 def make_server(core: CoreAPI, opts: ServerOptions, inflight: InFlight | None = None) -> web.Server:
     """The HTTP front end as an aiohttp low-level server (call on the event loop).
 
@@ -152,6 +200,9 @@ def make_server(core: CoreAPI, opts: ServerOptions, inflight: InFlight | None = 
     async def handle(request: web.BaseRequest) -> web.StreamResponse:
         if counter.draining:
             return _exiting()
+        over_cap = request.protocol in server.over_cap
+        if over_cap and not request.path.startswith(_HEALTH):
+            return server.refused()
         counter.enter()
         try:
             req = _Request(request, max_input_size)
@@ -161,10 +212,19 @@ def make_server(core: CoreAPI, opts: ServerOptions, inflight: InFlight | None = 
             if resp.on_sent is not None:
                 return await _traced(request, resp)
             out = _response(resp)
-            if req.close:
+            if req.close or over_cap:
                 out.force_close()  # "Connection: close" rather than a silent close
             return out
         finally:
             counter.leave()
 
-    return web.Server(handle, request_factory=request_factory, access_log=None)
+    server = CappedServer(
+        handle,
+        max_connections=min(
+            opts.http_max_connections,
+            connection_cap(opts.http_max_connections, raise_nofile_limit()),
+        ),
+        request_factory=request_factory,
+        access_log=None,
+    )
+    return server
