@@ -18,6 +18,7 @@ from typing import Any
 
 from tritonlite._proto import pb
 from tritonlite.contracts.config import version_dirs
+from tritonlite.contracts.config_validate import validate_batch_io
 from tritonlite.contracts.errors import TritonliteError, invalid_arg
 
 # ONNX Runtime's Python type strings -> model config data type names.
@@ -155,7 +156,7 @@ def _unexpected(kind: str, name: str, allowed: list[str]) -> TritonliteError:
     )
 
 
-def check_config(cfg: Any, io: ModelIO) -> None:
+def check_config(cfg: Any, io: ModelIO, batch_inputs: bool = True) -> None:
     """Check a config's inputs and outputs against what the model declares.
 
     Parameters
@@ -164,13 +165,18 @@ def check_config(cfg: Any, io: ModelIO) -> None:
         A ``pb.ModelConfig`` whose inputs and outputs are complete (after auto-complete).
     io
         What ``read_onnx_io`` reported for the model file.
+    batch_inputs
+        Also check the batch input targets against the model (at load, after the config's own
+        validation, as Triton finds batch input problems only after its core's checks).
 
     Raises
     ------
     TritonliteError
-        INVALID_ARG, worded as Triton's ONNX Runtime backend words it, when the config names a
+        INVALID_ARG for what Triton's ``ValidateBatchIO`` refuses (with its words), and,
+        worded as Triton's ONNX Runtime backend words it, when the config names a
         tensor the model lacks, a data type differs, the input count differs, or dims disagree.
     """
+    validate_batch_io(cfg)
     name = cfg.name
     mbs = int(cfg.max_batch_size)
     expected = sum(1 for i in cfg.input if not i.optional) + len(cfg.batch_input)
@@ -185,7 +191,8 @@ def check_config(cfg: Any, io: ModelIO) -> None:
     inputs = {t.name: t for t in io.overridable}
     inputs.update((t.name, t) for t in io.inputs)
     outputs = {t.name: t for t in io.outputs}
-    _check_batch_inputs(cfg, inputs)
+    if batch_inputs:
+        _check_batch_inputs(cfg, inputs)
     # A batch output is cut per request by its source input's shape: its dims need not match.
     scattered = {t for bo in cfg.batch_output for t in bo.target_name}
     for kind, configured, known in (("input", cfg.input, inputs), ("output", cfg.output, outputs)):
@@ -332,7 +339,7 @@ def auto_complete_onnx(cfg: Any, io: ModelIO, default_max_batch_size: int = 4) -
     for entry in cfg.output:
         if entry.name in outputs:
             _fill_tensor(entry, outputs[entry.name], cfg.max_batch_size)
-    check_config(cfg, io)
+    check_config(cfg, io, batch_inputs=False)
 
 
 def auto_complete(cfg: Any, model_dir: Path, default_max_batch_size: int) -> None:

@@ -123,6 +123,14 @@ def _validate_io_config(cfg: ModelConfig) -> None:
                 # Triton keeps the last of two same-named tensors silently; refuse instead.
                 raise invalid_arg(f"{prefix}'{io.name}' is specified more than once{suffix}")
             seen.add(io.name)
+    validate_batch_io(cfg)
+
+
+def validate_batch_io(cfg: ModelConfig) -> None:
+    """Triton's ``ValidateBatchIO``: kinds, source inputs, data types and target outputs of
+    ``batch_input`` / ``batch_output``. Backends that check a config against their model call
+    it first, as Triton validates these before a backend sees the model."""
+    suffix = f" for {cfg.name}"
     inputs = {io.name for io in cfg.input}
     outputs = {io.name for io in cfg.output}
     in_kinds = pb.BatchInput.DESCRIPTOR.enum_types_by_name["Kind"].values_by_number
