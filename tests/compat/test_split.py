@@ -34,11 +34,14 @@ import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
 import tritonclient.http.aio as httpaio
 from conftest import Server, start_server, wait_until
+from repos import write_add_sub  # (also puts the repository root on sys.path for tools/)
 from tritonclient.utils import InferenceServerException
+
+from tools.onnx_graphs import config_for, identity, write_model
 
 pytestmark = pytest.mark.timeout(180)
 
-OFFSETS = {"va": 1.0, "vb": 2.0, "vc": 3.0, "ua": 11.0, "ub": 12.0}
+OFFSETS = {"va": 1.0, "vb": 2.0, "vc": 3.0, "ua": 11.0, "ub": 12.0, "vo": 0.0}
 
 VARIANT_MODEL = """
 import numpy as np
@@ -110,7 +113,13 @@ def build_repo(repo: Path) -> Path:
     )
     decoupled = "model_transaction_policy { decoupled: true }\n"
     _write(repo, "dec", py + decoupled + IO, VARIANT_MODEL.format(offset=0))
+    onnx = identity("FP32", (4,), name_in="IN", name_out="OUT")
+    write_model(
+        repo, "vo", onnx, config_for(onnx, max_batch_size=8, extra="dynamic_batching { }\n")
+    )
+    write_add_sub(repo, "add_sub", 8, dims=4)
     _write(repo, "ab", _router("va:90,vb:10"))
+    _write(repo, "mixed", _router("va:50,vo:50"))
     _write(repo, "live", _router("va:50,vb:50"))
     _write(repo, "ru", _router("ua:50,ub:50"))
     _write(repo, "bad", _router("va:1"))
@@ -127,6 +136,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         "--load-model=ab",
         "--load-model=live",
         "--load-model=ru",
+        "--load-model=mixed",
     )
     yield s
     s.stop()
@@ -334,6 +344,31 @@ def test_metrics_count_per_variant(server: Server) -> None:
         _metric(server, r'nv_inference_request_success\{model="va",version="1"\}') - va_success
         == sent["va"]
     )
+    client.close()
+
+
+def test_variants_of_any_backend(server: Server) -> None:
+    """``mixed`` splits between a python model and a dynamically batched ONNX model."""
+
+    async def run() -> Counter[str]:
+        counts = await _http_burst(server.http_url, "mixed", 400)
+        client = grpcaio.InferenceServerClient(server.grpc_url)
+        try:
+            for i in range(100):
+                x = _x(i)
+                res = await client.infer("mixed", _http_input(grpcaio, x))
+                variant = _grpc_variant(res)
+                _check(variant, x, res.as_numpy("OUT"))
+                counts[variant] += 1
+        finally:
+            await client.close()
+        return counts
+
+    counts = asyncio.run(run())
+    assert set(counts) == {"va", "vo"} and min(counts.values()) > 150, counts
+    client = httpclient.InferenceServerClient(server.http_url)
+    with pytest.raises(InferenceServerException, match="input 'IN' is not an input of variant"):
+        client.load_model("bad", config=_router_json("va:1,add_sub:1"))
     client.close()
 
 
