@@ -43,7 +43,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("scheduling", ["scheduling"]),
     ("backends", ["backends"]),
     ("contracts", ["contracts", "logs", "_proto", ""]),
-    ("kernels/memory/gpu", ["kernels", "memory", "gpu"]),
+    ("kernels/memory/gpu", ["kernels", "memory", "gpu", "_twins"]),
 ]
 
 

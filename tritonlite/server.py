@@ -9,6 +9,7 @@ ports, finalize models.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import os
 import signal
@@ -32,14 +33,21 @@ _FOREVER_S = 1e9  # grpc.aio's stop() grace that lets the drain decide instead
 
 
 def compiled_paths() -> str:
-    """Which compiled twins are active, e.g. 'batcher=cython kernels=numba'."""
+    """Which compiled paths are active, e.g. 'batcher=cython http1=cython http2=cython
+    hpack=cython kernels=numba'."""
     parts = []
-    try:
-        from tritonlite.scheduling import batcher
-
-        parts.append(f"batcher={'cython' if batcher.ACCELERATED else 'python'}")
-    except ImportError as exc:
-        parts.append(f"batcher=unavailable ({exc})")
+    for label, module in (
+        ("batcher", "tritonlite.scheduling.batcher"),
+        ("http1", "tritonlite.frontends.wire.http1"),
+        ("http2", "tritonlite.frontends.wire.h2"),
+        ("hpack", "tritonlite.frontends.wire.hpack"),
+    ):
+        try:
+            accelerated = importlib.import_module(module).ACCELERATED
+        except ImportError as exc:
+            parts.append(f"{label}=unavailable ({exc})")
+            continue
+        parts.append(f"{label}={'cython' if accelerated else 'python'}")
     try:
         from tritonlite import kernels
 

@@ -1,18 +1,15 @@
 """The dynamic batcher's decision, ``BatchQueue``: the compiled twin when it is built.
 
-This is the one module that knows ``BatchQueue`` has a Cython twin. It binds the pure class from
-``_batcher_py`` and replaces it with ``_batcher_c``'s (the same source compiled by setup.py)
-unless ``TRITONLITE_NO_EXTENSIONS=1``. With ``TRITONLITE_REQUIRE_EXTENSIONS=1`` (CI) a missing
-compiled twin is an ImportError instead of a silent fallback; an explicit
-``TRITONLITE_NO_EXTENSIONS=1`` still wins, so CI can run the pure path on purpose.
+This is the one module that knows ``BatchQueue`` has a Cython twin; it asks
+``tritonlite._twins`` (one rule for every twin: ``TRITONLITE_NO_EXTENSIONS``,
+``TRITONLITE_REQUIRE_EXTENSIONS``) whether to swap in the compiled one.
 """
 
 from __future__ import annotations
 
-import os
-from contextlib import suppress
 from typing import NamedTuple
 
+from tritonlite import _twins
 from tritonlite.scheduling import _batcher_py
 from tritonlite.scheduling._batcher_py import (
     ACCEPTED,
@@ -33,25 +30,10 @@ __all__ = [
 ]
 
 BatchQueue = _batcher_py.BatchQueue
-ACCELERATED = False
-
-if os.environ.get("TRITONLITE_NO_EXTENSIONS") != "1":
-    with suppress(ImportError):
-        import tritonlite.scheduling._batcher_c as _batcher_c
-
-        BatchQueue = _batcher_c.BatchQueue  # type: ignore[misc]
-        ACCELERATED = True
-
-if (
-    not ACCELERATED
-    and os.environ.get("TRITONLITE_REQUIRE_EXTENSIONS") == "1"
-    and os.environ.get("TRITONLITE_NO_EXTENSIONS") != "1"
-):
-    raise ImportError(
-        "TRITONLITE_REQUIRE_EXTENSIONS=1 but tritonlite.scheduling._batcher_c is not built; "
-        "build it with `pip install -e .` (needs Cython and a C compiler) or "
-        "`python setup.py build_ext --inplace`"
-    )
+_compiled = _twins.compiled("tritonlite.scheduling._batcher_c")
+if _compiled is not None:
+    BatchQueue = _compiled.BatchQueue  # type: ignore[misc]
+ACCELERATED = _compiled is not None
 
 
 class QueuePolicy(NamedTuple):
@@ -65,8 +47,4 @@ class QueuePolicy(NamedTuple):
 
 def describe() -> str:
     """One line for ``tritonlite --version`` and the startup log."""
-    if ACCELERATED:
-        return "batcher: compiled (Cython tritonlite.scheduling._batcher_c)"
-    if os.environ.get("TRITONLITE_NO_EXTENSIONS") == "1":
-        return "batcher: pure Python (TRITONLITE_NO_EXTENSIONS=1)"
-    return "batcher: pure Python (compiled twin not built)"
+    return _twins.describe("batcher", _compiled)

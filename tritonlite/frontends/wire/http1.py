@@ -1,10 +1,8 @@
 """The native HTTP/1.1 server: ``start_http_native``, and the protocol's compiled twin.
 
-This is the one module that knows ``Http1Protocol`` has a Cython twin. It binds the pure class
-from ``_http1_py`` and replaces it with ``_http1_c``'s (the same source compiled by setup.py)
-unless ``TRITONLITE_NO_EXTENSIONS=1``. With ``TRITONLITE_REQUIRE_EXTENSIONS=1`` (CI) a missing
-compiled twin is an ImportError instead of a silent fallback; an explicit
-``TRITONLITE_NO_EXTENSIONS=1`` still wins.
+This is the one module that knows ``Http1Protocol`` has a Cython twin; it asks
+``tritonlite._twins`` (one rule for every twin: ``TRITONLITE_NO_EXTENSIONS``,
+``TRITONLITE_REQUIRE_EXTENSIONS``) whether to swap in the compiled one.
 
 ``HttpService`` is what the connections of one HTTP front end share (the handler, the limits,
 the open connections, the timeout sweep, the drain); a listener of its own
@@ -14,12 +12,12 @@ the open connections, the timeout sweep, the drain); a listener of its own
 from __future__ import annotations
 
 import asyncio
-import os
 import ssl
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
+from tritonlite import _twins
 from tritonlite.frontends.http.call import Dispatch
 from tritonlite.frontends.wire import _http1_py
 
@@ -34,34 +32,15 @@ __all__ = [
 ]
 
 Http1Protocol = _http1_py.Http1Protocol
-ACCELERATED = False
-
-if os.environ.get("TRITONLITE_NO_EXTENSIONS") != "1":
-    with suppress(ImportError):
-        import tritonlite.frontends.wire._http1_c as _http1_c
-
-        Http1Protocol = _http1_c.Http1Protocol  # type: ignore[misc]
-        ACCELERATED = True
-
-if (
-    not ACCELERATED
-    and os.environ.get("TRITONLITE_REQUIRE_EXTENSIONS") == "1"
-    and os.environ.get("TRITONLITE_NO_EXTENSIONS") != "1"
-):
-    raise ImportError(
-        "TRITONLITE_REQUIRE_EXTENSIONS=1 but tritonlite.frontends.wire._http1_c is not built; "
-        "build it with `pip install -e .` (needs Cython and a C compiler) or "
-        "`python setup.py build_ext --inplace`"
-    )
+_compiled = _twins.compiled("tritonlite.frontends.wire._http1_c")
+if _compiled is not None:
+    Http1Protocol = _compiled.Http1Protocol  # type: ignore[misc]
+ACCELERATED = _compiled is not None
 
 
 def describe() -> str:
     """One line for ``tritonlite --version`` and the startup log."""
-    if ACCELERATED:
-        return "http1: compiled (Cython tritonlite.frontends.wire._http1_c)"
-    if os.environ.get("TRITONLITE_NO_EXTENSIONS") == "1":
-        return "http1: pure Python (TRITONLITE_NO_EXTENSIONS=1)"
-    return "http1: pure Python (compiled twin not built)"
+    return _twins.describe("http1", _compiled)
 
 
 @dataclass(frozen=True)
