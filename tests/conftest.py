@@ -255,6 +255,7 @@ def start_server(repo: Path | str, *args: str, env: dict[str, str] | None = None
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        errors="backslashreplace",  # a log line quoting a client's non-UTF-8 bytes stays
         start_new_session=True,
         env={**os.environ, **(env or {})},
     )
