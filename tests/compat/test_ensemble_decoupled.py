@@ -271,7 +271,10 @@ def test_onnx_step_after_a_decoupled_one(server: Server) -> None:
     """The batching ONNX step gets each response with a batch dimension added; the ensemble's
     outputs drop it again."""
     got = run_one(server.grpc_url, "ens_onnx", 104)
-    assert got == ok("r1", [{"SUM": [2 * i], "DIFF": [0]} for i in range(4)])
+    # Its instances answer in the order they finish; so does the ensemble.
+    assert [m[3] for m in got] == [False, False, False, True]
+    assert sorted(m[2]["SUM"][0] for m in got) == [0, 2, 4, 6]
+    assert all(m[:2] == ("ok", "r1") and m[2]["DIFF"] == [0] for m in got)
 
 
 def test_zero_responses_is_a_final_flag_alone(server: Server) -> None:
@@ -444,6 +447,81 @@ def test_generate_stream(server: Server, n: int) -> None:
 @pytest.mark.xfail(strict=True, reason="the generate endpoints leave the response's parameters out")
 def test_generate_stream_response_parameters(server: Server) -> None:
     assert generate_stream(server.http_url, "ens", 103) == GENERATE[103]
+
+
+# -- a step fed by a decoupled model and by the request ------------------------------------------
+ADD2_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [{ name: "X" data_type: TYPE_INT32 dims: [1] }, { name: "B" data_type: TYPE_INT32 dims: [1] }]
+output [{ name: "Z" data_type: TYPE_INT32 dims: [1] }]
+"""
+
+MIXED = (
+    "in ensemble mixed, step of model 'mixed' receives inputs originated from different "
+    "decoupled models"
+)
+
+
+def write_mixed_repo(repo: Path) -> Path:
+    """``mixed``: ``add2`` reads ``dec``'s output and the request's ``N`` (Triton refuses to
+    load it: their values cannot be paired); ``fine``: ``add`` after ``dec``, loads."""
+    write_python_model(repo, "dec", DEC_MODEL, DEC_CONFIG)
+    write_python_model(repo, "add", ADD_MODEL, ADD_CONFIG)
+    write_python_model(repo, "add2", ADD_MODEL, ADD2_CONFIG)
+    _ensemble(
+        repo,
+        "mixed",
+        ["OUT"],
+        [DEC_STEP, ensemble_step("add2", {"X": "y", "B": "N"}, {"Z": "OUT"})],
+    )
+    _ensemble(repo, "fine", ["OUT"], [DEC_STEP, ensemble_step("add", {"X": "y"}, {"Z": "OUT"})])
+    return repo
+
+
+def index_states(http_url: str) -> dict[str, tuple[str, str]]:
+    client = httpclient.InferenceServerClient(http_url)
+    try:
+        return {
+            m["name"]: (m.get("state", ""), m.get("reason", ""))
+            for m in client.get_model_repository_index()
+        }
+    finally:
+        client.close()
+
+
+def test_inputs_from_a_decoupled_model_and_the_request_do_not_load(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    repo = write_mixed_repo(tmp_path_factory.mktemp("mixed_repo"))
+    s = start_server(repo, "--exit-on-error=false", "--allow-metrics=false")
+    try:
+        states = index_states(s.http_url)
+    finally:
+        s.stop()
+    assert states["mixed"] == ("UNAVAILABLE", MIXED)
+    assert states["fine"] == ("READY", "")
+
+
+def test_mixed_inputs_same_as_triton(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Triton says it in its log (its index lists ``mixed`` with no state: it failed before
+    any version was tried); tritonlite gives the same message as the version's reason."""
+    base = require_reference()
+    repo = write_mixed_repo(tmp_path_factory.mktemp("mixed_reference_repo"))
+    log = tmp_path_factory.mktemp("triton_log") / "triton.log"
+    t = ReferenceTriton(
+        base,
+        repo,
+        "--exit-on-error=false",
+        log=log,
+        ready=lambda ref: index_states(ref.http_url).get("fine", ("",))[0] == "READY",
+    )
+    try:
+        states = index_states(t.http_url)
+    finally:
+        t.stop()
+    assert states["mixed"] == ("", "")
+    assert f"Invalid argument: {MIXED}" in log.read_text()
 
 
 # -- the same against Triton 2.51 -----------------------------------------------------------------

@@ -5,11 +5,15 @@
 runs at load once the composing models are loaded: every step maps existing inputs and outputs
 of its model, every required model input is mapped exactly once, an ensemble tensor keeps one
 datatype and a compatible shape wherever it appears, and the ensemble's max_batch_size fits
-every batching composing model. Raises ``TritonliteError`` (INVALID_ARG).
+every batching composing model, and no step (nor the ensemble's outputs) reads tensors that
+stem from different decoupled models, or from a decoupled model and the request (Triton's
+"decouple labels": a decoupled step answers any number of times, so such inputs could not be
+paired). Raises ``TritonliteError`` (INVALID_ARG); returns whether the ensemble is decoupled.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,8 +57,9 @@ def _consistent(lhs: _Node, rhs: _Node, prefix: str) -> None:
         )
 
 
-def validate_composing(cfg: Any, configs: dict[str, Any]) -> None:
-    """Check ensemble ``cfg`` against ``configs`` (composing model name -> its loaded config)."""
+def validate_composing(cfg: Any, configs: dict[str, Any]) -> bool:
+    """Check ensemble ``cfg`` against ``configs`` (composing model name -> its loaded config);
+    True when a decoupled model's outputs flow into it (the ensemble is then decoupled)."""
     name = cfg.name
     batching = cfg.max_batch_size > 0
     tensors: dict[str, _Node] = {}
@@ -98,6 +103,54 @@ def validate_composing(cfg: Any, configs: dict[str, Any]) -> None:
         for model_output, tensor in sorted(step.output_map.items()):
             o = outputs[model_output]
             _merge(tensors, tensor, _node(model, step_batching, o.data_type, o.dims), name)
+    return _decoupled_flow(cfg, configs, tensors)
+
+
+_SINK = ""  # the ensemble's response: it reads every ensemble output
+
+
+def _decoupled_flow(cfg: Any, configs: dict[str, Any], tensors: dict[str, _Node]) -> bool:
+    """Label each tensor with the decoupled step it stems from (0: the request), walking the
+    data flow from the ensemble's inputs as Triton does; a tensor made from tensors of
+    different labels fails. The outputs of one step share a label."""
+    prev: dict[str, list[str]] = {_SINK: [o.name for o in cfg.output]}
+    nxt: dict[str, list[str]] = {o.name: [_SINK] for o in cfg.output}
+    producer: dict[str, int] = {}
+    decoupled: list[bool] = []
+    for idx, step in enumerate(cfg.ensemble_scheduling.step):
+        decoupled.append(bool(configs[step.model_name].model_transaction_policy.decoupled))
+        for _, tensor in sorted(step.output_map.items()):
+            producer[tensor] = idx
+            for _, source in sorted(step.input_map.items()):
+                prev.setdefault(tensor, []).append(source)
+                nxt.setdefault(source, []).append(tensor)
+    label: dict[str, int] = {i.name: 0 for i in cfg.input}
+    step_label: dict[int, int] = {}
+    last = 0
+    todo = deque(label)
+    while todo:
+        for tensor in nxt.get(todo.popleft(), ()):
+            sources = prev[tensor]
+            if tensor in label or any(p not in label for p in sources):
+                continue
+            first = label[sources[0]]
+            if any(label[p] != first for p in sources):
+                owner = cfg.name if tensor == _SINK else tensors[tensor].model
+                raise invalid_arg(
+                    f"in ensemble {cfg.name}, step of model '{owner}' receives inputs "
+                    "originated from different decoupled models"
+                )
+            by = producer.get(tensor)
+            if by is None:  # the sink
+                label[tensor] = first
+            else:
+                if by not in step_label:
+                    if decoupled[by]:
+                        last += 1
+                    step_label[by] = last if decoupled[by] else first
+                label[tensor] = step_label[by]
+            todo.append(tensor)
+    return last != 0
 
 
 def _merge(tensors: dict[str, _Node], tensor: str, node: _Node, ensemble: str) -> None:

@@ -102,7 +102,6 @@ async def load_composing(repo: ModelRepository, cfg: Any, explicit: bool) -> Non
     finally:
         _chain.reset(token)
     configs: dict[str, Any] = {}
-    decoupled = False
     for step in cfg.ensemble_scheduling.step:
         dep = step.model_name
         ready = _ready_versions(repo, dep)
@@ -112,13 +111,12 @@ async def load_composing(repo: ModelRepository, cfg: Any, explicit: bool) -> Non
                 f"{step.model_version} is not loaded."
             )
         model = repo.get(dep, int(step.model_version))
-        decoupled = decoupled or model.signature.decoupled
         configs[dep] = model.config
-    validate_composing(cfg, configs)
-    # Triton sets this on every valid ensemble (decoupled when a step is); its config shows it.
+    decoupled = validate_composing(cfg, configs)
+    # Triton sets this on every valid ensemble (decoupled when a decoupled step's outputs
+    # flow into it); its config shows it.
     cfg.model_transaction_policy.SetInParent()
-    if decoupled:
-        cfg.model_transaction_policy.decoupled = True
+    cfg.model_transaction_policy.decoupled = decoupled
 
 
 async def _ensure_loaded(repo: ModelRepository, name: str, dep: str, explicit: bool) -> None:
