@@ -48,6 +48,10 @@ which runs them through its core on a thread named after the instance, as in-pro
 UNSUPPORTED with an environment (failing the call with UNSUPPORTED): model management from
 model.py, request rescheduling, BF16 tensors. Unpacked
 environments stay in the cache directory after the server exits (Triton unpacks each start).
+
+Over 500 lines, one module: ``PythonEnvInstance`` is most of it, one conversation with one
+worker (execute, decoupled streams, BLS calls, death) whose halves must change together; the
+process itself is ``python_env_process.py``, the protocol ``python_env_worker.py``.
 """
 
 from __future__ import annotations

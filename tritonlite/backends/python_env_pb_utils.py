@@ -13,6 +13,9 @@ core as it runs in-process models' BLS. Not available in a worker (each raises
 ``TritonModelException`` with code UNSUPPORTED): ``load_model`` / ``unload_model`` /
 ``is_model_ready``. Decoupled senders work, ``is_cancelled()`` included (it asks the server).
 ``MetricFamily`` metrics are kept in memory only.
+
+It stays one file (over 500 lines): the worker loads it by path as one module named
+``triton_python_backend_utils``, in an environment where tritonlite is not importable.
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ Triton's length-prefixed elements), each described by ``{"name", "dtype", "shape
   + output tensors, or ``{"error", "code", "fatal"}`` when the whole batch failed;
 - server: ``{"op": "finalize"}`` -> ``{"ok"}``, then the worker exits. A closed socket (the
   server went away) ends the worker too, after ``finalize``.
+
+It stays one file (over 500 lines) because it is copied into nothing and imported by path: the
+environment's interpreter runs this very file, with no tritonlite package to import helpers from.
 """
 
 from __future__ import annotations
