@@ -447,7 +447,7 @@ def test_unloaded_variant_share_is_redistributed(server: Server) -> None:
             lambda lines: any("variant 'ub' is not ready" in line for line in lines)
         )
         warnings = [ln for ln in server.output().splitlines() if "variant 'ub' is not ready" in ln]
-        assert len(warnings) == 1  # rate-limited: not one per request
+        assert 1 <= len(warnings) <= 3  # rate-limited (10 s): not one per redirected request
         http.unload_model("ua")
         with pytest.raises(InferenceServerException) as info:
             http.infer("ru", _http_input(httpclient, _x(0)))
