@@ -123,6 +123,42 @@ class TritonPythonModel:
 """
 
 
+BLS_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [{ name: "N" data_type: TYPE_INT32 dims: [1] }]
+output [{ name: "S" data_type: TYPE_INT32 dims: [2] }]
+"""
+
+# Calls ``ens`` with N and answers [sum of the OUTs, number of responses with outputs].
+BLS_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for request in requests:
+            call = pb_utils.InferenceRequest(
+                model_name="ens",
+                inputs=[pb_utils.get_input_tensor_by_name(request, "N")],
+                requested_output_names=["OUT"],
+            )
+            total = count = 0
+            for response in call.exec(decoupled=True):
+                if response.has_error():
+                    raise pb_utils.TritonModelException(response.error().message())
+                t = pb_utils.get_output_tensor_by_name(response, "OUT")
+                if t is not None:
+                    total += int(t.as_numpy()[0])
+                    count += 1
+            s = np.array([total, count], np.int32)
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("S", s)]))
+        return out
+"""
+
+
 def _ensemble(repo: Path, name: str, outputs: list[str], steps: list[str]) -> None:
     (repo / name / "1").mkdir(parents=True)
     outs = ", ".join(f'{{ name: "{o}" data_type: TYPE_INT32 dims: [1] }}' for o in outputs)
@@ -139,7 +175,8 @@ DEC_STEP = ensemble_step("dec", {"N": "N"}, {"Y": "y"})
 
 def write_repo(repo: Path, onnx: bool) -> Path:
     """``dec`` -> ``add`` (python) as ``ens``; ``ens2`` also returns ``dec``'s own output;
-    with ``onnx``, ``ens_onnx``: ``dec`` -> a batching ONNX add_sub (y + y, y - y)."""
+    ``outer``: ``ens`` -> ``add``; with ``onnx``, ``ens_onnx``: ``dec`` -> a batching ONNX
+    add_sub (y + y, y - y)."""
     write_python_model(repo, "dec", DEC_MODEL, DEC_CONFIG)
     write_python_model(repo, "add", ADD_MODEL, ADD_CONFIG)
     _ensemble(repo, "ens", ["OUT"], [DEC_STEP, ensemble_step("add", {"X": "y"}, {"Z": "OUT"})])
@@ -150,6 +187,16 @@ def write_repo(repo: Path, onnx: bool) -> Path:
         [
             ensemble_step("dec", {"N": "N"}, {"Y": "RAW"}),
             ensemble_step("add", {"X": "RAW"}, {"Z": "OUT"}),
+        ],
+    )
+    write_python_model(repo, "bls", BLS_MODEL, BLS_CONFIG)
+    _ensemble(
+        repo,
+        "outer",
+        ["OUT"],
+        [
+            ensemble_step("ens", {"N": "N"}, {"OUT": "o"}),
+            ensemble_step("add", {"X": "o"}, {"Z": "OUT"}),
         ],
     )
     if onnx:
@@ -275,6 +322,29 @@ def test_onnx_step_after_a_decoupled_one(server: Server) -> None:
     assert [m[3] for m in got] == [False, False, False, True]
     assert sorted(m[2]["SUM"][0] for m in got) == [0, 2, 4, 6]
     assert all(m[:2] == ("ok", "r1") and m[2]["DIFF"] == [0] for m in got)
+
+
+def test_a_decoupled_ensemble_inside_an_ensemble(server: Server) -> None:
+    got = run_one(server.grpc_url, "outer", 103)
+    assert got == ok("r1", [{"OUT": [200 + i]} for i in range(3)])
+    assert run_one(server.grpc_url, "outer", -4) == [
+        ("error", "in ensemble 'outer', in ensemble 'ens', no luck")
+    ]
+
+
+def bls(http_url: str, n: int) -> list[int]:
+    client = httpclient.InferenceServerClient(http_url)
+    try:
+        result: list[int] = client.infer("bls", [n_input(httpclient, n)]).as_numpy("S").tolist()
+        return result
+    finally:
+        client.close()
+
+
+def test_a_python_model_calls_the_ensemble(server: Server) -> None:
+    """BLS with ``decoupled=True``: the model iterates the ensemble's responses."""
+    assert bls(server.http_url, 103) == [303, 3]
+    assert bls(server.http_url, 0) == [0, 0]
 
 
 def test_zero_responses_is_a_final_flag_alone(server: Server) -> None:
@@ -534,6 +604,10 @@ def test_same_as_triton(triton: ReferenceTriton) -> None:
     got = run_one(triton.grpc_url, "ens2", 103)
     assert got == ok("r1", [{"RAW": [i], "OUT": [100 + i]} for i in range(3)])
     assert run_one(triton.grpc_url, "ens", 0) == [("ok", "r1", {}, True)]
+    got = run_one(triton.grpc_url, "outer", 103)
+    assert got == ok("r1", [{"OUT": [200 + i]} for i in range(3)])
+    assert bls(triton.http_url, 103) == [303, 3]
+    assert bls(triton.http_url, 0) == [0, 0]
     for protocol in ("http", "grpc"):
         assert unary(triton.http_url, triton.grpc_url, protocol) == UNARY[protocol]
     for n, want in GENERATE.items():
@@ -543,9 +617,11 @@ def test_same_as_triton(triton: ReferenceTriton) -> None:
 def test_errors_same_as_triton(triton: ReferenceTriton) -> None:
     """Triton 2.51 keeps such a request in flight after its error (it never ends the
     ensemble's stream): read what came, and stop the server without waiting for it."""
-    for n, want in ERRORS.items():
+    cases = [("ens", n, want) for n, want in ERRORS.items()]
+    cases.append(("outer", -4, [("error", "in ensemble 'outer', in ensemble 'ens', no luck")]))
+    for model, n, want in cases:
         stream = Stream(triton.grpc_url)
-        stream.send("ens", n, "r1")
-        assert [stream.take() for _ in want] == want, n
+        stream.send(model, n, "r1")
+        assert [stream.take() for _ in want] == want, (model, n)
         stream.client.stop_stream(cancel_requests=True)
         stream.client.close()

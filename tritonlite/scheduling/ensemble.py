@@ -49,6 +49,7 @@ import numpy as np
 
 from tritonlite.backends.base import ModelOutputs
 from tritonlite.contracts.errors import (
+    ErrorCode,
     TritonliteError,
     internal,
     invalid_arg,
@@ -495,13 +496,19 @@ class _StreamRun(_Run):
                 put((step, await self.sched.model.step_infer(request), None, True))
                 return
             final = False
-            async for item in self.sched.model.step_stream(request):
+            async for item in self.sched.model.step_stream(request):  # ends after the final
                 final = item.final
                 put((step, item.response, item.error, final))
-                if final:
-                    return
-            if not final:  # the stream ended without its final answer
+            if not final:
                 put((step, None, internal(f"model '{step.model_name}' sent no final"), True))
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():  # run_stream stopped asking
+                raise
+            # Something below gave the step up: still an answer, so run_stream is not left
+            # waiting for it.
+            err = TritonliteError(ErrorCode.CANCELLED, f"model '{step.model_name}' cancelled")
+            put((step, None, err, True))
         except Exception as exc:
             put((step, None, exc, True))
 
