@@ -161,6 +161,12 @@ def _models() -> dict[str, tuple[onnx.ModelProto, str]]:
         "batch_item_int32": (item_i32, batch_item_config("x", "INT32")),
         "ragged_io": (io, ragged_io_config("x")),
         "ragged_io_unbatched": (io, ragged_io_config("x", batcher="")),
+        "ragged_io_nonbatching": (
+            io,
+            ragged_io_config("x", batcher="")
+            .replace("max_batch_size: 4", "max_batch_size: 0")
+            .replace("dims: [ -1 ]", "dims: [ -1, -1 ]"),
+        ),
     }
 
 
@@ -352,6 +358,12 @@ def test_batch_of_one_without_dynamic_batching(server: Server, protocol: str) ->
     assert shape.shape == (1, 3)
     sent = np.arange(5, dtype=np.float32).reshape(1, 5)
     (echo,) = _infer_together(server, protocol, "ragged_io_unbatched", [sent], "OUTPUT0", "INPUT0")
+    np.testing.assert_array_equal(echo, sent)
+    # Without batching (max_batch_size 0) the ragged input still reaches the model flattened.
+    sent = np.arange(6, dtype=np.float32).reshape(2, 3)
+    (echo,) = _infer_together(
+        server, protocol, "ragged_io_nonbatching", [sent], "OUTPUT0", "INPUT0"
+    )
     np.testing.assert_array_equal(echo, sent)
 
 

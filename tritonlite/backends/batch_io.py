@@ -166,10 +166,9 @@ class RaggedIO:
 
     @classmethod
     def for_config(cls, cfg: Any) -> RaggedIO | None:
+        # Flattened even without batching, as Triton's backends do (the model takes [-1]).
         ragged = frozenset(t.name for t in cfg.input if t.allow_ragged_batch)
         batched = int(cfg.max_batch_size) > 0
-        if not batched:
-            ragged = frozenset()  # without a batch dim there is nothing to concatenate
         inputs = tuple(
             BatchInputSpec(
                 int(bi.kind),
