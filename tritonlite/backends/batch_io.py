@@ -228,9 +228,7 @@ class RaggedIO:
         """Each request's outputs: batch outputs scattered by source shape, the others split
         along dim 0 by batch size (as ``per_request``)."""
         plain = {n: a for n, a in produced.items() if n not in self.batch_outputs}
-        result = per_request(plain, requests) if plain else [{} for _ in requests]
-        if len(requests) == 1 and plain:
-            result = [dict(result[0])]
+        result = per_request(plain, requests)
         for name, spec in self.batch_outputs.items():
             arr = produced.get(name)
             if arr is None:
