@@ -581,27 +581,21 @@ class EnsembleScheduler:
         ``fut`` only says when it is over. Counted once, when it ends, as Triton counts it."""
         stats = self.model.stats
         started = time.monotonic_ns()
+        timing: ExecTiming | None = None
         error: TritonliteError | None = None
         try:
-            responder = request.responder
-            if responder is None:
+            if request.responder is None:
                 raise internal(f"ensemble '{self.model.name}' is decoupled: it streams only")
-            run = _StreamRun(self, request, responder)
-            try:
-                await run.run_stream()
-            except TritonliteError as exc:
-                error = exc
-            except Exception as exc:
-                error = run._step_error(exc)
-            if error is not None:
-                responder.send(error, True)
+            run = _StreamRun(self, request, request.responder)
+            await run.run_stream()
+            timing = run.timing.as_exec()
         except asyncio.CancelledError:  # the client went away
             stats.record_failure(time.monotonic_ns() - request.arrival_ns, "CANCELED")
             raise
         except TritonliteError as exc:
             error = exc
-            if not fut.done():
-                fut.set_exception(exc)
+        except Exception as exc:
+            error = internal(f"in ensemble '{self.model.name}', {type(exc).__name__}: {exc}")
         finally:
             self._inflight -= 1
             if self._inflight == 0:
@@ -609,8 +603,11 @@ class EnsembleScheduler:
         now = time.monotonic_ns()
         if error is not None:
             stats.record_failure(now - request.arrival_ns, "OTHER")
-        else:
-            timing = run.timing.as_exec()
+            if request.responder is not None:
+                request.responder.send(error, True)
+            elif not fut.done():
+                fut.set_exception(error)
+        elif timing is not None:
             size = max(1, request.batch_size)
             stats.record_execution(size, timing)
             stats.record_success(
