@@ -6,13 +6,16 @@ Builds bench/models.py's ONNX repository (``mlp_nobatch``: 4 x 1024^2 FP32, max_
 CPU instance, no ``dynamic_batching``; ``add_sub`` with ``dynamic_batching {}``), runs
 ``tritonlite tune --concurrency 16`` on each, and prints the original's and the tuned config's
 throughput and p99 at concurrency 16 from each run's final sweeps (``summary.json``), with the
-ratio. Goal: MLP >= 3x within 10 minutes, p99 within the budget; add_sub not worse.
+ratio, and the 1-minute load average before and after each run (other work on the machine
+inflates latencies and adds noise). Goal: MLP >= 3x within 10 minutes, p99 within the
+budget; add_sub not worse.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -59,20 +62,22 @@ def main() -> int:
             *extra,
         ]
         print("$", " ".join(cmd), flush=True)
+        load_before = os.getloadavg()[0]
         subprocess.run(cmd, check=True)
+        load_after = os.getloadavg()[0]
         s = json.loads((out / model / "summary.json").read_text())
         a, b = s["original"][-1], s["tuned"][-1]
         ratio = b["throughput"] / a["throughput"] if a["throughput"] else float("inf")
         rows.append(
             f"| {model} | {a['throughput']:,.0f} | {a['p99_us'] / 1000:.1f} "
             f"| {b['throughput']:,.0f} | {b['p99_us'] / 1000:.1f} | {ratio:.2f}x "
-            f"| {s['chosen']} | {s['elapsed_s']:.0f} s |"
+            f"| {s['chosen']} | {s['elapsed_s']:.0f} s | {load_before:.1f}-{load_after:.1f} |"
         )
     print(
         "| model | original infer/s | p99 ms | tuned infer/s | p99 ms | ratio | chosen "
-        "| tune time |"
+        "| tune time | load avg |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     return 0
 
