@@ -551,6 +551,36 @@ def test_generate_stream_response_parameters(server: Server) -> None:
     assert generate_stream(server.http_url, "ens", 103) == GENERATE[103]
 
 
+def generate(http_url: str, model: str, n: int) -> tuple[int, Any]:
+    url = urlsplit(f"http://{http_url}")
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
+    try:
+        conn.request("POST", f"/v2/models/{model}/generate", body=json.dumps({"N": n}))
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read())
+    finally:
+        conn.close()
+
+
+ONE = (
+    "generate expects model to produce exactly 1 response, use generate stream for model "
+    "that generates various number of responses"
+)
+GENERATE_ONE = {  # N -> (status, body) of /generate, as Triton 2.51 answers
+    101: (200, {"OUT": 100, "model_name": "ens", "model_version": "1", **SEQ}),
+    103: (200, {"error": ONE}),
+    0: (200, {"error": ONE}),
+    -4: (400, {"error": "in ensemble 'ens', no luck"}),
+}
+
+
+@pytest.mark.parametrize("n", list(GENERATE_ONE))
+def test_generate(server: Server, n: int) -> None:
+    status, body = generate(server.http_url, "ens", n)
+    want_status, want = GENERATE_ONE[n]
+    assert (status, without_parameters([body])) == (want_status, without_parameters([want]))
+
+
 # -- a step fed by a decoupled model and by the request ------------------------------------------
 ADD2_CONFIG = """
 backend: "python"
@@ -649,6 +679,8 @@ def test_same_as_triton(triton: ReferenceTriton) -> None:
         assert unary(triton.http_url, triton.grpc_url, protocol) == UNARY[protocol]
     for n, want in GENERATE.items():
         assert generate_stream(triton.http_url, "ens", n) == want, n
+    for n, answer in GENERATE_ONE.items():
+        assert generate(triton.http_url, "ens", n) == answer, n
 
 
 def test_errors_same_as_triton(triton: ReferenceTriton) -> None:
