@@ -27,7 +27,7 @@ from tritonclient.utils import InferenceServerException
 pytestmark = pytest.mark.timeout(180)
 
 PROTOCOLS = ["http", "grpc"]
-ONNX_TYPE = {"FP32": TensorProto.FLOAT, "INT32": TensorProto.INT32}
+ONNX_TYPE = {"FP32": TensorProto.FLOAT, "INT32": TensorProto.INT32, "BYTES": TensorProto.STRING}
 _OPSET, _IR = 17, 8
 
 
@@ -80,13 +80,13 @@ def batch_item_model(dtype: str) -> onnx.ModelProto:
     return _model(graph)
 
 
-def identity_1d_model() -> onnx.ModelProto:
+def identity_1d_model(dtype: str = "FP32") -> onnx.ModelProto:
     """INPUT0 [-1] -> OUTPUT0 [-1]: Triton's non-batching identity, served with batching."""
     graph = helper.make_graph(
         [helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])],
         "identity_1d",
-        [_value("INPUT0", "FP32", ["n"])],
-        [_value("OUTPUT0", "FP32", ["n"])],
+        [_value("INPUT0", dtype, ["n"])],
+        [_value("OUTPUT0", dtype, ["n"])],
     )
     return _model(graph)
 
@@ -161,6 +161,10 @@ def _models() -> dict[str, tuple[onnx.ModelProto, str]]:
         "batch_item_int32": (item_i32, batch_item_config("x", "INT32")),
         "ragged_io": (io, ragged_io_config("x")),
         "ragged_io_unbatched": (io, ragged_io_config("x", batcher="")),
+        "ragged_io_bytes": (
+            identity_1d_model("BYTES"),
+            ragged_io_config("x").replace("TYPE_FP32", "TYPE_STRING"),
+        ),
         "ragged_io_nonbatching": (
             io,
             ragged_io_config("x", batcher="")
@@ -203,7 +207,7 @@ def _infer_together(
         client = mod.InferenceServerClient(server.grpc_url)
     requests = []
     for a in arrays:
-        inp = mod.InferInput(input_name, list(a.shape), "FP32")
+        inp = mod.InferInput(input_name, list(a.shape), "BYTES" if a.dtype == object else "FP32")
         inp.set_data_from_numpy(a)
         requests.append(([inp], [mod.InferRequestedOutput(output)]))
     if protocol == "http":
@@ -345,6 +349,23 @@ def test_batch_output_scatters_by_input_shape(server: Server, protocol: str) -> 
     for out, sent in zip(outs, arrays, strict=True):
         assert out.shape == sent.shape
         np.testing.assert_array_equal(out, sent)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_ragged_bytes_input(server: Server, protocol: str) -> None:
+    model = "ragged_io_bytes"
+    arrays = [
+        np.array([[f"r{k}e{i}".encode() for i in range(s[1])]], dtype=object)
+        for k, s in enumerate(RAGGED)
+    ]
+    outs = _one_batch_of_4(
+        server,
+        model,
+        lambda: _infer_together(server, protocol, model, arrays, "OUTPUT0", input_name="INPUT0"),
+    )
+    for out, sent in zip(outs, arrays, strict=True):
+        assert out.shape == sent.shape
+        assert out.tolist() == sent.tolist()
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
