@@ -22,6 +22,7 @@ from tritonlite.frontends.tls import grpc_tls, http_tls
 from tritonlite.frontends.wire.detect import Detect
 from tritonlite.frontends.wire.grpc_native import GrpcLimits, GrpcProtocol, NativeGrpcServer
 from tritonlite.frontends.wire.http1 import HttpLimits, HttpService, start_http_native
+from tritonlite.frontends.wire.keepalive import keepalive_settings
 from tritonlite.options import ServerOptions
 
 log = logging.getLogger("tritonlite")
@@ -135,7 +136,7 @@ class _CappedGrpcProtocol(GrpcProtocol):
 def grpc_server(core: CoreAPI, opts: ServerOptions, nofile: int = 0) -> CappedGrpcServer:
     return CappedGrpcServer(
         methods(core, opts),
-        GrpcLimits(),
+        GrpcLimits(keepalive=keepalive_settings(opts)),
         min(opts.grpc_max_connections, connection_cap(opts.grpc_max_connections, nofile)),
     )
 

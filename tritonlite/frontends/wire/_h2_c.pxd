@@ -56,7 +56,7 @@ cdef class _Stream:
 @cython.final
 cdef class H2Connection:
     cdef object _on_request, _on_message, _on_half_close, _on_grpc_error
-    cdef object _on_reset, _on_writable, _on_goaway
+    cdef object _on_reset, _on_writable, _on_goaway, _on_ping
     cdef long long _max_streams, _stream_window, _max_frame, _max_header_list
     cdef long long _max_message, _max_buffered, _write_limit
     cdef double _flood_window

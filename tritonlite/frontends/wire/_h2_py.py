@@ -19,7 +19,9 @@ the connection calls the handler once per event:
 * ``on_reset(stream_id, code)``: the stream is gone (the client's RST_STREAM, or a stream error
   this connection answered with RST_STREAM); the transport cancels its call;
 * ``on_writable(stream_id)``: the stream's queued output went back under the limit;
-* ``on_goaway(code, last_stream_id)``: the client sent GOAWAY.
+* ``on_goaway(code, last_stream_id)``: the client sent GOAWAY;
+* ``on_ping(ack, opaque)`` (optional): a PING arrived (``ack`` False: answered already) or
+  the ACK of one (``ack`` True, with its 8 bytes); the keepalive policy's input.
 
 Output: ``send_headers`` (a block from ``encode_headers``; with ``end_stream`` it is the
 trailers, sent after the queued DATA), ``send_message`` (one gRPC message; False once the
@@ -284,6 +286,7 @@ class H2Connection:
         self._on_reset = handler.on_reset
         self._on_writable = handler.on_writable
         self._on_goaway = handler.on_goaway
+        self._on_ping = getattr(handler, "on_ping", None)
         self._max_streams = lim.max_concurrent_streams
         self._stream_window = lim.stream_window
         self._max_frame = lim.max_frame_size
@@ -890,12 +893,16 @@ class H2Connection:
             self._fail(FRAME_SIZE_ERROR, b"PING of a length other than 8")
             return
         if flags & ACK:
+            if self._on_ping is not None:
+                self._on_ping(True, buf[off : off + 8])
             return
         self._pings += 1
         if self._pings > self._max_pings:
             self._fail(ENHANCE_YOUR_CALM, b"too many PINGs")
             return
         self._out.append(_HDR.pack(0, 8, PING, ACK, 0) + buf[off : off + 8])
+        if self._on_ping is not None:
+            self._on_ping(False, b"")
 
     def _priority(self, buf: bytes, off: int, length: int, sid: int) -> None:
         if sid == 0:

@@ -38,7 +38,14 @@ from tritonlite.frontends.grpc.errors import (
     internal_message,
     rejected,
 )
-from tritonlite.frontends.wire.h2 import H2Connection, H2Limits, encode_headers
+from tritonlite.frontends.wire.h2 import (
+    ENHANCE_YOUR_CALM,
+    NO_ERROR,
+    H2Connection,
+    H2Limits,
+    encode_headers,
+)
+from tritonlite.frontends.wire.keepalive import Keepalive, KeepaliveSettings, ping_frame
 
 log = logging.getLogger("tritonlite.grpc")
 
@@ -79,13 +86,22 @@ _RESERVED = frozenset(
 
 class GrpcLimits(H2Limits):
     """``H2Limits`` plus the transport's own: how long a connection may hold output the client
-    does not read (flow control or socket), and how many unread requests a streaming call
-    queues before the client's window stops being refilled."""
+    does not read (flow control or socket), how many unread requests a streaming call
+    queues before the client's window stops being refilled, and the keepalive, ping abuse
+    and connection age settings (``wire.keepalive``; None: none of them applies)."""
 
-    def __init__(self, *, stall_timeout_s: float = 30.0, read_queue: int = 16, **kw: Any) -> None:
+    def __init__(
+        self,
+        *,
+        stall_timeout_s: float = 30.0,
+        read_queue: int = 16,
+        keepalive: KeepaliveSettings | None = None,
+        **kw: Any,
+    ) -> None:
         super().__init__(**kw)
         self.stall_timeout_s = stall_timeout_s
         self.read_queue = read_queue
+        self.keepalive = keepalive
 
 
 def _percent(text: str) -> bytes:
@@ -302,6 +318,8 @@ class GrpcProtocol(asyncio.Protocol):
         self.unflushed = 0
         self._stall_mark = 0
         self._resumes = 0
+        self.keepalive: Keepalive | None = None
+        self._ka_data = 0
 
     # ------------------------------------------------------------------ asyncio.Protocol
 
@@ -310,6 +328,8 @@ class GrpcProtocol(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
         self.local = _is_local(transport)
         self.conn = H2Connection(self, self.limits)
+        if self.limits.keepalive is not None:
+            self.keepalive = Keepalive(self.limits.keepalive, self, self.loop)
         if self.server is not None:
             self.server._protocols.add(self)
             if self.server._stopping:
@@ -320,6 +340,8 @@ class GrpcProtocol(asyncio.Protocol):
         conn = self.conn
         if conn is None:
             return
+        if self.keepalive is not None:
+            self.keepalive.received()
         conn.receive(data)
         self.flush()
 
@@ -331,6 +353,8 @@ class GrpcProtocol(asyncio.Protocol):
         self.transport = None
         if self._stall is not None:
             self._stall.cancel()
+        if self.keepalive is not None:
+            self.keepalive.stop()
         calls = list(self.calls.values())
         self.calls.clear()
         for call in calls:
@@ -365,6 +389,10 @@ class GrpcProtocol(asyncio.Protocol):
         data = conn.data_to_send()
         if data:
             transport.write(data)
+            ka = self.keepalive
+            if ka is not None and conn.data_sent != self._ka_data:
+                self._ka_data = conn.data_sent
+                ka.sent_headers_or_data()
         if self._stall is None and conn.stalled():
             self._arm_stall()
         if conn.closed:
@@ -519,6 +547,46 @@ class GrpcProtocol(asyncio.Protocol):
         if not self.calls and self.transport is not None:
             self.transport.close()
 
+    def on_ping(self, ack: bool, opaque: bytes) -> None:
+        ka = self.keepalive
+        if ka is None:
+            return
+        if ack:
+            ka.ping_acked(opaque)
+        elif ka.ping_received():
+            log.info("gRPC client sent too many PINGs: GOAWAY ENHANCE_YOUR_CALM too_many_pings")
+            self.conn.goaway(ENHANCE_YOUR_CALM, b"too_many_pings")
+
+    # ------------------------------------------------------------------ KeepaliveHost
+
+    def keepalive_ping(self, opaque: bytes) -> None:
+        self.flush()
+        transport = self.transport
+        conn = self.conn
+        if transport is not None and conn is not None and not conn.closed:
+            if not transport.is_closing():
+                transport.write(ping_frame(opaque))
+
+    def keepalive_streams(self) -> int:
+        return self.conn.open_streams() if self.conn is not None else 0
+
+    def keepalive_goaway(self, debug: bytes) -> None:
+        conn = self.conn
+        if conn is not None and not conn.goaway_sent:
+            conn.goaway(NO_ERROR, debug)
+            self.flush()
+
+    def keepalive_close(self, code: int, debug: bytes, message: str) -> None:
+        conn = self.conn
+        if conn is None:
+            return
+        for call in list(self.calls.values()):
+            self._finish(call, UNAVAILABLE, message)
+        if code != NO_ERROR or not conn.goaway_sent:
+            conn.goaway(code, debug)
+        self.flush()
+        self._close()
+
     # ------------------------------------------------------------------ calls
 
     async def _run_unary(self, call: _Call) -> None:
@@ -610,6 +678,8 @@ class GrpcProtocol(asyncio.Protocol):
             else:
                 block = _status_block(status, message, not call.head_sent)
             conn.send_headers(call.sid, block, True)
+            if self.keepalive is not None:
+                self.keepalive.sent_headers_or_data()
             self.flush()
         if call.done is not None:
             self._run_done(call)
