@@ -438,7 +438,7 @@ BAD_CONFIGS: dict[str, tuple[str, str, str]] = {
     "number_kind": (
         "bi",
         _bad(BI, "kind: BATCH_ACCUMULATED_ELEMENT_COUNT ", "kind: 9 "),
-        "unknown batch input kind '' for number_kind",
+        "Internal: attempt to access JSON non-string as string",
     ),
     "target_declared": (
         "item",

@@ -61,6 +61,8 @@ BAD = {
     "bi_fp64": RAGGED + BATCH_INPUT % ("TYPE_FP64", "INPUT0"),
     "bi_two_sources": RAGGED
     + (BATCH_INPUT % ("TYPE_INT32", "INPUT0")).replace('"INPUT0"', '["INPUT0", "INPUT0"]'),
+    "bi_number_kind": RAGGED
+    + (BATCH_INPUT % ("TYPE_INT32", "INPUT0")).replace("BATCH_ELEMENT_COUNT", "9"),
     "bo_unknown_source": RAGGED + SCATTER % "NOPE",
     "bo_unknown_target": RAGGED + (SCATTER % "INPUT0").replace("OUTPUT0", "OUTPUT9"),
     "bo_target_twice": RAGGED + (SCATTER % "INPUT0").replace('"OUTPUT0"', '["OUTPUT0", "OUTPUT0"]'),
@@ -156,7 +158,8 @@ def test_bad_batch_io_fails_load(lite: Server, model: str) -> None:
     status, message = _load_error(lite.http_url, model)
     assert status == "400"
     assert message.startswith(f"load failed for model '{model}': "), message
-    assert f" for {model};" in message, message
+    if model != "bi_number_kind":  # a backend's JSON read fails first, without the suffix
+        assert f" for {model};" in message, message
 
 
 @pytest.mark.parametrize("model", sorted(BAD))
