@@ -125,15 +125,24 @@ def scatter_by_source(
     ``prod(shape_k)`` elements, ``shape_k`` being the template with each -1 replaced by the
     same dim of request k's source input."""
     flat = produced.reshape(-1)
+    template = spec.shape
+    wild = [i for i, d in enumerate(template) if d == -1]
+    every = len(wild) == len(template)  # the usual [-1, -1, ...]: the source shape itself
     out: list[Array] = []
     offset = 0
     for r in requests:
         src = _source_shape(r, spec.source)
-        if any(d == -1 and i >= len(src) for i, d in enumerate(spec.shape)):
+        if wild and wild[-1] >= len(src):
             raise internal(
                 f"batch output '{name}' has more dims than its source input '{spec.source}'"
             )
-        shape = tuple(src[i] if d == -1 else d for i, d in enumerate(spec.shape))
+        if every and len(src) == len(template):
+            shape = src
+        else:
+            filled = list(template)
+            for i in wild:
+                filled[i] = src[i]
+            shape = tuple(filled)
         count = math.prod(shape)
         if offset + count > flat.shape[0]:
             raise internal(
