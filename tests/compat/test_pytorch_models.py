@@ -197,6 +197,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
     )
     _model(
         repo,
+        "ragged_pt",
+        Identity,
+        "max_batch_size: 4\n"
+        + 'input { name: "INPUT__0" data_type: TYPE_FP32 dims: [ -1 ] allow_ragged_batch: true }\n'
+        + _io("output", "OUTPUT__0", "TYPE_FP32", "-1"),
+    )
+    _model(
+        repo,
         "gpu_kind",
         Identity,
         "max_batch_size: 0\n"
@@ -374,6 +382,11 @@ def test_models_that_fail_to_load_leave_the_rest_ready(server: Any) -> None:
     assert index["too_few_inputs"]["state"] == "UNAVAILABLE"
     assert "configuration expects 1 inputs, model provides 2" in reason
     assert "unsupported datatype TYPE_UINT32 for input 'INPUT__0'" in index["bad_dtype"]["reason"]
+    assert index["ragged_pt"]["state"] == "UNAVAILABLE"
+    assert (
+        "ragged batching (allow_ragged_batch on 'INPUT__0') is not supported by tritonlite's "
+        "pytorch backend" in index["ragged_pt"]["reason"]
+    )
     if not torch.cuda.is_available():
         assert "specifies invalid or unsupported gpu id 0" in index["gpu_kind"]["reason"]
     assert http(server).is_model_ready("add_sub_pt")

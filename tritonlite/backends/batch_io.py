@@ -27,7 +27,7 @@ import numpy as np
 from tritonlite import kernels
 from tritonlite._proto import pb
 from tritonlite.contracts import datatypes
-from tritonlite.contracts.errors import internal
+from tritonlite.contracts.errors import internal, unsupported
 from tritonlite.contracts.types import InferRequest
 from tritonlite.memory import StagingPool
 
@@ -152,6 +152,22 @@ def scatter_by_source(
         out.append(flat[offset : offset + count].reshape(shape))
         offset += count
     return out
+
+
+def refuse_ragged(cfg: Any, backend: str) -> None:
+    """UNSUPPORTED for a config with ragged inputs, ``batch_input`` or ``batch_output`` on a
+    backend that does not lay them out (only ONNX Runtime does, through ``RaggedIO``)."""
+    ragged = [t.name for t in cfg.input if t.allow_ragged_batch]
+    what = (
+        (["allow_ragged_batch on " + ", ".join(f"'{n}'" for n in ragged)] if ragged else [])
+        + (["batch_input"] if len(cfg.batch_input) else [])
+        + (["batch_output"] if len(cfg.batch_output) else [])
+    )
+    if what:
+        raise unsupported(
+            f"model '{cfg.name}': ragged batching ({', '.join(what)}) is not supported by "
+            f"tritonlite's {backend} backend; the onnxruntime backend supports it"
+        )
 
 
 class RaggedIO:

@@ -325,6 +325,7 @@ class PyTorchBackend:
             raise unavailable(
                 f"unable to find '{self.path}' for model '{ctx.name}' version {ctx.version}"
             )
+        batch_io.refuse_ragged(cfg, "pytorch")
         self.torch = _import_torch()
         self.settings = _Settings(self.torch, cfg)
         batched = cfg.max_batch_size > 0

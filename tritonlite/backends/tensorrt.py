@@ -183,6 +183,7 @@ class TensorRTBackend:
             raise unavailable(
                 f"unable to find '{path}' for model '{ctx.name}' version {ctx.version}"
             )
+        batch_io.refuse_ragged(ctx.config, "tensorrt")
         self.trt, self.torch = _imports(ctx.name)
         self.plan = path.read_bytes()
         self.runtime = self.trt.Runtime(self.trt.Logger(self.trt.Logger.WARNING))
