@@ -14,6 +14,7 @@ import logging
 import re
 from collections import Counter
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -216,6 +217,10 @@ def test_grpc_flood_is_counted_by_reason_and_logged_bounded(
     assert "Traceback" not in server.output()
 
 
+def _put_error(errors: Any, result: Any, error: Any) -> None:
+    errors.put(error)
+
+
 @pytest.mark.parametrize("frontend", ["aio", "native"])
 def test_grpc_stream_errors_are_counted_once(
     server_factory: Callable[..., Server], repo: Path, frontend: str
@@ -233,7 +238,7 @@ def test_grpc_stream_errors_are_counted_once(
     for headers, n in ((None, 3), ({"triton_grpc_error": "true"}, 1)):
         got: queue.Queue[Any] = queue.Queue()
         with grpcclient.InferenceServerClient(server.grpc_url) as client:
-            client.start_stream(callback=lambda _r, e, got=got: got.put(e), headers=headers)
+            client.start_stream(callback=partial(_put_error, got), headers=headers)
             for _ in range(n):
                 client.async_stream_infer("no_such_model", [x])
             errors = [got.get(timeout=30) for _ in range(n)]
