@@ -333,3 +333,30 @@ def test_keepalive_behind_the_one_port_detector(twin: str) -> None:
         server.close()
         lt.run(server.wait_closed())
         lt.close()
+
+
+def test_a_client_that_sends_but_never_acks_is_dropped_at_the_ping_timeout(twin: str) -> None:
+    """Bytes received keep the keepalive watchdog quiet (as in grpc-core), but the PING still
+    waits for its ACK: past ping_timeout the connection ends with "ping_timeout"."""
+    limits = _limits(
+        time_ms=50,
+        timeout_ms=100,
+        permit_without_calls=True,
+        min_recv_ping_interval_ms=0,
+        max_ping_strikes=0,
+        ping_timeout_ms=600,
+    )
+    with _serve(limits) as served:
+        raw = RawClient(served.port)
+        raw.until(lambda f: f[0] == PING and not f[1] & 1)
+        start = time.monotonic()
+        while raw.goaway_code() is None and time.monotonic() - start < 5:
+            raw.send(frame(PING, 0, 0, b"chatting"))  # bytes, but never the ACK
+            try:
+                raw.until(lambda f: f[0] == GOAWAY, timeout=0.05)
+            except TimeoutError:
+                pass
+        assert _goaway(raw)[1:] == (0xB, b"ping_timeout")
+        assert time.monotonic() - start >= 0.4
+        assert len(_server_pings(raw)) == 1  # the next PING waits for the ACK
+        raw.close()

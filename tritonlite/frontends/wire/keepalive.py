@@ -8,8 +8,11 @@ per connection, fed events by the transport and acts through its ``KeepaliveHost
 * Keepalive: ``time_ms`` after the last bytes received, while a call is open (or always with
   ``permit_without_calls``), the server sends a PING; bytes received meanwhile or its ACK
   prove the client alive, otherwise the connection is closed ``timeout_ms`` after the PING
-  (GOAWAY, then close). At most ``max_pings_without_data`` PINGs go out between two frames
-  of headers or data the server sends (0: no limit); a PING over that waits for the next.
+  (GOAWAY, then close). The next PING waits for the ACK; a PING left unanswered for
+  ``ping_timeout_ms`` ends the connection with GOAWAY ENHANCE_YOUR_CALM "ping_timeout" (a
+  client that sends but never acknowledges). At most ``max_pings_without_data`` PINGs go out
+  between two frames of headers or data the server sends (0: no limit); one over that waits
+  for the next.
 * Ping abuse: a client PING sooner than ``min_recv_ping_interval_ms`` after the previous one,
   or sooner than two hours when no stream is open and ``permit_without_calls`` is off, is a
   strike; past ``max_ping_strikes`` strikes (0: no limit) the connection ends with GOAWAY
@@ -55,6 +58,7 @@ class KeepaliveSettings:
         "max_ping_strikes",
         "max_age_ms",
         "max_age_grace_ms",
+        "ping_timeout_ms",
     )
 
     def __init__(
@@ -68,6 +72,7 @@ class KeepaliveSettings:
         max_ping_strikes: int = 2,
         max_age_ms: int | None = None,
         max_age_grace_ms: int | None = None,
+        ping_timeout_ms: int = 60_000,
     ) -> None:
         # grpc-core's clamps: a keepalive time of at least 1 ms, nothing negative
         self.time_ms = max(1, time_ms)
@@ -78,6 +83,8 @@ class KeepaliveSettings:
         self.max_ping_strikes = max(0, max_ping_strikes)
         self.max_age_ms = None if max_age_ms is None else max(0, max_age_ms)
         self.max_age_grace_ms = None if max_age_grace_ms is None else max(0, max_age_grace_ms)
+        # grpc-core's grpc.http2.ping_timeout_ms (no Triton flag)
+        self.ping_timeout_ms = max(1, ping_timeout_ms)
 
 
 def keepalive_settings(opts: Any) -> KeepaliveSettings:
@@ -134,6 +141,7 @@ class Keepalive:
         "_timeout_s",
         "_ping_timer",
         "_watchdog",
+        "_ack_timer",
         "_pinging",
         "_ping_opaque",
         "_ping_waiting",
@@ -168,6 +176,7 @@ class Keepalive:
         self._strikes = 0
         self._last_ping_recv = float("-inf")
         self._watchdog: asyncio.TimerHandle | None = None
+        self._ack_timer: asyncio.TimerHandle | None = None
         self._grace_timer: asyncio.TimerHandle | None = None
         self._ping_timer: asyncio.TimerHandle | None = loop.call_at(
             now + self._keepalive_s, self._keepalive_due
@@ -210,6 +219,9 @@ class Keepalive:
         if self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None
+        if self._ack_timer is not None:
+            self._ack_timer.cancel()
+            self._ack_timer = None
         self._arm(self.loop.time() + self._keepalive_s)
 
     def sent_headers_or_data(self) -> None:
@@ -222,10 +234,12 @@ class Keepalive:
             self._send_ping()
 
     def stop(self) -> None:
-        for timer in (self._ping_timer, self._watchdog, self._age_timer, self._grace_timer):
+        timers = (self._ping_timer, self._watchdog, self._ack_timer, self._age_timer)
+        for timer in (*timers, self._grace_timer):
             if timer is not None:
                 timer.cancel()
-        self._ping_timer = self._watchdog = self._age_timer = self._grace_timer = None
+        self._ping_timer = self._watchdog = self._ack_timer = None
+        self._age_timer = self._grace_timer = None
 
     @property
     def strikes(self) -> int:
@@ -266,6 +280,9 @@ class Keepalive:
         if self._watchdog is not None:
             self._watchdog.cancel()
         self._watchdog = self.loop.call_later(self._timeout_s, self._watchdog_fired)
+        if self._ack_timer is None:
+            timeout = self.settings.ping_timeout_ms / 1000.0
+            self._ack_timer = self.loop.call_later(timeout, self._ack_overdue)
 
     def _watchdog_fired(self) -> None:
         self._watchdog = None
@@ -274,6 +291,13 @@ class Keepalive:
         self.stop()
         # grpc-core closes with UNAVAILABLE, which it sends as REFUSED_STREAM
         self.host.keepalive_close(0x7, b"keepalive watchdog timeout", "keepalive watchdog timeout")
+
+    def _ack_overdue(self) -> None:
+        self._ack_timer = None
+        if not self._pinging:
+            return
+        self.stop()
+        self.host.keepalive_close(0xB, b"ping_timeout", "ping timeout")
 
     def _age_reached(self) -> None:
         self._age_timer = None
