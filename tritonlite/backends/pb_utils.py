@@ -278,6 +278,8 @@ def deserialize_bytes_tensor(
 
 
 def get_input_tensor_by_name(inference_request: Any, name: str) -> Tensor | None:
+    if type(inference_request) is InferenceRequest:
+        return inference_request._input(name)
     for tensor in inference_request.inputs():
         if tensor.name() == name:
             return tensor  # type: ignore[no-any-return]
@@ -347,15 +349,18 @@ class Tensor:
     __slots__ = ("_name", "_array", "_dtype", "_owned")
 
     def __init__(self, name: str, data: np.ndarray[Any, Any]) -> None:
-        if not isinstance(name, str):
-            raise TypeError(f"Tensor(): 'name' must be a str, got {type(name)}")
-        if name == "":
-            raise TritonModelException("Tensor name cannot be an empty string.")
-        if not isinstance(data, np.ndarray):
-            raise TypeError(f"Tensor(): expected a numpy.ndarray, got {type(data)}")
-        code = _dtype_code(data.dtype)
-        if code is None:
-            raise TritonModelException("NumPy dtype is not supported.")
+        # Every output of every response comes through here: the common case in one test.
+        code = _CODE_BY_DTYPE.get(data.dtype) if type(data) is np.ndarray else None
+        if code is None or type(name) is not str or not name:
+            if not isinstance(name, str):
+                raise TypeError(f"Tensor(): 'name' must be a str, got {type(name)}")
+            if name == "":
+                raise TritonModelException("Tensor name cannot be an empty string.")
+            if not isinstance(data, np.ndarray):
+                raise TypeError(f"Tensor(): expected a numpy.ndarray, got {type(data)}")
+            code = _dtype_code(data.dtype)
+            if code is None:
+                raise TritonModelException("NumPy dtype is not supported.")
         if not data.flags.c_contiguous:
             data = np.ascontiguousarray(data)
         self._name = name
@@ -622,6 +627,7 @@ class InferenceRequest:
         "_id",
         "_correlation_id",
         "_inputs",
+        "_by_name",
         "_requested",
         "_model_name",
         "_model_version",
@@ -671,13 +677,14 @@ class InferenceRequest:
         self._id = request_id
         self._correlation_id: int | str = correlation_id
         self._inputs: list[Tensor] | None = tensors
-        self._requested = names
+        self._by_name: dict[str, Tensor] | None = None
+        self._requested: Iterable[str] = names
         self._model_name = model_name
         self._model_version = model_version
         self._flags = flags
         self._timeout = timeout
-        self._trace = trace or InferenceTrace()
-        self._sender = InferenceResponseSender()
+        self._trace: InferenceTrace | None = trace or InferenceTrace()
+        self._sender: InferenceResponseSender | None = InferenceResponseSender()
         self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
         self._core: CoreRequest | None = None
         self._bls = True
@@ -686,13 +693,18 @@ class InferenceRequest:
     def _of_core(
         cls, req: CoreRequest, requested: Iterable[str], model_name: str, model_version: int
     ) -> InferenceRequest:
-        """The request a model's execute sees for one of the core's requests."""
+        """The request a model's execute sees for one of the core's requests.
+
+        What most models never ask for (the input list, the trace, the response sender, the
+        requested names as a set) is made on first use: this runs once per request.
+        """
         r = cls.__new__(cls)
         r._core = req
-        r._inputs = None  # made on first use
+        r._inputs = None
+        r._by_name = None
         r._id = req.id
         r._correlation_id = req.sequence_id
-        r._requested = set(requested)
+        r._requested = requested
         r._model_name = model_name
         r._model_version = model_version
         r._flags = (TRITONSERVER_REQUEST_FLAG_SEQUENCE_START if req.sequence_start else 0) | (
@@ -703,8 +715,8 @@ class InferenceRequest:
         r._parameters = (
             json.dumps(req.parameters, separators=(",", ":")) if req.parameters else "{}"
         )
-        r._trace = InferenceTrace()
-        r._sender = InferenceResponseSender()
+        r._trace = None
+        r._sender = None
         r._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
         r._bls = False
         return r
@@ -716,6 +728,16 @@ class InferenceRequest:
                 Tensor._of_input(i.name, i.data) for i in self._core.inputs if i.data is not None
             ]
         return self._inputs
+
+    def _input(self, name: str) -> Tensor | None:
+        """``get_input_tensor_by_name``: the first input called ``name``."""
+        by_name = self._by_name
+        if by_name is None:
+            by_name = {}
+            for t in self.inputs():
+                by_name.setdefault(t._name, t)
+            self._by_name = by_name
+        return by_name.get(name)
 
     def request_id(self) -> str:
         return self._id
@@ -736,16 +758,23 @@ class InferenceRequest:
         return self._parameters
 
     def trace(self) -> InferenceTrace:
+        if self._trace is None:
+            self._trace = InferenceTrace()
         return self._trace
 
     def requested_output_names(self) -> set[str]:
-        return self._requested
+        names = self._requested
+        if type(names) is not set:
+            names = self._requested = set(names)
+        return names
 
     def get_response_sender(self) -> InferenceResponseSender:
+        if self._sender is None:
+            self._sender = InferenceResponseSender()
         return self._sender
 
     def is_cancelled(self) -> bool:
-        return self._sender.is_cancelled()
+        return self.get_response_sender().is_cancelled()
 
     def set_release_flags(self, flags: int) -> None:
         self._release_flags = flags

@@ -49,8 +49,10 @@ import inspect
 import logging
 import threading
 import time
+from _thread import get_ident
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import CoroutineType
 from typing import Any
 
 from tritonlite import kernels
@@ -207,27 +209,27 @@ class PythonInstance:
             python_loader.sweep()
 
     def execute(self, requests: list[InferRequest], timing: ExecTiming) -> list[Result]:
-        return self._execute(requests, timing)
-
-    def _execute(self, requests: list[InferRequest], timing: ExecTiming) -> list[Result]:
-        if threading.get_ident() != self._ident:  # run inline on the loop thread
-            saved = pb_utils._runtime.model_dir
-            pb_utils._runtime.model_dir = self._scope.version_dir
+        if get_ident() != self._ident:  # run inline on the loop thread
+            runtime = pb_utils._runtime
+            saved = runtime.model_dir
+            runtime.model_dir = self._scope.version_dir
             try:
                 return self._execute_here(requests, timing)
             finally:
-                pb_utils._runtime.model_dir = saved
+                runtime.model_dir = saved
         return self._execute_here(requests, timing)
 
     def _execute_here(self, requests: list[InferRequest], timing: ExecTiming) -> list[Result]:
         ctx = self._ctx
         default_outputs = self._backend.outputs
+        of_core = pb_utils.InferenceRequest._of_core
+        name, version = ctx.name, ctx.version
         batch = [
-            pb_utils.InferenceRequest._of_core(
+            of_core(
                 r,
                 default_outputs if r.outputs is None else [o.name for o in r.outputs],
-                ctx.name,
-                ctx.version,
+                name,
+                version,
             )
             for r in requests
         ]
@@ -257,7 +259,7 @@ class PythonInstance:
                     )
                 timing.infer_end_ns = time.monotonic_ns()
                 return [_STREAMED] * len(requests)
-            if inspect.iscoroutine(ret):
+            if type(ret) is CoroutineType:
                 ret = self._run_coroutine(ret)
             timing.infer_end_ns = time.monotonic_ns()
             return self._results(batch, ret)
@@ -325,7 +327,8 @@ class PythonInstance:
             )
         results: list[Result] = []
         for req, resp in zip(batch, ret):
-            sent = req.get_response_sender().response
+            sender = req._sender  # made only if the model asked for it
+            sent = sender.response if sender is not None else None
             reschedule = bool(req._release_flags & pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
             if resp is not None:
                 if reschedule:
@@ -460,10 +463,10 @@ def _decoupled_sender(req: InferRequest) -> pb_utils.InferenceResponseSender:
 
 
 def _result(resp: pb_utils.InferenceResponse) -> Result:
-    err = resp.error()
+    err = resp._error
     if err is not None:
         return ErrorResponse(ErrorCode[err.code().name], err.message())
     outputs = ModelOutputs(parameters=resp._parameters, partial=True)
-    for tensor in resp.output_tensors():
-        outputs[tensor.name()] = tensor._array
+    for tensor in resp._tensors:
+        outputs[tensor._name] = tensor._array
     return outputs

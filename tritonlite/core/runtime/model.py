@@ -512,11 +512,13 @@ class Model:
         instance thread and complete on the loop when they come back.
         """
         now = time.monotonic_ns()
+        requests = []
         for p in batch:
             p.dispatch_ns = now
+            requests.append(p.request)
         self.executing += len(batch)
         if self.health.inline_ok and instance.runs_inline():
-            results, timing, executed = instance.run(self, [p.request for p in batch])
+            results, timing, executed = instance.run(self, requests)
             instance.finished(
                 self, instance.generation, batch, results, timing, executed, release_later=True
             )
