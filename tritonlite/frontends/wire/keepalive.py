@@ -149,6 +149,7 @@ class Keepalive:
         "_sent_pings",
         "_strikes",
         "_last_ping_recv",
+        "_fresh",
         "_age_timer",
         "_grace_timer",
         "aged",
@@ -175,6 +176,7 @@ class Keepalive:
         self._sent_pings = 0
         self._strikes = 0
         self._last_ping_recv = float("-inf")
+        self._fresh = True  # no PING sent or received since the last reset
         self._watchdog: asyncio.TimerHandle | None = None
         self._ack_timer: asyncio.TimerHandle | None = None
         self._grace_timer: asyncio.TimerHandle | None = None
@@ -206,6 +208,7 @@ class Keepalive:
         interval = _IDLE_PING_INTERVAL_S if idle else s.min_recv_ping_interval_ms / 1000.0
         allowed = self._last_ping_recv + interval
         self._last_ping_recv = now
+        self._fresh = False
         if allowed <= now:
             return False
         self._strikes += 1
@@ -226,6 +229,9 @@ class Keepalive:
 
     def sent_headers_or_data(self) -> None:
         """The server sent HEADERS or DATA: strikes are forgiven, PINGs may go out again."""
+        if self._fresh:
+            return
+        self._fresh = True
         self._strikes = 0
         self._last_ping_recv = float("-inf")
         self._pings_left = self.settings.max_pings_without_data
@@ -269,6 +275,7 @@ class Keepalive:
             self._arm(self.loop.time() + self._keepalive_s)
 
     def _send_ping(self) -> None:
+        self._fresh = False
         if self.settings.max_pings_without_data:
             if self._pings_left == 0:
                 self._ping_waiting = True  # goes out with the next headers or data
