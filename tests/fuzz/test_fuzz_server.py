@@ -599,6 +599,28 @@ def test_a_path_that_is_not_utf8_leaves_grpc_serving(tmp_path: Path, frontend: s
         server.stop()
 
 
+def test_grpc_aio_stopping_by_itself_is_logged_and_http_serves_on(tmp_path: Path) -> None:
+    # the known limit above (grpc.aio dies on a :path that is not UTF-8): the log says so in
+    # one line, and HTTP keeps serving. Drop this test with the xfail once grpcio guards it.
+    server = start_raw(
+        write_repo(tmp_path, python=False), "--frontend", "aio", "--allow-metrics=false"
+    )
+    try:
+        headers = [(k, b"/x/\x80" if k == b":path" else v) for k, v in _INFER]
+        block = bytes(hpack.Encoder().encode(headers))
+        data = PREFACE + settings() + frame(HEADERS, END_HEADERS, 1, block)
+        _raw_exchange(server.grpc_url, data)
+        line = "the gRPC front end (grpc.aio) stopped: UnicodeDecodeError"
+        out = server.wait_for_lines(lambda lines: any(line in x for x in lines), timeout=30)
+        assert line in out, out[-3000:]
+        with Http(server.http_url) as client:
+            check_add_sub(
+                *client.request("POST", "/v2/models/add_sub/infer", infer_body(A, B)), A, B
+            )
+    finally:
+        server.stop()
+
+
 _BAD_OVERRIDES = [
     ("add_sub_nobatch", "BYTES", {}),  # a model in the repository
     ("new_model", "BYTES", {"file:1/model.onnx": b"xx"}),  # with override files

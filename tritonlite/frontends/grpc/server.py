@@ -13,6 +13,7 @@ default is the most reported break), Triton's keepalive settings, and SO_REUSEPO
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import logging
 from collections.abc import Callable, Sequence
@@ -260,4 +261,29 @@ async def start_grpc(
     except BaseException:
         await server.stop(None)
         raise
+    _watch(server)
     return server, port
+
+
+_WATCHERS: set[asyncio.Task[None]] = set()  # strong references to the running watchers
+
+
+def _watch(server: grpc.aio.Server) -> None:
+    """Say so in the log when grpc.aio's server stops by itself: an exception in its own
+    serving loop (e.g. a request :path that is not UTF-8, README's Front ends) shuts it down,
+    and every gRPC call is refused from then on."""
+
+    async def watch() -> None:
+        try:
+            await server.wait_for_termination()
+        except Exception as exc:  # noqa: BLE001 - whatever ended grpc.aio's serving loop
+            log.error(
+                "the gRPC front end (grpc.aio) stopped: %s: %s; gRPC calls are refused from "
+                "now on (--frontend=native has its own gRPC transport)",
+                type(exc).__name__,
+                exc,
+            )
+
+    task = asyncio.ensure_future(watch())
+    _WATCHERS.add(task)
+    task.add_done_callback(_WATCHERS.discard)
