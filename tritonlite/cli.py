@@ -148,32 +148,11 @@ def _check_ignored_and_refused(ns: argparse.Namespace) -> None:
             print(f"Warning: {flag} is accepted and ignored: {why}", file=sys.stderr)
 
 
-# gRPC transport settings that only the grpc.aio transport applies (--frontend=aio)
-GRPC_AIO_ONLY = (
-    "--grpc-keepalive-time",
-    "--grpc-keepalive-timeout",
-    "--grpc-keepalive-permit-without-calls",
-    "--grpc-http2-max-pings-without-data",
-    "--grpc-http2-min-recv-ping-interval-without-data",
-    "--grpc-http2-max-ping-strikes",
-    "--grpc-max-connection-age",
-    "--grpc-max-connection-age-grace",
-)
 BACKEND_SETTINGS_READ = ("default-max-batch-size",)
 
 
 def _warn_unapplied(argv: list[str], ns: argparse.Namespace) -> None:
     """Warn about accepted settings that this configuration does not apply."""
-    given = {arg.split("=", 1)[0] for arg in argv}
-    if ns.frontend == "native":
-        for flag in GRPC_AIO_ONLY:
-            if flag in given:
-                print(
-                    f"Warning: {flag} is accepted and ignored with --frontend=native: its "
-                    "HTTP/2 layer keeps its own connection limits (--frontend=aio applies "
-                    "it)",
-                    file=sys.stderr,
-                )
     for value in ns.backend_config:
         backend, _, setting = value.partition(",")
         key = setting.partition("=")[0]
