@@ -5,8 +5,9 @@
 #   make serve           install, then serve model_repository/ on 8000 (HTTP), 8001 (gRPC),
 #                        8002 (metrics); SERVE_FLAGS="--log-verbose 1" adds flags
 #   make test            install, perf_analyzer, the whole suite (compiled twins, native front
-#                        end), the compatibility suites again on aio and on one shared port,
-#                        the suites that reach a compiled twin again on the pure-Python twins
+#                        end), the compatibility suites again on aio, the protocol suites on
+#                        one shared port, the suites that reach a compiled twin again on the
+#                        pure-Python twins
 #   make bench | compare-triton | proto | lint | clean | distclean
 
 PYTHON ?= python3
@@ -30,14 +31,22 @@ BUILD_INPUTS := pyproject.toml setup.py $(COMPILED_SOURCES)
 
 # The test matrix. Every suite runs once on the compiled twins with the default front end
 # (native); the compatibility suites (marker `transport`: tests/compat, the real tritonclient,
-# perf_analyzer and raw-socket tests) run again on --frontend=aio and on one shared port; the
-# suites that reach a compiled twin's Python source (marker `twins`, the rule is TWIN_PATHS in
-# tests/conftest.py) run again on the pure-Python twins. The suites mostly wait on servers, so
-# pytest-xdist runs TEST_WORKERS files at once (one file per worker: a module's server fixture
-# stays in one process); TEST_WORKERS=0 runs them one at a time.
+# perf_analyzer and raw-socket tests) run again on --frontend=aio; the suites that reach a
+# compiled twin's Python source (marker `twins`, the rule is TWIN_PATHS in tests/conftest.py)
+# run again on the pure-Python twins. On one shared port (the native layer tells HTTP/1.1 from
+# HTTP/2 by the first bytes or by ALPN, then runs the same protocol code as on separate ports)
+# `make test` runs the suites of SHARED_TESTS, which cover every protocol path, client and
+# perf_analyzer mode, TLS, limits and shutdown; `make test-shared SHARED_TESTS=tests` runs every
+# compatibility suite there (it does not fit CI's time with the rest). The suites mostly wait on
+# servers, so pytest-xdist runs TEST_WORKERS files at once (one file per worker: a module's
+# server fixture stays in one process); TEST_WORKERS=0 runs them one at a time.
 TEST_WORKERS ?= 4
 XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 PYTEST_FLAGS ?=
+SHARED_TESTS ?= $(addprefix tests/compat/,test_http.py test_grpc.py test_grpc_stream.py \
+  test_http_grpc_parity.py test_perf_analyzer_http.py test_perf_analyzer_grpc.py \
+  test_http_tls.py test_grpc_tls.py test_restricted_api.py test_shutdown.py \
+  test_connection_handling.py test_grpc_keepalive.py test_http_expect.py)
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -88,7 +97,7 @@ test-aio:
 
 test-shared:
 	TRITONLITE_REQUIRE_EXTENSIONS=1 TRITONLITE_TEST_FRONTEND=native TRITONLITE_TEST_SHARED_PORT=1 \
-	  $(PY) -m pytest $(XDIST) -m transport $(PYTEST_FLAGS)
+	  $(PY) -m pytest $(XDIST) -m transport $(PYTEST_FLAGS) $(SHARED_TESTS)
 
 test-pure:
 	TRITONLITE_NO_EXTENSIONS=1 TRITONLITE_NO_NUMBA=1 TRITONLITE_TEST_FRONTEND=native \
