@@ -14,8 +14,9 @@ starts each variant's server in turn, so the variants of one table see the same 
   Targets: native <= 120 µs/request over HTTP, <= 150 µs over gRPC (c=16).
 * ``features``: the native front end under perf_analyzer ``--streaming`` (gRPC) and
   ``--shared-memory=system`` (HTTP and gRPC), beside the plain runs, at concurrency 16.
-* ``python``: the same Python-backend ``model.py`` add_sub on tritonlite (native) and on the real
-  Triton (``tools/triton-reference.sh``, ``--triton-dir``), concurrency 1 and 4, both protocols.
+* ``python``: the same Python-backend ``model.py`` add_sub on tritonlite (native), on the real
+  Triton (``tools/triton-reference.sh``, ``--triton-dir``) and (``--baseline PATH``) on another
+  checkout's tritonlite, concurrency 1 and 4, both protocols.
   Goal: tritonlite >= 2x Triton's throughput and <= 0.5x its p50. (Triton runs model.py in a
   stub process of its own: its CPU column counts the tritonserver process only.)
 * ``mlp``: the ONNX MLP (4 x 1024^2 FP32) with dynamic batching (``mlp``) vs without
@@ -330,19 +331,23 @@ def main() -> int:
                 Variant("tritonlite", tl_server("tritonlite-py", pyrepo, root, native), loads),
                 Variant("triton", triton_server(a.triton_dir.resolve(), pyrepo), loads),
             ]
+            if a.baseline:
+                base = tl_server("base-py", pyrepo, a.baseline.resolve(), native)
+                vs.append(Variant("base", base, loads))
             rows = run_table(
                 "python (model.py add_sub: tritonlite native vs Triton)", vs, a.rounds, settings
             )
             print(
-                "| load | throughput tritonlite/Triton (goal >= 2x) "
-                "| p50 tritonlite/Triton (goal <= 0.5x) |\n|---|---|---|"
+                "| variant | load | throughput / Triton's (goal >= 2x) "
+                "| p50 / Triton's (goal <= 0.5x) |\n|---|---|---|---|"
             )
-            for ld in loads:
-                us, them = ("tritonlite", ld.label), ("triton", ld.label)
-                print(
-                    f"| {ld.label} | {ratios(rows, us, them, 'throughput')} "
-                    f"| {ratios(rows, us, them, 'p50')} |"
-                )
+            for name in [v.name for v in vs if v.name != "triton"]:
+                for ld in loads:
+                    us, them = (name, ld.label), ("triton", ld.label)
+                    print(
+                        f"| {name} | {ld.label} | {ratios(rows, us, them, 'throughput')} "
+                        f"| {ratios(rows, us, them, 'p50')} |"
+                    )
             doc["python"] = _dump(rows)
         if "mlp" in tables:
             loads = [
