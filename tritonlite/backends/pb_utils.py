@@ -505,7 +505,7 @@ class InferenceResponse:
     ) -> None:
         tensors = list(output_tensors) if output_tensors is not None else []
         for t in tensors:
-            if not isinstance(t, Tensor):
+            if type(t) is not Tensor and not isinstance(t, Tensor):
                 raise TypeError(
                     f"InferenceResponse(): output_tensors must hold pb_utils.Tensor, got {type(t)}"
                 )
@@ -513,10 +513,14 @@ class InferenceResponse:
             raise TypeError(
                 f"InferenceResponse(): error must be a pb_utils.TritonError, got {type(error)}"
             )
-        self._parameters_json = _parameters_json(parameters)
         self._tensors = tensors
         self._error = error
-        self._parameters: dict[str, Any] = dict(parameters) if parameters else {}
+        if parameters is None:  # the common case: no JSON to check or render
+            self._parameters_json = "{}"
+            self._parameters: dict[str, Any] = {}
+        else:
+            self._parameters_json = _parameters_json(parameters)
+            self._parameters = dict(parameters) if parameters else {}
 
     def output_tensors(self) -> list[Tensor]:
         return self._tensors
