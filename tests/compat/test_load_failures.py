@@ -227,7 +227,12 @@ def test_unparsable_config_fails_the_poll(server: Server, protocol: str, kind: s
     assert not client.is_model_ready(name)
     with pytest.raises(InferenceServerException) as e:
         client.load_model("ok", config="{not json")
-    assert e.value.message() == "failed to load 'ok', failed to poll from model repository"
+    # a config override is the client's own mistake: 400 with the cause, not Triton's 500
+    assert e.value.status() == {"http": "400", "grpc": "StatusCode.INVALID_ARGUMENT"}[protocol]
+    assert e.value.message().startswith(
+        "failed to load 'ok', failed to poll from model repository: failed to parse model "
+        "configuration JSON"
+    )
     assert client.is_model_ready("ok")  # a failed reload keeps the old version serving
     assert _index_rows(server, protocol, "ok") == [{"name": "ok", "version": "1", "state": "READY"}]
 
