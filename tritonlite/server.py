@@ -15,18 +15,18 @@ import os
 import signal
 import ssl
 import time
-from typing import Any
-
-from aiohttp import web
+from typing import TYPE_CHECKING, Any
 
 import tritonlite
 from tritonlite.core.core import InferenceCore
 from tritonlite.frontends.call import InFlight
-from tritonlite.frontends.http.aio import make_server
 from tritonlite.frontends.sockets import bind
 from tritonlite.frontends.tls import http_tls
 from tritonlite.inprocess import InProcessServer
 from tritonlite.options import ServerOptions
+
+if TYPE_CHECKING:  # aiohttp is imported only with --frontend=aio
+    from aiohttp import web
 
 log = logging.getLogger("tritonlite")
 _FOREVER_S = 1e9  # grpc.aio's stop() grace that lets the drain decide instead
@@ -79,6 +79,8 @@ class Server:
         self._sites: list[web.SockSite] = []
         self._grpc: Any = None
         self._native: Any = None
+        self._metrics: Any = None  # the native metrics service and its samplers
+        self._samplers: Any = None
         self.http_port: int | None = None
         self.grpc_port: int | None = None
         self.metrics_port: int | None = None
@@ -107,12 +109,26 @@ class Server:
         else:
             await self._start_aio()
         if opts.allow_metrics:
-            from tritonlite.frontends.metrics import make_metrics_app
-
             address = opts.metrics_address or opts.http_address
-            metrics_app = make_metrics_app(self.core, None, self.core.pressure)
-            self.metrics_port = await self._serve(metrics_app, address, opts.metrics_port, False)
+            self.metrics_port = await self._start_metrics(address)
             log.info("Started Metrics Service at %s:%d", address, self.metrics_port)
+
+    async def _start_metrics(self, address: str) -> int:
+        """The metrics port: on the native HTTP/1.1 layer with ``--frontend=native``, an
+        aiohttp app with ``--frontend=aio`` (the same dispatch)."""
+        from tritonlite.frontends import metrics
+
+        samplers = metrics.make_samplers(self.core)
+        if self.options.frontend != "native":
+            app = metrics.make_metrics_app(self.core, samplers, self.core.pressure)
+            return await self._serve(app, address, self.options.metrics_port, False)
+        from tritonlite.frontends.wire.http1 import start_http_native
+
+        dispatch = metrics.make_metrics_dispatch(self.core, samplers, self.core.pressure)
+        self._metrics = await start_http_native(dispatch, address, self.options.metrics_port)
+        self._samplers = samplers
+        await samplers.start()
+        return int(self._metrics.port)
 
     async def _start_aio(self) -> None:
         opts = self.options
@@ -126,6 +142,8 @@ class Server:
                 self.grpc_port,
             )
         if opts.allow_http:
+            from tritonlite.frontends.http.aio import make_server
+
             http = make_server(self.core, opts, self._http_inflight)
             self.http_port = await self._serve(
                 http, opts.http_address, opts.http_port, opts.reuse_http_port, http_tls(opts)
@@ -175,6 +193,8 @@ class Server:
         reuse: bool,
         ssl_context: ssl.SSLContext | None = None,
     ) -> int:
+        from aiohttp import web
+
         runner: web.BaseRunner = (
             web.ServerRunner(app, handle_signals=False, shutdown_timeout=1.0)
             if isinstance(app, web.Server)
@@ -270,6 +290,9 @@ class Server:
             await core.pressure.stop()
             return
         await self._close_frontends(deadline)
+        if self._metrics is not None:
+            await self._metrics.stop(grace=0.0)
+            await self._samplers.stop()
         for runner in self._runners:
             await runner.cleanup()
         await core.stop()

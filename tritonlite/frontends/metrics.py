@@ -32,9 +32,8 @@ import logging
 import math
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from tritonlite.core.core import InferenceCore
@@ -43,8 +42,12 @@ from tritonlite.core.observability import latency as lat
 from tritonlite.core.observability.pressure import NO_PRESSURE, MemoryPressure
 from tritonlite.core.observability.sysinfo import CpuSampler, GpuSampler, load_nvml
 from tritonlite.frontends import split_metrics
-from tritonlite.frontends.http.errors import error_response
+from tritonlite.frontends.http.call import Dispatch, HttpRequest, HttpResponse
+from tritonlite.frontends.http.errors import error_body
 from tritonlite.frontends.rejects import REJECTS
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 log = logging.getLogger("tritonlite")
 
@@ -249,14 +252,14 @@ class Samplers:
             except Exception:  # a reading failed; the next interval tries again
                 log.exception("polling CPU/GPU metrics")
 
-    async def start(self, _app: web.Application) -> None:
+    async def start(self, _app: object = None) -> None:
         if not (self._want_cpu or self._want_gpu):
             return
         await asyncio.to_thread(self._open)
         if self.cpu is not None or self.gpu is not None:
             self._task = asyncio.create_task(self._poll())
 
-    async def stop(self, _app: web.Application) -> None:
+    async def stop(self, _app: object = None) -> None:
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -476,29 +479,52 @@ class _Collector:
                 yield g
 
 
+def make_metrics_dispatch(
+    core: InferenceCore, samplers: Samplers, pressure: MemoryPressure = NO_PRESSURE
+) -> Dispatch:
+    """The metrics service as an HTTP ``Dispatch`` (``frontends/http/call.py``): ``GET
+    /metrics`` renders every family; another path is 404, another method 405 (Triton's
+    answers). The caller starts and stops ``samplers`` with the service.
+
+    ``pressure`` is the server's memory-pressure monitor (its sampling belongs to the server,
+    which sheds with it whether or not metrics are served); the service only reads it.
+    """
+    collector = _Collector(core, samplers, pressure)
+
+    async def dispatch(request: HttpRequest) -> HttpResponse:
+        if request.path.rstrip("/") != "/metrics":
+            return HttpResponse(404, [error_body("Not Found")], "application/json")
+        if request.method != "GET":
+            return HttpResponse(405, [error_body("Method Not Allowed")], "application/json")
+        return HttpResponse(200, [render(list(collector.collect()))], "text/plain; charset=utf-8")
+
+    return dispatch
+
+
+def make_samplers(core: InferenceCore) -> Samplers:
+    """The CPU/GPU samplers the options ask for (not started)."""
+    opts = core.options
+    return Samplers(opts.allow_cpu_metrics, opts.allow_gpu_metrics, opts.metrics_interval_ms)
+
+
 def make_metrics_app(
     core: InferenceCore, samplers: Samplers | None = None, pressure: MemoryPressure = NO_PRESSURE
 ) -> web.Application:
-    """The metrics service's app; its startup opens the CPU/GPU samplers and starts polling.
+    """The metrics service as an aiohttp app (``--frontend=aio``); its startup opens the
+    CPU/GPU samplers and starts polling, its cleanup stops them."""
+    from aiohttp import web
 
-    ``pressure`` is the server's memory-pressure monitor (its sampling belongs to the server,
-    which sheds with it whether or not metrics are served); this app only reads it.
-    """
-    opts = core.options
     if samplers is None:
-        samplers = Samplers(
-            opts.allow_cpu_metrics, opts.allow_gpu_metrics, opts.metrics_interval_ms
-        )
-    collector = _Collector(core, samplers, pressure)
+        samplers = make_samplers(core)
+    dispatch = make_metrics_dispatch(core, samplers, pressure)
 
     async def metrics(request: web.Request) -> web.StreamResponse:
-        if request.path.rstrip("/") != "/metrics":
-            return error_response(404, "Not Found")
-        if request.method != "GET":
-            return error_response(405, "Method Not Allowed")
+        resp = await dispatch(request)  # type: ignore[arg-type]  # reads .path and .method
+        assert isinstance(resp, HttpResponse) and resp.content_type is not None
         return web.Response(
-            body=render(list(collector.collect())),
-            headers={"Content-Type": "text/plain; charset=utf-8"},
+            status=resp.status,
+            body=b"".join(resp.body),
+            headers={"Content-Type": resp.content_type},
         )
 
     app = web.Application()
