@@ -4,6 +4,10 @@ Both ``--flag=value`` and ``--flag value`` work; booleans take true/false/1/0/ye
 Every tritonserver flag is implemented, accepted and ignored with a warning saying why
 (``IGNORED``), or refused with an error saying why (``REFUSED``): docs/compatibility.md has the
 table. An unknown flag is an error naming it (tritonserver's usage behaviour).
+
+Over 500 lines, one module: most of it declares tritonserver's flags (one argparse definition each,
+with its default and form) and maps them to ServerOptions; keeping the table in one place is what
+makes the flag check against tritonserver's --help readable.
 """
 
 from __future__ import annotations

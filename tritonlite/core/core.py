@@ -2,6 +2,9 @@
 
 Every method either returns plain data (dicts in the HTTP JSON shape, which gRPC converts to
 messages) or raises TritonliteError. Front ends hold no behaviour of their own.
+
+Over 500 lines, one module: ``InferenceCore`` is the facade of every endpoint; each method is a few
+lines that call the sub-packages, and one class keeps the front ends' whole API in view.
 """
 
 from __future__ import annotations

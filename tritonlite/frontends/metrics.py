@@ -22,6 +22,10 @@ never disagree (ns in stats, µs here, ``ns // 1000``). What is exposed follows 
   refused for what the client sent, frontends/rejects.py), always present.
 
 Values are plain decimals (perf_analyzer's regexes reject exponents).
+
+Over 500 lines, one module: every family of Triton's /metrics (with its name, help text and label
+rules, which perf_analyzer and dashboards match on) is built by one collector from the statistics,
+so the text format is decided in one place.
 """
 
 from __future__ import annotations

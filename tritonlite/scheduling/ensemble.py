@@ -35,6 +35,10 @@ Statistics: each step is counted by its composing model; the ensemble counts eac
 once, when it ends (a decoupled one: after its final flag), with compute durations that are the
 sums of its steps' (Triton's ensemble statistics).
 Ownership: the scheduler owns a request from ``enqueue`` until its future resolves.
+
+Over 500 lines, one module: one request's walk through the ensemble graph -- step admission, per-
+response fan-out of decoupled steps, completion and the final flag -- is one state machine whose
+parts change together.
 """
 
 from __future__ import annotations

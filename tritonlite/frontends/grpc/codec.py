@@ -15,6 +15,9 @@ into a small cache of what it decodes to, since a client sends the same tensor h
 and again. Responses are written as wire bytes directly: cached per-tensor headers plus
 length-prefixed raw contents, joined once. ``tests/frontends/test_grpc_codec.py`` holds both
 directions to what the message classes build and parse.
+
+Over 500 lines, one module: it is the one place that converts between the protobuf messages of
+every RPC and the core's plain data, so a field's two directions sit side by side.
 """
 
 from __future__ import annotations

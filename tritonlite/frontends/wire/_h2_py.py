@@ -39,6 +39,10 @@ Ownership: header lists and payloads handed up belong to the handler; ``send_*``
 belong to the connection once passed. A stream is forgotten once both sides ended it.
 Header blocks are decoded by ``wire.hpack``; responses are encoded statelessly (literals
 without indexing, see ``encode_headers``), so the peer's HEADER_TABLE_SIZE never matters.
+
+Over 500 lines, one module: Cython compiles it into one extension type whose frame handlers share
+the connection's state (windows, streams, HPACK contexts) through C attributes; split across
+modules, every handler would pay Python-level calls in the compiled twin.
 """
 
 from __future__ import annotations

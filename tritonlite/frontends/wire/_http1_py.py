@@ -18,6 +18,9 @@ What the connection refuses, it answers in order with Triton's ``{"error": ...}`
 limit (413, before reading the body), headers over the size or count limit (431), a request
 header or body that does not arrive in time (408). Timeouts are deadlines this object keeps;
 the server's sweep calls ``check_timeout`` (``http1.HttpService``).
+
+Over 500 lines, one module: Cython compiles it into one extension type (the protocol) whose request
+parsing, pipelining, limits and response writing share the connection's state as C attributes.
 """
 
 from __future__ import annotations

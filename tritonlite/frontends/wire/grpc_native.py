@@ -9,6 +9,10 @@ call's handler as a task. It makes no assumption about who created it: a listene
 Ownership: a call's task owns the call until its handler returns; the protocol owns the stream
 and ends it (trailers), and cancels the task when the client resets the stream, the deadline
 passes or the connection is lost.
+
+Over 500 lines, one module: the gRPC transport's connection protocol, its call objects and its
+server share the per-connection callbacks and limits; each part is small, and a split would pass
+that state between modules on every frame.
 """
 
 from __future__ import annotations
