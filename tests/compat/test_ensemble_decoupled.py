@@ -546,7 +546,6 @@ def test_generate_stream(server: Server, n: int) -> None:
     assert without_parameters(got) == without_parameters(GENERATE[n])
 
 
-@pytest.mark.xfail(strict=True, reason="the generate endpoints leave the response's parameters out")
 def test_generate_stream_response_parameters(server: Server) -> None:
     assert generate_stream(server.http_url, "ens", 103) == GENERATE[103]
 

@@ -160,6 +160,8 @@ def encode(resp: InferResponse) -> bytes:
     doc: dict[str, Any] = {"model_name": resp.model_name, "model_version": resp.model_version}
     if resp.id:
         doc["id"] = resp.id
+    for key, value in resp.parameters.items():  # Triton merges the response's parameters in
+        doc[key] = value
     for out in resp.outputs:
         if out.data is not None:
             doc[out.name] = _value(out.name, out.data)
