@@ -312,9 +312,8 @@ def _decode_infer(
         head, tail = mv, mv[len(mv) :]
     else:
         if header_length < 0 or header_length > len(mv):
-            raise invalid_arg(
-                f"Inference-Header-Content-Length {header_length} is out of range for a request "
-                f"body of {len(mv)} bytes"
+            raise invalid_arg(  # Triton's words
+                f"inference header size should be in range (0, {len(mv)}), got: {header_length}"
             )
         head, tail = mv[:header_length], mv[header_length:]
     try:
