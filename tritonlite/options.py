@@ -5,27 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tritonlite.core.observability.latency import DEFAULT_HISTOGRAM_BUCKETS_US
+
 CONTROL_MODES = ("none", "poll", "explicit")
 SHM_POLICIES = ("local", "true", "false")
 FRONTENDS = ("native", "aio")
 GRPC_COMPRESSION_LEVELS = ("none", "low", "medium", "high")
 # Triton's default summary quantiles, (quantile, allowed error)
 DEFAULT_SUMMARY_QUANTILES = ((0.5, 0.05), (0.9, 0.01), (0.95, 0.001), (0.99, 0.001), (0.999, 0.001))
-DEFAULT_HISTOGRAM_BUCKETS_US = (
-    100.0,
-    250.0,
-    500.0,
-    1000.0,
-    2500.0,
-    5000.0,
-    10000.0,
-    25000.0,
-    50000.0,
-    100000.0,
-    250000.0,
-    500000.0,
-    1000000.0,
-)
 
 
 def _metrics_bool(key: str, value: str) -> bool:

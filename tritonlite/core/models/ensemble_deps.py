@@ -27,6 +27,7 @@ from tritonlite.contracts.config import CONFIG_FILENAME
 from tritonlite.contracts.config_validate import ENSEMBLE
 from tritonlite.contracts.errors import TritonliteError, invalid_arg
 from tritonlite.core.models import lifecycle as lc
+from tritonlite.core.models.deps import ensure_loaded, ready_versions
 from tritonlite.core.models.ensemble_config import validate_composing
 
 if TYPE_CHECKING:
@@ -60,20 +61,6 @@ def composing_models(cfg: Any) -> list[str]:
     return sorted({s.model_name for s in cfg.ensemble_scheduling.step})
 
 
-def _ready_versions(repo: ModelRepository, name: str) -> list[int]:
-    entry = repo.models.get(name)
-    if entry is None:
-        return []
-    return [v for v, s in entry.versions.items() if s.is_ready]
-
-
-def _reason(repo: ModelRepository, name: str) -> str:
-    entry = repo.models.get(name)
-    if entry is None:
-        return ""
-    return next((s.reason for _, s in sorted(entry.versions.items()) if s.reason), "")
-
-
 async def load_composing(repo: ModelRepository, cfg: Any, explicit: bool) -> None:
     """Make every composing model of ensemble ``cfg`` ready, then validate ``cfg`` against them.
 
@@ -83,7 +70,7 @@ async def load_composing(repo: ModelRepository, cfg: Any, explicit: bool) -> Non
     name = cfg.name
     deps = composing_models(cfg)
     on_disk = repo.scan()
-    missing = [d for d in deps if on_disk.get(d) is None and not _ready_versions(repo, d)]
+    missing = [d for d in deps if on_disk.get(d) is None and not ready_versions(repo, d)]
     if missing:
         raise invalid_arg(
             f"ensemble {name} contains models that are not available or "
@@ -104,7 +91,7 @@ async def load_composing(repo: ModelRepository, cfg: Any, explicit: bool) -> Non
     configs: dict[str, Any] = {}
     for step in cfg.ensemble_scheduling.step:
         dep = step.model_name
-        ready = _ready_versions(repo, dep)
+        ready = ready_versions(repo, dep)
         if step.model_version >= 0 and step.model_version not in ready:
             raise invalid_arg(
                 f"ensemble '{name}' depends on '{dep}' whose required version "
@@ -120,24 +107,11 @@ async def load_composing(repo: ModelRepository, cfg: Any, explicit: bool) -> Non
 
 
 async def _ensure_loaded(repo: ModelRepository, name: str, dep: str, explicit: bool) -> None:
-    entry = repo.models.get(dep)
-    if entry is not None and entry.lock.locked():
-        async with entry.lock:  # a load in progress (startup, another ensemble): wait for it
-            pass
-    if _ready_versions(repo, dep):
+    loaded, error = await ensure_loaded(repo, dep, explicit)
+    if loaded and explicit:
+        repo.loaded_for_ensembles.add(dep)
+    if error is None:
         return
-    attempted = entry is not None and bool(entry.versions)
-    error = ""
-    if explicit or not attempted:
-        try:
-            await repo.load(dep)
-        except TritonliteError as exc:
-            error = exc.message
-        if explicit:
-            repo.loaded_for_ensembles.add(dep)
-    if _ready_versions(repo, dep):
-        return
-    error = error or _reason(repo, dep)
     if error:
         raise invalid_arg(
             f"ensemble '{name}' depends on '{dep}' which has no loaded version. "

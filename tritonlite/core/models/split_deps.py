@@ -27,10 +27,12 @@ from typing import TYPE_CHECKING, Any
 
 from tritonlite.contracts.config import CONFIG_FILENAME
 from tritonlite.contracts.config_validate import KIND_CPU
-from tritonlite.contracts.errors import TritonliteError, invalid_arg, unsupported
+from tritonlite.contracts.errors import invalid_arg, unsupported
 from tritonlite.contracts.signature import Signature, TensorSpec
+from tritonlite.core.models.deps import ensure_loaded, ready_versions
 from tritonlite.core.models.names import component_problem
-from tritonlite.core.runtime.split import DEFAULT_BOUNDS_US, SplitBackend, SplitMetrics, SplitModel
+from tritonlite.core.observability.latency import DEFAULT_HISTOGRAM_BUCKETS_US
+from tritonlite.core.runtime.split import SplitBackend, SplitMetrics, SplitModel
 from tritonlite.scheduling.split import SPLIT, VARIANTS_KEY, Variants, parse_variants
 
 if TYPE_CHECKING:
@@ -117,18 +119,6 @@ def _drop_instance_defaults(cfg: Any, where: str) -> None:
     cfg.ClearField("optimization")
 
 
-def _ready(repo: ModelRepository, name: str) -> bool:
-    entry = repo.models.get(name)
-    return entry is not None and any(s.is_ready for s in entry.versions.values())
-
-
-def _reason(repo: ModelRepository, name: str) -> str:
-    entry = repo.models.get(name)
-    if entry is None:
-        return ""
-    return next((s.reason for _, s in sorted(entry.versions.items()) if s.reason), "")
-
-
 async def load_variants(repo: ModelRepository, cfg: Any, explicit: bool) -> None:
     """Make every variant of router ``cfg`` ready, then check ``cfg`` against them.
 
@@ -139,7 +129,7 @@ async def load_variants(repo: ModelRepository, cfg: Any, explicit: bool) -> None
     variants = router_variants(cfg)
     on_disk = repo.scan()
     for dep in variants.names:
-        if on_disk.get(dep) is None and not _ready(repo, dep):
+        if on_disk.get(dep) is None and not ready_versions(repo, dep):
             raise invalid_arg(f"{where}: variant '{dep}' is not in the model repository")
         if is_split_dir(on_disk.get(dep)):
             raise invalid_arg(f"{where}: variant '{dep}' is itself a {SPLIT} model")
@@ -167,23 +157,10 @@ async def load_variants(repo: ModelRepository, cfg: Any, explicit: bool) -> None
 
 
 async def _ensure_loaded(repo: ModelRepository, cfg: Any, dep: str, explicit: bool) -> None:
-    entry = repo.models.get(dep)
-    if entry is not None and entry.lock.locked():
-        async with entry.lock:  # a load in progress (startup, another router): wait for it
-            pass
-    if _ready(repo, dep):
-        return
-    attempted = entry is not None and bool(entry.versions)
-    error = ""
-    if explicit or not attempted:
-        try:
-            await repo.load(dep)
-        except TritonliteError as exc:
-            error = exc.message
-    if _ready(repo, dep):
-        return
-    error = (error or _reason(repo, dep) or "it has no loaded version").rstrip("\n")
-    raise invalid_arg(f"{_where(cfg)}: variant '{dep}' failed to load: {error}")
+    _, error = await ensure_loaded(repo, dep, explicit)
+    if error is not None:
+        error = (error or "it has no loaded version").rstrip("\n")
+        raise invalid_arg(f"{_where(cfg)}: variant '{dep}' failed to load: {error}")
 
 
 def _compatible(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
@@ -247,6 +224,6 @@ def make_backend(repo: ModelRepository, cfg: Any) -> SplitBackend:
                 break
     if metrics is None:
         settings = getattr(repo.options, "metrics_config", None)  # a CoreOptions, when served
-        bounds = getattr(settings, "histogram_buckets_us", DEFAULT_BOUNDS_US)
+        bounds = getattr(settings, "histogram_buckets_us", DEFAULT_HISTOGRAM_BUCKETS_US)
         metrics = SplitMetrics(bounds)
     return SplitBackend(router_variants(cfg), repo, metrics)

@@ -94,6 +94,24 @@ class Window:
         return [float(v) for v in np.quantile(recent, list(qs), method="inverted_cdf")]
 
 
+# The upper bounds (µs) of a histogram unless --metrics-config histogram_buckets_us says others.
+DEFAULT_HISTOGRAM_BUCKETS_US: tuple[float, ...] = (
+    100.0,
+    250.0,
+    500.0,
+    1000.0,
+    2500.0,
+    5000.0,
+    10000.0,
+    25000.0,
+    50000.0,
+    100000.0,
+    250000.0,
+    500000.0,
+    1000000.0,
+)
+
+
 class Histogram:
     """Cumulative-bucket histogram; ``bounds`` are the finite upper bounds (``le``), ascending."""
 

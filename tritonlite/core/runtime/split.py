@@ -25,24 +25,6 @@ from tritonlite.core.observability.latency import Histogram
 from tritonlite.core.runtime.model import Model
 from tritonlite.scheduling.split import SplitScheduler, Variants
 
-# The default of --metrics-config histogram_buckets_us (tritonlite/options.py), for a core
-# built without metrics settings.
-DEFAULT_BOUNDS_US: tuple[float, ...] = (
-    100.0,
-    250.0,
-    500.0,
-    1000.0,
-    2500.0,
-    5000.0,
-    10000.0,
-    25000.0,
-    50000.0,
-    100000.0,
-    250000.0,
-    500000.0,
-    1000000.0,
-)
-
 
 class Variant(Protocol):
     """Where a router finds its variants and admits their requests (the repository)."""
