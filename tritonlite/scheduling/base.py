@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tritonlite.backends.base import BackendInstance, ModelContext, Result
-from tritonlite.contracts.errors import TritonliteError
+from tritonlite.contracts.errors import TritonliteError, rejected, unavailable
 from tritonlite.contracts.signature import Signature
 from tritonlite.contracts.timing import ExecTiming
 from tritonlite.contracts.types import InferRequest, InferResponse
@@ -99,3 +99,41 @@ class InstancePool(Protocol):
         """Fail a request the scheduler refused (queue full, timed out): counted as the
         statistics count a rejection, then ``future`` gets ``err``."""
         ...
+
+
+class ForwardingScheduler:
+    """What the schedulers of models with no instances of their own share -- an ensemble's,
+    an A/B router's: each request is a task that forwards work to other models; the scheduler
+    counts those in flight, refuses new ones once stopped and says when none is left."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._inflight = 0
+        self._stopped = False
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def _begin(self) -> None:
+        """A request is admitted (raises the Rejected of UNAVAILABLE once stopped)."""
+        if self._stopped:
+            raise rejected(unavailable(f"model '{self._name}' is unloading"))
+        self._inflight += 1
+        self._idle.clear()
+
+    def _end(self) -> None:
+        self._inflight -= 1
+        if self._inflight == 0:
+            self._idle.set()
+
+    def instance_free(self) -> None:
+        """No instances of its own: nothing waits for one."""
+
+    def inflight(self) -> int:
+        return self._inflight
+
+    def stop(self) -> None:
+        """Refuse new requests; those in flight finish (their forwarded work is queued)."""
+        self._stopped = True
+
+    async def wait_idle(self) -> None:
+        await self._idle.wait()

@@ -57,8 +57,6 @@ from tritonlite.contracts.errors import (
     TritonliteError,
     internal,
     invalid_arg,
-    rejected,
-    unavailable,
 )
 from tritonlite.contracts.signature import Signature
 from tritonlite.contracts.timing import ExecTiming
@@ -69,6 +67,7 @@ from tritonlite.contracts.types import (
     RequestedOutput,
     Responder,
 )
+from tritonlite.scheduling.base import ForwardingScheduler
 
 
 class EnsembleStats(Protocol):
@@ -522,23 +521,17 @@ def _discard(fut: asyncio.Future[Any]) -> None:
         fut.exception()
 
 
-class EnsembleScheduler:
+class EnsembleScheduler(ForwardingScheduler):
     """The ensemble's scheduler: each request runs its step graph as one asyncio task."""
 
     def __init__(self, model: EnsembleHost) -> None:
+        super().__init__(model.name)
         self.model = model
         self.graph = model.graph
-        self._inflight = 0
-        self._stopped = False
-        self._idle = asyncio.Event()
-        self._idle.set()
         self._loop = asyncio.get_running_loop()
 
     def enqueue(self, request: InferRequest) -> asyncio.Future[InferResponse]:
-        if self._stopped:
-            raise rejected(unavailable(f"model '{self.model.name}' is unloading"))
-        self._inflight += 1
-        self._idle.clear()
+        self._begin()
         fut: asyncio.Future[InferResponse] = self._loop.create_future()
         task = self._loop.create_task(self._run(request, fut))
         fut.add_done_callback(lambda f: task.cancel() if f.cancelled() else None)
@@ -575,9 +568,7 @@ class EnsembleScheduler:
             if not fut.done():
                 fut.set_result(resp)
         finally:
-            self._inflight -= 1
-            if self._inflight == 0:
-                self._idle.set()
+            self._end()
 
     async def _run_stream(self, request: InferRequest, fut: asyncio.Future[InferResponse]) -> None:
         """A decoupled ensemble's request: its responses go to ``request.responder`` (set by
@@ -601,9 +592,7 @@ class EnsembleScheduler:
         except Exception as exc:
             error = internal(f"in ensemble '{self.model.name}', {type(exc).__name__}: {exc}")
         finally:
-            self._inflight -= 1
-            if self._inflight == 0:
-                self._idle.set()
+            self._end()
         now = time.monotonic_ns()
         if error is not None:
             stats.record_failure(now - request.arrival_ns, "OTHER")
@@ -619,16 +608,3 @@ class EnsembleScheduler:
             )
         if not fut.done():
             fut.set_result(InferResponse(request.model_name, "", request.id))
-
-    def instance_free(self) -> None:
-        """Ensembles have no instances of their own."""
-
-    def inflight(self) -> int:
-        return self._inflight
-
-    def stop(self) -> None:
-        """Refuse new requests; those in flight finish (their steps are already queued)."""
-        self._stopped = True
-
-    async def wait_idle(self) -> None:
-        await self._idle.wait()

@@ -49,6 +49,7 @@ from tritonlite.contracts.errors import (
 )
 from tritonlite.contracts.timing import ExecTiming
 from tritonlite.contracts.types import InferInput, InferRequest, InferResponse, RequestedOutput
+from tritonlite.scheduling.base import ForwardingScheduler
 
 log = logging.getLogger("tritonlite")
 
@@ -175,16 +176,13 @@ class SplitHost(Protocol):
         ...
 
 
-class SplitScheduler:
+class SplitScheduler(ForwardingScheduler):
     """A router's scheduler: each request is one asyncio task awaiting its variant's answer."""
 
     def __init__(self, model: SplitHost) -> None:
+        super().__init__(model.name)
         self.model = model
         self.variants = model.variants
-        self._inflight = 0
-        self._stopped = False
-        self._idle = asyncio.Event()
-        self._idle.set()
         self._loop = asyncio.get_running_loop()
         self._warned: dict[str, float] = {}
         self._random = random.Random()
@@ -195,8 +193,7 @@ class SplitScheduler:
         key = request.parameters.get(AB_KEY)
         if key is not None and not isinstance(key, str):
             raise rejected(invalid_arg(f"parameter '{AB_KEY}' must be a string"))
-        self._inflight += 1
-        self._idle.clear()
+        self._begin()
         fut: asyncio.Future[InferResponse] = self._loop.create_future()
         task = self._loop.create_task(self._run(request, key, fut))
         fut.add_done_callback(lambda f: task.cancel() if f.cancelled() else None)
@@ -246,9 +243,7 @@ class SplitScheduler:
         try:
             await self._route(request, key, fut)
         finally:
-            self._inflight -= 1
-            if self._inflight == 0:
-                self._idle.set()
+            self._end()
 
     async def _route(
         self, request: InferRequest, key: str | None, fut: asyncio.Future[InferResponse]
@@ -298,19 +293,6 @@ class SplitScheduler:
                     final=True,
                 )
             )
-
-    def instance_free(self) -> None:
-        """Routers have no instances of their own."""
-
-    def inflight(self) -> int:
-        return self._inflight
-
-    def stop(self) -> None:
-        """Refuse new requests; those in flight finish (their variants' requests are queued)."""
-        self._stopped = True
-
-    async def wait_idle(self) -> None:
-        await self._idle.wait()
 
 
 def _variant_request(
