@@ -18,7 +18,7 @@ starts each variant's server in turn, so the variants of one table see the same 
   Triton (``tools/triton-reference.sh``, ``--triton-dir``) and (``--baseline PATH``) on another
   checkout's tritonlite, concurrency 1 and 4, both protocols.
   Goal: tritonlite >= 2x Triton's throughput and <= 0.5x its p50. (Triton runs model.py in a
-  stub process of its own: its CPU column counts the tritonserver process only.)
+  stub process of its own: the "child processes" column counts it, the CPU column does not.)
 * ``mlp``: the ONNX MLP (4 x 1024^2 FP32) with dynamic batching (``mlp``) vs without
   (``mlp_nobatch``) at concurrency 16, both protocols. Goal: >= 3x.
 * ``wrk``: a light client: wrk, one thread, 16 connections, JSON add_sub (no binary data), 10 s:
@@ -227,7 +227,8 @@ def run_table(
                     rows.setdefault((v.name, load.label), []).append(run)
                     print(
                         f"<!-- round {rnd} {v.name:8} {load.label:22} {cpu.cpu_us:6.1f} us/req "
-                        f"(kernel {cpu.kernel_us:5.1f}, loop busy {cpu.loop_busy:.2f}) "
+                        f"(kernel {cpu.kernel_us:5.1f}, loop busy {cpu.loop_busy:.2f}, "
+                        f"children {cpu.children_us:5.1f}) "
                         f"{rate:8.0f}/s p50 {p50:7.0f} us load {run.loadavg:.1f} "
                         f"{status} -->",
                         flush=True,
@@ -236,16 +237,17 @@ def run_table(
                 server.stop()  # type: ignore[attr-defined]
     med = statistics.median
     print(
-        "\n| variant | load | CPU µs/req: median (rounds) | kernel µs | loop busy "
-        "| req/s: median (rounds) | p50 µs | status |"
+        "\n| variant | load | CPU µs/req: median (rounds) | kernel µs | child processes µs "
+        "| loop busy | req/s: median (rounds) | p50 µs | status |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for (name, label), runs in rows.items():
         cpus = [r.cpu for r in runs]
         print(
             f"| {name} | {label} | {med(c.cpu_us for c in cpus):.0f} "
             f"({', '.join(f'{c.cpu_us:.0f}' for c in cpus)}) "
-            f"| {med(c.kernel_us for c in cpus):.0f} | {med(c.loop_busy for c in cpus):.2f} "
+            f"| {med(c.kernel_us for c in cpus):.0f} | {med(c.children_us for c in cpus):.0f} "
+            f"| {med(c.loop_busy for c in cpus):.2f} "
             f"| {med(r.throughput for r in runs):,.0f} "
             f"({', '.join(f'{r.throughput:,.0f}' for r in runs)}) "
             f"| {med(r.p50_us for r in runs):,.0f} "
