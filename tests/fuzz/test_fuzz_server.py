@@ -144,6 +144,8 @@ def served(
 
 
 A, B = [1.0, 2.0, 3.0, 4.0], [0.25, 0.5, 0.75, 1.0]
+# what the server logs when grpc.aio's server stops by itself (its known limit, README)
+AIO_GRPC_STOPPED = "the gRPC front end (grpc.aio) stopped: UnicodeDecodeError"
 
 
 def _still_serves(server: Server) -> None:
@@ -434,6 +436,14 @@ def test_h2_frame_sequences(served: tuple[str, Server]) -> None:
         except OSError:
             pass  # the server reset the connection: an answer to a broken conversation
     findings.check()
+    if frontend == "aio" and AIO_GRPC_STOPPED in server.output():
+        # A mutated header block decoded to a :path that is not UTF-8: grpc.aio's known limit
+        # (test_a_path_that_is_not_utf8_leaves_grpc_serving). HTTP must still serve.
+        with Http(server.http_url) as client:
+            check_add_sub(
+                *client.request("POST", "/v2/models/add_sub/infer", infer_body(A, B)), A, B
+            )
+        pytest.xfail("grpc.aio stopped on a :path that is not UTF-8 (README, Front ends)")
     _still_serves(server)
 
 
@@ -610,7 +620,7 @@ def test_grpc_aio_stopping_by_itself_is_logged_and_http_serves_on(tmp_path: Path
         block = bytes(hpack.Encoder().encode(headers))
         data = PREFACE + settings() + frame(HEADERS, END_HEADERS, 1, block)
         _raw_exchange(server.grpc_url, data)
-        line = "the gRPC front end (grpc.aio) stopped: UnicodeDecodeError"
+        line = AIO_GRPC_STOPPED
         out = server.wait_for_lines(lambda lines: any(line in x for x in lines), timeout=30)
         assert line in out, out[-3000:]
         with Http(server.http_url) as client:
