@@ -1,4 +1,4 @@
-"""The Python-backend request path in one process, without sockets: µs per request by stage.
+"""The Python-backend request path in one process, without sockets: CPU µs per request.
 
     .venv/bin/python bench/bench_pypath.py [--n 20000] [--rounds 5] [--root PATH ...]
 
@@ -7,10 +7,11 @@ process and drives the HTTP handler (``make_dispatch``) and the gRPC ``ModelInfe
 directly with perf_analyzer's request bytes (two FP32 [1,16] inputs, binary outputs), one
 request at a time, as at concurrency 1. What the loop, the sockets and the kernel cost is left
 out: this is the Python a request runs, the part a change to the request path moves. Prints
-CPU µs per request of this thread (``time.thread_time_ns``, so a preempted run
-does not count the time it waited; one loop turn per request included; median of ``--rounds``) and the Python objects allocated per request (net of
-frees: ``sys.getallocatedblocks`` is not a count of allocations, so this counts calls into
-pymalloc with ``tracemalloc`` off: see ``--allocs``).
+the thread's CPU µs per request (``time.thread_time_ns``: a preempted run does not count the
+time it waited; one loop turn per request included; median and minimum of ``--rounds``), the
+function calls per request (Python and C, counted with ``sys.setprofile`` over 200 requests:
+steady where times are not), and how many requests left the loop for the instance thread
+(those are not in the figure).
 
 ``--root PATH`` (repeatable) measures another checkout's tritonlite in a child process each,
 alternating rounds, so two commits compare on one machine state.
@@ -129,6 +130,14 @@ async def _drive(coro: Any) -> bool:
             return False
 
 
+def _count_calls(counter: list[int]) -> Any:
+    def prof(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" or event == "c_call":
+            counter[0] += 1
+
+    return prof
+
+
 async def _measure(n: int, rounds: int) -> dict[str, Any]:
     from tritonlite.core.core import InferenceCore
     from tritonlite.frontends.grpc import servicer
@@ -172,10 +181,28 @@ async def _measure(n: int, rounds: int) -> dict[str, Any]:
                     per.append((time.thread_time_ns() - t0) / n / 1e3)
                     offloaded += n - inline
                 out[label] = per
+                counter = [0]
+                for _ in range(200):
+                    sys.setprofile(_count_calls(counter))
+                    try:
+                        await _drive(fn())
+                    finally:
+                        sys.setprofile(None)
+                    await asyncio.sleep(0)
+                out[label + " calls"] = [counter[0] / 200]
                 out[label + " offloaded"] = [float(offloaded)]
             return out
         finally:
             await core.stop()
+
+
+def _line(key: str, values: list[float]) -> str:
+    if key.endswith("offloaded"):  # requests whose batch left the loop (not in the figure)
+        return f"{key}: {sum(values):.0f} requests"
+    if key.endswith("calls"):
+        return f"{key}: {statistics.median(values):.0f} per request"
+    rounds = ", ".join(f"{x:.1f}" for x in values)
+    return f"{key}: median {statistics.median(values):.1f} min {min(values):.1f} us/req ({rounds})"
 
 
 def main() -> int:
@@ -196,9 +223,7 @@ def main() -> int:
             print(json.dumps(res))
         else:
             for k, v in res.items():
-                print(
-                    f"{k}: {statistics.median(v):.1f} us/req ({', '.join(f'{x:.1f}' for x in v)})"
-                )
+                print(_line(k, v))
         return 0
     results: dict[str, dict[str, list[float]]] = {str(r): {} for r in a.root}
     for _ in range(a.rounds):
@@ -217,9 +242,7 @@ def main() -> int:
     print(f"load {os.getloadavg()[0]:.1f}")
     for root, res in results.items():
         for k, v in res.items():
-            print(
-                f"{root} {k}: median {statistics.median(v):.1f} min {min(v):.1f} us/req ({', '.join(f'{x:.1f}' for x in v)})"
-            )
+            print(f"{root} {_line(k, v)}")
     return 0
 
 
