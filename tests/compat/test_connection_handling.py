@@ -99,7 +99,7 @@ def test_a_content_length_over_the_limit_is_refused_before_the_body(server: Serv
 
 @pytest.mark.xfail(
     os.environ.get("TRITONLITE_TEST_FRONTEND") == "aio",
-    strict=True,
+    run=False,  # it would wait out the socket timeout (20 s) for an answer that never comes
     reason="grpc.aio (grpc-core) never answers a unary call half-closed mid "
     "message: a known gap of the reference transport",
 )
