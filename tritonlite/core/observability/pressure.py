@@ -18,9 +18,10 @@ The limit and the usage, first readable source wins:
 Inactive file pages are reclaimable page cache, so they count as available (kubelet's
 working-set rule); without that, a server reading large models would look full forever.
 
-Sampled every ``--metrics-interval-ms`` on the event loop (a few small reads of kernel
-pseudo-files, which do not block), never per request: the request path reads ``active`` and
-nothing else. Loop-only state, so no locks.
+Sampled every ``--metrics-interval-ms``, never per request: the reads of kernel pseudo-files
+run on a worker thread (they cost the loop 2.6% of its samples at concurrency 1 when they ran
+there), the state is updated on the event loop; the request path reads ``active`` and nothing
+else. Loop-only state, so no locks.
 """
 
 from __future__ import annotations
@@ -240,7 +241,8 @@ class MemoryPressure:
         while True:
             await asyncio.sleep(self.interval_s)
             try:
-                self.sample()
+                # the reads (cgroup and /proc files) on a worker thread, the state on the loop
+                self._apply(await asyncio.to_thread(self._read))
             except Exception:  # a malformed reading; the next interval tries again
                 log.exception("sampling memory pressure")
 
