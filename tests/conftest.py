@@ -226,13 +226,21 @@ def _transport_args(args: tuple[str, ...]) -> list[str]:
     return [*out, "--http-port", "0", "--grpc-port", "0"]
 
 
-def start_server(repo: Path | str, *args: str, env: dict[str, str] | None = None) -> Server:
+def start_server(
+    repo: Path | str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    preexec_fn: Callable[[], None] | None = None,
+    transport: bool = True,
+) -> Server:
     """Start tritonlite on ``repo`` with free ports; ``args`` are more tritonserver flags.
 
     ``--allow-http=false`` (and the gRPC / metrics twins) in ``args`` say which ``Started``
     lines to wait for; later flags win over the defaults here (``--http-address`` and so on).
-    ``env`` adds to this process's environment. Raises RuntimeError, with the server's output,
-    if it exits or is not live within 90 s.
+    ``env`` adds to this process's environment; ``preexec_fn`` runs in the child before it
+    starts. ``transport=False`` ignores the environment's front end and shared port (separate
+    free ports, the default front end unless ``args`` name one). Raises RuntimeError, with the
+    server's output, if it exits or is not live within 90 s.
     """
     cmd = [
         sys.executable,
@@ -240,7 +248,7 @@ def start_server(repo: Path | str, *args: str, env: dict[str, str] | None = None
         "tritonlite",
         "--model-repository",
         str(repo),
-        *_transport_args(args),
+        *(_transport_args(args) if transport else ("--http-port", "0", "--grpc-port", "0")),
         "--metrics-port",
         "0",
         "--http-address",
@@ -258,6 +266,7 @@ def start_server(repo: Path | str, *args: str, env: dict[str, str] | None = None
         errors="backslashreplace",  # a log line quoting a client's non-UTF-8 bytes stays
         start_new_session=True,
         env={**os.environ, **(env or {})},
+        preexec_fn=preexec_fn,
     )
     server = Server(proc, cmd)
     wanted = {

@@ -17,11 +17,8 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
-import subprocess
 import sys
 import textwrap
-import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -29,7 +26,7 @@ from typing import Any
 
 import grpc
 import numpy as np
-from conftest import Server, _is_live
+from conftest import Server, start_server
 from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -192,47 +189,6 @@ def start_raw(
     env: dict[str, str] | None = None,
     preexec_fn: Callable[[], None] | None = None,
 ) -> Server:
-    """Like conftest's ``start_server`` (HTTP, gRPC and metrics on free ports, live when it
-    returns), but stderr is decoded with ``backslashreplace`` and ``preexec_fn`` runs in the
-    child. The caller stops the server."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "tritonlite",
-        "--model-repository",
-        str(repo),
-        "--http-port",
-        "0",
-        "--grpc-port",
-        "0",
-        "--metrics-port",
-        "0",
-        "--http-address",
-        "127.0.0.1",
-        "--grpc-address",
-        "127.0.0.1",
-        *args,
-    ]
-    proc = subprocess.Popen(
-        cmd,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        errors="backslashreplace",
-        start_new_session=True,
-        env={**os.environ, **(env or {})},
-        preexec_fn=preexec_fn,
-    )
-    server = Server(proc, cmd)
-    wanted = {"HTTPService", "GRPCInferenceService"}
-    if "--allow-metrics=false" not in args:
-        wanted.add("Metrics Service")
-    deadline = time.monotonic() + 90
-    server.wait_for(wanted, deadline)
-    while not _is_live(server.http_url):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            server.stop()
-            raise RuntimeError(f"tritonlite is not live:\n{server.output()}")
-        time.sleep(0.05)
-    return server
+    """conftest's ``start_server`` on separate free ports and the front end ``args`` name (not
+    the environment's), with ``preexec_fn`` run in the child. The caller stops the server."""
+    return start_server(repo, *args, env=env, preexec_fn=preexec_fn, transport=False)
