@@ -148,8 +148,11 @@ class ModelScope:
     def close(self) -> None:
         """Forget the model's modules (on unload)."""
         with _lock:
+            # list() copies in one step: other threads import (change sys.modules) meanwhile
             for name in [
-                n for n in sys.modules if n == self.package or n.startswith(self.package + ".")
+                n
+                for n in list(sys.modules)
+                if n == self.package or n.startswith(self.package + ".")
             ]:
                 del sys.modules[name]
             for name, mod in self.private.items():

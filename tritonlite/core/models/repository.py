@@ -322,6 +322,9 @@ class ModelRepository:
             except TritonliteError as exc:
                 log.error("failed to load '%s': %s", name, exc.message)
                 failed.append(name)
+            except Exception:  # a fault of ours or a model's: that model fails, the rest serve
+                log.exception("failed to load '%s'", name)
+                failed.append(name)
 
         # Composing models and variants first; ensembles and routers then load one at a time
         # (they build no backends, and a circular pair loading at once would wait on each other).
