@@ -45,7 +45,14 @@ class WorkerGone(Exception):
 def worker_env(root: Path) -> dict[str, str]:
     """The worker's environment variables: the server's, as ``root``'s ``activate`` leaves them,
     without ``PYTHONHOME`` / ``PYTHONPATH`` (nothing of the server's packages leaks in)."""
-    out = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "PYTHONPATH")}
+    # The keys (os.environ iterates a copy of them), then each value by get(): a model's code
+    # on another thread may delete a variable meanwhile, where items() would raise KeyError.
+    env = os.environ
+    out = {
+        k: v
+        for k in list(env)
+        if k not in ("PYTHONHOME", "PYTHONPATH") and (v := env.get(k)) is not None
+    }
     out["PATH"] = os.pathsep.join([str(root / "bin"), out.get("PATH", os.defpath)])
     if (root / "pyvenv.cfg").is_file():
         out["VIRTUAL_ENV"] = str(root)
@@ -201,7 +208,9 @@ class WorkerProcess:
             f"the python process of {self.label} (pid {self._proc.pid}, {self.python}) "
             f"{how} during {during}"
         )
-        tail = [line for line in self._tail if line.strip()][-8:]
+        # list() copies in one step: the relay thread may still be appending (the join above
+        # timed out: a child process of the model's can keep the pipe open after the worker died)
+        tail = [line for line in list(self._tail) if line.strip()][-8:]
         if tail and code >= 0:
             text += ". Its last output:\n" + "\n".join(tail)
         return text
