@@ -8,6 +8,7 @@ to the real router (``app.make_dispatch``) over a stand-in core that is live and
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import gzip
 import os
 import socket
@@ -673,3 +674,57 @@ def test_a_detector_can_hand_over_a_connection_with_its_first_bytes(twin: Any) -
 
     out = asyncio.run(run())
     assert b'"path":"/first"' in out and b'"path":"/second"' in out
+
+
+# -- serving starts in data_received: no task unless the handler has to wait ----------------
+_SEEN: contextvars.ContextVar[str] = contextvars.ContextVar("_SEEN", default="")
+
+
+async def _task_and_context(req: Any) -> HttpResponse:
+    """Answers which task it ran in (before and after ``?wait=...``) and what an earlier
+    request on the connection left in a context variable."""
+    before = asyncio.current_task() is not None
+    wait = req.query.partition("=")[2]
+    if wait == "yield":
+        await asyncio.sleep(0)  # a bare yield to the loop
+    elif wait:
+        await asyncio.sleep(float(wait))  # a future
+    body = await req.read()
+    left = _SEEN.get()
+    _SEEN.set(req.path)
+    doc = {
+        "task_before": before,
+        "task_after": asyncio.current_task() is not None,
+        "left": left,
+        "length": len(body),
+    }
+    return HttpResponse(200, [orjson.dumps(doc)], "application/json")
+
+
+def test_an_answer_without_waiting_runs_outside_any_task(serve: Serve) -> None:
+    with Conn(serve(_task_and_context).port) as c:
+        for path in ("/a", "/b?wait=yield", "/c?wait=0.01", "/d"):
+            c.send(_post(path, b"xyz"))
+            doc = _json(c.response())
+            waits = "wait=" in path
+            assert doc == {"task_before": False, "task_after": waits, "left": "", "length": 3}
+
+
+def test_pipelined_answers_in_order_when_some_wait(serve: Serve) -> None:
+    with Conn(serve(_task_and_context).port) as c:
+        paths = ["/a", "/b?wait=0.05", "/c", "/d?wait=yield", "/e"]
+        c.send(b"".join(_post(p, b"12") for p in paths))
+        docs = [_json(c.response()) for _ in paths]
+        assert [d["length"] for d in docs] == [2] * len(paths)
+        # one serving run answers them in turn: each sees the one before it
+        assert [d["left"] for d in docs] == ["", "/a", "/b", "/c", "/d"]
+
+
+def test_a_body_that_arrives_later_is_waited_for(serve: Serve) -> None:
+    with Conn(serve(_task_and_context).port) as c:
+        head = b"POST /late HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\n\r\n"
+        c.send(head + b"ab")
+        time.sleep(0.05)
+        c.send(b"cd")
+        doc = _json(c.response())
+        assert doc["length"] == 4 and doc["task_before"] is False and doc["task_after"] is True

@@ -26,6 +26,7 @@ parsing, pipelining, limits and response writing share the connection's state as
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from collections import deque
@@ -59,6 +60,34 @@ _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _HEALTH = "/v2/health/"
 _OVERCAP_TIMEOUT = 1.0  # s: the header timeout of a connection over the cap
 _STATUS_LINES = {s.value: f"HTTP/1.1 {s.value} {s.phrase}\r\n" for s in HTTPStatus}
+# ``Http1Protocol._task`` between a request joining an empty queue and the end of the
+# ``data_received`` that parsed it, when serving starts
+_STARTING = object()
+
+
+async def _resume(coro: Any, yielded: Any) -> None:
+    """Go on with ``coro``, a coroutine whose first steps ran outside any task and that now
+    waits on ``yielded`` (a future, or None for a bare yield to the loop)."""
+    while True:
+        try:
+            if yielded is None:
+                await asyncio.sleep(0)
+            else:
+                yielded._asyncio_future_blocking = False  # as a task's step leaves it
+                await yielded
+        except asyncio.CancelledError as exc:
+            if yielded is None or not yielded.done():  # this task was cancelled: pass it on
+                try:
+                    yielded = coro.throw(exc)
+                except StopIteration:
+                    return
+                continue
+        except BaseException:  # noqa: S110 -- ``coro`` takes the outcome from the future
+            pass
+        try:
+            yielded = coro.send(None)
+        except StopIteration:
+            return
 
 
 def _status_line(status: int) -> str:
@@ -247,6 +276,9 @@ class Http1Protocol:
                     self._refuse(431, "Request Header Fields Too Large")
             elif state == _BODY:
                 self._deadline = self._loop.time() + self._body_timeout
+        finally:
+            if self._task is _STARTING:
+                self._begin()
 
     def eof_received(self) -> bool:
         # the client half-closed: answer what it sent, then close
@@ -358,7 +390,7 @@ class Http1Protocol:
         queue = self._queue
         queue.append(req)
         if self._task is None:
-            self._task = self._loop.create_task(self._serve())
+            self._task = _STARTING  # served once this data_received has parsed what it can
         elif len(queue) > self._max_pipeline and not self._read_paused:
             self._read_paused = True
             self._transport.pause_reading()
@@ -401,6 +433,23 @@ class Http1Protocol:
             self._stop_reading()
 
     # -- serving ---------------------------------------------------------------------------
+    def _begin(self) -> None:
+        """Serve the queue: its first steps run right here, and a task takes over only if
+        it has to wait (a body still arriving, a model's result, a full send buffer). A
+        request that is answered without waiting costs no task and no loop turn."""
+        ctx = contextvars.copy_context()  # what a task would run it in
+        coro = self._serve()
+        try:
+            yielded = ctx.run(coro.send, None)
+        except StopIteration:
+            return  # answered; _serve has set _task back to None
+        except Exception:
+            log.exception("unexpected error serving an HTTP/1.1 connection")
+            self._task = None
+            self._close_now()
+            return
+        self._task = self._loop.create_task(_resume(coro, yielded), context=ctx)
+
     async def _serve(self) -> None:
         queue = self._queue
         try:
