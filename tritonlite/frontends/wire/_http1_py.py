@@ -26,7 +26,6 @@ parsing, pipelining, limits and response writing share the connection's state as
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 import time
 from collections import deque
@@ -44,6 +43,7 @@ from tritonlite.frontends.http.call import (
     too_large,
 )
 from tritonlite.frontends.http.errors import error
+from tritonlite.frontends.wire.eager import begin
 
 log = logging.getLogger("tritonlite")
 
@@ -63,31 +63,6 @@ _STATUS_LINES = {s.value: f"HTTP/1.1 {s.value} {s.phrase}\r\n" for s in HTTPStat
 # ``Http1Protocol._task`` between a request joining an empty queue and the end of the
 # ``data_received`` that parsed it, when serving starts
 _STARTING = object()
-
-
-async def _resume(coro: Any, yielded: Any) -> None:
-    """Go on with ``coro``, a coroutine whose first steps ran outside any task and that now
-    waits on ``yielded`` (a future, or None for a bare yield to the loop)."""
-    while True:
-        try:
-            if yielded is None:
-                await asyncio.sleep(0)
-            else:
-                yielded._asyncio_future_blocking = False  # as a task's step leaves it
-                await yielded
-        except asyncio.CancelledError as exc:
-            if yielded is None or not yielded.done():  # this task was cancelled: pass it on
-                try:
-                    yielded = coro.throw(exc)
-                except StopIteration:
-                    return
-                continue
-        except BaseException:  # noqa: S110 -- ``coro`` takes the outcome from the future
-            pass
-        try:
-            yielded = coro.send(None)
-        except StopIteration:
-            return
 
 
 def _status_line(status: int) -> str:
@@ -434,21 +409,19 @@ class Http1Protocol:
 
     # -- serving ---------------------------------------------------------------------------
     def _begin(self) -> None:
-        """Serve the queue: its first steps run right here, and a task takes over only if
-        it has to wait (a body still arriving, a model's result, a full send buffer). A
-        request that is answered without waiting costs no task and no loop turn."""
-        ctx = contextvars.copy_context()  # what a task would run it in
-        coro = self._serve()
+        """Serve the queue: its first steps run right here (``eager.begin``), and a task
+        takes over only if it has to wait (a body still arriving, a model's result, a full
+        send buffer)."""
         try:
-            yielded = ctx.run(coro.send, None)
-        except StopIteration:
-            return  # answered; _serve has set _task back to None
+            task = begin(self._loop, self._serve())
         except Exception:
             log.exception("unexpected error serving an HTTP/1.1 connection")
             self._task = None
             self._close_now()
             return
-        self._task = self._loop.create_task(_resume(coro, yielded), context=ctx)
+        if task is not None:
+            self._task = task
+        # else: answered; _serve has set _task back to None
 
     async def _serve(self) -> None:
         queue = self._queue

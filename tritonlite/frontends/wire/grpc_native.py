@@ -42,6 +42,7 @@ from tritonlite.frontends.grpc.errors import (
     internal_message,
     rejected,
 )
+from tritonlite.frontends.wire.eager import begin
 from tritonlite.frontends.wire.h2 import (
     ENHANCE_YOUR_CALM,
     NO_ERROR,
@@ -319,6 +320,8 @@ class GrpcProtocol(asyncio.Protocol):
         self.paused = False
         self._stall: asyncio.TimerHandle | None = None
         self._flush_pending = False
+        self._receiving = False  # inside data_received: unary calls wait in _ready
+        self._ready: list[_Call] = []
         self.unflushed = 0
         self._stall_mark = 0
         self._resumes = 0
@@ -346,7 +349,16 @@ class GrpcProtocol(asyncio.Protocol):
             return
         if self.keepalive is not None:
             self.keepalive.received()
-        conn.receive(data)
+        self._receiving = True
+        try:
+            conn.receive(data)
+            ready = self._ready
+            if ready:  # unary calls whose request is complete: run them now, in order
+                self._ready = []
+                for call in ready:
+                    self._begin_unary(call)
+        finally:
+            self._receiving = False
         self.flush()
 
     def eof_received(self) -> bool | None:
@@ -528,8 +540,10 @@ class GrpcProtocol(asyncio.Protocol):
             call._wake_reader()
         elif call.request is None:
             self._finish(call, INTERNAL, "Received no request message for a unary call")
+        elif self._receiving:
+            self._ready.append(call)  # started once the bytes received so far are parsed
         else:
-            call.task = self.loop.create_task(self._run_unary(call))
+            self._begin_unary(call)
 
     def on_grpc_error(self, sid: int, status: int, message: str) -> None:
         call = self.calls.get(sid)
@@ -593,6 +607,16 @@ class GrpcProtocol(asyncio.Protocol):
 
     # ------------------------------------------------------------------ calls
 
+    def _begin_unary(self, call: _Call) -> None:
+        """Run a unary call's handler now (``eager.begin``); a task takes over only if it has
+        to wait. A call reset or ended meanwhile is skipped."""
+        if call.ended:
+            return
+        try:
+            call.task = begin(self.loop, self._run_unary(call))
+        except BaseException as exc:  # noqa: BLE001 - _run_unary maps its own failures
+            self._fail_call(call, exc)
+
     async def _run_unary(self, call: _Call) -> None:
         unary = call.method.unary
         assert unary is not None and call.request is not None
@@ -629,8 +653,9 @@ class GrpcProtocol(asyncio.Protocol):
 
     def flush_soon(self) -> None:
         """Flush at the end of this loop turn: the responses and messages that handlers
-        finish in one turn leave in one write (one send syscall)."""
-        if not self._flush_pending:
+        finish in one turn leave in one write (one send syscall). Inside data_received,
+        which flushes when it is done, there is nothing to schedule."""
+        if not self._flush_pending and not self._receiving:
             self._flush_pending = True
             self.loop.call_soon(self._flush_soon)
 
