@@ -62,6 +62,7 @@ class Pool:
         instance: object | None = None,
         runner: BatchRunner | None = None,
         done: Callable[[], None] | None = None,
+        direct: bool = False,
     ) -> None:
         chosen = self.idle.pop(0) if instance is None else instance
         if instance is not None:

@@ -87,10 +87,14 @@ class InstancePool(Protocol):
         instance: object | None = None,
         runner: BatchRunner | None = None,
         done: Callable[[], None] | None = None,
+        direct: bool = False,
     ) -> None:
         """Take an idle instance (``instance`` when given; ``has_idle`` must be true) and run
         ``batch`` on it, through ``runner`` when given. ``done`` is called on the loop once the
-        batch's futures are resolved, before the instance is idle again."""
+        batch's futures are resolved, before the instance is idle again. ``direct``: the
+        scheduler calls from outside its scheduling pass, so a batch that runs inline may give
+        its instance back (and call ``instance_free``) before this returns, not a loop turn
+        later."""
         ...
 
     def reject(

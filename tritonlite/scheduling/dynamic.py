@@ -73,7 +73,7 @@ class DynamicBatchScheduler:
         now = time.monotonic_ns()
         model = self._model
         if self._direct_ok and model.has_idle() and not len(self._queue):
-            model.dispatch([Pending(request, fut, now)])
+            model.dispatch([Pending(request, fut, now)], direct=True)
             return fut
         slot = self._next_slot
         self._next_slot += 1

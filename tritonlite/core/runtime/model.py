@@ -471,6 +471,7 @@ class Model:
         instance: object | None = None,
         runner: BatchRunner | None = None,
         done: Callable[[], None] | None = None,
+        direct: bool = False,
     ) -> None:
         if instance is None:
             chosen = self.idle.popleft()
@@ -480,7 +481,7 @@ class Model:
             chosen = instance
         chosen.runner = runner
         chosen.on_done = done
-        self.run_batch(chosen, batch)
+        self.run_batch(chosen, batch, direct)
 
     def reject(
         self, request: InferRequest, future: asyncio.Future[InferResponse], err: TritonliteError
@@ -502,13 +503,16 @@ class Model:
         told by the caller."""
         self.idle.append(instance)
 
-    def run_batch(self, instance: ModelInstance, batch: list[Pending]) -> None:
+    def run_batch(
+        self, instance: ModelInstance, batch: list[Pending], direct: bool = False
+    ) -> None:
         """Send ``batch`` to ``instance`` (which ``dispatch`` took from ``idle``).
 
         Short batches of thread-agnostic backends run right here on the loop (see
         INLINE_MAX_NS): their futures resolve before this returns, so a handler that awaits
         one next goes on without a loop turn, and the instance goes back to ``idle`` one turn
-        later, so the scheduler that called this is never re-entered. The rest cross to the
+        later, so the scheduler that called this is never re-entered -- or at once when the
+        scheduler said ``direct`` (it is not in its scheduling pass). The rest cross to the
         instance thread and complete on the loop when they come back.
         """
         now = time.monotonic_ns()
@@ -520,7 +524,7 @@ class Model:
         if self.health.inline_ok and instance.runs_inline():
             results, timing, executed = instance.run(self, requests)
             instance.finished(
-                self, instance.generation, batch, results, timing, executed, release_later=True
+                self, instance.generation, batch, results, timing, executed, not direct
             )
             return
         instance.submit(self, batch, self._loop)
