@@ -132,9 +132,16 @@ class ModelStats:
         b = self.batches.get(batch_size)
         if b is None:
             b = self.batches[batch_size] = BatchStats()
-        b.compute_input.add(ci)
-        b.compute_infer.add(cinf)
-        b.compute_output.add(co)
+        # every request and batch comes here: the adds are written out, not called
+        d = b.compute_input
+        d.count += 1
+        d.ns += ci
+        d = b.compute_infer
+        d.count += 1
+        d.ns += cinf
+        d = b.compute_output
+        d.count += 1
+        d.ns += co
         return spans
 
     def record_success(
@@ -149,13 +156,23 @@ class ModelStats:
         inferences (as Triton's, it counts successful requests only). ``spans``: the
         ``timing.spans()`` the caller already has."""
         self.inference_count += batch_size
-        self.success.add(total_ns)
-        self.queue.add(queue_ns)
+        d = self.success  # the adds written out (see record_execution)
+        d.count += 1
+        d.ns += total_ns
+        d = self.queue
+        d.count += 1
+        d.ns += queue_ns
         if timing is not None:
             ci, cinf, co = spans if spans is not None else timing.spans()
-            self.compute_input.add(ci)
-            self.compute_infer.add(cinf)
-            self.compute_output.add(co)
+            d = self.compute_input
+            d.count += 1
+            d.ns += ci
+            d = self.compute_infer
+            d.count += 1
+            d.ns += cinf
+            d = self.compute_output
+            d.count += 1
+            d.ns += co
         if self.latency is not None:
             self.latency.request(total_ns, queue_ns, None if timing is None else (ci, cinf, co))
         self.last_inference_ms = time.time_ns() // 1_000_000
