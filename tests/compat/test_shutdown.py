@@ -401,3 +401,53 @@ def test_grpc_calls_begun_before_the_signal_are_answered_later_ones_unavailable(
         client.close()
         server.stop()
     assert rc == 0, server.output()
+
+
+def test_unload_fails_what_is_still_queued_after_the_timeout_and_serves_on(
+    tmp_path: Path,
+) -> None:
+    """An unload drains for ``--exit-timeout-secs``; what is still queued then is failed (on
+    the event loop) with UNAVAILABLE, and the server serves the next load and requests."""
+    _write_slow(tmp_path, "slow", 1.5)
+    server = start_server(
+        tmp_path,
+        "--allow-grpc=false",
+        "--exit-timeout-secs=0.3",
+        "--model-control-mode=explicit",
+        "--load-model=slow",
+    )
+    try:
+
+        async def scenario() -> list[str]:
+            client = aioclient.InferenceServerClient(server.http_url)
+            try:
+                tasks = [asyncio.create_task(_infer(client, "slow", float(i))) for i in range(3)]
+                await asyncio.to_thread(
+                    _wait,
+                    lambda: "slow model: execute started" in server.output(),
+                    30,
+                    "the first request to start executing",
+                )
+                await client.unload_model("slow")
+                out = []
+                for r in await asyncio.gather(*tasks, return_exceptions=True):
+                    if isinstance(r, InferenceServerException):
+                        out.append(f"{r.status()} {r.message()}")
+                    else:
+                        out.append("ok" if isinstance(r, np.ndarray) else repr(r))
+                await client.load_model("slow")
+                again = await _infer(client, "slow", 2.0)
+                out.append("again " + str(again.tolist()))
+                return out
+            finally:
+                await client.close()
+
+        results = asyncio.run(asyncio.wait_for(scenario(), 60))
+    finally:
+        server.stop()
+    assert results[-1] == "again [4.0, 4.0, 4.0, 4.0]"
+    # the executing one finishes or is cut off; those that waited in the queue are failed
+    queued = [r for r in results[:-1] if "is unloading" in r]
+    assert len(queued) >= 1, (results, server.output())
+    assert all(r.startswith("503 ") for r in queued), results
+    assert all(r == "ok" or "is unloading" in r or r.startswith("503") for r in results[:-1])

@@ -572,6 +572,7 @@ class ModelRepository:
 
     async def _retire(self, model: Model) -> None:
         await model.drain(self.options.exit_timeout_secs)
+        model.stop_scheduling()  # on the loop: a drain that timed out may still be scheduling
         await asyncio.to_thread(model.close)
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:

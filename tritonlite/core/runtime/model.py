@@ -615,10 +615,15 @@ class Model:
                 "model %s v%s: in-flight requests did not finish in time", self.name, self.version
             )
 
-    def close(self) -> None:
-        """Close instances and backend; call from a worker thread after ``drain``."""
+    def stop_scheduling(self) -> None:
+        """On the loop, after ``drain``: no more probes or rebuilds, and the scheduler fails
+        what it still holds (its queue and futures belong to the loop)."""
         self.health.stop()
         self.scheduler.stop()
+
+    def close(self) -> None:
+        """Close instances and backend; call from a worker thread after ``stop_scheduling``."""
+        self.health.stop()
         for inst in self.instances:
             try:
                 inst.close()
