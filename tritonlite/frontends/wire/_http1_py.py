@@ -6,9 +6,10 @@ is; setup.py also compiles it, with the C types of ``_http1_c.pxd``, into ``_htt
 
 One ``Http1Protocol`` per connection. llhttp does the per-byte work and calls back per URL,
 header, body piece and message end; a request whose headers are complete joins the
-connection's queue, and one task serves the queue in order (pipelining: one request
-dispatched at a time, responses in request order; reading pauses while ``max_pipeline``
-requests wait). A body is collected into one buffer sized by its Content-Length (kept as the
+connection's queue, and one serving run answers the queue in order (pipelining: one
+request dispatched at a time, responses in request order; reading pauses while
+``max_pipeline`` requests wait). The run starts at the end of the ``data_received`` that
+queued the first request (``eager.begin``) and becomes a task only if a handler has to wait. A body is collected into one buffer sized by its Content-Length (kept as the
 very bytes object llhttp handed over when it came in one piece), so a handler's ``read()`` of
 a complete body does not suspend. A response is framed into one head string and written with
 one ``transport.write`` (small) or ``writelines`` (large).
