@@ -623,7 +623,6 @@ class Model:
 
     def close(self) -> None:
         """Close instances and backend; call from a worker thread after ``stop_scheduling``."""
-        self.health.stop()
         for inst in self.instances:
             try:
                 inst.close()

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import orjson
 
 from tritonlite.contracts.errors import ErrorCode
 from tritonlite.frontends.http.call import HttpResponse
 from tritonlite.frontends.rejects import REJECTS
-
-if TYPE_CHECKING:
-    from aiohttp import web
 
 STATUS = {
     ErrorCode.INTERNAL: 500,
@@ -39,14 +34,3 @@ def error(
     """
     REJECTS.http(status, message, reason)
     return HttpResponse(status, [error_body(message)], "application/json", headers)
-
-
-def error_response(
-    status: int, message: str, headers: dict[str, str] | None = None
-) -> web.Response:
-    """The same error as an aiohttp ``web.Response`` (for the metrics endpoint, on aiohttp)."""
-    from aiohttp import web
-
-    return web.Response(
-        status=status, body=error_body(message), content_type="application/json", headers=headers
-    )

@@ -9,9 +9,10 @@ header, body piece and message end; a request whose headers are complete joins t
 connection's queue, and one serving run answers the queue in order (pipelining: one
 request dispatched at a time, responses in request order; reading pauses while
 ``max_pipeline`` requests wait). The run starts at the end of the ``data_received`` that
-queued the first request (``eager.begin``) and becomes a task only if a handler has to wait. A body is collected into one buffer sized by its Content-Length (kept as the
-very bytes object llhttp handed over when it came in one piece), so a handler's ``read()`` of
-a complete body does not suspend. A response is framed into one head string and written with
+queued the first request (``eager.begin``) and becomes a task only if a handler has to
+wait. A body is collected into one buffer sized by its Content-Length (kept as the very
+bytes object llhttp handed over when it came in one piece), so a handler's ``read()`` of a
+complete body does not suspend. A response is framed into one head string and written with
 one ``transport.write`` (small) or ``writelines`` (large).
 
 What the connection refuses, it answers in order with Triton's ``{"error": ...}`` body and
@@ -415,9 +416,8 @@ class Http1Protocol:
         send buffer)."""
         try:
             task = begin(self._loop, self._serve())
-        except Exception:
+        except Exception:  # _serve's finally has set _task back to None
             log.exception("unexpected error serving an HTTP/1.1 connection")
-            self._task = None
             self._close_now()
             return
         if task is not None:

@@ -240,8 +240,13 @@ class Keepalive:
             self._send_ping()
 
     def stop(self) -> None:
-        timers = (self._ping_timer, self._watchdog, self._ack_timer, self._age_timer)
-        for timer in (*timers, self._grace_timer):
+        for timer in (
+            self._ping_timer,
+            self._watchdog,
+            self._ack_timer,
+            self._age_timer,
+            self._grace_timer,
+        ):
             if timer is not None:
                 timer.cancel()
         self._ping_timer = self._watchdog = self._ack_timer = None
