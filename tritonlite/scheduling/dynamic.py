@@ -121,7 +121,10 @@ class DynamicBatchScheduler:
 
     # -- dispatch -------------------------------------------------------------------------------
     def instance_free(self) -> None:
-        self._schedule()
+        # nothing queued and no wake-up pending: a scheduling pass would decide nothing (the
+        # common case once a batch that ran inline or alone frees its instance)
+        if len(self._queue) or self._wakeup.armed:
+            self._schedule()
 
     def _schedule(self) -> None:
         queue, model = self._queue, self._model

@@ -32,6 +32,11 @@ class Wakeup:
         delay = max(0.0, (when_ns - time.monotonic_ns()) / 1e9)
         self._handle = self._loop.call_later(delay, self._fire)
 
+    @property
+    def armed(self) -> bool:
+        """Whether a wake-up is pending."""
+        return self._handle is not None
+
     def cancel(self) -> None:
         if self._handle is not None:
             self._handle.cancel()
