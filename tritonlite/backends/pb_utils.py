@@ -682,7 +682,7 @@ class InferenceRequest:
         self._correlation_id: int | str = correlation_id
         self._inputs: list[Tensor] | None = tensors
         self._by_name: dict[str, Tensor] | None = None
-        self._requested: Iterable[str] = names
+        self._requested: Iterable[Any] = names  # names, or a core request's RequestedOutputs
         self._model_name = model_name
         self._model_version = model_version
         self._flags = flags
@@ -695,9 +695,10 @@ class InferenceRequest:
 
     @classmethod
     def _of_core(
-        cls, req: CoreRequest, requested: Iterable[str], model_name: str, model_version: int
+        cls, req: CoreRequest, default_outputs: Iterable[str], model_name: str, model_version: int
     ) -> InferenceRequest:
-        """The request a model's execute sees for one of the core's requests.
+        """The request a model's execute sees for one of the core's requests; it asks for
+        ``default_outputs`` (the model's outputs) unless the request names its own.
 
         What most models never ask for (the input list, the trace, the response sender, the
         requested names as a set) is made on first use: this runs once per request.
@@ -708,7 +709,8 @@ class InferenceRequest:
         r._by_name = None
         r._id = req.id
         r._correlation_id = req.sequence_id
-        r._requested = requested
+        # the request's own ``RequestedOutput`` list, named on first use (few models ask)
+        r._requested = default_outputs if req.outputs is None else req.outputs
         r._model_name = model_name
         r._model_version = model_version
         r._flags = (TRITONSERVER_REQUEST_FLAG_SEQUENCE_START if req.sequence_start else 0) | (
@@ -769,7 +771,7 @@ class InferenceRequest:
     def requested_output_names(self) -> set[str]:
         names = self._requested
         if type(names) is not set:
-            names = self._requested = set(names)
+            names = self._requested = {n if type(n) is str else n.name for n in names}
         return names
 
     def get_response_sender(self) -> InferenceResponseSender:

@@ -224,15 +224,7 @@ class PythonInstance:
         default_outputs = self._backend.outputs
         of_core = pb_utils.InferenceRequest._of_core
         name, version = ctx.name, ctx.version
-        batch = [
-            of_core(
-                r,
-                default_outputs if r.outputs is None else [o.name for o in r.outputs],
-                name,
-                version,
-            )
-            for r in requests
-        ]
+        batch = [of_core(r, default_outputs, name, version) for r in requests]
         decoupled = self._backend.decoupled
         if decoupled:
             for pb_req, core_req in zip(batch, requests):
