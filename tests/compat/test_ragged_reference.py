@@ -11,6 +11,7 @@ servers answer the same, and each counts the same batches in its statistics. Con
 from __future__ import annotations
 
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -124,8 +125,15 @@ def _batches(url: str, model: str) -> dict[int, int]:
 def _observed(url: str, model: str) -> tuple[list[list[float]], dict[int, int]]:
     before = _batches(url, model)
     rows = [o.tolist()[0] for o in _send_together(url, model)]
-    after = _batches(url, model)
-    return rows, {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
+    # Triton records a batch's statistics after its responses leave: wait (bounded) until
+    # every request sent is counted in some batch
+    deadline = time.monotonic() + 10
+    while True:
+        after = _batches(url, model)
+        delta = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
+        if sum(k * v for k, v in delta.items()) >= len(LENGTHS) or time.monotonic() > deadline:
+            return rows, delta
+        time.sleep(0.02)
 
 
 def test_ragged_requests_form_one_batch(lite: Server) -> None:
