@@ -9,6 +9,7 @@ durations differ by nature).
 from __future__ import annotations
 
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,14 @@ def outcome(http_url: str, grpc_url: str) -> dict[str, Any]:
     _infer(http_url, "three", "3", 1)
     h = httpclient.InferenceServerClient(http_url)
     g = grpcclient.InferenceServerClient(grpc_url)
+    # Triton counts a request in its statistics after its response leaves: wait (bounded)
+    # until all four are counted before reading them
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        stats = h.get_inference_statistics()["model_stats"]
+        if sum(int(e.get("inference_count", 0)) for e in stats) >= 4:
+            break
+        time.sleep(0.02)
     out: dict[str, Any] = {}
     for name in ("two", "three", "one"):
         out[f"http {name}"] = _counts(h.get_inference_statistics(name)["model_stats"])
