@@ -682,7 +682,7 @@ class InferenceRequest:
         self._correlation_id: int | str = correlation_id
         self._inputs: list[Tensor] | None = tensors
         self._by_name: dict[str, Tensor] | None = None
-        self._requested: Iterable[Any] = names  # names, or a core request's RequestedOutputs
+        self._requested: Iterable[str] = names
         self._model_name = model_name
         self._model_version = model_version
         self._flags = flags
@@ -709,8 +709,7 @@ class InferenceRequest:
         r._by_name = None
         r._id = req.id
         r._correlation_id = req.sequence_id
-        # the request's own ``RequestedOutput`` list, named on first use (few models ask)
-        r._requested = default_outputs if req.outputs is None else req.outputs
+        r._requested = default_outputs  # unless ``req`` names its own (requested_output_names)
         r._model_name = model_name
         r._model_version = model_version
         r._flags = (TRITONSERVER_REQUEST_FLAG_SEQUENCE_START if req.sequence_start else 0) | (
@@ -771,7 +770,12 @@ class InferenceRequest:
     def requested_output_names(self) -> set[str]:
         names = self._requested
         if type(names) is not set:
-            names = self._requested = {n if type(n) is str else n.name for n in names}
+            core = self._core  # a core request's own outputs are named on first use
+            if core is not None and core.outputs is not None:
+                names = {o.name for o in core.outputs}
+            else:
+                names = set(names)
+            self._requested = names
         return names
 
     def get_response_sender(self) -> InferenceResponseSender:
