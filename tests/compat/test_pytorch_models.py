@@ -10,8 +10,6 @@ machine without CUDA).
 from __future__ import annotations
 
 import asyncio
-import re
-import subprocess
 import warnings
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,7 @@ import tritonclient.grpc as grpcclient  # noqa: E402
 import tritonclient.http as httpclient  # noqa: E402
 import tritonclient.http.aio as aioclient  # noqa: E402
 from conftest import start_server  # noqa: E402
+from repos import run_perf_analyzer, throughput  # noqa: E402
 from tritonclient.utils import InferenceServerException  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
@@ -393,25 +392,13 @@ def test_models_that_fail_to_load_leave_the_rest_ready(server: Any) -> None:
 
 
 def test_perf_analyzer_against_torchscript_model(perf_analyzer: str, server: Any) -> None:
-    cmd = [
+    out = run_perf_analyzer(
         perf_analyzer,
-        "-m",
         "add_sub_pt",
-        "-u",
         server.grpc_url,
-        "-i",
         "grpc",
-        "--measurement-interval",
-        "1000",
-        "--stability-percentage",
-        "500",
-        "--max-trials",
-        "4",
         "--concurrency-range",
         "4",
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=150)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
-    found = re.findall(r"throughput: ([0-9.]+) infer/sec", out)
-    assert found and float(found[-1]) > 0, out
+        max_trials=4,
+    )
+    assert throughput(out) > 0, out
