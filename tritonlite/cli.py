@@ -527,6 +527,15 @@ def _http_flags(a: Any) -> None:
         "(native; HTTP and gRPC may then share one port) or aiohttp and grpc.aio (aio)",
     )
     a(
+        "--busy-poll-us",
+        type=int,
+        default=200,
+        metavar="US",
+        help="tritonlite, native front ends: after a request arrives, keep the event loop "
+        "polling up to this long for the next one instead of sleeping (adapts to the traffic; "
+        "0: off)",
+    )
+    a(
         "--http-use-ssl",
         type=parse_bool,
         default=False,
@@ -565,6 +574,7 @@ def _http_options(ns: argparse.Namespace) -> dict[str, Any]:
         http_restricted_api=tuple(ns.http_restricted_api),
         http_header_forward_pattern=ns.http_header_forward_pattern,
         frontend=ns.frontend,
+        busy_poll_us=ns.busy_poll_us,
         http_use_ssl=ns.http_use_ssl or ns.http_use_ssl_mutual,
         http_use_ssl_mutual=ns.http_use_ssl_mutual,
         http_server_cert=ns.http_server_cert,

@@ -120,6 +120,9 @@ class ServerOptions:
     # which transports carry HTTP and gRPC: tritonlite's own wire layer (native) or aiohttp and
     # grpc.aio (aio); the same handlers run over both
     frontend: str = "native"
+    # the native front ends keep the loop polling this long after input (frontends/wire/
+    # busypoll.py); 0: the loop sleeps as soon as it is idle
+    busy_poll_us: int = 200
     # TLS on HTTP (tritonlite's; named after Triton's gRPC TLS flags)
     http_use_ssl: bool = False
     http_use_ssl_mutual: bool = False
@@ -196,6 +199,10 @@ class ServerOptions:
         ):
             if cap < 1:
                 raise ValueError(f"{flag} must be at least 1, got {cap}")
+        if not 0 <= self.busy_poll_us <= 1_000_000:
+            raise ValueError(
+                f"--busy-poll-us must be between 0 and 1000000, got {self.busy_poll_us}"
+            )
         if self.log_format not in ("default", "ISO8601"):
             raise ValueError("--log-format must be 'default' or 'ISO8601'")
         if self.response_cache_byte_size < 0:

@@ -19,6 +19,7 @@ from tritonlite.frontends.http.app import make_dispatch
 from tritonlite.frontends.rejects import REJECTS
 from tritonlite.frontends.sockets import bind, connection_cap, raise_nofile_limit
 from tritonlite.frontends.tls import grpc_tls, http_tls
+from tritonlite.frontends.wire.busypoll import BusyPoll
 from tritonlite.frontends.wire.detect import Detect
 from tritonlite.frontends.wire.grpc_native import GrpcLimits, GrpcProtocol, NativeGrpcServer
 from tritonlite.frontends.wire.http1 import HttpLimits, HttpService, start_http_native
@@ -146,9 +147,11 @@ async def start_native(core: CoreAPI, opts: ServerOptions) -> NativeFrontends:
     out = NativeFrontends()
     loop = asyncio.get_running_loop()
     nofile = raise_nofile_limit()
+    busy = BusyPoll(loop, opts.busy_poll_us * 1000) if opts.busy_poll_us > 0 else None
     if opts.shared_port:
         http = HttpService(make_dispatch(core, opts), http_limits(opts, nofile))
         grpc = grpc_server(core, opts, nofile)
+        http.busy = grpc.busy = busy
         out._http, out._grpc = http, grpc
         # the same certificate for both (checked in options); ALPN lets the client choose
         ctx = http_tls(opts, ("h2", "http/1.1"))
@@ -162,6 +165,7 @@ async def start_native(core: CoreAPI, opts: ServerOptions) -> NativeFrontends:
     if opts.allow_grpc:
         # as wire.grpc_native.start_grpc_native, with the capped server
         out._grpc = grpc = grpc_server(core, opts, nofile)
+        grpc.busy = busy
         sock = bind(opts.grpc_address, opts.grpc_port, opts.reuse_grpc_port)
         listener = await loop.create_server(
             grpc.protocol, sock=sock, ssl=grpc_tls(opts, ("h2",)), backlog=1024
@@ -176,6 +180,7 @@ async def start_native(core: CoreAPI, opts: ServerOptions) -> NativeFrontends:
             ssl_context=http_tls(opts, ("http/1.1",)),
             reuse_port=opts.reuse_http_port,
             limits=http_limits(opts, nofile),
+            busy=busy,
         )
         out._http = server.service
         out._listeners.append(server._server)

@@ -76,3 +76,4 @@ cdef class Http1Protocol:
     cdef public bint _overcap
     cdef public bint _registered
     cdef public bint _eof
+    cdef public object _busy

@@ -208,6 +208,7 @@ class Http1Protocol:
         self._overcap = False
         self._registered = False
         self._eof = False  # the client closed its side
+        self._busy = service.busy  # BusyPoll or None
 
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: Any) -> None:
@@ -232,6 +233,9 @@ class Http1Protocol:
     def data_received(self, data: bytes) -> None:
         if self._state == _DONE:
             return
+        busy = self._busy
+        if busy is not None:
+            busy.touch()
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:

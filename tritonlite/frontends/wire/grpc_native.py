@@ -327,6 +327,7 @@ class GrpcProtocol(asyncio.Protocol):
         self._resumes = 0
         self.keepalive: Keepalive | None = None
         self._ka_data = 0
+        self._busy = server.busy if server is not None else None  # BusyPoll or None
 
     # ------------------------------------------------------------------ asyncio.Protocol
 
@@ -347,6 +348,9 @@ class GrpcProtocol(asyncio.Protocol):
         conn = self.conn
         if conn is None:
             return
+        busy = self._busy
+        if busy is not None:
+            busy.touch()
         if self.keepalive is not None:
             self.keepalive.received()
         self._receiving = True
@@ -769,6 +773,7 @@ class NativeGrpcServer:
         self.methods = methods
         self.limits = limits
         self.port = 0
+        self.busy: Any = None  # a BusyPoll (busypoll.py) its connections touch on input
         self._server: asyncio.base_events.Server | None = None
         self._protocols: set[GrpcProtocol] = set()
         self._stopping = False

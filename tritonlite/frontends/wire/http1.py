@@ -85,6 +85,7 @@ class HttpService:
         self.dispatch = dispatch
         self.limits = limits
         self.draining = False
+        self.busy: Any = None  # a BusyPoll (busypoll.py) its connections touch on input
         self.connections: dict[Any, None] = {}  # in the order they opened
         self._protocol_class = protocol_class if protocol_class is not None else Http1Protocol
         self._sweeper: asyncio.TimerHandle | None = None
@@ -190,13 +191,15 @@ async def start_http_native(
     reuse_port: bool = False,
     limits: HttpLimits | None = None,
     protocol_class: Any = None,
+    busy: Any = None,
 ) -> NativeHttpServer:
     """Listen on ``host:port`` (0: any free port) and serve HTTP/1.1 with ``handler``.
 
     ``protocol_class`` picks a twin explicitly (tests); by default the compiled one when it
-    is built.
+    is built. ``busy``: the ``BusyPoll`` its connections touch on input.
     """
     service = HttpService(handler, limits or HttpLimits(), protocol_class=protocol_class)
+    service.busy = busy
     loop = asyncio.get_running_loop()
     server = await loop.create_server(
         service.protocol, host, port, ssl=ssl_context, reuse_port=reuse_port or None, backlog=1024

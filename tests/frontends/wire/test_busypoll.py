@@ -1,0 +1,284 @@
+"""BusyPoll (frontends/wire/busypoll.py): after input the loop keeps polling for a window that
+adapts to the traffic; the native HTTP/1.1 and gRPC transports touch it when bytes arrive."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from test_grpc_native import UNLIMITED, Registry
+from test_grpc_native import LoopThread as GrpcLoopThread
+from test_http1 import handler, twin_class
+from test_http1_support import Conn, LoopThread
+
+from tritonlite.frontends.wire.busypoll import (
+    CHECK_NS,
+    CONTENDED,
+    MAX_WORK,
+    MIN_WINDOW_NS,
+    BusyPoll,
+    CpuPressure,
+)
+from tritonlite.frontends.wire.grpc_native import start_grpc_native
+from tritonlite.frontends.wire.http1 import start_http_native
+
+LIMIT = 200_000  # ns
+
+
+class Clock:
+    """A monotonic clock that advances ``step`` ns on every read (the poll's slices read it)."""
+
+    def __init__(self, step: int = 1_000) -> None:
+        self.now = 1_000_000
+        self.step = step
+
+    def __call__(self) -> int:
+        self.now += self.step
+        return self.now
+
+
+class Cpu:
+    """The loop thread's CPU clock, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 0
+
+    def __call__(self) -> int:
+        return self.now
+
+
+class Pressure:
+    """A CPU-pressure counter the test moves (µs some task waited for a CPU)."""
+
+    def __init__(self, total: int | None = 0) -> None:
+        self.total = total
+
+    def __call__(self) -> int | None:
+        return self.total
+
+
+@pytest.fixture()
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    lp = asyncio.new_event_loop()
+    yield lp
+    lp.close()
+
+
+def _settle(loop: asyncio.AbstractEventLoop, bp: BusyPoll) -> None:
+    """Run the loop until the poller went back to sleep (bounded)."""
+
+    async def wait() -> None:
+        for _ in range(100_000):
+            if not bp.spinning:
+                return
+            await asyncio.sleep(0)
+        raise AssertionError("the loop kept polling past its window")
+
+    loop.run_until_complete(wait())
+
+
+def _sleep_then_touch(
+    loop: asyncio.AbstractEventLoop, bp: BusyPoll, clock: Clock, gap: int
+) -> None:
+    """Input arrives ``gap`` ns after the loop was last busy (it slept meanwhile)."""
+    _settle(loop, bp)
+    clock.now = bp.since + gap
+    bp.touch()
+
+
+def test_a_positive_limit_is_required(loop: asyncio.AbstractEventLoop) -> None:
+    with pytest.raises(ValueError):
+        BusyPoll(loop, 0)
+
+
+def test_input_keeps_the_loop_polling_for_the_window_then_it_sleeps(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    clock = Clock()
+    bp = BusyPoll(loop, LIMIT, pressure=Pressure(), clock=clock, cpu=Cpu())
+    assert bp.window == LIMIT // 4
+    bp.touch()
+    assert bp.spinning
+    t0 = clock.now
+    _settle(loop, bp)
+    # it polled, a clock read a turn, until the window (from the first poll) had passed
+    assert bp.polls >= bp.window // clock.step - 2
+    assert bp.window <= clock.now - t0 <= bp.window + 3 * clock.step
+    assert bp.window == LIMIT // 4  # nothing to learn from the first input
+
+
+def test_input_while_polling_restarts_the_window_and_changes_nothing(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    clock = Clock()
+    bp = BusyPoll(loop, LIMIT, pressure=Pressure(), clock=clock, cpu=Cpu())
+    bp.touch()
+    for _ in range(3):  # a poll turn, then input before the window ends
+        loop.run_until_complete(asyncio.sleep(0))
+        assert bp.spinning
+        bp.touch()
+    seen = bp.since
+    loop.run_until_complete(asyncio.sleep(0))
+    assert bp.since > seen  # the window counts from the latest input
+    assert bp.window == LIMIT // 4
+
+
+def test_input_just_after_the_loop_slept_grows_the_window_up_to_the_limit(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    clock = Clock()
+    bp = BusyPoll(loop, LIMIT, pressure=Pressure(), clock=clock, cpu=Cpu())
+    bp.touch()
+    windows = []
+    for _ in range(4):
+        _sleep_then_touch(loop, bp, clock, LIMIT - 1_000)  # past the window, within the limit
+        windows.append(bp.window)
+    assert windows == [LIMIT // 2, LIMIT, LIMIT, LIMIT]
+
+
+def test_sparse_input_shrinks_the_window_until_the_loop_no_longer_polls(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    clock = Clock()
+    bp = BusyPoll(loop, LIMIT, pressure=Pressure(), clock=clock, cpu=Cpu())
+    bp.touch()
+    polls = []
+    for _ in range(6):
+        _sleep_then_touch(loop, bp, clock, 10 * LIMIT)
+        polls.append(bp.spinning)
+    assert bp.window < MIN_WINDOW_NS
+    assert polls[0] and not polls[-1]
+    # traffic that comes back within the limit turns polling on again
+    _sleep_then_touch(loop, bp, clock, LIMIT // 2)
+    assert bp.window == LIMIT // 4 and bp.spinning
+
+
+def _period(clock: Clock, cpu: Cpu, pressure: Pressure, work: float, waited: float) -> None:
+    """A check period passes: the loop thread worked ``work`` of it, others waited
+    ``waited`` of it for a CPU."""
+    clock.now += CHECK_NS
+    cpu.now += int(work * CHECK_NS)
+    if pressure.total is not None:
+        pressure.total += int(waited * CHECK_NS) // 1000
+
+
+def test_no_polling_while_others_wait_for_a_cpu(loop: asyncio.AbstractEventLoop) -> None:
+    clock, cpu, pressure = Clock(), Cpu(), Pressure()
+    bp = BusyPoll(loop, LIMIT, pressure=pressure, clock=clock, cpu=cpu)
+    _period(clock, cpu, pressure, 0.1, 0.0)  # the first look back only takes the figures
+    bp.touch()
+    assert bp.spinning and not bp.held_back
+    _settle(loop, bp)
+    _period(clock, cpu, pressure, 0.1, 2 * CONTENDED)
+    bp.touch()
+    assert not bp.spinning and bp.held_back
+    _period(clock, cpu, pressure, 0.1, CONTENDED / 2)  # a quieter period: it polls again
+    bp.touch()
+    assert bp.spinning and not bp.held_back
+    # pressure that starts while it polls stops the polling at its next look
+    _period(clock, cpu, pressure, 0.1, 1.0)
+    bp.touch()
+    loop.run_until_complete(asyncio.sleep(0))
+    assert not bp.spinning and bp.held_back
+
+
+def test_no_polling_while_the_loop_is_busy_with_work(loop: asyncio.AbstractEventLoop) -> None:
+    clock, cpu, pressure = Clock(), Cpu(), Pressure()
+    bp = BusyPoll(loop, LIMIT, pressure=pressure, clock=clock, cpu=cpu)
+    _period(clock, cpu, pressure, 0.0, 0.0)
+    bp.touch()
+    loop.run_until_complete(asyncio.sleep(0))
+    _period(clock, cpu, pressure, MAX_WORK + 0.1, 0.0)
+    bp.touch()
+    loop.run_until_complete(asyncio.sleep(0))
+    assert not bp.spinning and bp.held_back
+    _period(clock, cpu, pressure, MAX_WORK - 0.1, 0.0)
+    bp.touch()
+    assert bp.spinning and not bp.held_back
+
+
+def test_time_spent_polling_is_not_counted_as_work(loop: asyncio.AbstractEventLoop) -> None:
+    clock, cpu, pressure = Clock(), Cpu(), Pressure()
+    bp = BusyPoll(loop, LIMIT, pressure=pressure, clock=clock, cpu=cpu)
+    _period(clock, cpu, pressure, 0.0, 0.0)
+    bp.touch()
+    _settle(loop, bp)
+    polled = bp.polled
+    assert polled >= bp.window  # the window's polling, measured
+    clock.now = bp.checked + CHECK_NS
+    cpu.now += polled + int(0.5 * CHECK_NS)  # the loop's CPU: its polling, and half the period
+    bp.touch()
+    assert bp.spinning and not bp.held_back
+
+
+def test_without_pressure_figures_it_polls(loop: asyncio.AbstractEventLoop) -> None:
+    clock, cpu, pressure = Clock(), Cpu(), Pressure(None)
+    bp = BusyPoll(loop, LIMIT, pressure=pressure, clock=clock, cpu=cpu)
+    for _ in range(3):
+        _period(clock, cpu, pressure, 0.1, 0.0)
+        bp.touch()
+        assert bp.spinning and not bp.held_back
+        _settle(loop, bp)
+
+
+def test_cpu_pressure_reads_the_kernel_figure_or_none(tmp_path: Path) -> None:
+    psi = tmp_path / "cpu"
+    psi.write_text(
+        "some avg10=1.00 avg60=0.50 avg300=0.10 total=123456\n"
+        "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+    )
+    reader = CpuPressure(str(psi))
+    try:
+        assert reader() == 123456
+        psi.write_text("some avg10=1.00 avg60=0.50 avg300=0.10 total=123999\n")
+        assert reader() == 123999  # read anew each time
+        psi.write_text("garbage\n")
+        assert reader() is None
+    finally:
+        reader.close()
+    assert CpuPressure(str(tmp_path / "absent"))() is None
+
+
+def _wait(cond: Callable[[], bool], timeout: float = 5.0) -> None:
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.001)
+
+
+@pytest.mark.parametrize("twin", ["pure", "compiled"])
+def test_native_http_touches_on_input(twin: str) -> None:
+    cls = twin_class(twin)
+    lt = LoopThread()
+    try:
+        bp = BusyPoll(lt.loop, LIMIT, pressure=Pressure())
+        server = lt.run(start_http_native(handler, "127.0.0.1", 0, protocol_class=cls, busy=bp))
+        with Conn(server.port) as c:
+            for _ in range(3):
+                c.send(b"GET /echo HTTP/1.1\r\nHost: t\r\n\r\n")
+                assert c.response().status == 200
+        _wait(lambda: bp.polls > 0)
+        lt.run(server.stop(1.0))
+    finally:
+        lt.close()
+
+
+def test_native_grpc_touches_on_input() -> None:
+    lt = GrpcLoopThread()
+    registry = Registry()
+    try:
+        server = lt.run(start_grpc_native(registry.methods(), "127.0.0.1", 0))
+        bp = BusyPoll(lt.loop, LIMIT, pressure=Pressure())
+        server.busy = bp  # connections made from now on touch it
+        with grpc.insecure_channel(f"127.0.0.1:{server.port}", options=UNLIMITED) as ch:
+            echo = ch.unary_unary("/test.T/Echo")
+            for _ in range(3):
+                assert echo(b"abc", timeout=10) == b"abc"
+        _wait(lambda: bp.polls > 0)
+        lt.run(server.stop(1.0))
+    finally:
+        lt.close()
