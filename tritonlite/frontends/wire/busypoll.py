@@ -12,16 +12,16 @@ polling for that long answers it in half the time.
 polling (a ready callback keeps the poll's timeout at zero) for up to ``window`` ns after the
 last input before it may sleep. Each poll turn yields the CPU once (``sched_yield``: a runnable
 thread on this CPU goes first) and releases the GIL twice (the yield, the poll), so model
-threads and ONNX Runtime's completion callbacks get it at once. (A turn that yielded in 8 µs
-slices held input up to 8 µs: measured, it cost 2-4% of the throughput at concurrency 16 and
-5-8% of the gain at concurrency 1.)
+threads and ONNX Runtime's completion callbacks get it at once. (Turns that yielded for 8 µs
+slices held input up to 8 µs: measured, 2-12% less throughput at concurrency 16 over HTTP and
+4-7% less at concurrency 1.)
 
 Polling pays only where the loop waits between requests and the machine has a CPU to spare.
 Every ``CHECK_NS`` the poller looks back: it holds back (the loop sleeps when idle) while the
 loop thread worked more than ``MAX_WORK`` of the period (not counting its polling: input
-hardly waits for such a loop, and its CPU is the one a load generator on the same machine
-needs -- measured at concurrency 16 over HTTP, where the loop works 96% of the time, polling
-cost 12% of the throughput), or while the kernel's CPU pressure (PSI, ``/proc/pressure/cpu``:
+hardly waits for such a loop -- over HTTP at concurrency 16 it works 96% of the time -- so
+polling buys nothing there, and its CPU is what a load generator on the same machine can use),
+or while the kernel's CPU pressure (PSI, ``/proc/pressure/cpu``:
 the time some runnable task waited for a CPU) grew by more than ``CONTENDED`` of it (ONNX
 Runtime's threads on a batched model, a busy neighbour); without PSI only the first rule
 applies.
