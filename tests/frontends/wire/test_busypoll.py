@@ -68,6 +68,12 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
     lp.close()
 
 
+def _poller(loop: asyncio.AbstractEventLoop) -> tuple[BusyPoll, Clock]:
+    """A poller on a test clock, on an idle machine (no pressure, the loop's CPU unmoved)."""
+    clock = Clock()
+    return BusyPoll(loop, LIMIT, pressure=Pressure(), clock=clock, cpu=Cpu()), clock
+
+
 def _settle(loop: asyncio.AbstractEventLoop, bp: BusyPoll) -> None:
     """Run the loop until the poller went back to sleep (bounded)."""
 
@@ -98,8 +104,7 @@ def test_a_positive_limit_is_required(loop: asyncio.AbstractEventLoop) -> None:
 def test_input_keeps_the_loop_polling_for_the_window_then_it_sleeps(
     loop: asyncio.AbstractEventLoop,
 ) -> None:
-    clock = Clock()
-    bp = BusyPoll(loop, LIMIT, pressure=Pressure(), clock=clock, cpu=Cpu())
+    bp, clock = _poller(loop)
     assert bp.window == LIMIT // 4
     bp.touch()
     assert bp.spinning
@@ -114,8 +119,7 @@ def test_input_keeps_the_loop_polling_for_the_window_then_it_sleeps(
 def test_input_while_polling_restarts_the_window_and_changes_nothing(
     loop: asyncio.AbstractEventLoop,
 ) -> None:
-    clock = Clock()
-    bp = BusyPoll(loop, LIMIT, pressure=Pressure(), clock=clock, cpu=Cpu())
+    bp, clock = _poller(loop)
     bp.touch()
     for _ in range(3):  # a poll turn, then input before the window ends
         loop.run_until_complete(asyncio.sleep(0))
@@ -130,8 +134,7 @@ def test_input_while_polling_restarts_the_window_and_changes_nothing(
 def test_input_just_after_the_loop_slept_grows_the_window_up_to_the_limit(
     loop: asyncio.AbstractEventLoop,
 ) -> None:
-    clock = Clock()
-    bp = BusyPoll(loop, LIMIT, pressure=Pressure(), clock=clock, cpu=Cpu())
+    bp, clock = _poller(loop)
     bp.touch()
     windows = []
     for _ in range(4):
@@ -143,8 +146,7 @@ def test_input_just_after_the_loop_slept_grows_the_window_up_to_the_limit(
 def test_sparse_input_shrinks_the_window_until_the_loop_no_longer_polls(
     loop: asyncio.AbstractEventLoop,
 ) -> None:
-    clock = Clock()
-    bp = BusyPoll(loop, LIMIT, pressure=Pressure(), clock=clock, cpu=Cpu())
+    bp, clock = _poller(loop)
     bp.touch()
     polls = []
     for _ in range(6):
