@@ -21,10 +21,9 @@ Every ``CHECK_NS`` the poller looks back: it holds back (the loop sleeps when id
 loop thread worked more than ``MAX_WORK`` of the period (not counting its polling: input
 hardly waits for such a loop -- over HTTP at concurrency 16 it works 96% of the time -- so
 polling buys nothing there, and its CPU is what a load generator on the same machine can use),
-or while the kernel's CPU pressure (PSI, ``/proc/pressure/cpu``:
-the time some runnable task waited for a CPU) grew by more than ``CONTENDED`` of it (ONNX
-Runtime's threads on a batched model, a busy neighbour); without PSI only the first rule
-applies.
+or while the kernel's CPU pressure (PSI, ``/proc/pressure/cpu``: the time some runnable task
+waited for a CPU) grew by more than ``CONTENDED`` of it (ONNX Runtime's threads on a batched
+model, a busy neighbour); without PSI only the first rule applies.
 
 The window adapts the way Linux's haltpoll cpuidle governor adapts its poll time: when input
 arrives after the loop went to sleep but within ``limit`` ns of the last input, polling that
@@ -44,7 +43,7 @@ from collections.abc import Callable
 __all__ = ["CHECK_NS", "CONTENDED", "MAX_WORK", "MIN_WINDOW_NS", "BusyPoll", "CpuPressure"]
 
 MIN_WINDOW_NS = 10_000  # a shorter window is not worth polling for
-CHECK_NS = 50_000_000  # how often the CPU pressure is read (while input comes)
+CHECK_NS = 50_000_000  # how often the poller looks back (work share, CPU pressure)
 CONTENDED = 0.10  # others waited for a CPU this share of the time: do not poll
 MAX_WORK = 0.75  # the loop thread worked this share of the time: do not poll
 
