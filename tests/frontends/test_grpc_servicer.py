@@ -461,7 +461,7 @@ def test_aio_adapter(caplog: pytest.LogCaptureFixture) -> None:
                 )
                 assert got["request"] == "hi" and got["local"] is True
                 assert got["metadata"] == {"x-a": "1", "x-b-bin": "0102"}
-                assert 0 < got["remaining"] <= 30
+                assert 0 < got["remaining"] <= 31  # grpc-core rounds the grpc-timeout it sends up
                 await asyncio.wait_for(ended.wait(), 10)
                 assert json.loads(await call_info(b""))["remaining"] is None
 
