@@ -21,7 +21,7 @@ from tritonlite.frontends.wire.busypoll import (
     MAX_WORK,
     MIN_WINDOW_NS,
     BusyPoll,
-    CpuPressure,
+    cpu_pressure,
 )
 from tritonlite.frontends.wire.grpc_native import start_grpc_native
 from tritonlite.frontends.wire.http1 import start_http_native
@@ -233,16 +233,12 @@ def test_cpu_pressure_reads_the_kernel_figure_or_none(tmp_path: Path) -> None:
         "some avg10=1.00 avg60=0.50 avg300=0.10 total=123456\n"
         "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
     )
-    reader = CpuPressure(str(psi))
-    try:
-        assert reader() == 123456
-        psi.write_text("some avg10=1.00 avg60=0.50 avg300=0.10 total=123999\n")
-        assert reader() == 123999  # read anew each time
-        psi.write_text("garbage\n")
-        assert reader() is None
-    finally:
-        reader.close()
-    assert CpuPressure(str(tmp_path / "absent"))() is None
+    assert cpu_pressure(str(psi)) == 123456
+    psi.write_text("some avg10=1.00 avg60=0.50 avg300=0.10 total=123999\n")
+    assert cpu_pressure(str(psi)) == 123999  # read anew each time
+    psi.write_text("garbage\n")
+    assert cpu_pressure(str(psi)) is None
+    assert cpu_pressure(str(tmp_path / "absent")) is None
 
 
 def _wait(cond: Callable[[], bool], timeout: float = 5.0) -> None:

@@ -40,7 +40,7 @@ import os
 import time
 from collections.abc import Callable
 
-__all__ = ["CHECK_NS", "CONTENDED", "MAX_WORK", "MIN_WINDOW_NS", "BusyPoll", "CpuPressure"]
+__all__ = ["CHECK_NS", "CONTENDED", "MAX_WORK", "MIN_WINDOW_NS", "BusyPoll", "cpu_pressure"]
 
 MIN_WINDOW_NS = 10_000  # a shorter window is not worth polling for
 CHECK_NS = 50_000_000  # how often the poller looks back (work share, CPU pressure)
@@ -50,37 +50,24 @@ MAX_WORK = 0.75  # the loop thread worked this share of the time: do not poll
 _yield: Callable[[], None] = getattr(os, "sched_yield", lambda: time.sleep(0))
 
 
-class CpuPressure:
+def cpu_pressure(path: str = "/proc/pressure/cpu") -> int | None:
     """Linux's CPU pressure: the total µs some runnable task waited for a CPU, or None where
-    the kernel does not report it."""
-
-    def __init__(self, path: str = "/proc/pressure/cpu") -> None:
-        try:
-            self.fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            self.fd = -1
-
-    def __call__(self) -> int | None:
-        if self.fd < 0:
-            return None
-        try:
-            data = os.pread(self.fd, 256, 0)  # the kernel renders it anew at offset 0
-            start = data.index(b"total=") + 6
-            return int(data[start : data.index(b"\n", start)])
-        except (OSError, ValueError):
-            return None
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+    the kernel does not report it. Read once per look back (every CHECK_NS at most), so the
+    file is opened each time rather than held open for the server's life."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(256)
+        start = data.index(b"total=") + 6
+        return int(data[start : data.index(b"\n", start)])
+    except (OSError, ValueError):
+        return None
 
 
 class BusyPoll:
     """Keep one event loop polling for up to ``limit_ns`` after the last input.
 
     Injectable for tests: ``pressure()`` (cumulative µs of CPU pressure, or None:
-    ``CpuPressure``), ``clock()`` (monotonic ns) and ``cpu()`` (the loop thread's CPU ns).
+    ``cpu_pressure``), ``clock()`` (monotonic ns) and ``cpu()`` (the loop thread's CPU ns).
     """
 
     __slots__ = (
@@ -107,7 +94,7 @@ class BusyPoll:
         self,
         loop: asyncio.AbstractEventLoop,
         limit_ns: int,
-        pressure: Callable[[], int | None] | None = None,
+        pressure: Callable[[], int | None] = cpu_pressure,
         clock: Callable[[], int] = time.monotonic_ns,
         cpu: Callable[[], int] = time.thread_time_ns,
     ) -> None:
@@ -117,11 +104,11 @@ class BusyPoll:
         self.limit = limit_ns
         self.start = max(1, limit_ns // 4)
         self.window = self.start
-        self.pressure = pressure if pressure is not None else CpuPressure()
+        self.pressure = pressure
         self.clock = clock
         self.cpu = cpu
         self.checked = clock()  # the current check period began (see _held_back)
-        self.waited = self.pressure()
+        self.waited: int | None = None  # the CPU pressure then (the first look back reads it)
         self.cpu_at = -1  # the loop thread's CPU time then (-1: not read on it yet)
         self.polled = 0  # ns spent polling in this period
         self.last_turn = 0
@@ -129,7 +116,7 @@ class BusyPoll:
         self.spinning = False
         self.touched = False
         self.since = 0  # when the loop was last known busy (0: not yet)
-        self.polls = 0  # loop turns spent polling (for tests and the bench)
+        self.polls = 0  # loop turns spent polling (the tests read it)
 
     def touch(self) -> None:
         """Bytes arrived: poll for a window after they are handled."""
