@@ -15,6 +15,11 @@ steady where times are not), and how many requests left the loop for the instanc
 
 ``--root PATH`` (repeatable) measures another checkout's tritonlite in a child process each,
 alternating rounds, so two commits compare on one machine state.
+
+``--phases`` instead times the HTTP request's parts cumulatively (best of 5 rounds, wall µs per
+call, this checkout): decode; decode + validation; that + the instance's run (the Python
+backend's request view, model.py, the response); decode + ``core.infer`` (admission, the
+scheduler, statistics); encode; the whole ``dispatch``.
 """
 
 from __future__ import annotations
@@ -196,6 +201,70 @@ async def _measure(n: int, rounds: int) -> dict[str, Any]:
             await core.stop()
 
 
+async def _phases(n: int) -> dict[str, float]:
+    from tritonlite.core.core import InferenceCore
+    from tritonlite.core.tensors import validate
+    from tritonlite.frontends.http import codec
+    from tritonlite.frontends.http.app import make_dispatch
+    from tritonlite.options import ServerOptions
+
+    sys.path.insert(0, str(HERE))
+    from models import write_python_repo
+
+    def best(fn: Any) -> float:
+        out = float("inf")
+        for _ in range(5):
+            t0 = time.perf_counter_ns()
+            for _ in range(n):
+                fn()
+            out = min(out, (time.perf_counter_ns() - t0) / n / 1e3)
+        return out
+
+    def finish(coro: Any) -> Any:
+        try:
+            coro.send(None)
+        except StopIteration as stop:
+            return stop.value
+        raise RuntimeError("the request waited: its batch left the loop")
+
+    body, hlen, _ = _bodies()
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = write_python_repo(Path(tmp) / "py", ("add_sub",))
+        opts = ServerOptions(model_repositories=(repo,))
+        core = InferenceCore(opts)
+        assert await core.start() == []
+        try:
+            dispatch = make_dispatch(core, opts)
+            req = _HttpRequest(body, hlen)
+            for _ in range(50):  # the first batches run on the instance thread (measured)
+                await _drive(dispatch(req))
+                await asyncio.sleep(0)
+            model = core.repository.get("add_sub", -1)
+            instance = model.idle[0]
+
+            def decode() -> Any:
+                return codec.decode_infer(body, hlen, "add_sub", -1)
+
+            def validated() -> Any:
+                r = decode()
+                validate.prepare(model.signature, r, core.shm)
+                return r
+
+            resp = finish(core.infer(decode()))
+            return {
+                "decode": best(decode),
+                "decode + validate": best(validated),
+                "decode + validate + instance run": best(
+                    lambda: instance.run(model, [validated()])
+                ),
+                "decode + core.infer": best(lambda: finish(core.infer(decode()))),
+                "encode": best(lambda: codec.encode_infer(resp)),
+                "dispatch (all of it)": best(lambda: finish(dispatch(req))),
+            }
+        finally:
+            await core.stop()
+
+
 def _line(key: str, values: list[float]) -> str:
     if key.endswith("offloaded"):  # requests whose batch left the loop (not in the figure)
         return f"{key}: {sum(values):.0f} requests"
@@ -213,7 +282,15 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--root", type=Path, action="append", default=[])
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--phases", action="store_true")
     a = ap.parse_args()
+    if a.phases:
+        import logging
+
+        logging.disable(logging.WARNING)
+        for k, v in asyncio.run(_phases(min(a.n, 5000))).items():
+            print(f"{k}: {v:.1f} us")
+        return 0
     if a.child or not a.root:
         import logging
 
