@@ -1,7 +1,7 @@
 """Who spends the two cores: server and load generator CPU per request, side by side.
 
     .venv/bin/python bench/bench_capacity.py [--rounds 2] [--seconds 4]
-        [--loads http:4,grpc:4,http:1] [--no-triton] [--triton-dir DIR]
+        [--loads http:4,grpc:4,http:1] [--no-triton] [--no-canned] [--triton-dir DIR]
 
 Serves the bench's ``model.py`` add_sub (``bench/models.py``) three ways, one at a time:
 
@@ -221,6 +221,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--loads", default="http:4,grpc:4,http:1")
     ap.add_argument("--no-triton", action="store_true")
+    ap.add_argument("--no-canned", action="store_true")
     ap.add_argument("--triton-dir", type=Path, default=HERE.parent / ".tools" / "triton")
     a = ap.parse_args()
     sys.path.insert(0, str(HERE))
@@ -247,7 +248,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         repo = write_python_repo(Path(tmp) / "py", ("add_sub",))
         for r in range(a.rounds):
-            for name, canned in (("tritonlite", False), ("tritonlite, canned", True)):
+            kinds = [("tritonlite", False)] + (
+                [] if a.no_canned else [("tritonlite, canned", True)]
+            )
+            for name, canned in kinds:
                 proc, ports = _start_tritonlite(repo, canned)
                 try:
                     for proto, conc in loads:

@@ -203,6 +203,26 @@ def test_no_polling_while_the_loop_is_busy_with_work(loop: asyncio.AbstractEvent
     assert bp.spinning and not bp.held_back
 
 
+def test_loaded_is_the_look_backs_verdict_for_the_period(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    clock, cpu, pressure = Clock(), Cpu(), Pressure()
+    bp = BusyPoll(loop, LIMIT, pressure=pressure, clock=clock, cpu=cpu)
+    _period(clock, cpu, pressure, 0.0, 0.0)
+    assert not bp.loaded()  # the first look back only takes the figures
+    _period(clock, cpu, pressure, MAX_WORK + 0.1, 0.0)
+    assert bp.loaded()
+    cpu.now += CHECK_NS  # within the period the verdict stands
+    assert bp.loaded()
+    _period(clock, cpu, pressure, MAX_WORK - 0.2, 0.0)
+    assert bp.loaded()  # this period includes the CPU moved above: still over
+    _period(clock, cpu, pressure, MAX_WORK - 0.2, 0.0)
+    assert not bp.loaded()
+    _period(clock, cpu, pressure, 0.1, CONTENDED + 0.1)
+    assert bp.loaded()  # others waiting for a CPU count too
+    assert not bp.spinning  # reading the verdict does not start polling
+
+
 def test_time_spent_polling_is_not_counted_as_work(loop: asyncio.AbstractEventLoop) -> None:
     clock, cpu, pressure = Clock(), Cpu(), Pressure()
     bp = BusyPoll(loop, LIMIT, pressure=pressure, clock=clock, cpu=cpu)

@@ -63,7 +63,8 @@ _HEALTH = "/v2/health/"
 _OVERCAP_TIMEOUT = 1.0  # s: the header timeout of a connection over the cap
 _STATUS_LINES = {s.value: f"HTTP/1.1 {s.value} {s.phrase}\r\n" for s in HTTPStatus}
 # ``Http1Protocol._task`` between a request joining an empty queue and the end of the
-# ``data_received`` that parsed it, when serving starts
+# ``data_received`` that parsed it, when serving starts (or, while the loop is loaded, the
+# end of that loop turn: ``HttpService.defer``)
 _STARTING = object()
 
 
@@ -259,7 +260,10 @@ class Http1Protocol:
                 self._deadline = self._loop.time() + self._body_timeout
         finally:
             if self._task is _STARTING:
-                self._begin()
+                if busy is not None and busy.loaded():
+                    self._service.defer(self)  # served with the others of this loop turn
+                else:
+                    self._begin()
 
     def eof_received(self) -> bool:
         # the client half-closed: answer what it sent, then close
@@ -414,6 +418,13 @@ class Http1Protocol:
             self._stop_reading()
 
     # -- serving ---------------------------------------------------------------------------
+    def serve_deferred(self) -> None:
+        """The service's serving pass (``HttpService.defer``): start on the queue unless
+        something started it since (or the connection went away: ``_serve`` then ends at
+        once)."""
+        if self._task is _STARTING:
+            self._begin()
+
     def _begin(self) -> None:
         """Serve the queue: its first steps run right here (``eager.begin``), and a task
         takes over only if it has to wait (a body still arriving, a model's result, a full

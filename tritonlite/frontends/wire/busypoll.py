@@ -158,6 +158,12 @@ class BusyPoll:
         _yield()
         self.loop.call_soon(self._poll)
 
+    def loaded(self) -> bool:
+        """Whether the loop is busy enough that polling holds back (the look back's verdict,
+        taken anew every CHECK_NS). The HTTP/1.1 protocol reads it to serve requests that
+        arrive together in one go (see ``HttpService.defer``)."""
+        return self._held_back(self.clock())
+
     def _held_back(self, now: int) -> bool:
         """Whether polling would not pay (decided anew every CHECK_NS): the loop worked more
         than MAX_WORK of the last period (input hardly waits for it, and its CPU is the one

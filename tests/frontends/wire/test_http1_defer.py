@@ -1,0 +1,170 @@
+"""Serving deferred to the end of a loop turn (``HttpService.defer``), on both twins.
+
+While the loop is loaded (its ``BusyPoll`` says so), a connection whose request is complete
+joins the service's serving pass at the end of the loop turn instead of being served inside
+its ``data_received``; otherwise it is served at once. Either way every request is answered,
+in order, once; a connection that goes away meanwhile is skipped."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from test_http1 import FakeTransport, _get, handler, twin_class
+from test_http1_support import Conn, LoopThread
+
+from tritonlite.frontends.http.call import HttpResponse
+from tritonlite.frontends.wire.http1 import HttpLimits, HttpService, start_http_native
+
+
+class Load:
+    """A BusyPoll stand-in whose verdict the test sets."""
+
+    def __init__(self, loaded: bool) -> None:
+        self.is_loaded = loaded
+        self.touches = 0
+
+    def touch(self) -> None:
+        self.touches += 1
+
+    def loaded(self) -> bool:
+        return self.is_loaded
+
+
+@pytest.fixture(params=["pure", "compiled"])
+def twin(request: pytest.FixtureRequest) -> Any:
+    return twin_class(request.param)
+
+
+def _connections(service: HttpService, n: int) -> list[tuple[Any, FakeTransport]]:
+    out = []
+    for _ in range(n):
+        proto = service.protocol()
+        t = FakeTransport()
+        proto.connection_made(t)
+        out.append((proto, t))
+    return out
+
+
+def _recording(seen: list[str]) -> Any:
+    async def answer(req: Any) -> HttpResponse:
+        seen.append(req.path)
+        await req.read()
+        return HttpResponse(200, [req.path.encode()], "text/plain")
+
+    return answer
+
+
+def test_a_loaded_loop_serves_the_turns_requests_together_after_it(twin: Any) -> None:
+    async def run() -> None:
+        seen: list[str] = []
+        service = HttpService(_recording(seen), HttpLimits(), protocol_class=twin)
+        service.busy = Load(True)
+        conns = _connections(service, 3)
+        for i, (proto, _) in enumerate(conns):
+            proto.data_received(_get(f"/c{i}"))
+        assert seen == [] and all(not t.out for _, t in conns)  # nothing served yet
+        await asyncio.sleep(0)  # the end of the turn: one pass serves them all
+        assert seen == ["/c0", "/c1", "/c2"]
+        for i, (proto, t) in enumerate(conns):
+            assert t.out.startswith(b"HTTP/1.1 200 OK\r\n")
+            assert t.out.endswith(f"/c{i}".encode())
+            assert proto.idle()
+            proto.connection_lost(None)
+
+    asyncio.run(run())
+
+
+def test_an_idle_loop_serves_each_request_as_it_is_parsed(twin: Any) -> None:
+    async def run() -> None:
+        seen: list[str] = []
+        service = HttpService(_recording(seen), HttpLimits(), protocol_class=twin)
+        service.busy = Load(False)
+        ((proto, t),) = _connections(service, 1)
+        proto.data_received(_get("/now"))
+        assert seen == ["/now"] and t.out.endswith(b"/now")
+        proto.connection_lost(None)
+
+    asyncio.run(run())
+
+
+def test_pipelined_requests_of_a_deferred_connection_are_answered_in_order(twin: Any) -> None:
+    async def run() -> None:
+        seen: list[str] = []
+        service = HttpService(_recording(seen), HttpLimits(), protocol_class=twin)
+        service.busy = Load(True)
+        ((proto, t),) = _connections(service, 1)
+        proto.data_received(_get("/a") + _get("/b"))
+        proto.data_received(_get("/c"))  # more in the same turn: still one pass
+        await asyncio.sleep(0)
+        assert seen == ["/a", "/b", "/c"]
+        assert t.out.count(b"HTTP/1.1 200 OK\r\n") == 3
+        assert t.out.index(b"/a") < t.out.index(b"/b") < t.out.index(b"/c")
+        proto.connection_lost(None)
+
+    asyncio.run(run())
+
+
+def test_a_connection_gone_before_the_pass_is_skipped_and_the_others_served(
+    twin: Any,
+) -> None:
+    async def run() -> None:
+        seen: list[str] = []
+        service = HttpService(_recording(seen), HttpLimits(), protocol_class=twin)
+        service.busy = Load(True)
+        (gone, t_gone), (stays, t_stays) = _connections(service, 2)
+        gone.data_received(_get("/gone"))
+        stays.data_received(_get("/stays"))
+        gone.connection_lost(None)
+        await asyncio.sleep(0)
+        assert seen == ["/stays"]
+        assert not t_gone.out and t_stays.out.endswith(b"/stays")
+        assert list(service.connections) == [stays]
+        stays.connection_lost(None)
+
+    asyncio.run(run())
+
+
+def test_garbage_after_a_deferred_request_answers_it_then_refuses(twin: Any) -> None:
+    async def run() -> None:
+        seen: list[str] = []
+        service = HttpService(_recording(seen), HttpLimits(), protocol_class=twin)
+        service.busy = Load(True)
+        ((proto, t),) = _connections(service, 1)
+        proto.data_received(_get("/good") + b"\x00\x01 not http\r\n\r\n")
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert seen == ["/good"]
+        first = t.out.index(b"HTTP/1.1 200 OK\r\n")
+        assert t.out.index(b"HTTP/1.1 400 Bad Request\r\n") > first
+        assert t.closed
+        proto.connection_lost(None)
+
+    asyncio.run(run())
+
+
+def test_a_loaded_server_answers_every_request_over_sockets(twin: Any) -> None:
+    lt = LoopThread()
+    try:
+        load = Load(True)
+        server = lt.run(start_http_native(handler, "127.0.0.1", 0, protocol_class=twin, busy=load))
+        conns = [Conn(server.port) for _ in range(4)]
+        try:
+            for rnd in range(5):
+                for i, c in enumerate(conns):  # four requests in flight at once
+                    c.send(_get(f"/r{rnd}c{i}"))
+                for i, c in enumerate(conns):
+                    resp = c.response()
+                    assert resp.status == 200 and f"/r{rnd}c{i}".encode() in resp.body
+            load.is_loaded = False  # and served at once again when the load goes
+            for i, c in enumerate(conns):
+                c.send(_get(f"/idle{i}"))
+                assert c.response().status == 200
+        finally:
+            for c in conns:
+                c.__exit__(None, None, None)
+        assert load.touches >= 24
+        lt.run(server.stop(1.0))
+    finally:
+        lt.close()
