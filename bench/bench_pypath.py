@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import os
@@ -34,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -143,73 +145,76 @@ def _count_calls(counter: list[int]) -> Any:
     return prof
 
 
-async def _measure(n: int, rounds: int) -> dict[str, Any]:
+@contextlib.asynccontextmanager
+async def _core() -> AsyncIterator[tuple[Any, Any]]:
+    """An ``InferenceCore`` serving the bench's model.py add_sub, and its options."""
     from tritonlite.core.core import InferenceCore
-    from tritonlite.frontends.grpc import servicer
-    from tritonlite.frontends.http.app import make_dispatch
     from tritonlite.options import ServerOptions
 
     sys.path.insert(0, str(HERE))
     from models import write_python_repo
 
-    body, hlen, gbody = _bodies()
     with tempfile.TemporaryDirectory() as tmp:
         repo = write_python_repo(Path(tmp) / "py", ("add_sub",))
         opts = ServerOptions(model_repositories=(repo,))
         core = InferenceCore(opts)
         assert await core.start() == []
         try:
-            dispatch = make_dispatch(core, opts)
-            grpc_infer = servicer.methods(core, opts)[
-                "/inference.GRPCInferenceService/ModelInfer"
-            ].unary
-            call = _GrpcCall()
-            req = _HttpRequest(body, hlen)
-            for _ in range(50):  # the first batches run on the instance thread (measured)
-                resp = await dispatch(req)
-                assert resp.status == 200, resp.body
-                await grpc_infer(gbody, call)  # type: ignore[misc]
-            out: dict[str, Any] = {}
-            for label, fn in (
-                ("http", lambda: dispatch(req)),
-                ("grpc", lambda: grpc_infer(gbody, call)),  # type: ignore[misc]
-            ):
-                per = []
-                offloaded = 0
-                for _ in range(rounds):
-                    gc.collect()
-                    inline = 0
-                    t0 = time.thread_time_ns()
-                    for _ in range(n):
-                        inline += await _drive(fn())
-                        await asyncio.sleep(0)  # the instance goes back to idle a turn later
-                    per.append((time.thread_time_ns() - t0) / n / 1e3)
-                    offloaded += n - inline
-                out[label] = per
-                counter = [0]
-                for _ in range(200):
-                    sys.setprofile(_count_calls(counter))
-                    try:
-                        await _drive(fn())
-                    finally:
-                        sys.setprofile(None)
-                    await asyncio.sleep(0)
-                out[label + " calls"] = [counter[0] / 200]
-                out[label + " offloaded"] = [float(offloaded)]
-            return out
+            yield core, opts
         finally:
             await core.stop()
 
 
+async def _measure(n: int, rounds: int) -> dict[str, Any]:
+    from tritonlite.frontends.grpc import servicer
+    from tritonlite.frontends.http.app import make_dispatch
+
+    body, hlen, gbody = _bodies()
+    async with _core() as (core, opts):
+        dispatch = make_dispatch(core, opts)
+        grpc_infer = servicer.methods(core, opts)[
+            "/inference.GRPCInferenceService/ModelInfer"
+        ].unary
+        call = _GrpcCall()
+        req = _HttpRequest(body, hlen)
+        for _ in range(50):  # the first batches run on the instance thread (measured)
+            resp = await dispatch(req)
+            assert resp.status == 200, resp.body
+            await grpc_infer(gbody, call)  # type: ignore[misc]
+        out: dict[str, Any] = {}
+        for label, fn in (
+            ("http", lambda: dispatch(req)),
+            ("grpc", lambda: grpc_infer(gbody, call)),  # type: ignore[misc]
+        ):
+            per = []
+            offloaded = 0
+            for _ in range(rounds):
+                gc.collect()
+                inline = 0
+                t0 = time.thread_time_ns()
+                for _ in range(n):
+                    inline += await _drive(fn())
+                    await asyncio.sleep(0)  # the instance goes back to idle a turn later
+                per.append((time.thread_time_ns() - t0) / n / 1e3)
+                offloaded += n - inline
+            out[label] = per
+            counter = [0]
+            for _ in range(200):
+                sys.setprofile(_count_calls(counter))
+                try:
+                    await _drive(fn())
+                finally:
+                    sys.setprofile(None)
+                await asyncio.sleep(0)
+            out[label + " calls"] = [counter[0] / 200]
+            out[label + " offloaded"] = [float(offloaded)]
+        return out
+
+
 async def _phases(n: int) -> dict[str, float]:
-    from tritonlite.core.core import InferenceCore
     from tritonlite.core.tensors import validate
     from tritonlite.frontends.http import codec
     from tritonlite.frontends.http.app import make_dispatch
-    from tritonlite.options import ServerOptions
-
-    sys.path.insert(0, str(HERE))
-    from models import write_python_repo
 
     def best(fn: Any) -> float:
         out = float("inf")
@@ -228,41 +233,32 @@ async def _phases(n: int) -> dict[str, float]:
         raise RuntimeError("the request waited: its batch left the loop")
 
     body, hlen, _ = _bodies()
-    with tempfile.TemporaryDirectory() as tmp:
-        repo = write_python_repo(Path(tmp) / "py", ("add_sub",))
-        opts = ServerOptions(model_repositories=(repo,))
-        core = InferenceCore(opts)
-        assert await core.start() == []
-        try:
-            dispatch = make_dispatch(core, opts)
-            req = _HttpRequest(body, hlen)
-            for _ in range(50):  # the first batches run on the instance thread (measured)
-                await _drive(dispatch(req))
-                await asyncio.sleep(0)
-            model = core.repository.get("add_sub", -1)
-            instance = model.idle[0]
+    async with _core() as (core, opts):
+        dispatch = make_dispatch(core, opts)
+        req = _HttpRequest(body, hlen)
+        for _ in range(50):  # the first batches run on the instance thread (measured)
+            await _drive(dispatch(req))
+            await asyncio.sleep(0)
+        model = core.repository.get("add_sub", -1)
+        instance = model.idle[0]
 
-            def decode() -> Any:
-                return codec.decode_infer(body, hlen, "add_sub", -1)
+        def decode() -> Any:
+            return codec.decode_infer(body, hlen, "add_sub", -1)
 
-            def validated() -> Any:
-                r = decode()
-                validate.prepare(model.signature, r, core.shm)
-                return r
+        def validated() -> Any:
+            r = decode()
+            validate.prepare(model.signature, r, core.shm)
+            return r
 
-            resp = finish(core.infer(decode()))
-            return {
-                "decode": best(decode),
-                "decode + validate": best(validated),
-                "decode + validate + instance run": best(
-                    lambda: instance.run(model, [validated()])
-                ),
-                "decode + core.infer": best(lambda: finish(core.infer(decode()))),
-                "encode": best(lambda: codec.encode_infer(resp)),
-                "dispatch (all of it)": best(lambda: finish(dispatch(req))),
-            }
-        finally:
-            await core.stop()
+        resp = finish(core.infer(decode()))
+        return {
+            "decode": best(decode),
+            "decode + validate": best(validated),
+            "decode + validate + instance run": best(lambda: instance.run(model, [validated()])),
+            "decode + core.infer": best(lambda: finish(core.infer(decode()))),
+            "encode": best(lambda: codec.encode_infer(resp)),
+            "dispatch (all of it)": best(lambda: finish(dispatch(req))),
+        }
 
 
 def _line(key: str, values: list[float]) -> str:

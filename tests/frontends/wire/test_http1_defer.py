@@ -47,20 +47,23 @@ def _connections(service: HttpService, n: int) -> list[tuple[Any, FakeTransport]
     return out
 
 
-def _recording(seen: list[str]) -> Any:
+def _service(twin: Any, loaded: bool) -> tuple[HttpService, list[str]]:
+    """A service whose handler answers each request's path and records it (in ``seen``)."""
+    seen: list[str] = []
+
     async def answer(req: Any) -> HttpResponse:
         seen.append(req.path)
         await req.read()
         return HttpResponse(200, [req.path.encode()], "text/plain")
 
-    return answer
+    service = HttpService(answer, HttpLimits(), protocol_class=twin)
+    service.busy = Load(loaded)
+    return service, seen
 
 
 def test_a_loaded_loop_serves_the_turns_requests_together_after_it(twin: Any) -> None:
     async def run() -> None:
-        seen: list[str] = []
-        service = HttpService(_recording(seen), HttpLimits(), protocol_class=twin)
-        service.busy = Load(True)
+        service, seen = _service(twin, True)
         conns = _connections(service, 3)
         for i, (proto, _) in enumerate(conns):
             proto.data_received(_get(f"/c{i}"))
@@ -78,9 +81,7 @@ def test_a_loaded_loop_serves_the_turns_requests_together_after_it(twin: Any) ->
 
 def test_an_idle_loop_serves_each_request_as_it_is_parsed(twin: Any) -> None:
     async def run() -> None:
-        seen: list[str] = []
-        service = HttpService(_recording(seen), HttpLimits(), protocol_class=twin)
-        service.busy = Load(False)
+        service, seen = _service(twin, False)
         ((proto, t),) = _connections(service, 1)
         proto.data_received(_get("/now"))
         assert seen == ["/now"] and t.out.endswith(b"/now")
@@ -91,9 +92,7 @@ def test_an_idle_loop_serves_each_request_as_it_is_parsed(twin: Any) -> None:
 
 def test_pipelined_requests_of_a_deferred_connection_are_answered_in_order(twin: Any) -> None:
     async def run() -> None:
-        seen: list[str] = []
-        service = HttpService(_recording(seen), HttpLimits(), protocol_class=twin)
-        service.busy = Load(True)
+        service, seen = _service(twin, True)
         ((proto, t),) = _connections(service, 1)
         proto.data_received(_get("/a") + _get("/b"))
         proto.data_received(_get("/c"))  # more in the same turn: still one pass
@@ -110,9 +109,7 @@ def test_a_connection_gone_before_the_pass_is_skipped_and_the_others_served(
     twin: Any,
 ) -> None:
     async def run() -> None:
-        seen: list[str] = []
-        service = HttpService(_recording(seen), HttpLimits(), protocol_class=twin)
-        service.busy = Load(True)
+        service, seen = _service(twin, True)
         (gone, t_gone), (stays, t_stays) = _connections(service, 2)
         gone.data_received(_get("/gone"))
         stays.data_received(_get("/stays"))
@@ -128,9 +125,7 @@ def test_a_connection_gone_before_the_pass_is_skipped_and_the_others_served(
 
 def test_garbage_after_a_deferred_request_answers_it_then_refuses(twin: Any) -> None:
     async def run() -> None:
-        seen: list[str] = []
-        service = HttpService(_recording(seen), HttpLimits(), protocol_class=twin)
-        service.busy = Load(True)
+        service, seen = _service(twin, True)
         ((proto, t),) = _connections(service, 1)
         proto.data_received(_get("/good") + b"\x00\x01 not http\r\n\r\n")
         for _ in range(10):
