@@ -30,9 +30,15 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from cpu import HZ, _children_ticks, _successes, _ticks  # noqa: E402
+from models import write_python_repo  # noqa: E402
+from perf import TritonServer, free_ports, perf_analyzer_bin, wait_ready  # noqa: E402
+
 COUNT_PATH = "/canned/count"
 
 
@@ -72,59 +78,20 @@ def _serve_canned(argv: list[str]) -> int:
     return main(argv)
 
 
-def _ticks(pid: int) -> tuple[int, int]:
-    """(user + system ticks of every thread of ``pid``, those of its main thread)."""
-    total = main = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                s = f.read()
-        except OSError:
-            continue
-        fields = s[s.rindex(")") + 2 :].split()
-        t = int(fields[11]) + int(fields[12])
-        total += t
-        if tid == str(pid):
-            main = t
-    return total, main
-
-
-def _tree(pid: int) -> list[int]:
-    parent: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    s = f.read()
-            except OSError:
-                continue
-            parent[int(entry)] = int(s[s.rindex(")") + 2 :].split()[1])
-    found, frontier = [pid], {pid}
-    while frontier:
-        frontier = {c for c, p in parent.items() if p in frontier and c not in found}
-        found += sorted(frontier)
-    return found
-
-
-def _count(port: int) -> int:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{COUNT_PATH}", timeout=10) as r:
-            if r.status == 200:
-                return int(r.read())
-    except (OSError, ValueError):
-        pass
-    sys.path.insert(0, str(HERE))
-    from cpu import _successes
-
-    return _successes(port, "add_sub")
+def _canned_count(port: int) -> int:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{COUNT_PATH}", timeout=10) as r:
+        return int(r.read())
 
 
 def _sample(
-    pid: int, ports: dict[str, int], proto: str, conc: int, seconds: float
+    pid: int,
+    ports: dict[str, int],
+    proto: str,
+    conc: int,
+    seconds: float,
+    count: Callable[[int], int],
 ) -> dict[str, float]:
-    from perf import perf_analyzer_bin
-
-    port, http_port = ports[proto], ports["http"]
+    """One load's figures; ``count(http_port)`` is how many requests the server has served."""
     cmd = [
         str(perf_analyzer_bin()),
         "-m",
@@ -132,32 +99,31 @@ def _sample(
         "-i",
         proto,
         "-u",
-        f"127.0.0.1:{port}",
+        f"127.0.0.1:{ports[proto]}",
         "--concurrency-range",
         f"{conc}:{conc}",
         "--measurement-interval",
         str(int((seconds + 6) * 1000)),
     ]
     load = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def now() -> tuple[int, int, int, int, float]:
+        """(server ticks with its child processes, its main thread's, perf_analyzer's,
+        requests served, time)"""
+        server = _ticks(f"/proc/{pid}/stat")[0] + sum(_children_ticks(pid).values())
+        return (
+            server,
+            _ticks(f"/proc/{pid}/task/{pid}/stat")[0],
+            _ticks(f"/proc/{load.pid}/stat")[0],
+            count(ports["http"]),
+            time.monotonic(),
+        )
+
     try:
         time.sleep(3)  # past perf_analyzer's start and warm-up
-        pids = _tree(pid)
-        hz = os.sysconf("SC_CLK_TCK")
-
-        def server() -> tuple[int, int]:
-            total = main = 0
-            for p in pids:
-                try:
-                    t, m = _ticks(p)
-                except OSError:
-                    continue
-                total += t
-                main += m if p == pid else 0
-            return total, main
-
-        s0, c0, n0, t0 = server(), _ticks(load.pid)[0], _count(http_port), time.monotonic()
+        s0, m0, c0, n0, t0 = now()
         time.sleep(seconds)
-        s1, c1, n1, t1 = server(), _ticks(load.pid)[0], _count(http_port), time.monotonic()
+        s1, m1, c1, n1, t1 = now()
     finally:
         load.send_signal(signal.SIGINT)
         try:
@@ -166,21 +132,19 @@ def _sample(
             load.kill()
             load.wait()
     n, wall = n1 - n0, t1 - t0
-    per = 1e6 / hz / max(n, 1)
-    srv, cli = (s1[0] - s0[0]) * per, (c1 - c0) * per
+    per = 1e6 / HZ / max(n, 1)
+    srv, cli = (s1 - s0) * per, (c1 - c0) * per
     return {
         "rate": n / wall,
         "server": srv,
-        "loop": (s1[1] - s0[1]) * per,
-        "busy": (s1[1] - s0[1]) / hz / wall,
+        "loop": (m1 - m0) * per,
+        "busy": (m1 - m0) / HZ / wall,
         "client": cli,
         "cores": (srv + cli) * n / wall / 1e6,
     }
 
 
 def _start_tritonlite(repo: Path, canned: bool) -> tuple[subprocess.Popen[bytes], dict[str, int]]:
-    from perf import free_ports, wait_ready
-
     http, grpc, metrics = free_ports(3)
     head = (
         [sys.executable, str(Path(__file__).resolve()), "--serve-canned", "--"]
@@ -224,10 +188,6 @@ def main() -> int:
     ap.add_argument("--no-canned", action="store_true")
     ap.add_argument("--triton-dir", type=Path, default=HERE.parent / ".tools" / "triton")
     a = ap.parse_args()
-    sys.path.insert(0, str(HERE))
-    from models import write_python_repo
-    from perf import TritonServer
-
     loads = [(p, int(c)) for p, c in (x.split(":") for x in a.loads.split(","))]
     print(f"load average at start: {os.getloadavg()[0]:.1f}")
     print(
@@ -245,6 +205,9 @@ def main() -> int:
             flush=True,
         )
 
+    def served(port: int) -> int:
+        return _successes(port, "add_sub")
+
     with tempfile.TemporaryDirectory() as tmp:
         repo = write_python_repo(Path(tmp) / "py", ("add_sub",))
         for r in range(a.rounds):
@@ -257,7 +220,9 @@ def main() -> int:
                     for proto, conc in loads:
                         if canned and proto != "http":
                             continue  # the canned answer is HTTP's
-                        row(r, name, proto, conc, _sample(proc.pid, ports, proto, conc, a.seconds))
+                        count = _canned_count if canned else served
+                        s = _sample(proc.pid, ports, proto, conc, a.seconds, count)
+                        row(r, name, proto, conc, s)
                 finally:
                     proc.terminate()
                     proc.wait(30)
@@ -267,7 +232,7 @@ def main() -> int:
             ports = triton.start()
             try:
                 for proto, conc in loads:
-                    s = _sample(triton.pid, ports, proto, conc, a.seconds)
+                    s = _sample(triton.pid, ports, proto, conc, a.seconds, served)
                     row(r, "triton (stub included)", proto, conc, s, loop=False)
             finally:
                 triton.stop()
