@@ -77,3 +77,4 @@ cdef class Http1Protocol:
     cdef public bint _registered
     cdef public bint _eof
     cdef public object _busy
+    cdef public object _held

@@ -164,6 +164,7 @@ class _ChunkWriter:
             raise ConnectionResetError("the client went away")
         if not data:
             return
+        proto.flush_held()
         if self._chunked:
             t.writelines([b"%x\r\n" % len(data), data, b"\r\n"])
         else:
@@ -210,6 +211,7 @@ class Http1Protocol:
         self._registered = False
         self._eof = False  # the client closed its side
         self._busy = service.busy  # BusyPoll or None
+        self._held: Any = None  # responses held for the end of a serving pass (flush_held)
 
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: Any) -> None:
@@ -512,17 +514,41 @@ class Http1Protocol:
                     head += "\r\n"
                 data = head.encode("latin-1")
                 if not body or req.method == "HEAD":
-                    t.write(data)
+                    pass
                 elif n <= _SMALL:
-                    t.write(data + body[0] if len(body) == 1 else b"".join([data, *body]))
+                    data = data + body[0] if len(body) == 1 else b"".join([data, *body])
                 else:
+                    self.flush_held()
                     t.writelines([data, *body])
+                    return
+                if on_sent is None and self._service.holding:
+                    held = self._held
+                    if held is None:
+                        self._held = [data]
+                        self._service.hold(self)
+                    else:
+                        held.append(data)
+                    return
+                self.flush_held()
+                t.write(data)
         finally:
             if on_sent is not None:
                 on_sent(start, time.monotonic_ns())
 
+    def flush_held(self) -> None:
+        """Write the responses held during a serving pass (``HttpService.serve_ready``);
+        called at its end, and before anything else is written or the connection closes."""
+        held = self._held
+        if held is None:
+            return
+        self._held = None
+        t = self._transport
+        if t is not None and not t.is_closing():
+            t.write(held[0] if len(held) == 1 else b"".join(held))
+
     async def _send_stream(self, req: Request, resp: HttpStream, close: bool) -> bool:
         """Write a streamed response; whether the connection must close after it."""
+        self.flush_held()
         chunked = req.version >= _V11
         if not chunked:
             close = True  # an HTTP/1.0 body without a length ends when the connection does
@@ -552,6 +578,7 @@ class Http1Protocol:
             raise ConnectionResetError("the client went away")
         if req._expect:
             req._expect = False
+            self.flush_held()
             t.write(_CONTINUE)
         waiter = self._loop.create_future()
         req._waiter = waiter
@@ -650,6 +677,7 @@ class Http1Protocol:
             t.abort()
 
     def _close_now(self) -> None:
+        self.flush_held()
         t = self._transport
         self._state = _DONE
         self._closing = True
