@@ -230,13 +230,15 @@ def test_repeated_headers_match_a_fresh_parse(
         np.zeros((2, 0), np.int8),
         np.arange(3, dtype=np.uint64),
         np.array([b"ab"], dtype=object),
+        np.arange(4096, dtype=np.float32).reshape(2, 2048),  # over _COPY_MAX: a view
+        np.arange(4096, dtype=np.float32).reshape(64, 64).T,  # over it, not contiguous
     ],
 )
 def test_output_bytes_fast_path_matches_tensor_bytes(arr: np.ndarray[Any, Any]) -> None:
     from tritonlite.contracts import datatypes
 
     raw, want = codec._raw(arr), datatypes.tensor_bytes(arr)
-    assert bytes(raw) == bytes(want) and raw.nbytes == want.nbytes
+    assert bytes(raw) == bytes(want) and memoryview(raw).nbytes == memoryview(want).nbytes
 
 
 def test_shared_memory_inputs_and_outputs_are_kept_with_fresh_references() -> None:
@@ -276,3 +278,57 @@ def test_shared_memory_inputs_and_outputs_are_kept_with_fresh_references() -> No
     assert second.outputs is not None and first.outputs is not None
     assert second.outputs[0].shm is not first.outputs[0].shm
     assert second.inputs[0].data is None and second.inputs[0].parameters == {"custom": 1}
+
+
+def _responses() -> list[Any]:
+    from tritonlite.contracts.types import InferOutput, InferResponse, ShmRef
+
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    big = np.arange(4096, dtype=np.int32)
+    strs = np.array([b"x", b"yz"], dtype=object)
+
+    def out(name: str, arr: Any, **kw: Any) -> InferOutput:
+        return InferOutput(name, "FP32" if arr is a else "INT32", arr.shape, arr, **kw)
+
+    return [
+        InferResponse("m", "1", outputs=[out("A", a), out("B", a)]),
+        InferResponse("m", "1", outputs=[out("A", a.reshape(3, 2)), out("B", a)]),  # shape
+        InferResponse("m", "2", outputs=[out("A", a), out("B", a)]),  # version
+        InferResponse("n", "1", outputs=[out("A", a), out("B", a)]),  # model
+        InferResponse("m", "1", outputs=[out("B", a), out("A", a)]),  # order
+        InferResponse("m", "1", outputs=[out("A", big)]),  # a view, not a copy
+        InferResponse("m", "1", outputs=[out("A", a[:, :0])]),  # empty
+        InferResponse("m", "1", "the-id", [out("A", a)]),  # an id
+        InferResponse("m", "1", outputs=[out("A", a)], parameters={"p": 1}),  # parameters
+        InferResponse("m", "1", outputs=[out("A", a, binary=False)]),  # JSON data
+        InferResponse("m", "1", outputs=[out("A", a), out("B", a, binary=False)]),
+        InferResponse(
+            "m", "1", outputs=[InferOutput("A", "FP32", (2, 3), None, shm=ShmRef("r", 24, 0))]
+        ),
+        InferResponse("m", "1", outputs=[InferOutput("S", "BYTES", (2,), strs)]),
+        InferResponse("m", "1", outputs=[]),
+    ]
+
+
+def test_repeated_response_headers_encode_as_a_fresh_encode_does() -> None:
+    codec._HEADS.clear()
+    for _ in range(3):  # the first encode of each fills the cache, the others reuse it
+        for resp in _responses():
+            parts, head_len, has_binary = codec.encode_infer(resp)
+            want, want_len, want_binary = codec._encode_infer(resp)
+            assert b"".join(bytes(p) for p in parts) == b"".join(bytes(p) for p in want)
+            assert (head_len, has_binary) == (want_len, want_binary)
+    assert 1 <= len(codec._HEADS) <= 8  # only all-binary responses, one entry each
+
+
+def test_the_response_header_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tritonlite.contracts.types import InferOutput, InferResponse
+
+    monkeypatch.setattr(codec, "_HEADS_LIMIT", 4)
+    codec._HEADS.clear()
+    for n in range(1, 11):
+        arr = np.zeros(n, np.float32)
+        resp = InferResponse("m", "1", outputs=[InferOutput("A", "FP32", arr.shape, arr)])
+        parts, _, _ = codec.encode_infer(resp)
+        assert json.loads(parts[0])["outputs"][0]["shape"] == [n]
+        assert len(codec._HEADS) <= 4

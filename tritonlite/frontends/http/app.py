@@ -77,7 +77,8 @@ def _version(m: re.Match[str], group: int = 2) -> int:
 
 
 def _name(m: re.Match[str], group: int = 1) -> str:
-    return unquote(m.group(group))
+    name = m.group(group)
+    return unquote(name) if "%" in name else name
 
 
 def _peer_is_local(request: Request) -> bool:
@@ -135,14 +136,19 @@ async def infer(
     request: Request, core: CoreAPI, m: re.Match[str], forward: HeaderForward | None = None
 ) -> HttpResponse:
     recv_start = time.monotonic_ns() if core.trace.enabled else 0
-    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
-    if encoding not in ("identity", "gzip", "deflate", ""):
-        return error(
-            501, f"Unsupported compression type '{encoding}'", {"Accept-Encoding": "gzip, deflate"}
-        )
+    fields = request.headers
+    encoding = fields.get("Content-Encoding")
+    if encoding is not None:
+        encoding = encoding.strip().lower()
+        if encoding not in ("identity", "gzip", "deflate", ""):
+            return error(
+                501,
+                f"Unsupported compression type '{encoding}'",
+                {"Accept-Encoding": "gzip, deflate"},
+            )
     body = await request.read()
     recv_end = time.monotonic_ns() if recv_start else 0
-    header = request.headers.get("Inference-Header-Content-Length")
+    header = fields.get("Inference-Header-Content-Length")
     name, version = _name(m), _version(m)
     if header is not None:
         try:
@@ -157,7 +163,7 @@ async def infer(
     else:
         req = codec.decode_infer(body, header_len, name, version)
     if forward is not None:
-        forward.http(request.headers, req.parameters)
+        forward.http(fields, req.parameters)
     resp = await core.infer(req, _DECOUPLED)
     parts, head_len, has_binary = codec.encode_infer(resp)
     headers: dict[str, str] | None = None
@@ -166,7 +172,7 @@ async def infer(
         content_type = "application/octet-stream"
     else:
         content_type = _JSON
-    accept = request.headers.get("Accept-Encoding")
+    accept = fields.get("Accept-Encoding")
     if accept is not None:
         picked = codec.pick_encoding(accept)
         if picked is not None:

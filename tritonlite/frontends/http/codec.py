@@ -251,7 +251,7 @@ def _templatable(req: InferRequest, spans: list[int]) -> bool:
 def _from_template(
     t: _Template, mv: memoryview, head_len: int, model_name: str, version: int
 ) -> InferRequest:
-    req = InferRequest(model_name=model_name, model_version=version)
+    req = InferRequest(model_name, version)
     if t.id:
         req.id = t.id
     for attr, value in t.attrs:
@@ -259,11 +259,11 @@ def _from_template(
     if t.params:
         req.parameters = dict(t.params)
     inputs = req.inputs
-    for name, datatype, shape, dt, count, off, params, shm in t.inputs:
+    for name, datatype, shape, dt, _count, off, params, shm in t.inputs:
         if shm is not None:
             inputs.append(InferInput(name, datatype, shape, None, ShmRef(*shm), dict(params)))
             continue
-        data = np.frombuffer(mv, dt, count, head_len + off).reshape(shape)
+        data = np.ndarray(shape, dt, mv, head_len + off)  # frombuffer + reshape, in one call
         inputs.append(InferInput(name, datatype, shape, data, None, dict(params) if params else {}))
     if t.outputs is not None:
         req.outputs = [
@@ -467,22 +467,59 @@ def _json_data(name: str, arr: np.ndarray[Any, Any]) -> Any:
     return np.ascontiguousarray(flat)
 
 
-def _raw(arr: np.ndarray[Any, Any]) -> memoryview:
-    """``datatypes.tensor_bytes``, with the common case (a C-contiguous, native-order number
-    tensor) as a plain byte view: 0.2 µs instead of 0.9."""
-    if (
-        arr.ndim
-        and arr.size
-        and arr.flags.c_contiguous
-        and arr.dtype.kind in "biuf"
-        and arr.dtype.isnative
-    ):
-        return memoryview(arr).cast("B")  # type: ignore[arg-type]
+_COPY_MAX = 4096  # a number tensor up to this size is copied: cheaper than a view's checks
+
+
+def _raw(arr: np.ndarray[Any, Any]) -> bytes | memoryview:
+    """``datatypes.tensor_bytes``, with the common cases of a native-order number tensor
+    fast: a small one copied (``tobytes``: 0.06 µs for 64 bytes), a larger C-contiguous
+    one as a plain byte view (0.2 µs instead of 0.9)."""
+    dt = arr.dtype
+    if dt.kind in "biuf" and dt.isnative:
+        if arr.nbytes <= _COPY_MAX:
+            return arr.tobytes()
+        if arr.flags.c_contiguous:
+            return memoryview(arr).cast("B")  # type: ignore[arg-type]
     return datatypes.tensor_bytes(arr)
 
 
+_HEADS: dict[tuple[Any, ...], bytes] = {}  # encode_infer's JSON headers of all-binary responses
+_HEADS_LIMIT = 1024  # entries; the cache starts over when full
+
+
 def encode_infer(resp: InferResponse) -> tuple[list[bytes | memoryview], int, bool]:
-    """Encode a response: (body parts, JSON header length, has binary tail)."""
+    """Encode a response: (body parts, JSON header length, has binary tail).
+
+    A response whose outputs all go in the binary tail, with no id and no parameters, has a
+    JSON header that depends only on its model, version and outputs' names, datatypes,
+    shapes and sizes: made once for each such combination (the steady state of a client
+    that repeats its request), then reused."""
+    if resp.id or resp.parameters or not resp.outputs:
+        return _encode_infer(resp)
+    key: list[Any] = [resp.model_name, resp.model_version]
+    tails: list[bytes | memoryview] = []
+    for o in resp.outputs:
+        data = o.data
+        if data is None or not o.binary or type(o.shape) is not tuple:
+            return _encode_infer(resp)
+        raw = _raw(data)
+        n = len(raw)
+        key += (o.name, o.datatype, o.shape, n)
+        if n:
+            tails.append(raw)
+    k = tuple(key)
+    head = _HEADS.get(k)
+    if head is None:
+        parts, n, _ = _encode_infer(resp)
+        head = bytes(parts[0])
+        if len(_HEADS) >= _HEADS_LIMIT:
+            _HEADS.clear()
+        _HEADS[k] = head
+    return [head, *tails], len(head), True
+
+
+def _encode_infer(resp: InferResponse) -> tuple[list[bytes | memoryview], int, bool]:
+    """``encode_infer`` for any response."""
     outs: list[dict[str, Any]] = []
     tails: list[bytes | memoryview] = []
     has_binary = False
