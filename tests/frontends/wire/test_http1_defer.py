@@ -40,11 +40,13 @@ def twin(request: pytest.FixtureRequest) -> Any:
     return twin_class(request.param)
 
 
-def _connections(service: HttpService, n: int) -> list[tuple[Any, FakeTransport]]:
+def _connections(
+    service: HttpService, n: int, transport: Any = FakeTransport
+) -> list[tuple[Any, Any]]:
     out = []
     for _ in range(n):
         proto = service.protocol()
-        t = FakeTransport()
+        t = transport()
         proto.connection_made(t)
         out.append((proto, t))
     return out
@@ -185,13 +187,7 @@ class CountingTransport(FakeTransport):
 
 
 def _counted(service: HttpService, n: int) -> list[tuple[Any, CountingTransport]]:
-    out = []
-    for _ in range(n):
-        proto = service.protocol()
-        t = CountingTransport()
-        proto.connection_made(t)
-        out.append((proto, t))
-    return out
+    return _connections(service, n, CountingTransport)
 
 
 BIG = b"x" * 20000  # over what the protocol joins into one write (_SMALL)
