@@ -52,14 +52,31 @@ def _connections(
     return out
 
 
-def _service(twin: Any, loaded: bool) -> tuple[HttpService, list[str]]:
-    """A service whose handler answers each request's path and records it (in ``seen``)."""
+BIG = b"x" * 20000  # over what the protocol joins into one write (_SMALL)
+
+
+def _service(twin: Any, loaded: bool, check: Any = None) -> tuple[HttpService, list[str]]:
+    """A service whose handler records each request's path (in ``seen``), calls
+    ``check(path)`` if given, then answers ``/big`` with BIG, ``/traced`` with an ``on_sent``
+    callback, ``/stream`` as a stream, and any other path with the path."""
     seen: list[str] = []
 
-    async def answer(req: Any) -> HttpResponse:
+    async def events(writer: Any) -> None:
+        await writer.write(b"event")
+
+    async def answer(req: Any) -> HttpResponse | HttpStream:
         seen.append(req.path)
+        if check is not None:
+            check(req.path)
         await req.read()
-        return HttpResponse(200, [req.path.encode()], "text/plain")
+        if req.path == "/big":
+            return HttpResponse(200, [BIG], "text/plain")
+        if req.path == "/stream":
+            return HttpStream(200, "text/plain", events)
+        resp = HttpResponse(200, [req.path.encode()], "text/plain")
+        if req.path == "/traced":
+            resp.on_sent = lambda start, end: seen.append("sent")
+        return resp
 
     service = HttpService(answer, HttpLimits(), protocol_class=twin)
     service.busy = Load(loaded)
@@ -190,36 +207,6 @@ def _counted(service: HttpService, n: int) -> list[tuple[Any, CountingTransport]
     return _connections(service, n, CountingTransport)
 
 
-BIG = b"x" * 20000  # over what the protocol joins into one write (_SMALL)
-
-
-def _holding_service(twin: Any, check: Any) -> tuple[HttpService, list[str]]:
-    """A loaded service whose handler calls ``check(path)`` first, then answers ``/big`` with
-    BIG, ``/traced`` with an ``on_sent`` callback, ``/stream`` as a stream, others with
-    their path."""
-    seen: list[str] = []
-
-    async def events(writer: Any) -> None:
-        await writer.write(b"event")
-
-    async def answer(req: Any) -> HttpResponse | HttpStream:
-        seen.append(req.path)
-        check(req.path)
-        await req.read()
-        if req.path == "/big":
-            return HttpResponse(200, [BIG], "text/plain")
-        if req.path == "/stream":
-            return HttpStream(200, "text/plain", events)
-        resp = HttpResponse(200, [req.path.encode()], "text/plain")
-        if req.path == "/traced":
-            resp.on_sent = lambda start, end: seen.append("sent")
-        return resp
-
-    service = HttpService(answer, HttpLimits(), protocol_class=twin)
-    service.busy = Load(True)
-    return service, seen
-
-
 def test_the_pass_holds_its_responses_and_writes_each_connection_once_at_its_end(
     twin: Any,
 ) -> None:
@@ -230,7 +217,7 @@ def test_the_pass_holds_its_responses_and_writes_each_connection_once_at_its_end
         def check(path: str) -> None:
             outs.append(bytes(conns[0][1].out))  # what the first connection got by then
 
-        service, seen = _holding_service(twin, check)
+        service, seen = _service(twin, True, check)
         conns.extend(_counted(service, 2))
         conns[0][0].data_received(_get("/a") + _get("/b"))
         conns[1][0].data_received(_get("/c"))
@@ -261,7 +248,7 @@ def test_what_is_written_at_once_goes_after_what_the_connection_held(
             if path == "/check":
                 outs.append(bytes(conns[0][1].out))
 
-        service, seen = _holding_service(twin, check)
+        service, seen = _service(twin, True, check)
         conns.extend(_counted(service, 2))
         conns[0][0].data_received(_get("/small") + _get(second))
         conns[1][0].data_received(_get("/check"))
@@ -286,7 +273,7 @@ def test_what_is_written_at_once_goes_after_what_the_connection_held(
 
 def test_a_connection_that_closes_in_the_pass_writes_what_it_held_first(twin: Any) -> None:
     async def run() -> None:
-        service, seen = _holding_service(twin, lambda path: None)
+        service, seen = _service(twin, True, lambda path: None)
         ((proto, t),) = _counted(service, 1)
         proto.data_received(_get("/a") + _get("/last", b"Connection: close\r\n"))
         await asyncio.sleep(0)
@@ -308,7 +295,7 @@ def test_a_connection_gone_while_holding_writes_nothing_and_the_others_are_serve
             if path == "/c":
                 conns[0][0].connection_lost(None)  # the first left after its answer was made
 
-        service, seen = _holding_service(twin, check)
+        service, seen = _service(twin, True, check)
         conns.extend(_counted(service, 2))
         conns[0][0].data_received(_get("/a"))
         conns[1][0].data_received(_get("/c"))

@@ -209,7 +209,6 @@ class _Template:
                 i.datatype,
                 i.shape,
                 datatypes.numpy_dtype(i.datatype),
-                datatypes.num_elements(i.shape),
                 off,
                 dict(i.parameters),
                 _shm_tuple(i.shm),
@@ -259,7 +258,7 @@ def _from_template(
     if t.params:
         req.parameters = dict(t.params)
     inputs = req.inputs
-    for name, datatype, shape, dt, _count, off, params, shm in t.inputs:
+    for name, datatype, shape, dt, off, params, shm in t.inputs:
         if shm is not None:
             inputs.append(InferInput(name, datatype, shape, None, ShmRef(*shm), dict(params)))
             continue
@@ -510,8 +509,7 @@ def encode_infer(resp: InferResponse) -> tuple[list[bytes | memoryview], int, bo
     k = tuple(key)
     head = _HEADS.get(k)
     if head is None:
-        parts, n, _ = _encode_infer(resp)
-        head = bytes(parts[0])
+        head = bytes(_encode_infer(resp)[0][0])
         if len(_HEADS) >= _HEADS_LIMIT:
             _HEADS.clear()
         _HEADS[k] = head

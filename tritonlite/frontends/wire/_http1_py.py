@@ -513,14 +513,12 @@ class Http1Protocol:
                 else:
                     head += "\r\n"
                 data = head.encode("latin-1")
-                if not body or req.method == "HEAD":
-                    pass
-                elif n <= _SMALL:
+                if body and req.method != "HEAD":
+                    if n > _SMALL:
+                        self.flush_held()
+                        t.writelines([data, *body])
+                        return
                     data = data + body[0] if len(body) == 1 else b"".join([data, *body])
-                else:
-                    self.flush_held()
-                    t.writelines([data, *body])
-                    return
                 if on_sent is None and self._service.holding:
                     held = self._held
                     if held is None:
@@ -536,7 +534,7 @@ class Http1Protocol:
                 on_sent(start, time.monotonic_ns())
 
     def flush_held(self) -> None:
-        """Write the responses held during a serving pass (``HttpService.serve_ready``);
+        """Write the responses held during a serving pass (``HttpService._serve_ready``);
         called at its end, and before anything else is written or the connection closes."""
         held = self._held
         if held is None:
