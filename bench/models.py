@@ -32,14 +32,13 @@ from tools import onnx_graphs  # noqa: E402  (the one copy of the ONNX graph cod
 MLP_WIDTH = 1024
 MLP_LAYERS = 4
 MLP_MAX_BATCH = 64
-# Why 500 us: in the server (one ORT intra-op thread, the client on the other core) one MLP
-# sample computes in ~0.65-1.0 ms and a batch of 8 in ~1.5 ms. Under load the delay hardly
-# matters: requests pile up while the instance is busy and the batcher takes them all when it
-# frees. It matters when the instance is idle with a partial batch queued: there it costs at most
-# 500 us, less than one sample's compute (the worst case is concurrency 1, where every request
-# waits the full delay), and it is long enough for a closed-loop client's other threads, whose
-# answers left together, to resend (a few hundred us on 2 cores) and join the same batch.
-MLP_QUEUE_DELAY_US = 500
+# Why 100 us (Triton's documentation uses it in its dynamic batching examples, and so does the
+# mlp of model_repository/): under load the delay is what a free instance waits, with a partial
+# batch queued, for the oldest request to have waited that long. Measured on 2 cores, native
+# HTTP, concurrency 16 (bench/RESULTS.md, Issue 16 (19)): 500 us 5,310-5,350 req/s, 100 us
+# 6,120-6,160, 0 us 5,790-6,050. At concurrency 1 every request waits the whole delay, so a
+# short one costs least there too.
+MLP_QUEUE_DELAY_US = 100
 SEED = 20240601
 
 ADD_SUB_IO = """max_batch_size: 8

@@ -5,7 +5,8 @@ Run: ``.venv/bin/python bench/run_all.py [--quick] [--skip-triton] [--skip-micro
 1. perf_analyzer (``$PERF_ANALYZER`` or ``.tools/perf_analyzer/perf_analyzer``), HTTP and gRPC,
    concurrency 1/4/16/64, the same flags for every server, servers run one at a time:
    * ``tritonlite-onnx``: tritonlite serving the ONNX twins of bench/models.py: ``add_sub``,
-     ``mlp`` (dynamic batching, 500 us delay) and ``mlp_nobatch`` (no dynamic_batching block);
+     ``mlp`` (dynamic batching, ``models.MLP_QUEUE_DELAY_US`` delay) and ``mlp_nobatch`` (no
+     dynamic_batching block);
    * ``triton-python``: the real tritonserver (tools/triton-reference.sh; its only backend is
      Python) serving the Python-backend twins (``model.py``, numpy) of ``add_sub`` and ``mlp``,
      plus ``mlp_nobatch`` at concurrency 16 and 64 only (Triton's own batching gain, for scale);
