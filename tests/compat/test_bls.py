@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import gevent
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -632,7 +633,9 @@ def test_bls_timeout_is_the_request_timeout_a_client_sets(server: Server, repo: 
     deadline = time.monotonic() + 10
     while not (repo / "slow.running").exists():
         assert time.monotonic() < deadline, "slow never started"
-        time.sleep(0.005)
+        # the request is sent by a greenlet of the client's: wait in gevent's sleep, so that
+        # it runs (async_infer yields to it for only 10 ms, too little on a loaded machine)
+        gevent.sleep(0.005)
     try:
         direct: dict[str, Any] = {
             "error": None,
