@@ -20,7 +20,10 @@ starts each variant's server in turn, so the variants of one table see the same 
   Goal: tritonlite >= 2x Triton's throughput and <= 0.5x its p50. (Triton runs model.py in a
   stub process of its own: the "child processes" column counts it, the CPU column does not.)
 * ``mlp``: the ONNX MLP (4 x 1024^2 FP32) with dynamic batching (``mlp``) vs without
-  (``mlp_nobatch``) at concurrency 16, both protocols. Goal: >= 3x.
+  (``mlp_nobatch``) at concurrency 16, both protocols. Goal: >= 3x. With ``mlp-triton`` in
+  ``--tables`` as well, the real Triton serving the MLP's numpy ``model.py`` twin (the same
+  weights, dynamic batching vs none) runs in the same rounds: its gain on the same machine, for
+  scale (how much a lone row costs against a batch's depends on the machine's caches).
 * ``wrk``: a light client: wrk, one thread, 16 connections, JSON add_sub (no binary data), 10 s:
   requests per second, CPU µs per request and the loop thread's utilisation, native vs aio vs
   the baseline.
@@ -39,6 +42,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -288,6 +292,9 @@ def main() -> int:
         measurement_interval_ms=a.interval_ms, stability_percentage=50, max_trials=6
     )
     tables = a.tables.split(",")
+    if "wrk" in tables and shutil.which("wrk") is None:  # say so before the other tables run
+        print("wrk is not installed (apt-get install wrk), or leave wrk out of --tables")
+        return 2
     root = a.root.resolve()
     doc: dict[str, object] = {
         "uptime": uptime(),
@@ -357,21 +364,23 @@ def main() -> int:
                 for p in ("http", "grpc")
                 for m in ("mlp", "mlp_nobatch")
             ]
-            rows = run_table(
-                "mlp (ONNX, dynamic batching vs none, native)",
-                [Variant("native", tl_server("native", onnx, root, native), loads)],
-                a.rounds,
-                settings,
+            vs = [Variant("native", tl_server("native", onnx, root, native), loads)]
+            if "mlp-triton" in tables:
+                pymlp = write_python_repo(Path(tmp) / "python-mlp", ("mlp", "mlp_nobatch"))
+                vs.append(Variant("triton", triton_server(a.triton_dir.resolve(), pymlp), loads))
+            rows = run_table("mlp (dynamic batching vs none at c=16)", vs, a.rounds, settings)
+            print(
+                "| variant | protocol | mlp / mlp_nobatch throughput (goal >= 3x) |\n|---|---|---|"
             )
-            print("| protocol | mlp / mlp_nobatch throughput (goal >= 3x) |\n|---|---|")
-            for p in ("http", "grpc"):
-                r = ratios(
-                    rows,
-                    ("native", f"mlp {p} c=16"),
-                    ("native", f"mlp_nobatch {p} c=16"),
-                    "throughput",
-                )
-                print(f"| {p} | {r} |")
+            for v in vs:
+                for p in ("http", "grpc"):
+                    r = ratios(
+                        rows,
+                        (v.name, f"mlp {p} c=16"),
+                        (v.name, f"mlp_nobatch {p} c=16"),
+                        "throughput",
+                    )
+                    print(f"| {v.name} | {p} | {r} |")
             doc["mlp"] = _dump(rows)
         if "wrk" in tables:
             loads = [Load("wrk JSON c=16", "http", "add_sub", 16, tool="wrk")]
