@@ -26,16 +26,17 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 def run_pa(binary: str, server: Any, *args: str) -> str:
-    # --stability-percentage: perf_analyzer shares this 2-core machine with the server (and
-    # with whatever else runs), so windows are allowed to differ a lot; one retry when even
-    # that is not stable enough, never on any other failure.
+    # perf_analyzer shares this 2-core machine with the server (and with whatever else runs),
+    # so windows may differ a lot: the wide default --stability-percentage (this checks that it
+    # runs and reads statistics, not how steady the machine is; 80 failed twice in a row under
+    # `make test`'s parallel suites), and one retry when even that is not stable enough, never
+    # on any other failure.
     return run_perf_analyzer(
         binary,
         "add_sub",
         server.grpc_url,
         "grpc",
         *args,
-        stability=80,
         max_trials=10,
         timeout=80,
         retry_unstable=True,
