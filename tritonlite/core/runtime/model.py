@@ -167,7 +167,11 @@ class ModelInstance:
         self._start_async: Callable[..., None] | None = None
         if isinstance(impl, StartsAsync) and impl.runs_async:
             self._start_async = impl.start
-        self.async_ok = self._start_async is not None
+
+    @property
+    def async_ok(self) -> bool:
+        """Whether batches off the loop start with the backend's ``start``."""
+        return self._start_async is not None
 
     def runs_inline(self) -> bool:
         """Whether the next batch runs on the loop (see INLINE_MAX_NS and PROBE_FIRST)."""
@@ -212,8 +216,9 @@ class ModelInstance:
         timeout = model.health.settings.execution_timeout_s
         if timeout > 0:
             self._watch = loop.call_later(timeout, self._timed_out, model, gen, batch)
-        if self.async_ok and self.runner is None:  # a runner wraps ``execute`` only
-            self._start(model, batch, loop, gen)
+        start = self._start_async
+        if start is not None and self.runner is None:  # a runner wraps ``execute`` only
+            self._start(start, model, batch, loop, gen)
             return
 
         def job() -> None:
@@ -232,7 +237,12 @@ class ModelInstance:
         self._worker.work.put(job)
 
     def _start(
-        self, model: Model, batch: list[Pending], loop: asyncio.AbstractEventLoop, gen: int
+        self,
+        start: Callable[..., None],
+        model: Model,
+        batch: list[Pending],
+        loop: asyncio.AbstractEventLoop,
+        gen: int,
     ) -> None:
         requests = [p.request for p in batch]
         timing = ExecTiming(start_ns=time.monotonic_ns())
@@ -245,8 +255,6 @@ class ModelInstance:
             except RuntimeError:  # the loop is closed: the server is gone
                 return
 
-        start = self._start_async
-        assert start is not None  # async_ok
         try:
             start(requests, timing, done)
         except Exception as exc:
