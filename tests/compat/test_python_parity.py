@@ -67,10 +67,6 @@ def _infer(
         return c.infer(model, ins, outputs=outs, **kw)
     finally:
         c.close()
-        # An error's traceback keeps this frame; without this the client lives in that cycle
-        # until the cyclic GC frees it, on whichever thread allocates then, where the HTTP
-        # client's __del__ finds no gevent hub and is reported as an unraisable exception.
-        c = None
 
 
 def _mode(m: int) -> list[tuple[str, Any, str]]:
