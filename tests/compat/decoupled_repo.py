@@ -91,18 +91,21 @@ class TritonPythonModel:
                     except Exception as exc:
                         NOTES[label] = f"{type(exc).__name__}: {exc}"
             elif text == "thread":
-                state = {"returned": False}
-                threading.Thread(target=self.later, args=(sender, state, n), daemon=True).start()
-                state["returned"] = True  # set just before execute returns
+                returned = threading.Event()
+                threading.Thread(target=self.later, args=(sender, returned, n), daemon=True).start()
+                returned.set()  # just before execute returns
             elif text == "cancel":
                 threading.Thread(target=self.until_cancelled, args=(request, sender),
                                  daemon=True).start()
         return None
 
     @staticmethod
-    def later(sender, state, n):
+    def later(sender, returned, n):
+        # wait for execute's return (a sleep alone lost that race once on a loaded machine),
+        # then give it time to be gone
+        returned.wait(10)
         time.sleep(0.05)
-        NOTES["sent_after_return"] = state["returned"]
+        NOTES["sent_after_return"] = returned.is_set()
         for i in range(n):
             sender.send(reply(f"thread{i}", i))
         sender.send(flags=FINAL)
