@@ -439,6 +439,14 @@ def build_parser() -> argparse.ArgumentParser:
         "past it an idle one is closed to make room, or the new one is refused",
     )
     a(
+        "--grpc-max-decompressed-size",
+        type=int,
+        default=256 * 1024 * 1024,
+        metavar="BYTES",
+        help="tritonlite: the largest size a compressed gRPC request message may inflate to "
+        "(native front end); larger is RESOURCE_EXHAUSTED",
+    )
+    a(
         "--allow-client-shm",
         default="local",
         choices=("local", "true", "false"),
@@ -582,6 +590,7 @@ def _http_options(ns: argparse.Namespace) -> dict[str, Any]:
         http_root_cert=ns.http_root_cert,
         http_max_connections=ns.http_max_connections,
         grpc_max_connections=ns.grpc_max_connections,
+        grpc_max_decompressed_size=ns.grpc_max_decompressed_size,
     )
 
 

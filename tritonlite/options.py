@@ -110,6 +110,8 @@ class ServerOptions:
     # connection caps per front end (tritonlite's), lowered to fit RLIMIT_NOFILE at start
     http_max_connections: int = 4096
     grpc_max_connections: int = 4096
+    # the largest size a compressed gRPC request message may inflate to (native front end)
+    grpc_max_decompressed_size: int = 256 * 1024 * 1024
     allow_client_shm: str = "local"
     log_verbose: int = 0
     log_info: bool = True
@@ -199,6 +201,11 @@ class ServerOptions:
         ):
             if cap < 1:
                 raise ValueError(f"{flag} must be at least 1, got {cap}")
+        if self.grpc_max_decompressed_size < 1:
+            raise ValueError(
+                "--grpc-max-decompressed-size must be at least 1 byte, got "
+                f"{self.grpc_max_decompressed_size}"
+            )
         if not 0 <= self.busy_poll_us <= 1_000_000:
             raise ValueError(
                 f"--busy-poll-us must be between 0 and 1000000, got {self.busy_poll_us}"

@@ -28,7 +28,6 @@ from tritonlite.frontends.http.call import (
     HttpRequest,
     HttpResponse,
     HttpStream,
-    decode_body,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -302,22 +301,6 @@ def test_generate_stream_stops_when_the_client_left() -> None:
 
     assert len(asyncio.run(go())) == 2
     assert core.stream_closed
-
-
-def test_decode_body() -> None:
-    import gzip
-    import zlib
-
-    assert decode_body(b"x", None, 10) == b"x"
-    assert decode_body(gzip.compress(b"abc"), "GZIP ", 10) == b"abc"
-    assert decode_body(zlib.compress(b"abc"), "deflate", 10) == b"abc"
-    assert decode_body(zlib.compress(b"abc")[2:-4], "deflate", 10) == b"abc"  # raw deflate
-    assert decode_body(b"\x01\x02", "br", 10) == b"\x01\x02"  # left for the handler
-    with pytest.raises(HttpError) as too_big:
-        decode_body(gzip.compress(b"0" * 100), "gzip", 99)
-    assert too_big.value.status == 413
-    with pytest.raises(TritonliteError, match="unable to decompress"):
-        decode_body(gzip.compress(b"abc")[:-3], "gzip", 10)
 
 
 def test_handlers_import_no_web_framework() -> None:

@@ -23,6 +23,7 @@ from tritonlite.frontends.wire.busypoll import BusyPoll
 from tritonlite.frontends.wire.detect import Detect
 from tritonlite.frontends.wire.grpc_native import GrpcLimits, GrpcProtocol, NativeGrpcServer
 from tritonlite.frontends.wire.http1 import HttpLimits, HttpService, start_http_native
+from tritonlite.frontends.wire.inflate import Inflater
 from tritonlite.frontends.wire.keepalive import keepalive_settings
 from tritonlite.options import ServerOptions
 
@@ -137,7 +138,10 @@ class _CappedGrpcProtocol(GrpcProtocol):
 def grpc_server(core: CoreAPI, opts: ServerOptions, nofile: int = 0) -> CappedGrpcServer:
     return CappedGrpcServer(
         methods(core, opts),
-        GrpcLimits(keepalive=keepalive_settings(opts)),
+        GrpcLimits(
+            keepalive=keepalive_settings(opts),
+            max_decompressed_size=opts.grpc_max_decompressed_size,
+        ),
         min(opts.grpc_max_connections, connection_cap(opts.grpc_max_connections, nofile)),
     )
 
@@ -148,10 +152,13 @@ async def start_native(core: CoreAPI, opts: ServerOptions) -> NativeFrontends:
     loop = asyncio.get_running_loop()
     nofile = raise_nofile_limit()
     busy = BusyPoll(loop, opts.busy_poll_us * 1000) if opts.busy_poll_us > 0 else None
+    # one bound on decompression in flight for both protocols (wire/inflate.py)
+    inflater = Inflater()
     if opts.shared_port:
         http = HttpService(make_dispatch(core, opts), http_limits(opts, nofile))
         grpc = grpc_server(core, opts, nofile)
         http.busy = grpc.busy = busy
+        http.inflater = grpc.inflater = inflater
         out._http, out._grpc = http, grpc
         # the same certificate for both (checked in options); ALPN lets the client choose
         ctx = http_tls(opts, ("h2", "http/1.1"))
@@ -166,6 +173,7 @@ async def start_native(core: CoreAPI, opts: ServerOptions) -> NativeFrontends:
         # as wire.grpc_native.start_grpc_native, with the capped server
         out._grpc = grpc = grpc_server(core, opts, nofile)
         grpc.busy = busy
+        grpc.inflater = inflater
         sock = bind(opts.grpc_address, opts.grpc_port, opts.reuse_grpc_port)
         listener = await loop.create_server(
             grpc.protocol, sock=sock, ssl=grpc_tls(opts, ("h2",)), backlog=1024
@@ -183,6 +191,7 @@ async def start_native(core: CoreAPI, opts: ServerOptions) -> NativeFrontends:
             busy=busy,
         )
         out._http = server.service
+        server.service.inflater = inflater
         out._listeners.append(server._server)
         out.http_port = server.port
     return out

@@ -9,8 +9,8 @@ Contract
 * A transport hands each request to one ``Dispatch`` (``app.make_dispatch``), a coroutine
   ``async def dispatch(request: HttpRequest) -> HttpResponse | HttpStream``.
 * ``HttpRequest.read()`` returns the whole body, once; the transport has already undone a
-  gzip/deflate ``Content-Encoding`` (aiohttp does it; the native transport calls
-  ``decode_body``) and enforced the body-size limit. It raises ``HttpError`` for what the
+  gzip/deflate ``Content-Encoding`` (aiohttp does it; the native transport inflates in
+  bounded bursts, ``wire/inflate.py``) and enforced the body-size limit. It raises ``HttpError`` for what the
   transport refuses (413 too large, a bad chunked framing) and ``TritonliteError`` (INVALID_ARG)
   for a body that does not decompress. The first ``read()`` of a request that carries
   ``Expect: 100-continue`` sends ``100 Continue``; a handler that never reads does not ask
@@ -26,11 +26,8 @@ Contract
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
-
-from tritonlite.contracts.errors import invalid_arg
 
 BodyPart = bytes | memoryview
 
@@ -117,31 +114,3 @@ Dispatch = Callable[[HttpRequest], Awaitable[HttpResponse | HttpStream]]
 def too_large(limit: int) -> str:
     """The 413 message, the same on every transport."""
     return f"request body is larger than the {limit} byte limit (--http-max-input-size)"
-
-
-def decode_body(body: bytes | bytearray, encoding: str | None, limit: int) -> bytes | bytearray:
-    """``body`` with its ``Content-Encoding`` undone (gzip, deflate: zlib-wrapped or raw).
-
-    Any other encoding is left as it is (the infer handler answers 501 for it before reading);
-    a decompressed body over ``limit`` bytes is ``HttpError(413)``, a corrupt one INVALID_ARG.
-    """
-    if not encoding:
-        return body
-    enc = encoding.strip().lower()
-    if enc == "gzip":
-        wbits = 16 + zlib.MAX_WBITS
-    elif enc == "deflate":
-        # zlib-wrapped (what clients send), or raw deflate when the first byte says so
-        wbits = zlib.MAX_WBITS if body[:1] and (body[0] & 0x0F) == 8 else -zlib.MAX_WBITS
-    else:
-        return body
-    d = zlib.decompressobj(wbits)
-    try:
-        out = d.decompress(body, limit + 1)
-        if len(out) > limit:
-            raise HttpError(413, too_large(limit))
-        if not d.eof:
-            raise zlib.error("incomplete or truncated stream")
-    except zlib.error as exc:
-        raise invalid_arg(f"unable to decompress the request body ({enc}): {exc}") from None
-    return out

@@ -37,15 +37,16 @@ from typing import Any
 
 import httptools
 
+from tritonlite.contracts.errors import invalid_arg
 from tritonlite.frontends.http.call import (
     HttpError,
     HttpResponse,
     HttpStream,
-    decode_body,
     too_large,
 )
 from tritonlite.frontends.http.errors import error
 from tritonlite.frontends.wire.eager import begin
+from tritonlite.frontends.wire.inflate import InflateError, TooLarge, content_wbits
 
 log = logging.getLogger("tritonlite")
 
@@ -139,7 +140,7 @@ class Request:
         if self._error is not None:
             raise self._error
         if self._encoding is not None:
-            return decode_body(self._body, self._encoding, self._proto._max_body)
+            return await _decode_body(self._proto, self._body, self._encoding)
         return self._body
 
     def disconnected(self) -> bool:
@@ -148,6 +149,23 @@ class Request:
         proto = self._proto
         t = proto._transport
         return t is None or proto._eof or t.is_closing()
+
+
+async def _decode_body(proto: Http1Protocol, body: Any, encoding: str) -> Any:
+    """``body`` with its gzip/deflate ``Content-Encoding`` undone by the service's
+    ``Inflater`` (any other encoding is left as it is: the infer handler answers 501 for it
+    before reading); over ``--http-max-input-size`` decompressed is 413, corrupt INVALID_ARG."""
+    wbits = content_wbits(encoding, body[0] if body else -1)
+    if wbits is None:
+        return body
+    limit = proto._max_body
+    try:
+        return await proto._service.inflater.inflate(wbits, body, limit)
+    except TooLarge:
+        raise HttpError(413, too_large(limit)) from None
+    except InflateError as exc:
+        enc = encoding.strip().lower()
+        raise invalid_arg(f"unable to decompress the request body ({enc}): {exc}") from None
 
 
 class _ChunkWriter:

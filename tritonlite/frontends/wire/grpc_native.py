@@ -50,6 +50,13 @@ from tritonlite.frontends.wire.h2 import (
     H2Limits,
     encode_headers,
 )
+from tritonlite.frontends.wire.inflate import (
+    InflateError,
+    Inflater,
+    Inflation,
+    TooLarge,
+    grpc_wbits,
+)
 from tritonlite.frontends.wire.keepalive import Keepalive, KeepaliveSettings, ping_frame
 
 log = logging.getLogger("tritonlite.grpc")
@@ -92,20 +99,26 @@ _RESERVED = frozenset(
 class GrpcLimits(H2Limits):
     """``H2Limits`` plus the transport's own: how long a connection may hold output the client
     does not read (flow control or socket), how many unread requests a streaming call
-    queues before the client's window stops being refilled, and the keepalive, ping abuse
-    and connection age settings (``wire.keepalive``; None: none of them applies)."""
+    queues before the client's window stops being refilled, the largest size a compressed
+    request message may decompress to (``--grpc-max-decompressed-size``; never more than
+    ``max_message_size``), and the keepalive, ping abuse and connection age settings
+    (``wire.keepalive``; None: none of them applies)."""
 
     def __init__(
         self,
         *,
         stall_timeout_s: float = 30.0,
         read_queue: int = 16,
+        max_decompressed_size: int = 256 * 1024 * 1024,
         keepalive: KeepaliveSettings | None = None,
         **kw: Any,
     ) -> None:
         super().__init__(**kw)
+        if max_decompressed_size < 1:
+            raise ValueError("GrpcLimits.max_decompressed_size must be at least 1")
         self.stall_timeout_s = stall_timeout_s
         self.read_queue = read_queue
+        self.max_decompressed_size = max_decompressed_size
         self.keepalive = keepalive
 
 
@@ -132,16 +145,15 @@ def _timeout(value: bytes) -> float | None:
     return None if unit is None else int(value[:-1]) * unit
 
 
-def _decompress(algorithm: str, data: bytes, limit: int) -> bytes:
-    d = zlib.decompressobj(31 if algorithm == "gzip" else 15)
-    out = d.decompress(data, limit + 1)
-    if len(out) > limit:
-        raise RpcError(
-            RESOURCE_EXHAUSTED, f"Received message larger than max ({len(out)} vs. {limit})"
+def _inflate_error(exc: InflateError, algorithm: str) -> RpcError:
+    """grpc-core's answers: RESOURCE_EXHAUSTED past the limit, INTERNAL for a bad message."""
+    if isinstance(exc, TooLarge):
+        return RpcError(
+            RESOURCE_EXHAUSTED,
+            f"Received message larger than max (more than {exc.limit} bytes decompressed"
+            f" vs. {exc.limit})",
         )
-    if not d.eof:
-        raise RpcError(INTERNAL, f"Failed to decompress the request message ({algorithm})")
-    return out
+    return RpcError(INTERNAL, f"Failed to decompress the request message ({algorithm}): {exc}")
 
 
 def _compress(algorithm: str, data: bytes) -> bytes:
@@ -174,6 +186,8 @@ class _Call:
         "held",
         "reader",
         "writer",
+        "inflating",
+        "backlog",
     )
 
     def __init__(
@@ -199,6 +213,10 @@ class _Call:
         # a reader and a writer may wait at once (a stream handler reading in another task)
         self.reader: asyncio.Future[None] | None = None
         self.writer: asyncio.Future[None] | None = None
+        # a message that could not be inflated at once finishes in this task; what arrives
+        # for the call meanwhile (messages, then None for the half-close) waits in backlog
+        self.inflating: asyncio.Task[None] | None = None
+        self.backlog: deque[tuple[int, bytes] | None] | None = None
 
     # GrpcCall
     def metadata(self) -> Sequence[tuple[str, str | bytes]]:
@@ -328,6 +346,8 @@ class GrpcProtocol(asyncio.Protocol):
         self.keepalive: Keepalive | None = None
         self._ka_data = 0
         self._busy = server.busy if server is not None else None  # BusyPoll or None
+        self.inflater = server.inflater if server is not None else Inflater()
+        self._max_inflated = min(self.limits.max_message_size, self.limits.max_decompressed_size)
 
     # ------------------------------------------------------------------ asyncio.Protocol
 
@@ -508,18 +528,67 @@ class GrpcProtocol(asyncio.Protocol):
         call = self.calls.get(sid)
         if call is None:
             return
+        if call.backlog is not None:  # an earlier message is still inflating: keep the order
+            call.backlog.append((compressed, payload))
+            return
         if compressed:
-            if call.encoding is None:
-                self._finish(call, INTERNAL, "Compressed message without grpc-encoding")
+            job = self._inflation(call, payload)
+            if job is None:
                 return
             try:
-                payload = _decompress(call.encoding, payload, self.limits.max_message_size)
-            except RpcError as e:
-                self._finish(call, e.code, e.message)
+                done = job.step(self.inflater.burst_ns)
+            except InflateError as exc:
+                self._fail_call(call, _inflate_error(exc, cast(str, call.encoding)))
                 return
-            except zlib.error:
-                self._finish(call, INTERNAL, "Failed to decompress the request message")
+            if not done:
+                # the rest is inflated in bounded bursts; the client's window is not refilled
+                # until then, so what it may send meanwhile stays bounded
+                call.backlog = deque()
+                self.conn.set_reading(sid, False)
+                call.inflating = self.loop.create_task(self._inflate(call, job))
                 return
+            payload = job.result()
+        self._deliver(call, payload)
+
+    def _inflation(self, call: _Call, payload: bytes) -> Inflation | None:
+        if call.encoding is None:
+            self._finish(call, INTERNAL, "Compressed message without grpc-encoding")
+            return None
+        return Inflation(grpc_wbits(call.encoding), payload, self._max_inflated)
+
+    async def _inflate(self, call: _Call, job: Inflation) -> None:
+        """Finish ``job`` in the ``Inflater``'s bounded bursts, then what arrived for ``call``
+        meanwhile, in order (a backlog entry is a message with its compressed flag, or None
+        for the half-close); then the client's window is refilled again."""
+        backlog = call.backlog
+        assert backlog is not None and call.encoding is not None
+        try:
+            payload = await self.inflater.finish(job)
+            while not call.ended:
+                self._deliver(call, payload)
+                if not backlog:
+                    break
+                entry = backlog.popleft()
+                if entry is None:
+                    call.backlog = None
+                    self._half_closed(call)
+                    break
+                compressed, payload = entry
+                if compressed:
+                    next_job = self._inflation(call, payload)
+                    if next_job is None:
+                        return
+                    payload = await self.inflater.finish(next_job)
+        except InflateError as exc:
+            self._fail_call(call, _inflate_error(exc, call.encoding))
+            return
+        call.backlog = None
+        call.inflating = None
+        if not call.ended and not call.held and self.conn is not None:
+            self.conn.set_reading(call.sid, True)
+        self.flush()
+
+    def _deliver(self, call: _Call, payload: bytes) -> None:
         queue = call.queue
         if queue is None:
             if call.request is not None:
@@ -532,13 +601,19 @@ class GrpcProtocol(asyncio.Protocol):
         queue.append(payload)
         if len(queue) >= self.read_queue and not call.held:
             call.held = True
-            self.conn.set_reading(sid, False)
+            self.conn.set_reading(call.sid, False)
         call._wake_reader()
 
     def on_half_close(self, sid: int) -> None:
         call = self.calls.get(sid)
         if call is None:
             return
+        if call.backlog is not None:
+            call.backlog.append(None)
+            return
+        self._half_closed(call)
+
+    def _half_closed(self, call: _Call) -> None:
         if call.queue is not None:
             call.eof = True
             call._wake_reader()
@@ -698,9 +773,10 @@ class GrpcProtocol(asyncio.Protocol):
         self.calls.pop(call.sid, None)
         if call.timer is not None:
             call.timer.cancel()
-        task = call.task
-        if task is not None and task is not asyncio.current_task() and not task.done():
-            task.cancel()
+        current = asyncio.current_task()
+        for task in (call.task, call.inflating):
+            if task is not None and task is not current and not task.done():
+                task.cancel()
         call._wake()
         if status != OK:
             rejected(status, message)
@@ -723,9 +799,9 @@ class GrpcProtocol(asyncio.Protocol):
         call.ended = True
         if call.timer is not None:
             call.timer.cancel()
-        task = call.task
-        if task is not None and not task.done():
-            task.cancel()
+        for task in (call.task, call.inflating):
+            if task is not None and not task.done():
+                task.cancel()
         call._wake()
         if call.done is not None:
             self._run_done(call)
@@ -774,6 +850,7 @@ class NativeGrpcServer:
         self.limits = limits
         self.port = 0
         self.busy: Any = None  # a BusyPoll (busypoll.py) its connections touch on input
+        self.inflater = Inflater()  # shared with the HTTP front end by the composition root
         self._server: asyncio.base_events.Server | None = None
         self._protocols: set[GrpcProtocol] = set()
         self._stopping = False

@@ -20,6 +20,7 @@ from typing import Any
 from tritonlite import _twins
 from tritonlite.frontends.http.call import Dispatch
 from tritonlite.frontends.wire import _http1_py
+from tritonlite.frontends.wire.inflate import Inflater
 
 __all__ = [
     "ACCELERATED",
@@ -86,6 +87,7 @@ class HttpService:
         self.limits = limits
         self.draining = False
         self.busy: Any = None  # a BusyPoll (busypoll.py) its connections touch on input
+        self.inflater = Inflater()  # shared with the gRPC front end by the composition root
         self.connections: dict[Any, None] = {}  # in the order they opened
         self._protocol_class = protocol_class if protocol_class is not None else Http1Protocol
         self._sweeper: asyncio.TimerHandle | None = None
