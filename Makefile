@@ -46,7 +46,8 @@ PYTEST_FLAGS ?=
 SHARED_TESTS ?= $(addprefix tests/compat/,test_http.py test_grpc.py test_grpc_stream.py \
   test_http_grpc_parity.py test_perf_analyzer_http.py test_perf_analyzer_grpc.py \
   test_http_tls.py test_grpc_tls.py test_restricted_api.py test_shutdown.py \
-  test_connection_handling.py test_grpc_keepalive.py test_http_expect.py)
+  test_connection_handling.py test_grpc_keepalive.py test_http_expect.py \
+  test_compressed_requests.py)
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c

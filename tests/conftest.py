@@ -381,6 +381,7 @@ TWIN_PATHS = (
     "compat/test_python_models.py",
     "compat/test_http_cache.py",
     "compat/test_http_expect.py",
+    "compat/test_compressed_requests.py",
 )
 _TESTS = Path(__file__).parent
 
