@@ -61,6 +61,7 @@ class TritonPythonModel:
 
     @staticmethod
     def tick(key, sender):
+        NOTES[key] = "running"
         i = 0
         deadline = time.monotonic() + 20
         while not sender.is_cancelled() and time.monotonic() < deadline:

@@ -181,8 +181,8 @@ async def _whole(
                 texts.append(text)
                 if progress.add(tokens):
                     break  # closing ``items`` ends the request
-            if item.final:
-                break
+            if item.final or request.disconnected():  # (a fast stream never lets
+                break  # ``next_item`` time out, where it looks for a departed client)
     finally:
         await items.aclose()
     return _answer(progress.whole("".join(texts)))

@@ -15,8 +15,8 @@ request, as ``[k, 1]`` -> ``embedding [k, d]``; a non-batching one takes them al
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from tritonlite.contracts.errors import TritonliteError
