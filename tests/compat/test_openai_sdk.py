@@ -54,6 +54,21 @@ def test_models(client: openai.OpenAI) -> None:
     with pytest.raises(openai.NotFoundError) as info:
         client.models.retrieve("absent")
     assert "'absent' does not exist" in str(info.value)
+    assert client.models.retrieve("textgen/1").id == "textgen/1"  # name/version: one version
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("textgen/7")
+
+
+def test_a_version_by_name_slash_version(client: openai.OpenAI) -> None:
+    r = client.completions.create(model="textgen/1", prompt="x y")
+    assert (r.model, r.choices[0].text) == ("textgen/1", "y x")
+    e = client.embeddings.create(model="embed_chars/1", input="abc")
+    np.testing.assert_allclose(e.data[0].embedding, embed_chars("abc"), rtol=1e-6)
+    with pytest.raises(openai.NotFoundError) as info:
+        client.chat.completions.create(
+            model="textgen/2", messages=[{"role": "user", "content": "x"}]
+        )
+    assert "'textgen/2' does not exist" in info.value.message
 
 
 def test_completion(client: openai.OpenAI) -> None:

@@ -15,6 +15,7 @@ which cancels the request: the model's response sender sees ``is_cancelled()``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import time
@@ -37,7 +38,7 @@ from tritonlite.frontends.http.call import (
 )
 from tritonlite.frontends.http.generate import next_item
 from tritonlite.frontends.openai import body, template, translate
-from tritonlite.frontends.openai.contract import Contracts, TextModel
+from tritonlite.frontends.openai.contract import Contracts, TextModel, split_id
 from tritonlite.frontends.openai.errors import OpenAIError, bad, from_core, unknown_model
 from tritonlite.frontends.rejects import REJECTS
 
@@ -85,12 +86,14 @@ async def openai_models(request: HttpRequest, core: CoreAPI, m: re.Match[str]) -
 
 
 async def openai_model(request: HttpRequest, core: CoreAPI, m: re.Match[str]) -> Response:
-    name = unquote(m.group(1))
+    model_id = unquote(m.group(1))
     try:
-        ready = core.model_ready(name, -1)
+        ready = core.model_ready(*split_id(model_id))
     except TritonliteError:
         ready = False
-    return _answer(orjson.dumps(_model_object(name))) if ready else _error(unknown_model(name))
+    if not ready:
+        return _error(unknown_model(model_id))
+    return _answer(orjson.dumps(_model_object(model_id)))
 
 
 async def openai_completions(request: HttpRequest, core: CoreAPI, m: re.Match[str]) -> Response:
@@ -124,7 +127,7 @@ async def _generate(
     request: HttpRequest, core: CoreAPI, model: TextModel, gen: body.Generation, chat: bool
 ) -> Response:
     req = translate.text_request(model, gen)
-    progress = translate.Progress(model.name, chat, gen.max_tokens, translate.words(gen.prompt))
+    progress = translate.Progress(gen.model, chat, gen.max_tokens, translate.words(gen.prompt))
     items = core.infer_stream(req)
     if not gen.stream:
         return await _whole(request, items, model, progress)
@@ -159,6 +162,11 @@ async def _generate(
             await out.write(translate.DONE)
         except ConnectionError:  # the client went away; ``finally`` cancels the request
             pass
+        except Exception as exc:  # the status is sent: the error goes as an event
+            log.exception("unexpected error streaming %s %s", request.method, request.path)
+            failed = OpenAIError(500, f"internal error: {type(exc).__name__}")
+            with contextlib.suppress(ConnectionError):
+                await out.write(translate.error_event(failed) + translate.DONE)
         finally:
             await items.aclose()
 

@@ -1,5 +1,7 @@
 """Which models the OpenAI endpoints can serve, read from a model's config once per config.
 
+A model id is a model's name, or ``name/version`` for one version of it.
+
 Text generation (completions, chat): a BYTES input ``text_input`` holding one element and a
 BYTES output ``text_output``; optional inputs filled from the request when the model declares
 them: ``max_tokens`` (integer), ``temperature``, ``top_p`` (floating), ``stop`` (BYTES),
@@ -49,6 +51,7 @@ class Spec:
 class TextModel:
     name: str
     text_shape: tuple[int, ...]
+    version: int = -1  # the id's ``name/version``; -1: the highest ready version
     inputs: dict[str, Spec] = field(default_factory=dict)  # the optional ones it declares
     counts_tokens: bool = False  # it has a ``num_tokens`` output
     template: Template | None = None  # None until a chat request needs it
@@ -60,6 +63,7 @@ class EmbeddingModel:
     name: str
     max_batch: int  # strings per request; 0: all of them in one
     shape_tail: tuple[int, ...]  # after the string count: (1,) batching, () otherwise
+    version: int = -1
 
 
 def _not_following(name: str, what: str, detail: str) -> OpenAIError:
@@ -70,12 +74,21 @@ def _not_following(name: str, what: str, detail: str) -> OpenAIError:
     )
 
 
-def _lookup(core: CoreAPI, name: str) -> tuple[dict[str, Any], Any]:
+def split_id(model_id: str) -> tuple[str, int]:
+    """A model id, ``name`` or ``name/version`` -> (name, version; -1 for the highest ready)."""
+    name, _, version = model_id.rpartition("/")
+    if name and version.isdigit() and version.isascii():
+        return name, int(version)
+    return model_id, -1
+
+
+def _lookup(core: CoreAPI, model_id: str) -> tuple[dict[str, Any], Any]:
+    name, version = split_id(model_id)
     try:
-        return core.model_metadata(name, -1), core.model_config(name, -1)
+        return core.model_metadata(name, version), core.model_config(name, version)
     except TritonliteError as exc:
         if exc.code.name == "NOT_FOUND":
-            raise unknown_model(name) from None
+            raise unknown_model(model_id) from None
         raise from_core(exc, True) from None
 
 
@@ -84,7 +97,7 @@ def _request_shape(name: str, spec: dict[str, Any], batched: bool) -> tuple[int,
     return tuple(([1] if batched else []) + dims)
 
 
-def _text(name: str, meta: dict[str, Any], config: Any) -> TextModel:
+def _text(name: str, version: int, meta: dict[str, Any], config: Any) -> TextModel:
     what = "text generation"
     ins = {s["name"]: s for s in meta["inputs"]}
     outs = {s["name"]: s for s in meta["outputs"]}
@@ -100,7 +113,7 @@ def _text(name: str, meta: dict[str, Any], config: Any) -> TextModel:
         raise _not_following(
             name, what, f"'text_input' must hold one string, its shape is {list(text['shape'])}"
         )
-    model = TextModel(name, shape)
+    model = TextModel(name, shape, version)
     optional = {i.name for i in config.input if i.optional}
     for key, spec in ins.items():
         if key == "text_input":
@@ -138,7 +151,7 @@ def _text(name: str, meta: dict[str, Any], config: Any) -> TextModel:
     return model
 
 
-def _embedding(name: str, meta: dict[str, Any], config: Any) -> EmbeddingModel:
+def _embedding(name: str, version: int, meta: dict[str, Any], config: Any) -> EmbeddingModel:
     what = "embedding"
     ins = {s["name"]: s for s in meta["inputs"]}
     outs = {s["name"]: s for s in meta["outputs"]}
@@ -155,10 +168,10 @@ def _embedding(name: str, meta: dict[str, Any], config: Any) -> EmbeddingModel:
     if config.max_batch_size > 0:
         if dims != [1]:
             raise _not_following(name, what, "a batching model's 'text_input' must have dims [1]")
-        return EmbeddingModel(name, config.max_batch_size, (1,))
+        return EmbeddingModel(name, config.max_batch_size, (1,), version)
     if dims != [-1]:
         raise _not_following(name, what, "a non-batching model's 'text_input' must have dims [-1]")
-    return EmbeddingModel(name, 0, ())
+    return EmbeddingModel(name, 0, (), version)
 
 
 class Contracts:
@@ -170,37 +183,38 @@ class Contracts:
         self._text: dict[str, tuple[Any, TextModel | OpenAIError]] = {}
         self._embedding: dict[str, tuple[Any, EmbeddingModel | OpenAIError]] = {}
 
-    def text(self, core: CoreAPI, name: str) -> TextModel:
-        """The text-generation contract of ``name`` (404 unknown, 400 not following)."""
-        return self._get(self._text, _text, core, name)
+    def text(self, core: CoreAPI, model_id: str) -> TextModel:
+        """The text-generation contract of ``model_id`` (404 unknown, 400 not following)."""
+        return self._get(self._text, _text, core, model_id)
 
-    def embedding(self, core: CoreAPI, name: str) -> EmbeddingModel:
-        """The embedding contract of ``name`` (404 unknown, 400 not following)."""
-        return self._get(self._embedding, _embedding, core, name)
+    def embedding(self, core: CoreAPI, model_id: str) -> EmbeddingModel:
+        """The embedding contract of ``model_id`` (404 unknown, 400 not following)."""
+        return self._get(self._embedding, _embedding, core, model_id)
 
     @staticmethod
     def _get(
         cache: dict[str, tuple[Any, T | OpenAIError]],
-        build: Callable[[str, dict[str, Any], Any], T],
+        build: Callable[[str, int, dict[str, Any], Any], T],
         core: CoreAPI,
-        name: str,
+        model_id: str,
     ) -> T:
+        name, version = split_id(model_id)
         try:
-            config = core.model_config(name, -1)
+            config = core.model_config(name, version)
         except TritonliteError as exc:
             if exc.code.name == "NOT_FOUND":
-                raise unknown_model(name) from None
+                raise unknown_model(model_id) from None
             raise from_core(exc, True) from None
-        hit = cache.get(name)
+        hit = cache.get(model_id)
         if hit is None or hit[0] is not config:
-            meta, config = _lookup(core, name)
+            meta, config = _lookup(core, model_id)
             try:
-                found: T | OpenAIError = build(name, meta, config)
+                found: T | OpenAIError = build(name, version, meta, config)
             except OpenAIError as exc:
                 found = exc
             if len(cache) > 1024:
                 cache.clear()
-            hit = cache[name] = (config, found)
+            hit = cache[model_id] = (config, found)
         kept = hit[1]
         if isinstance(kept, OpenAIError):  # a fresh one: a raised exception keeps its traceback
             raise OpenAIError(kept.status, kept.message, kept.param, kept.code)

@@ -36,7 +36,7 @@ def _array(datatype: str, shape: tuple[int, ...], values: list[Any]) -> np.ndarr
 
 def text_request(model: TextModel, gen: Generation) -> InferRequest:
     """The request for ``gen.prompt``, with the optional inputs the model declares."""
-    req = InferRequest(model.name)
+    req = InferRequest(model.name, model.version)
     text = np.array([gen.prompt.encode()], dtype=object).reshape(model.text_shape)
     req.inputs.append(InferInput("text_input", "BYTES", model.text_shape, text))
     if gen.stop and "stop" not in model.inputs:
@@ -204,7 +204,7 @@ def embedding_requests(model: EmbeddingModel, emb: Embedding) -> list[InferReque
     for start in range(0, len(emb.inputs), step):
         part = emb.inputs[start : start + step]
         shape = (len(part), *model.shape_tail)
-        req = InferRequest(model.name)
+        req = InferRequest(model.name, model.version)
         req.inputs.append(InferInput("text_input", "BYTES", shape, _array("BYTES", shape, part)))
         out.append(req)
     return out
