@@ -64,12 +64,15 @@ def text_request(model: TextModel, gen: Generation) -> InferRequest:
             )
             continue
         value = values[key]
-        if value is not None:
-            req.inputs.append(
-                InferInput(
-                    key, spec.datatype, spec.shape, _array(spec.datatype, spec.shape, [value])
-                )
-            )
+        if value is None:
+            continue
+        try:
+            array = _array(spec.datatype, spec.shape, [value])
+        except OverflowError:
+            raise bad(
+                f"'{key}' is out of range for model '{model.name}' ({spec.datatype} input)", key
+            ) from None
+        req.inputs.append(InferInput(key, spec.datatype, spec.shape, array))
     return req
 
 
