@@ -17,7 +17,9 @@ The models (real ONNX graphs from ``tools/onnx_graphs.py``, each with a config.p
 
 From ``tools/examples/``: ``add_sub_python`` (Triton's classic python add_sub), the
 ``mlp_pipeline`` ensemble (``mlp_preprocess`` python -> ``mlp`` ONNX -> ``mlp_postprocess``
-python) and ``accumulator`` (a stateful python model on the sequence batcher, implicit state).
+python), ``accumulator`` (a stateful python model on the sequence batcher, implicit state),
+``repeat`` (decoupled), and for the OpenAI-compatible endpoints ``textgen`` (a decoupled text
+generator) and ``embed_chars`` (a hashed-trigram embedding model).
 
 Static model trees: every directory ``tools/examples/<name>/`` (a config.pbtxt, ``1/model.py``,
 ...) is copied file for file to ``DIR/<name>/`` with the same write-if-changed rule. Files a

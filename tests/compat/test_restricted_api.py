@@ -141,6 +141,11 @@ HTTP_CASES: list[tuple[str, str, str]] = [
     ("POST", "/v2/models/params/trace/setting", "{}"),
     ("GET", "/v2/logging", ""),
     ("POST", "/v2/logging", "{}"),
+    ("GET", "/v1/models", ""),
+    ("GET", "/v1/models/params", ""),
+    ("POST", "/v1/completions", '{"model": "params", "prompt": "x"}'),
+    ("POST", "/v1/chat/completions", '{"model": "params", "messages": []}'),
+    ("POST", "/v1/embeddings", '{"model": "params", "input": "x"}'),
 ]
 
 

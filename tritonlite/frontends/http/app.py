@@ -27,6 +27,7 @@ from tritonlite.frontends import restrict
 from tritonlite.frontends.forward import HeaderForward, http_forward
 from tritonlite.frontends.http import codec
 from tritonlite.frontends.http import generate as gen
+from tritonlite.frontends.http import openai as oai
 from tritonlite.frontends.http.call import (
     Dispatch,
     HttpError,
@@ -327,6 +328,11 @@ _ROUTES: list[tuple[re.Pattern[str], dict[str, Handler]]] = [
     (re.compile(r"/v2/repository(?:/([^/]+))?/models/([^/]+)/load"), {"POST": repo_load}),
     (re.compile(r"/v2/repository(?:/([^/]+))?/models/([^/]+)/unload"), {"POST": repo_unload}),
     (re.compile(r"/v2/trace/setting"), {"GET": trace_setting, "POST": trace_setting}),
+    (re.compile(r"/v1/models"), {"GET": oai.openai_models}),
+    (re.compile(r"/v1/models/([^/]+(?:/[0-9]+)?)"), {"GET": oai.openai_model}),
+    (re.compile(r"/v1/completions"), {"POST": oai.openai_completions}),
+    (re.compile(r"/v1/chat/completions"), {"POST": oai.openai_chat}),
+    (re.compile(r"/v1/embeddings"), {"POST": oai.openai_embeddings}),
 ]
 
 

@@ -219,7 +219,7 @@ async def generate(items: AsyncGenerator[StreamResponse, None]) -> HttpResponse:
         return error(STATUS[exc.code], exc.message)
 
 
-async def _next(
+async def next_item(
     request: HttpRequest, items: AsyncGenerator[StreamResponse, None]
 ) -> StreamResponse | None:
     """The next item; None when the stream ended or the client went away meanwhile."""
@@ -248,7 +248,7 @@ async def generate_stream(
     The status is fixed by the first item, so it is awaited here; the transport then runs
     ``send`` (always, once), which owns ``items`` from there on and closes it."""
     try:
-        first = await _next(request, items)
+        first = await next_item(request, items)
     except BaseException:
         await items.aclose()
         raise
@@ -266,7 +266,7 @@ async def generate_stream(
                     await out.write(event)
                 if item.final:
                     break
-                item = await _next(request, items)
+                item = await next_item(request, items)
         except ConnectionError:  # the client went away; ``finally`` cancels the request
             pass
         finally:
