@@ -8,7 +8,7 @@
 #                        end), the compatibility suites again on aio, the protocol suites on
 #                        one shared port, the suites that reach a compiled twin again on the
 #                        pure-Python twins
-#   make bench | compare-triton | proto | lint | clean | distclean
+#   make bench | compare-triton | proto | lint | wire-attacks | clean | distclean
 
 PYTHON ?= python3
 VENV := .venv
@@ -168,3 +168,12 @@ SOAK_FLAGS ?=
 .PHONY: soak
 soak: install
 	$(PY) bench/soak.py --requests $(SOAK_REQUESTS) $(SOAK_FLAGS)
+
+# Wire attacks at full size (issue 32): 700 partial HTTP/2 prefaces on one port against a cap of
+# 512, a 64 MiB chunk extension, 350 stream resets a second then 5,000 at once, ten stalled 8 MiB
+# gRPC responses (RSS before and after); WIRE_FLAGS="--frontend aio" for the aio front end.
+# About a minute; not part of make test.
+WIRE_FLAGS ?=
+.PHONY: wire-attacks
+wire-attacks: install
+	$(PY) bench/wire_attacks.py $(WIRE_FLAGS)

@@ -275,3 +275,34 @@ def test_past_the_grpc_cap_an_idle_connection_makes_room(capped: Server) -> None
     finally:
         for ch in channels:
             ch.close()
+
+
+def _closed_by_server(sock: socket.socket) -> bool:
+    sock.settimeout(0.05)
+    try:
+        return sock.recv(1) == b""
+    except TimeoutError:
+        return False
+    except OSError:
+        return True  # reset
+
+
+def test_one_port_connections_that_say_nothing_count_against_the_cap(capped: Server) -> None:
+    """Partial HTTP/2 prefaces are held while their protocol is told apart: counted from
+    accept, the oldest make room, and a health probe on a new connection is still answered."""
+    if capped.http_url != capped.grpc_url:
+        pytest.skip("HTTP and gRPC on separate ports: no detection stage")
+    held = []
+    try:
+        for _ in range(HTTP_CAP * 4):
+            sock = _connect(capped.http_url)
+            sock.sendall(b"PRI * HTTP/2.0\r\n")
+            held.append(sock)
+        wait_until(lambda: sum(not _closed_by_server(s) for s in held) <= HTTP_CAP, timeout=20)
+        assert not _closed_by_server(held[-1])  # the newest kept their place
+        with _connect(capped.http_url) as sock:
+            status, _, _ = _get(sock, "/v2/health/ready")
+            assert status == "200"
+    finally:
+        for sock in held:
+            sock.close()

@@ -20,7 +20,7 @@ from tritonlite.frontends.rejects import REJECTS
 from tritonlite.frontends.sockets import bind, connection_cap, raise_nofile_limit
 from tritonlite.frontends.tls import grpc_tls, http_tls
 from tritonlite.frontends.wire.busypoll import BusyPoll
-from tritonlite.frontends.wire.detect import Detect
+from tritonlite.frontends.wire.detect import DETECT_TIMEOUT_S, Detect, DetectPool
 from tritonlite.frontends.wire.grpc_native import GrpcLimits, GrpcProtocol, NativeGrpcServer
 from tritonlite.frontends.wire.http1 import HttpLimits, HttpService, start_http_native
 from tritonlite.frontends.wire.inflate import Inflater
@@ -163,8 +163,17 @@ async def start_native(core: CoreAPI, opts: ServerOptions) -> NativeFrontends:
         # the same certificate for both (checked in options); ALPN lets the client choose
         ctx = http_tls(opts, ("h2", "http/1.1"))
         sock = bind(opts.http_address, opts.http_port, opts.reuse_http_port)
+        # counted from accept: connections still saying nothing count against the cap
+        pool = DetectPool(
+            max(http.limits.max_connections, grpc.max_connections),
+            lambda: len(http.connections) + len(grpc.open),
+        )
         listener = await loop.create_server(
-            lambda: Detect(http.protocol, grpc.protocol), sock=sock, ssl=ctx, backlog=1024
+            lambda: Detect(http.protocol, grpc.protocol, pool=pool),
+            sock=sock,
+            ssl=ctx,
+            backlog=1024,
+            ssl_handshake_timeout=DETECT_TIMEOUT_S if ctx is not None else None,
         )
         out._listeners.append(listener)
         out.http_port = out.grpc_port = int(sock.getsockname()[1])

@@ -14,7 +14,7 @@ import uvloop
 from support.certs import make_certs
 
 from tritonlite.frontends.tls import server_context
-from tritonlite.frontends.wire.detect import PREFACE, Detect
+from tritonlite.frontends.wire.detect import DETECT_TIMEOUT_S, PREFACE, Detect, DetectPool
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -140,3 +140,52 @@ def test_close_before_a_byte(run: Runner) -> None:
             server.close()
 
     run(main())
+
+
+def test_the_pool_counts_from_accept_and_the_oldest_make_room(run: Runner) -> None:
+    """20 connections that send part of the preface and then nothing, against a cap of 8:
+    the oldest are closed, the newest 8 stay, and a new client is still told apart and
+    served."""
+
+    async def main() -> None:
+        pool = DetectPool(8)
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(
+            lambda: Detect(lambda: Tag(b"h1"), lambda: Tag(b"h2"), pool=pool), "127.0.0.1", 0
+        )
+        port = server.sockets[0].getsockname()[1]
+        conns = []
+        try:
+            for _ in range(20):
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.write(PREFACE[:10])
+                conns.append((reader, writer))
+            for _ in range(1000):  # until the server has accepted all 20
+                if pool.evicted == 12:
+                    break
+                await asyncio.sleep(0.01)
+            assert pool.evicted == 12 and len(pool.detecting) == 8
+            for reader, _ in conns[:12]:
+                assert await asyncio.wait_for(reader.read(), 10) == b""
+            assert await _talk(port, [PREFACE]) == b"h2:" + PREFACE
+            assert pool.evicted == 13 and len(pool.detecting) == 7  # it left the pool
+        finally:
+            for _, writer in conns:
+                writer.close()
+            server.close()
+
+    run(main())
+
+
+def test_the_pool_gives_detection_a_timeout_of_its_own() -> None:
+    pool = DetectPool(4, timeout_s=0.25)
+    assert Detect(lambda: Tag(b"h1"), lambda: Tag(b"h2"), pool=pool)._timeout == 0.25
+    assert Detect(lambda: Tag(b"h1"), lambda: Tag(b"h2"))._timeout == DETECT_TIMEOUT_S
+    handed_over = 0
+    pool = DetectPool(1000, lambda: handed_over)
+    assert pool.room() == 1000
+    handed_over = 900
+    assert pool.room() == 100
+    handed_over = 990  # at the cap: room for a burst all the same
+    assert pool.room() == 64
+    assert DetectPool(8, lambda: 6).room() == 8

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 
 from tritonlite.contracts.errors import invalid_arg
 from tritonlite.core.api import CoreAPI
@@ -27,6 +28,8 @@ from tritonlite.options import ServerOptions
 __all__ = ["CappedServer", "make_server"]
 
 _HEALTH = "/v2/health/"
+# s: a request's head must arrive within this, as on the native front end (HttpLimits)
+HEADER_TIMEOUT_S = 30.0
 
 
 class _Request:
@@ -51,6 +54,7 @@ class _Request:
         length = r.content_length
         if length is not None and length > self._limit:
             self.close = True  # refused before its body is read: the rest cannot be framed
+            _stop_reading(r)
             raise HttpError(413, too_large(self._limit))
         expect = r.headers.get("Expect")
         if expect and self.version >= (1, 1) and expect.lower() == "100-continue":
@@ -60,8 +64,13 @@ class _Request:
         try:
             return await r.read()
         except web.HTTPException as exc:
-            text = too_large(self._limit) if exc.status == 413 else exc.reason
-            raise HttpError(exc.status, text) from None
+            if exc.status == 413:
+                # a chunked body past the limit: answer and close, rather than let aiohttp
+                # read (linger over) the rest of it
+                self.close = True
+                _stop_reading(r)
+                raise HttpError(413, too_large(self._limit)) from None
+            raise HttpError(exc.status, exc.reason) from None
         except Exception as exc:  # aiohttp's decompression errors
             self.close = True  # its parser cannot go on: the connection ends after the answer
             encoding = r.headers.get("Content-Encoding", "identity")
@@ -72,6 +81,12 @@ class _Request:
     def disconnected(self) -> bool:
         transport = self._r.transport
         return transport is None or transport.is_closing()
+
+
+def _stop_reading(r: web.BaseRequest) -> None:
+    transport = r.transport
+    if transport is not None and not transport.is_closing():
+        transport.pause_reading()
 
 
 class _Writer:
@@ -135,17 +150,88 @@ def _exiting() -> web.Response:
     return resp
 
 
+class _Handler(RequestHandler):
+    """aiohttp's connection protocol with the native front end's header timeout: from the
+    connection, or from the first byte of a request that comes after the last one was
+    answered, its head must be complete within ``header_timeout_s`` (408, then close);
+    aiohttp itself has no such timeout (its keep-alive timer closes silently)."""
+
+    def __init__(self, manager: Any, *, header_timeout_s: float, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self._tl_head_timeout = header_timeout_s
+        self._tl_head_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._tl_arm()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self._messages:  # a whole head arrived
+            self._tl_disarm()
+        elif data and self._tl_head_timer is None and not self._request_in_progress:
+            self._tl_arm()  # the first bytes of the next request
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._tl_disarm()
+        super().connection_lost(exc)
+
+    def _tl_arm(self) -> None:
+        self._tl_head_timer = self._loop.call_later(self._tl_head_timeout, self._tl_expired)
+
+    def _tl_disarm(self) -> None:
+        if self._tl_head_timer is not None:
+            self._tl_head_timer.cancel()
+            self._tl_head_timer = None
+
+    def _tl_expired(self) -> None:
+        self._tl_head_timer = None
+        transport = self.transport
+        if (
+            self._request_in_progress
+            or self._messages
+            or self._force_close
+            or transport is None
+            or transport.is_closing()
+        ):
+            return
+        resp = error(408, "timed out reading the request headers")
+        body = b"".join(bytes(p) for p in resp.body)
+        transport.write(
+            b"HTTP/1.1 408 Request Timeout\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
+            b"Connection: close\r\n\r\n%s" % (str(resp.content_type).encode(), len(body), body)
+        )
+        self.force_close()
+
+
 class CappedServer(web.Server):
     """aiohttp's low-level server with the native front end's connection cap: past
     ``max_connections`` open connections a new one is served one request -- health only,
     anything else 503 -- and closed; past twice the cap (the file-descriptor ceiling the cap
     was derived from) each new connection closes the oldest idle one, so health probes are
-    still accepted and answered."""
+    still accepted and answered. Its connections have the native front end's header timeout
+    (``header_timeout_s``, ``_Handler``)."""
 
-    def __init__(self, handler: Any, *, max_connections: int, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        handler: Any,
+        *,
+        max_connections: int,
+        header_timeout_s: float = HEADER_TIMEOUT_S,
+        **kwargs: Any,
+    ) -> None:
+        # a request answered before its body was read closes its connection at once, as on
+        # the native front end, instead of aiohttp reading ("lingering" over) the rest
+        kwargs.setdefault("lingering_time", 0.0)
         super().__init__(handler, **kwargs)
         self.max_connections = max_connections
+        self.header_timeout_s = header_timeout_s
         self.over_cap: set[Any] = set()  # the RequestHandlers admitted past the cap
+
+    def __call__(self) -> RequestHandler:
+        return _Handler(
+            self, loop=self._loop, header_timeout_s=self.header_timeout_s, **self._kwargs
+        )
 
     def connection_made(self, handler: Any, transport: asyncio.Transport) -> None:
         super().connection_made(handler, transport)

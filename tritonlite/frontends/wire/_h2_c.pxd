@@ -16,7 +16,7 @@ cdef int S_HEADER_TABLE_SIZE, S_ENABLE_PUSH, S_MAX_CONCURRENT_STREAMS, S_INITIAL
 cdef int S_MAX_FRAME_SIZE, S_MAX_HEADER_LIST_SIZE
 cdef int GRPC_INTERNAL, GRPC_RESOURCE_EXHAUSTED
 cdef long long _MAX_WINDOW, _DEFAULT_WINDOW, _WU_PER_DATA
-cdef Py_ssize_t _RECENT_RESETS
+cdef Py_ssize_t _RECENT_RESETS, _SMALL_PIECE, _COALESCED
 cdef object _HDR, _PREFIX, _U32, _U32X2, _SETTING
 cdef frozenset _CONNECTION_SPECIFIC
 
@@ -32,6 +32,9 @@ cdef long long _request_ok(list headers) except? -3
 
 @cython.locals(name=bytes, value=bytes)
 cdef bint _trailers_ok(list headers) except -1
+
+
+cdef _keep_piece(list chunks, bytes buf, Py_ssize_t a, Py_ssize_t b)
 
 
 @cython.final
@@ -83,7 +86,8 @@ cdef class H2Connection:
     cdef list _deferred
     cdef long long _send_conn_window, _peer_initial_window, _peer_max_frame, _wu_credit
     cdef double _t0
-    cdef long long _resets, _pings, _settings, _empty, _wus
+    cdef long long _pings, _settings, _empty, _wus
+    cdef double _reset_tokens, _reset_t, _reset_rate
 
     cdef _keep(self, bytes rest, Py_ssize_t need)
 
@@ -123,6 +127,7 @@ cdef class H2Connection:
     @cython.locals(st=_Stream, code=cython.longlong)
     cdef _rst_stream(self, bytes buf, Py_ssize_t off, Py_ssize_t length, long long sid)
 
+    @cython.locals(now=double, tokens=double)
     cdef _count_reset(self)
 
     @cython.locals(end=Py_ssize_t, grew=bint, ident=int, value=cython.longlong,

@@ -121,6 +121,10 @@ _PREFIX = struct.Struct(">BL")
 _U32 = struct.Struct(">L")
 _U32X2 = struct.Struct(">LL")
 _SETTING = struct.Struct(">HL")
+# pieces of a partial gRPC message under this size are copied into a shared bytearray of up
+# to _COALESCED bytes (_keep_piece)
+_SMALL_PIECE = 1024
+_COALESCED = 1 << 16
 # the ids this connection reset lately, whose in-flight frames it ignores
 _RECENT_RESETS = 256
 
@@ -141,7 +145,9 @@ class H2Limits:
     before stream windows stop being refilled (at least one message); ``stream_write_buffer``:
     queued output per stream before ``send_message`` says stop. Past a frame count the
     connection ends with ENHANCE_YOUR_CALM: ``max_resets`` (RST_STREAM from the client and
-    streams refused or reset for its errors: rapid reset), ``max_pings``, ``max_settings``,
+    streams refused or reset for its errors: rapid reset; a token bucket of ``max_resets``
+    refilled at ``max_resets`` per ``flood_window_s``, so a steady rate below it is never cut
+    off), ``max_pings``, ``max_settings``,
     ``max_empty_frames`` (empty DATA / HEADERS / CONTINUATION, PRIORITY and unknown types),
     ``max_window_updates`` (those not explained by the streams opened or the DATA frames
     sent); ``max_continuations`` caps the frames of one header block. The defaults let gRPC
@@ -246,6 +252,20 @@ def _value_ok(value: bytes) -> bool:
     return not (c == 0x20 or c == 0x09)
 
 
+def _keep_piece(chunks: list[Any], buf: bytes, a: int, b: int) -> None:
+    """Keep ``buf[a:b]`` of a partial message. Small pieces (tiny DATA frames) are joined
+    into one bytearray: a list slot each would cost eight times a one-byte payload."""
+    if b - a >= _SMALL_PIECE:
+        chunks.append(buf[a:b])
+        return
+    if chunks:
+        last = chunks[len(chunks) - 1]  # (compiled without wraparound)
+        if type(last) is bytearray and len(last) < _COALESCED:
+            last += buf[a:b]
+            return
+    chunks.append(bytearray(buf[a:b]))
+
+
 class _Stream:
     """One stream's state on both sides; a stream is open until both ``remote_closed`` and
     ``local_closed`` (or a reset), then it leaves the connection's table."""
@@ -343,7 +363,10 @@ class H2Connection:
         self.data_sent = 0
         # flood counters over the current window
         self._t0 = time.monotonic()
-        self._resets = 0
+        # rapid reset (CVE-2023-44487): a bucket of max_resets, refilled at that many per window
+        self._reset_tokens = float(lim.max_resets)
+        self._reset_t = self._t0
+        self._reset_rate = lim.max_resets / lim.flood_window_s
         self._pings = 0
         self._settings = 0
         self._empty = 0
@@ -434,7 +457,6 @@ class H2Connection:
         now = time.monotonic()
         if now - self._t0 > self._flood_window:
             self._t0 = now
-            self._resets = 0
             self._pings = 0
             self._settings = 0
             self._empty = 0
@@ -623,14 +645,14 @@ class H2Connection:
                     continue
                 st.msg_len = mlen
                 st.msg_flag = flag
-                st.chunks.append(buf[a:b])
+                _keep_piece(st.chunks, buf, a, b)
                 st.got = b - a
                 self._buffered += b - a
                 return
             take = st.msg_len - st.got
             if take > b - a:
                 take = b - a
-            st.chunks.append(buf[a : a + take])
+            _keep_piece(st.chunks, buf, a, a + take)
             st.got += take
             self._buffered += take
             a += take
@@ -839,8 +861,17 @@ class H2Connection:
         self._on_reset(sid, code)
 
     def _count_reset(self) -> None:
-        self._resets += 1
-        if self._resets > self._max_resets:
+        # a token bucket, not the flood window: max_resets at once, then max_resets per
+        # flood_window_s for ever (a counting window that restarts only on a late read cut
+        # off a steady rate below the limit)
+        now = time.monotonic()
+        tokens = self._reset_tokens + (now - self._reset_t) * self._reset_rate
+        if tokens > self._max_resets:
+            tokens = self._max_resets
+        self._reset_t = now
+        tokens -= 1.0
+        self._reset_tokens = tokens
+        if tokens < 0.0:
             self._fail(ENHANCE_YOUR_CALM, b"too many stream resets")
 
     def _settings_frame(self, buf: bytes, off: int, length: int, flags: int, sid: int) -> None:

@@ -15,6 +15,7 @@ cdef Py_ssize_t _SMALL
 cdef bytes _CONTINUE
 cdef str _HEALTH
 cdef double _OVERCAP_TIMEOUT
+cdef Py_ssize_t _FRAMING_PER_BYTE
 cdef dict _STATUS_LINES
 
 
@@ -32,6 +33,7 @@ cdef class Request:
     cdef public Py_ssize_t _size
     cdef public Py_ssize_t _length
     cdef public Py_ssize_t _header_bytes
+    cdef public Py_ssize_t _framing
     cdef public bint _complete
     cdef public bint _keep_alive
     cdef public bint _expect

@@ -62,11 +62,26 @@ _SMALL = 16384  # a response up to this size is joined into one write
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _HEALTH = "/v2/health/"
 _OVERCAP_TIMEOUT = 1.0  # s: the header timeout of a connection over the cap
+# a chunked body's framing (chunk-size lines, extensions, trailers) may take the header size
+# limit plus this many bytes per body byte (one-byte chunks with a short extension: ~10)
+_FRAMING_PER_BYTE = 16
 _STATUS_LINES = {s.value: f"HTTP/1.1 {s.value} {s.phrase}\r\n" for s in HTTPStatus}
 # ``Http1Protocol._task`` between a request joining an empty queue and the end of the
 # ``data_received`` that parsed it, when serving starts (or, while the loop is loaded, the
 # end of that loop turn: ``HttpService.defer``)
 _STARTING = object()
+
+
+def _check_transfer_coding(value: str) -> None:
+    """RFC 9112 6.1 / 6.3: a request body framed by Transfer-Encoding must end in
+    ``chunked`` (400 otherwise: its length cannot be known; llhttp, made lenient to serve
+    Transfer-Encoding with Content-Length, would read it until the connection closes), and
+    no other coding is decoded here (501)."""
+    codings = [c.strip().lower() for c in value.split(",")]
+    if codings[-1] != "chunked":
+        raise _Refuse(400, f"Transfer-Encoding {value!r}: the final coding is not chunked")
+    if len(codings) > 1:
+        raise _Refuse(501, f"Transfer-Encoding {value!r}: only chunked is supported")
 
 
 def _status_line(status: int) -> str:
@@ -124,6 +139,7 @@ class Request:
         self._size = 0
         self._length = -1  # Content-Length; -1 for a chunked body
         self._header_bytes = 0
+        self._framing = 0  # chunked framing bytes seen (``data_received``)
         self._complete = False  # the whole message (body included) has been parsed
         self._keep_alive = True
         self._expect = False  # Expect: 100-continue, not answered yet
@@ -257,6 +273,8 @@ class Http1Protocol:
         busy = self._busy
         if busy is not None:
             busy.touch()
+        cur: Request | None = self._cur if self._state == _BODY else None
+        size0 = cur._size if cur is not None else 0
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -278,6 +296,12 @@ class Http1Protocol:
                     self._refuse(431, "Request Header Fields Too Large")
             elif state == _BODY:
                 self._deadline = self._loop.time() + self._body_timeout
+                if cur is not None and cur is self._cur and cur._length < 0:
+                    # chunked: what came that was not body (chunk-size lines, extensions,
+                    # trailers) is bounded, or a 64 MiB extension would be read to its end
+                    cur._framing += len(data) - (cur._size - size0)
+                    if cur._framing > self._max_header_bytes + _FRAMING_PER_BYTE * cur._size:
+                        self._refuse(400, "chunked framing too long (chunk extensions?)")
         finally:
             if self._task is _STARTING:
                 if busy is not None and busy.loaded():
@@ -366,9 +390,13 @@ class Http1Protocol:
         else:
             req.path = url.decode("utf-8", "surrogateescape")
         length = headers.get("content-length")
-        if headers.get("transfer-encoding") is not None:
-            if length is not None:
-                req._close = True  # RFC 9112 6.3: framing by Transfer-Encoding, then close
+        te = headers.get("transfer-encoding")
+        if te is not None:
+            _check_transfer_coding(te)
+            if length is not None or req.version == _V10:
+                # RFC 9112 6.3 / 6.1: framed by Transfer-Encoding (llhttp's
+                # lenient_chunked_length), but the framing is suspect: close after answering
+                req._close = True
         elif length is not None:
             n = int(length)  # llhttp has checked its digits
             if n > self._max_body:
