@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import tritonlite
 from tritonlite.core.core import InferenceCore
-from tritonlite.frontends.call import InFlight
-from tritonlite.frontends.sockets import bind
+from tritonlite.frontends.base.call import InFlight
+from tritonlite.frontends.base.sockets import bind
 from tritonlite.frontends.tls import http_tls
 from tritonlite.inprocess import InProcessServer
 from tritonlite.options import ServerOptions

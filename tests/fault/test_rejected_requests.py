@@ -23,7 +23,7 @@ import pytest
 from conftest import Server
 from faultkit import Http, check_add_sub, grpc_unary, infer_body, rejected, scrape, write_repo
 
-from tritonlite.frontends.rejects import REASONS, Rejects, grpc_reason, http_reason
+from tritonlite.frontends.base.rejects import REASONS, Rejects, grpc_reason, http_reason
 from tritonlite.logs import RateLimitedLog
 
 pytestmark = pytest.mark.timeout(180)

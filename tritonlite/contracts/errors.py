@@ -1,7 +1,7 @@
 """Triton's error codes and the one exception type the core and backends raise.
 
-Front ends map ``ErrorCode`` to a status once each (``frontends/http/errors.py``,
-``frontends/grpc/errors.py``). This module imports no web framework.
+Front ends map ``ErrorCode`` to a status once each (``frontends/base/http_errors.py``,
+``frontends/base/grpc_errors.py``). This module imports no web framework.
 """
 
 from __future__ import annotations

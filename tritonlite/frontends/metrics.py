@@ -19,7 +19,7 @@ never disagree (ns in stats, µs here, ``ns // 1000``). What is exposed follows 
   while under pressure) and ``tritonlite_shed_total{feature="cache_insert"|"histogram"}``
   (counter: cache inserts and histogram observations skipped under pressure), always present;
 * tritonlite's ``tritonlite_rejected_requests_total{protocol, reason}`` (counter: requests
-  refused for what the client sent, frontends/rejects.py), always present.
+  refused for what the client sent, frontends/base/rejects.py), always present.
 
 Values are plain decimals (perf_analyzer's regexes reject exponents).
 
@@ -46,9 +46,9 @@ from tritonlite.core.observability import latency as lat
 from tritonlite.core.observability.pressure import NO_PRESSURE, MemoryPressure
 from tritonlite.core.observability.sysinfo import CpuSampler, GpuSampler, load_nvml
 from tritonlite.frontends import split_metrics
-from tritonlite.frontends.http.call import Dispatch, HttpRequest, HttpResponse
-from tritonlite.frontends.http.errors import error_body
-from tritonlite.frontends.rejects import REJECTS
+from tritonlite.frontends.base.http_call import Dispatch, HttpRequest, HttpResponse
+from tritonlite.frontends.base.http_errors import error_body
+from tritonlite.frontends.base.rejects import REJECTS
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -486,7 +486,7 @@ class _Collector:
 def make_metrics_dispatch(
     core: InferenceCore, samplers: Samplers, pressure: MemoryPressure = NO_PRESSURE
 ) -> Dispatch:
-    """The metrics service as an HTTP ``Dispatch`` (``frontends/http/call.py``): ``GET
+    """The metrics service as an HTTP ``Dispatch`` (``frontends/base/http_call.py``): ``GET
     /metrics`` renders every family; another path is 404, another method 405 (Triton's
     answers). The caller starts and stops ``samplers`` with the service.
 

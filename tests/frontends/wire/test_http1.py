@@ -23,9 +23,9 @@ import pytest
 from test_http1_support import Conn, LoopThread
 
 from tritonlite.contracts.errors import TritonliteError
+from tritonlite.frontends.base.http_call import HttpError, HttpResponse, HttpStream, StreamWriter
+from tritonlite.frontends.base.http_errors import STATUS, error
 from tritonlite.frontends.http.app import make_dispatch
-from tritonlite.frontends.http.call import HttpError, HttpResponse, HttpStream, StreamWriter
-from tritonlite.frontends.http.errors import STATUS, error
 from tritonlite.frontends.wire import _http1_py, http1
 from tritonlite.frontends.wire.http1 import HttpLimits, NativeHttpServer, start_http_native
 

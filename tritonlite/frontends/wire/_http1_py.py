@@ -37,14 +37,14 @@ from typing import Any
 
 import httptools
 
-from tritonlite.frontends.http.call import (
+from tritonlite.frontends.base.http_call import (
     HttpError,
     HttpResponse,
     HttpStream,
     decode_body,
     too_large,
 )
-from tritonlite.frontends.http.errors import error
+from tritonlite.frontends.base.http_errors import error
 from tritonlite.frontends.wire.eager import begin
 
 log = logging.getLogger("tritonlite")

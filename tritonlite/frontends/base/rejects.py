@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 from prometheus_client.core import CounterMetricFamily
 
-from tritonlite.frontends.grpc import errors as grpc_status
+from tritonlite.frontends.base import grpc_errors as grpc_status
 from tritonlite.logs import RateLimitedLog
 
 PROTOCOLS = ("http", "grpc")

@@ -51,6 +51,6 @@ def rejected(status: int, message: str, reason: str | None = None) -> None:
     Each gRPC transport calls this once per call it ends with an error status (``reason``
     overrides the status's own, e.g. "protocol_error" for an INTERNAL the client caused).
     """
-    from tritonlite.frontends.rejects import REJECTS  # rejects imports this module
+    from tritonlite.frontends.base.rejects import REJECTS  # rejects imports this module
 
     REJECTS.grpc(status, message, reason)
