@@ -20,8 +20,8 @@ import orjson
 import pytest
 
 from tritonlite.contracts.errors import ErrorCode, TritonliteError
+from tritonlite.contracts.stream import StreamResponse
 from tritonlite.contracts.types import InferOutput, InferRequest, InferResponse
-from tritonlite.core.request.stream import StreamResponse
 from tritonlite.frontends.base.http_call import (
     HttpError,
     HttpRequest,

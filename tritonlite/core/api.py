@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from typing import Any, Protocol
 
+from tritonlite.contracts.stream import StreamResponse
 from tritonlite.contracts.types import InferRequest, InferResponse
-from tritonlite.core.request.stream import StreamResponse
 
 
 class CoreAPI(Protocol):

@@ -26,16 +26,16 @@ from tritonlite.contracts.errors import (
     unavailable,
     unsupported,
 )
+from tritonlite.contracts.stream import StreamResponse
 from tritonlite.contracts.types import InferRequest, InferResponse
 from tritonlite.core.core_options import CoreOptions
-from tritonlite.core.models import names
 from tritonlite.core.models.overrides import decode_override_file
 from tritonlite.core.models.repository import ModelRepository, control_error
 from tritonlite.core.observability import latency
 from tritonlite.core.observability.pressure import MemoryPressure
 from tritonlite.core.observability.settings import LogSettings, TraceSettings
 from tritonlite.core.request.cache import ResponseCache
-from tritonlite.core.request.stream import ResponseStream, StreamResponse, is_decoupled
+from tritonlite.core.request.stream import ResponseStream, is_decoupled
 from tritonlite.core.runtime.model import Model
 from tritonlite.core.tensors import validate
 from tritonlite.core.tensors.shm import SharedMemoryManager
@@ -61,50 +61,6 @@ EXTENSIONS = (
 
 # What ``infer`` says for a decoupled model; each front end names itself as Triton does.
 DECOUPLED_REFUSAL = "Inference doesn't support models with decoupled transaction policy"
-
-
-_VERSIONS: dict[str, int] = {"": -1}  # parsed before: a client sends the same few again
-
-
-def _stol(text: str) -> int | None:
-    """``std::stol`` (Triton reads versions with it): leading whitespace, a sign, then decimal
-    digits up to the first other character; None where it throws (no digits, out of range)."""
-    i, n = 0, len(text)
-    while i < n and text[i] in " \t\n\v\f\r":
-        i += 1
-    j = i + 1 if i < n and text[i] in "+-" else i
-    k = j
-    while k < n and "0" <= text[k] <= "9":
-        k += 1
-    if k == j or len(text[j:k].lstrip("0")) > 19:  # (no int64 has more digits)
-        return None
-    value = int(text[i:k])
-    return value if -(2**63) <= value < 2**63 else None
-
-
-def parse_version(text: str) -> int:
-    """Wire version string -> int; "" means the server picks (-1). Read as Triton reads it
-    (``std::stol``: "1a" is version 1); INVALID_ARG with Triton's messages otherwise."""
-    version = _VERSIONS.get(text)
-    if version is not None:
-        return version
-    version = _stol(text)
-    if version is None:
-        raise invalid_arg(
-            f"failed to get model version from specified version string "
-            f"'{names.shown(text)}' (details: stol), version should be an "
-            "integral value > 0"
-        )
-    if version < 0:
-        raise invalid_arg(
-            f"invalid model version specified '{names.shown(text)}' , version "
-            "should be an integral value > 0"
-        )
-    if len(_VERSIONS) >= 1024:
-        _VERSIONS.clear()
-        _VERSIONS[""] = -1
-    _VERSIONS[text] = version
-    return version
 
 
 def _instances_ready(model: Any) -> bool:

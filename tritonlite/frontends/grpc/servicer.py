@@ -21,8 +21,8 @@ from grpc_health.v1 import health_pb2
 
 from tritonlite._proto import SERVICE_NAME, pb, service
 from tritonlite.contracts.errors import invalid_arg, unsupported
+from tritonlite.contracts.versions import parse_version
 from tritonlite.core.api import CoreAPI
-from tritonlite.core.core import parse_version
 from tritonlite.frontends.base import restrict
 from tritonlite.frontends.base.call import GrpcCall, GrpcMethods, StreamHandler, UnaryHandler
 from tritonlite.frontends.base.forward import grpc_forward

@@ -21,8 +21,8 @@ from urllib.parse import unquote
 import orjson
 
 from tritonlite.contracts.errors import TritonliteError, invalid_arg, unsupported
+from tritonlite.contracts.versions import parse_version
 from tritonlite.core.api import CoreAPI
-from tritonlite.core.core import parse_version
 from tritonlite.frontends.base import restrict
 from tritonlite.frontends.base.forward import HeaderForward, http_forward
 from tritonlite.frontends.base.http_call import (
