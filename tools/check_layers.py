@@ -55,6 +55,10 @@ LAYERS: list[tuple[str, list[str]]] = [
 # Layers whose units may not import each other at all (HTTP code never imports gRPC code).
 PEERS_APART = {"frontends: http, grpc, wire"}
 
+# A package reached through one module only: (package, its facade, the importers it binds).
+# The front ends and in-process callers see the core through CoreAPI and its read-models.
+FACADES = [("core", "core.api", ("frontends", "inprocess"))]
+
 
 @dataclass(frozen=True)
 class Import:
@@ -134,6 +138,22 @@ def unit_of(package: str, module: str) -> tuple[int, str] | None:
     return best
 
 
+def _under(rel: str, prefix: str) -> bool:
+    return rel == prefix or rel.startswith(prefix + ".")
+
+
+def _facade_problem(package: str, imp: Import) -> str | None:
+    src = imp.source.removeprefix(package + ".")
+    dst = imp.target.removeprefix(package + ".")
+    for pkg, facade, importers in FACADES:
+        if _under(dst, pkg) and not _under(dst, facade) and any(_under(src, i) for i in importers):
+            return (
+                f"{imp.source} imports {imp.target}: {package}.{pkg} is reached only through"
+                f" {package}.{facade}"
+            )
+    return None
+
+
 def find_cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components of more than one unit (Tarjan), each sorted."""
     index: dict[str, int] = {}
@@ -193,6 +213,9 @@ def check(package_dir: Path) -> list[str]:
                 unplaced.add(missing)
                 problems.append(f"{where}: {missing} is in no layer (add it to LAYERS)")
             continue
+        facade = _facade_problem(package, imp)
+        if facade:
+            problems.append(f"{where}: {facade}")
         if dst[0] < src[0]:
             problems.append(
                 f"{where}: {imp.source} ({LAYERS[src[0]][0]}) imports {imp.target}"

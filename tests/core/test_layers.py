@@ -189,3 +189,20 @@ def test_loop_between_two_base_modules_fails(tmp_path: Path) -> None:
         "cycle between packages tritonlite.frontends.base.grpc_errors,"
         " tritonlite.frontends.base.rejects" in result.stdout
     )
+
+
+def test_front_ends_reach_the_core_only_through_its_api(tmp_path: Path) -> None:
+    tree = {
+        **FRONTENDS,
+        "core/api.py": "from tritonlite.core import core\n",
+        "inprocess/__init__.py": "from tritonlite.core.api import X\n",
+        "frontends/http/app.py": "from tritonlite.core.api import CoreAPI\n",
+    }
+    assert run_checker(write_tree(tmp_path / "ok", tree)).returncode == 0
+    for rel, text in (
+        ("frontends/http/bad.py", "from tritonlite.core.core import InferenceCore\n"),
+        ("inprocess/bad.py", "def f():\n    from tritonlite.core import core\n"),
+    ):
+        result = run_checker(write_tree(tmp_path / rel.replace("/", "_"), {**tree, rel: text}))
+        assert result.returncode == 1
+        assert "tritonlite.core is reached only through tritonlite.core.api" in result.stdout
