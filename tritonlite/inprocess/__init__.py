@@ -18,7 +18,7 @@ from tritonlite.inprocess.bridge import LoopBridge
 if TYPE_CHECKING:
     import asyncio
 
-    from tritonlite.backends import pb_utils
+    from tritonlite.backends.python import pb_utils
     from tritonlite.core.api import CoreAPI
 
 T = TypeVar("T")

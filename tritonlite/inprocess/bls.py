@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tritonlite.backends import pb_utils
+from tritonlite.backends.python import pb_utils
 from tritonlite.contracts import datatypes
 from tritonlite.contracts.errors import ErrorCode, Refusal, TritonliteError
 from tritonlite.contracts.types import InferInput, InferRequest, InferResponse, RequestedOutput

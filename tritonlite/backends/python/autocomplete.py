@@ -207,11 +207,11 @@ def auto_complete(cfg: Any, model_dir: Path) -> None:
     reports what is missing. A model.py without ``TritonPythonModel`` is left to the backend,
     which reports it the way Triton does.
     """
-    from tritonlite.backends import pb_utils
-    from tritonlite.backends.python_loader import ModelScope, describe
+    from tritonlite.backends.python import pb_utils
+    from tritonlite.backends.python.loader import ModelScope, describe
 
     if "EXECUTION_ENV_PATH" in cfg.parameters:  # model.py runs in its own environment
-        from tritonlite.backends.python_env import auto_complete as in_environment
+        from tritonlite.backends.python.env import auto_complete as in_environment
 
         return in_environment(cfg, model_dir)
     available = version_dirs(model_dir)

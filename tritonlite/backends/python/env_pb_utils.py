@@ -1,12 +1,12 @@
 """``triton_python_backend_utils`` inside an ``EXECUTION_ENV_PATH`` worker (stdlib + numpy only).
 
-``python_env_worker.py`` loads this file under Triton's module name before it imports the model,
+``env_worker.py`` loads this file under Triton's module name before it imports the model,
 so ``import triton_python_backend_utils as pb_utils`` works there as in Triton. It covers what a
 model needs for ``initialize`` / ``execute`` / ``finalize``: ``Tensor``, ``InferenceRequest``,
 ``InferenceResponse``, the non-decoupled ``InferenceResponseSender``, ``TritonError``,
 ``TritonModelException``, ``Logger`` (lines go to the server's log), the config and tensor
 lookups, the dtype tables and BYTES helpers, ``get_model_dir``. Names, signatures and messages
-follow Triton's python_backend (and tritonlite's in-process ``backends/pb_utils.py``).
+follow Triton's python_backend (and tritonlite's in-process ``backends/python/pb_utils.py``).
 
 BLS (``InferenceRequest.exec`` / ``async_exec``) goes to the server, which runs it through its
 core as it runs in-process models' BLS. Not available in a worker (each raises
