@@ -206,3 +206,20 @@ def test_front_ends_reach_the_core_only_through_its_api(tmp_path: Path) -> None:
         result = run_checker(write_tree(tmp_path / rel.replace("/", "_"), {**tree, rel: text}))
         assert result.returncode == 1
         assert "tritonlite.core is reached only through tritonlite.core.api" in result.stdout
+
+
+def test_loop_between_two_backend_modules_fails(tmp_path: Path) -> None:
+    tree = {
+        **LAYERED,
+        "backends/python/__init__.py": "",
+        "backends/python/pb_utils.py": "from tritonlite.backends.python import model_config\n",
+        "backends/python/model_config.py": "from tritonlite.backends import base\n",
+    }
+    assert run_checker(write_tree(tmp_path / "ok", tree)).returncode == 0
+    looped = {**tree, "backends/python/model_config.py": "def f():\n    from . import pb_utils\n"}
+    result = run_checker(write_tree(tmp_path / "loop", looped))
+    assert result.returncode == 1
+    assert (
+        "cycle between packages tritonlite.backends.python.model_config,"
+        " tritonlite.backends.python.pb_utils" in result.stdout
+    )

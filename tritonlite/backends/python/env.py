@@ -34,7 +34,7 @@ core's execution timeout, which rebuilds the instance; the hung process ends whe
 returns (or with the server: workers exit when their parent is gone).
 
 ``auto_complete_config`` runs in the environment too, in a short-lived worker (Triton's
-auto-complete stub), with the in-process ``ModelConfig`` (``autocomplete.py``).
+auto-complete stub), with the in-process ``ModelConfig`` (``model_config.py``).
 
 Decoupled models stream as in-process ones do (``backends/python/backend.py``'s rules and messages): the
 worker sends each response the moment the model's sender is called, from any of its threads,
@@ -83,6 +83,7 @@ from tritonlite.backends.base import (
 )
 from tritonlite.backends.python.env_process import WorkerGone, WorkerProcess
 from tritonlite.backends.python.env_worker import Packer, unpack
+from tritonlite.backends.python.model_config import ModelConfig, apply_changes
 from tritonlite.contracts.errors import (
     ErrorCode,
     ErrorResponse,
@@ -650,8 +651,6 @@ def _server_response(resp: Any, packer: Packer) -> dict[str, Any]:
 
 def _model_files(path: Path, version_dir: Path, model_dir: Path) -> dict[str, str]:
     """What the worker needs to import model.py (and to give it ``pb_utils.ModelConfig``)."""
-    from tritonlite.backends.python.autocomplete import ModelConfig
-
     return {
         "model_path": str(path),
         "version_dir": str(version_dir),
@@ -671,7 +670,6 @@ def auto_complete(cfg: Any, model_dir: Path) -> None:
         something else than a ``pb_utils.ModelConfig`` (the registry makes these INTERNAL);
         INTERNAL when the environment cannot be used.
     """
-    from tritonlite.backends.python.autocomplete import _apply as apply_model_config
     from tritonlite.contracts.config import normalize, render_json, select_versions, version_dirs
 
     available = version_dirs(model_dir)
@@ -708,4 +706,4 @@ def auto_complete(cfg: Any, model_dir: Path) -> None:
     if "error" in reply:
         raise invalid_arg(str(reply["error"]))
     if reply.get("config") is not None:
-        apply_model_config(cfg, before, reply["config"])
+        apply_changes(cfg, before, reply["config"])

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tritonlite.backends.base import ServerAccess
-from tritonlite.backends.python.autocomplete import ModelConfig
+from tritonlite.backends.python.model_config import ModelConfig
 from tritonlite.contracts.errors import TritonliteError, unavailable
 
 if TYPE_CHECKING:
