@@ -1,6 +1,7 @@
 # tritonlite: `make serve` and `make test` do all the set-up on a fresh machine (GNU make).
 #
-#   make install         .venv with tritonlite (editable, Cython extension) and the [test] extra,
+#   make install         .venv with tritonlite (editable, Cython extension), the [test] extra and
+#                        the [tune] one (matplotlib, for tune's plots),
 #                        then the example models in model_repository/
 #   make serve           install, then serve model_repository/ on 8000 (HTTP), 8001 (gRPC),
 #                        8002 (metrics); SERVE_FLAGS="--log-verbose 1" adds flags
@@ -64,7 +65,7 @@ $(STAMP): $(BUILD_INPUTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q -U pip
 	echo 'torch==$(TORCH_VERSION)' > $(TORCH_PIN)
-	$(PIP) install -q -c $(TORCH_PIN) -e '.[test]' 'torch==$(TORCH_VERSION)'
+	$(PIP) install -q -c $(TORCH_PIN) -e '.[test,tune]' 'torch==$(TORCH_VERSION)'
 	touch $@
 
 examples: $(STAMP)

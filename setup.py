@@ -24,7 +24,6 @@ REQUIRE = os.environ.get("TRITONLITE_REQUIRE_EXTENSIONS") == "1"
 CYTHON_BUILD_DIR = os.path.join("build", "cython")
 
 
-
 def _extensions() -> list[Extension]:
     """One extension per ``X_c.pxd`` with its ``X_py.py`` twin beside it."""
     out = []
@@ -48,7 +47,10 @@ class BuildExt(build_ext):
             from Cython.Build import cythonize
 
             generated = cythonize(
-                self.extensions, build_dir=CYTHON_BUILD_DIR, language_level=3, quiet=True,
+                self.extensions,
+                build_dir=CYTHON_BUILD_DIR,
+                language_level=3,
+                quiet=True,
                 force=self._pxd_changed(),
             )
             # cythonize returns distutils Extensions; keep setuptools' and swap in the C sources.

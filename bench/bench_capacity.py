@@ -48,7 +48,7 @@ def _serve_canned(argv: list[str]) -> int:
     sys.path.insert(0, str(HERE.parent))
     import tritonlite.frontends.native as native
     from tritonlite.cli import main
-    from tritonlite.frontends.http.call import HttpResponse
+    from tritonlite.frontends.base.http_call import HttpResponse
 
     real = native.make_dispatch
     count = [0]

@@ -48,7 +48,7 @@ class _Headers(dict[str, str]):
 
 
 class _HttpRequest:
-    """What a transport hands ``dispatch`` (frontends/http/call.py ``HttpRequest``)."""
+    """What a transport hands ``dispatch`` (frontends/base/http_call.py ``HttpRequest``)."""
 
     __slots__ = ("method", "path", "query", "headers", "version", "peer", "_body")
 

@@ -372,6 +372,7 @@ TWIN_PATHS = (
     "frontends/",
     "backends/",
     "test_onnx_models.py",
+    "test_architecture_doc.py",
     "compat/test_http.py",
     "compat/test_grpc.py",
     "compat/test_grpc_stream.py",

@@ -29,7 +29,16 @@ ROOT = Path(__file__).resolve().parent.parent
 # kernels.
 LAYERS: list[tuple[str, list[str]]] = [
     ("entry", ["cli", "server", "__main__", "tune"]),
+    # The front ends layer too: the wiring (native.py, metrics) on top; the HTTP handlers, the
+    # gRPC servicer and the wire layer apart from each other (PEERS_APART); under them all,
+    # frontends.base, the interfaces, error tables and reject rules they share, in which each
+    # module is its own unit ("*"), so a loop between two of its modules fails too.
     ("frontends", ["frontends"]),
+    ("frontends: http, grpc, wire", ["frontends.http", "frontends.grpc", "frontends.wire"]),
+    # The OpenAI API's translation (requests, contracts, answers): no HTTP in it; its routes
+    # are frontends.http's.
+    ("frontends: openai", ["frontends.openai"]),
+    ("frontends: base", ["frontends.base.*"]),
     # Option dataclasses: built by the entry layer, read by the front ends; the core and below
     # are handed plain values instead.
     ("options", ["options"]),
@@ -41,10 +50,18 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("core: tensors", ["core.tensors"]),
     ("core: observability", ["core.observability"]),
     ("scheduling", ["scheduling"]),
-    ("backends", ["backends"]),
+    # Each backend module is a unit of its own (the Python backend's too): no loop between them.
+    ("backends", ["backends.*"]),
     ("contracts", ["contracts", "logs", "_proto", ""]),
     ("kernels/memory/gpu", ["kernels", "memory", "gpu", "_twins"]),
 ]
+
+# Layers whose units may not import each other at all (HTTP code never imports gRPC code).
+PEERS_APART = {"frontends: http, grpc, wire"}
+
+# A package reached through one module only: (package, its facade, the importers it binds).
+# The front ends and in-process callers see the core through CoreAPI and its read-models.
+FACADES = [("core", "core.api", ("frontends", "inprocess"))]
 
 
 @dataclass(frozen=True)
@@ -105,18 +122,40 @@ def module_exists(package_dir: Path, dotted: str) -> bool:
 
 
 def unit_of(package: str, module: str) -> tuple[int, str] | None:
-    """(layer index, unit prefix) of ``module``; None when no layer names it."""
+    """(layer index, unit) of ``module``; None when no layer names it.
+
+    The unit is the prefix that names the module, or the module itself under a ``pkg.*`` prefix.
+    """
     rel = module[len(package) + 1 :] if module != package else ""
     best: tuple[int, str] | None = None
+    best_len = -1
     for index, (_, prefixes) in enumerate(LAYERS):
         for prefix in prefixes:
-            if prefix == "":
+            per_module = prefix.endswith(".*")
+            base = prefix[:-2] if per_module else prefix
+            if base == "":
                 matches = rel == ""
             else:
-                matches = rel == prefix or rel.startswith(prefix + ".")
-            if matches and (best is None or len(prefix) > len(best[1])):
-                best = (index, prefix)
+                matches = rel == base or rel.startswith(base + ".")
+            if matches and len(base) > best_len:
+                best, best_len = (index, rel if per_module else base), len(base)
     return best
+
+
+def _under(rel: str, prefix: str) -> bool:
+    return rel == prefix or rel.startswith(prefix + ".")
+
+
+def _facade_problem(package: str, imp: Import) -> str | None:
+    src = imp.source.removeprefix(package + ".")
+    dst = imp.target.removeprefix(package + ".")
+    for pkg, facade, importers in FACADES:
+        if _under(dst, pkg) and not _under(dst, facade) and any(_under(src, i) for i in importers):
+            return (
+                f"{imp.source} imports {imp.target}: {package}.{pkg} is reached only through"
+                f" {package}.{facade}"
+            )
+    return None
 
 
 def find_cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -178,12 +217,20 @@ def check(package_dir: Path) -> list[str]:
                 unplaced.add(missing)
                 problems.append(f"{where}: {missing} is in no layer (add it to LAYERS)")
             continue
+        facade = _facade_problem(package, imp)
+        if facade:
+            problems.append(f"{where}: {facade}")
         if dst[0] < src[0]:
             problems.append(
                 f"{where}: {imp.source} ({LAYERS[src[0]][0]}) imports {imp.target}"
                 f" from a higher layer ({LAYERS[dst[0]][0]})"
             )
         elif src[1] != dst[1]:
+            if src[0] == dst[0] and LAYERS[src[0]][0] in PEERS_APART:
+                problems.append(
+                    f"{where}: {imp.source} imports {imp.target}, which its layer"
+                    f" ({LAYERS[src[0]][0]}) keeps apart"
+                )
             unit_edges.setdefault(src[1], set()).add(dst[1])
             unit_sites.setdefault((src[1], dst[1]), imp)
     for cycle in find_cycles(unit_edges):

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import tritonlite
-from tritonlite.frontends import restrict
-from tritonlite.frontends.forward import grpc_forward, http_forward
+from tritonlite.frontends.base import restrict
+from tritonlite.frontends.base.forward import grpc_forward, http_forward
 from tritonlite.options import MetricsConfig, ServerOptions
 
 # tritonserver flags that change nothing in tritonlite: accepted (their values checked as

@@ -165,7 +165,7 @@ class ServerOptions:
     trace_log_frequency: int = 0
     trace_file: str = ""
     log_file: str = ""
-    # endpoint restriction and header forwarding (frontends/restrict.py, frontends/forward.py):
+    # endpoint restriction and header forwarding (frontends/base/restrict.py, frontends/base/forward.py):
     # the flags' values as given; parsed (and refused when malformed) by those modules
     http_restricted_api: tuple[str, ...] = ()
     grpc_restricted_protocol: tuple[str, ...] = ()

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import tritonlite
 from tritonlite.core.core import InferenceCore
-from tritonlite.frontends.call import InFlight
-from tritonlite.frontends.sockets import bind
+from tritonlite.frontends.base.call import InFlight
+from tritonlite.frontends.base.sockets import bind
 from tritonlite.frontends.tls import http_tls
 from tritonlite.inprocess import InProcessServer
 from tritonlite.options import ServerOptions
@@ -79,8 +79,7 @@ class Server:
         self._sites: list[web.SockSite] = []
         self._grpc: Any = None
         self._native: Any = None
-        self._metrics: Any = None  # the native metrics service and its samplers
-        self._samplers: Any = None
+        self._metrics: Any = None  # the native metrics service
         self.http_port: int | None = None
         self.grpc_port: int | None = None
         self.metrics_port: int | None = None
@@ -118,16 +117,14 @@ class Server:
         aiohttp app with ``--frontend=aio`` (the same dispatch)."""
         from tritonlite.frontends import metrics
 
-        samplers = metrics.make_samplers(self.core)
         if self.options.frontend != "native":
-            app = metrics.make_metrics_app(self.core, samplers, self.core.pressure)
+            app = metrics.make_metrics_app(self.core, self.options.metrics_config)
             return await self._serve(app, address, self.options.metrics_port, False)
         from tritonlite.frontends.wire.http1 import start_http_native
 
-        dispatch = metrics.make_metrics_dispatch(self.core, samplers, self.core.pressure)
+        dispatch = metrics.make_metrics_dispatch(self.core, self.options.metrics_config)
         self._metrics = await start_http_native(dispatch, address, self.options.metrics_port)
-        self._samplers = samplers
-        await samplers.start()
+        await self.core.start_sampling()
         return int(self._metrics.port)
 
     async def _start_aio(self) -> None:
@@ -292,7 +289,7 @@ class Server:
         await self._close_frontends(deadline)
         if self._metrics is not None:
             await self._metrics.stop(grace=0.0)
-            await self._samplers.stop()
+            await self.core.stop_sampling()
         for runner in self._runners:
             await runner.cleanup()
         await core.stop()

@@ -17,11 +17,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tritonlite.backends import pb_utils
 from tritonlite.backends.base import InstanceSpec, ModelContext, ModelOutputs
-from tritonlite.backends.python import PythonBackend, PythonInstance
-from tritonlite.backends.python_autocomplete import ModelConfig, auto_complete
-from tritonlite.backends.python_loader import describe
+from tritonlite.backends.python import pb_utils
+from tritonlite.backends.python.autocomplete import auto_complete
+from tritonlite.backends.python.backend import PythonBackend, PythonInstance
+from tritonlite.backends.python.loader import describe
+from tritonlite.backends.python.model_config import ModelConfig
 from tritonlite.contracts import config as model_config
 from tritonlite.contracts.errors import ErrorCode, TritonliteError
 from tritonlite.contracts.signature import Signature

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tritonlite.backends.python_env_process import WorkerProcess, worker_env
+from tritonlite.backends.python.env_process import WorkerProcess, worker_env
 
 
 @contextmanager

@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 from types import ModuleType
 
-from tritonlite.backends.python_loader import ModelScope
+from tritonlite.backends.python.loader import ModelScope
 
 
 def test_close_while_another_thread_imports(tmp_path: Path) -> None:

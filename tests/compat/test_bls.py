@@ -824,7 +824,7 @@ def test_response_tensors_view_the_response_arrays() -> None:
 
 
 def test_blocking_calls_are_refused_on_the_server_loop(tmp_path: Path) -> None:
-    from tritonlite.backends import pb_utils
+    from tritonlite.backends.python import pb_utils
     from tritonlite.core.core import InferenceCore
     from tritonlite.inprocess import InProcessServer
     from tritonlite.options import ServerOptions

@@ -31,7 +31,7 @@ from test_restricted_api import (
     write_repo,
 )
 
-from tritonlite.frontends.forward import HeaderForward
+from tritonlite.frontends.base.forward import HeaderForward
 
 pytestmark = pytest.mark.timeout(120)
 

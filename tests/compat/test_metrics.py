@@ -33,6 +33,7 @@ from tritonlite.core.observability.latency import (
     LatencyRecorder,
     Window,
 )
+from tritonlite.core.observability.snapshot import MetricsSnapshot
 from tritonlite.core.observability.sysinfo import (
     CpuSampler,
     GpuSampler,
@@ -40,8 +41,8 @@ from tritonlite.core.observability.sysinfo import (
     read_cpu_times,
     read_memory,
 )
-from tritonlite.frontends.metrics import Samplers, _Collector, render
-from tritonlite.options import DEFAULT_SUMMARY_QUANTILES, MetricsConfig, ServerOptions
+from tritonlite.frontends.metrics import _Collector, render
+from tritonlite.options import DEFAULT_SUMMARY_QUANTILES, MetricsConfig
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -454,14 +455,10 @@ class FakeNvml:
 
 
 def _collect(gpu: GpuSampler | None) -> str:
-    core = SimpleNamespace(
-        options=ServerOptions(model_repositories=(Path("/tmp"),)),
-        repository=SimpleNamespace(ready_models=lambda: [], models={}),
-        cache=None,
+    snap = MetricsSnapshot(
+        (), (), (), False, 0, 0, gpus=tuple(gpu.readings) if gpu is not None else ()
     )
-    samplers = Samplers(cpu=False, gpu=False, interval_ms=1000)
-    samplers.gpu = gpu
-    return render(list(_Collector(core, samplers).collect())).decode()  # type: ignore[arg-type]
+    return render(list(_Collector(lambda: snap, MetricsConfig()).collect())).decode()
 
 
 def test_gpu_collector_with_a_fake_nvml() -> None:

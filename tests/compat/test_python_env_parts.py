@@ -13,15 +13,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tritonlite.backends import python_env
-from tritonlite.backends.python_env_worker import (
+from tritonlite.backends.python import env as python_env
+from tritonlite.backends.python.env_worker import (
     ChannelClosed,
     Packer,
     recv_message,
     send_message,
     unpack,
 )
-from tritonlite.backends.python_loader import describe
+from tritonlite.backends.python.loader import describe
 from tritonlite.contracts.errors import ErrorCode, TritonliteError
 
 pytestmark = pytest.mark.timeout(60)

@@ -46,7 +46,7 @@ from tritonclient.utils import InferenceServerException
 
 from tritonlite import cli
 from tritonlite._proto import SERVICE_NAME, service
-from tritonlite.frontends import restrict
+from tritonlite.frontends.base import restrict
 from tritonlite.frontends.grpc import servicer
 from tritonlite.frontends.http import app
 

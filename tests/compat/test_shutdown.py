@@ -263,8 +263,17 @@ def _stream_until_signal(
         except subprocess.TimeoutExpired:
             rc = None
         exited_in = time.monotonic() - t_signal
-        time.sleep(0.2)
-        items = []
+        # The stream's end reaches the client after the exit: its final response, or the
+        # error of a stream the server closed (both, in that order, when it finished).
+        items: list[object] = []
+        deadline = time.monotonic() + 30
+        while not items or not (
+            isinstance(items[-1], InferenceServerException) or is_final(items[-1])
+        ):
+            try:
+                items.append(got.get(timeout=max(0.0, deadline - time.monotonic())))
+            except queue.Empty:
+                raise AssertionError(f"the stream did not end: {items}") from None
         while not got.empty():
             items.append(got.get())
         return rc, exited_in, items, server

@@ -795,13 +795,14 @@ def test_io_validation_errors(fragment: str, message: str) -> None:
 
 
 def test_valid_reshapes() -> None:
-    complete(
+    cfg = complete(
         cfg_of("""backend: "python" max_batch_size: 2
         input [{ name: "A" data_type: TYPE_FP32 dims: [1] reshape { } },
                { name: "B" data_type: TYPE_FP32 dims: [2, 4, -1, 6]
                  reshape { shape: [8, -1, 1, 6] } },
                { name: "C" data_type: TYPE_FP32 dims: [-1] reshape { shape: [-1] } }]""")
     )
+    assert [list(i.reshape.shape) for i in cfg.input] == [[], [8, -1, 1, 6], [-1]]
 
 
 SCHED_ERRORS = [
@@ -894,7 +895,7 @@ def test_scheduler_validation_errors(fragment: str, message: str) -> None:
 
 
 def test_valid_sequence_controls() -> None:
-    complete(
+    cfg = complete(
         cfg_of("""backend: "python" max_batch_size: 2
         sequence_batching { control_input [
           { name: "START" control [{ kind: CONTROL_SEQUENCE_START fp32_false_true: [0, 1] }] },
@@ -902,6 +903,9 @@ def test_valid_sequence_controls() -> None:
           { name: "CORR"
             control [{ kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_STRING }] } ] }""")
     )
+    controls = cfg.sequence_batching.control_input
+    assert [c.name for c in controls] == ["START", "END", "CORR"]
+    assert list(controls[0].control[0].fp32_false_true) == [0, 1]
 
 
 ENSEMBLE_IO = """platform: "ensemble"

@@ -77,7 +77,10 @@ def check(cfg: Any, configs: dict[str, Any], message: str) -> None:
 
 
 def test_consistent_pipeline_passes() -> None:
-    validate_composing(ensemble(TWO_STEPS), {"a": model("a"), "b": model("b")})
+    # True would mean a decoupled step makes the ensemble decoupled: none is here
+    assert validate_composing(ensemble(TWO_STEPS), {"a": model("a"), "b": model("b")}) is False
+    with pytest.raises(TritonliteError):  # the same pipeline, one step's type changed
+        validate_composing(ensemble(TWO_STEPS), {"a": model("a"), "b": model("b", dtype="INT32")})
 
 
 def test_mapping_to_non_existing_input() -> None:
@@ -121,7 +124,18 @@ def test_unmapped_optional_input_is_fine() -> None:
         output [{ name: "OUT" data_type: TYPE_FP32 dims: [4] }]""",
         "a",
     )
-    validate_composing(ensemble(step("a", "IN", "X", "OUT", "Y")), {"a": with_optional})
+    assert (
+        validate_composing(ensemble(step("a", "IN", "X", "OUT", "Y")), {"a": with_optional})
+        is False
+    )
+    required = with_optional.__class__()
+    required.CopyFrom(with_optional)
+    required.input[1].optional = False  # the same input, required: refused
+    check(
+        ensemble(step("a", "IN", "X", "OUT", "Y")),
+        {"a": required},
+        "in ensemble ens, input IN2 in model a is not mapped to any ensemble tensors",
+    )
 
 
 def test_datatype_mismatch_between_ensemble_and_step() -> None:
@@ -152,13 +166,21 @@ def test_shape_mismatch() -> None:
 
 
 def test_variable_dims_are_compatible() -> None:
-    validate_composing(ensemble(TWO_STEPS), {"a": model("a"), "b": model("b", dims="[-1]")})
+    configs = {"a": model("a"), "b": model("b", dims="[-1]")}
+    assert validate_composing(ensemble(TWO_STEPS), configs) is False
+    # a fixed dim that differs is not (test_shape_mismatch has the message)
+    with pytest.raises(TritonliteError):
+        validate_composing(ensemble(TWO_STEPS), {"a": model("a"), "b": model("b", dims="[5]")})
 
 
 def test_batching_and_non_batching_full_shapes_match() -> None:
     # a non-batching model whose shape is [-1, 4] takes what a batching [4] model produces
-    validate_composing(
-        ensemble(TWO_STEPS), {"a": model("a"), "b": model("b", mbs=0, dims="[-1, 4]")}
+    configs = {"a": model("a"), "b": model("b", mbs=0, dims="[-1, 4]")}
+    assert validate_composing(ensemble(TWO_STEPS), configs) is False
+    check(  # a full shape whose last dim differs does not
+        ensemble(TWO_STEPS),
+        {"a": model("a"), "b": model("b", mbs=0, dims="[-1, 5]")},
+        "in ensemble ens, ensemble tensor mid: inconsistent shape",
     )
 
 

@@ -123,3 +123,103 @@ def test_module_in_no_layer_fails(tmp_path: Path) -> None:
 def test_tritonlite_is_layered() -> None:
     result = run_checker(ROOT / "tritonlite")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+FRONTENDS = {
+    **LAYERED,
+    "frontends/__init__.py": "",
+    "frontends/native.py": "from tritonlite.frontends.wire import h\nfrom tritonlite.frontends.http import app\n",
+    "frontends/base/__init__.py": "",
+    "frontends/base/rejects.py": "",
+    "frontends/base/grpc_errors.py": "from tritonlite.frontends.base.rejects import R\n",
+    "frontends/wire/__init__.py": "",
+    "frontends/wire/h.py": "from tritonlite.frontends.base import grpc_errors\n",
+    "frontends/http/__init__.py": "",
+    "frontends/http/app.py": "from tritonlite.frontends.base.rejects import R\n",
+    "frontends/grpc/__init__.py": "",
+}
+
+
+def test_frontends_layered_tree_passes(tmp_path: Path) -> None:
+    result = run_checker(write_tree(tmp_path, FRONTENDS))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    "rel, text, expected",
+    [
+        # the wire layer reaches up to the wiring
+        (
+            "frontends/wire/bad.py",
+            "from tritonlite.frontends import native\n",
+            "tritonlite.frontends.wire.bad (frontends: http, grpc, wire) imports"
+            " tritonlite.frontends.native from a higher layer (frontends)",
+        ),
+        # the shared bottom reaches up to the HTTP handlers
+        (
+            "frontends/base/bad.py",
+            "from tritonlite.frontends.http import app\n",
+            "tritonlite.frontends.base.bad (frontends: base) imports tritonlite.frontends.http.app",
+        ),
+        # HTTP code imports gRPC code: no loop, still refused
+        (
+            "frontends/http/bad.py",
+            "from tritonlite.frontends.grpc import x\n",
+            "tritonlite.frontends.http.bad imports tritonlite.frontends.grpc, which its layer",
+        ),
+    ],
+)
+def test_frontends_inverted_import_fails(
+    tmp_path: Path, rel: str, text: str, expected: str
+) -> None:
+    result = run_checker(write_tree(tmp_path, {**FRONTENDS, rel: text}))
+    assert result.returncode == 1
+    assert expected in result.stdout
+
+
+def test_loop_between_two_base_modules_fails(tmp_path: Path) -> None:
+    # rejects -> grpc_errors closes a loop inside frontends/base, one package
+    tree = write_tree(
+        tmp_path,
+        {**FRONTENDS, "frontends/base/rejects.py": "def f():\n    from . import grpc_errors\n"},
+    )
+    result = run_checker(tree)
+    assert result.returncode == 1
+    assert (
+        "cycle between packages tritonlite.frontends.base.grpc_errors,"
+        " tritonlite.frontends.base.rejects" in result.stdout
+    )
+
+
+def test_front_ends_reach_the_core_only_through_its_api(tmp_path: Path) -> None:
+    tree = {
+        **FRONTENDS,
+        "core/api.py": "from tritonlite.core import core\n",
+        "inprocess/__init__.py": "from tritonlite.core.api import X\n",
+        "frontends/http/app.py": "from tritonlite.core.api import CoreAPI\n",
+    }
+    assert run_checker(write_tree(tmp_path / "ok", tree)).returncode == 0
+    for rel, text in (
+        ("frontends/http/bad.py", "from tritonlite.core.core import InferenceCore\n"),
+        ("inprocess/bad.py", "def f():\n    from tritonlite.core import core\n"),
+    ):
+        result = run_checker(write_tree(tmp_path / rel.replace("/", "_"), {**tree, rel: text}))
+        assert result.returncode == 1
+        assert "tritonlite.core is reached only through tritonlite.core.api" in result.stdout
+
+
+def test_loop_between_two_backend_modules_fails(tmp_path: Path) -> None:
+    tree = {
+        **LAYERED,
+        "backends/python/__init__.py": "",
+        "backends/python/pb_utils.py": "from tritonlite.backends.python import model_config\n",
+        "backends/python/model_config.py": "from tritonlite.backends import base\n",
+    }
+    assert run_checker(write_tree(tmp_path / "ok", tree)).returncode == 0
+    looped = {**tree, "backends/python/model_config.py": "def f():\n    from . import pb_utils\n"}
+    result = run_checker(write_tree(tmp_path / "loop", looped))
+    assert result.returncode == 1
+    assert (
+        "cycle between packages tritonlite.backends.python.model_config,"
+        " tritonlite.backends.python.pb_utils" in result.stdout
+    )

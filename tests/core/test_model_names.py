@@ -1,4 +1,4 @@
-"""Model names and ``file:`` override paths from requests: the one rule (core/models/names.py)
+"""Model names and ``file:`` override paths from requests: the one rule (contracts/names.py)
 and the override directory it guards (core/models/overrides.py's write_override_files /
 remove_override_dir).
 
@@ -17,8 +17,8 @@ from urllib.parse import unquote
 
 import pytest
 
+from tritonlite.contracts import names
 from tritonlite.contracts.errors import ErrorCode, TritonliteError
-from tritonlite.core.models import names
 from tritonlite.core.models.overrides import (
     OverrideDir,
     _write_one,

@@ -25,12 +25,13 @@ yaml = pytest.importorskip("yaml")
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
-KSERVE_ARGS = [
+KSERVE_ARGS = [  # kserve-tritonserver's, then the histograms the dashboard's latency panels read
     "--model-store=/mnt/models",
     "--grpc-port=9000",
     "--http-port=8080",
     "--allow-grpc=true",
     "--allow-http=true",
+    "--metrics-config=histogram_latencies=true",
 ]
 MANIFESTS = sorted(p for p in DEPLOY.rglob("*") if p.suffix in (".yaml", ".yml"))
 # A metric name in PromQL: Triton's nv_* and tritonlite's own families (a recording rule's
@@ -140,6 +141,7 @@ def test_servingruntime_args_parse(path: str) -> None:
     assert opts.model_repositories == (Path("/mnt/models"),)
     assert (opts.http_port, opts.grpc_port, opts.metrics_port) == (8080, 9000, 8002)
     assert opts.allow_http and opts.allow_grpc
+    assert opts.metrics_config.histogram_latencies  # the dashboard's percentiles need them
 
 
 def test_oneport_args_parse() -> None:
@@ -150,6 +152,7 @@ def test_oneport_args_parse() -> None:
     opts = _parse(c["args"])
     assert opts.http_port == opts.grpc_port == 8080 and opts.shared_port
     assert opts.model_repositories == (Path("/mnt/models"),)
+    assert opts.metrics_config.histogram_latencies
 
 
 def test_modelmesh_args_parse() -> None:
@@ -165,6 +168,7 @@ def test_modelmesh_args_parse() -> None:
         assert flag in args
     opts = _parse(args)
     assert opts.model_control_mode == "explicit"
+    assert opts.metrics_config.histogram_latencies
     assert not opts.strict_readiness and opts.auto_complete_config
     # upstream's runtime also passes --allow-sagemaker=false: accepted (there is no such front end)
     options_from_args([*args, "--allow-sagemaker=false"])

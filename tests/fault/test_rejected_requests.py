@@ -23,7 +23,9 @@ import pytest
 from conftest import Server
 from faultkit import Http, check_add_sub, grpc_unary, infer_body, rejected, scrape, write_repo
 
-from tritonlite.frontends.rejects import REASONS, Rejects, grpc_reason, http_reason
+from tritonlite.frontends.base.grpc_errors import grpc_reason
+from tritonlite.frontends.base.grpc_errors import rejected as grpc_rejected
+from tritonlite.frontends.base.rejects import REASONS, Rejects, http_reason
 from tritonlite.logs import RateLimitedLog
 
 pytestmark = pytest.mark.timeout(180)
@@ -119,8 +121,8 @@ def test_rejects_count_and_log_one_sanitised_line() -> None:
     r = Rejects(logger, burst=2)
     r.http(400, "bad\nline\x00" + "x" * 500)
     r.http(500, "a server error is not a rejection")
-    r.grpc(3, "bad")
-    r.grpc(13, "internal")
+    grpc_rejected(3, "bad", rejects=r)
+    grpc_rejected(13, "internal", rejects=r)
     r.note("grpc", "protocol_error", "frame")
     assert r.count("http") == 1 and r.count("grpc") == 2
     assert r.count("grpc", "protocol_error") == 1

@@ -16,8 +16,8 @@ import orjson
 import pytest
 from aiohttp import web
 
+from tritonlite.frontends.base.http_call import HttpError
 from tritonlite.frontends.http import aio
-from tritonlite.frontends.http.call import HttpError
 
 sys.path.insert(0, str(Path(__file__).parent / "wire"))
 from test_http1_support import Conn, LoopThread  # noqa: E402

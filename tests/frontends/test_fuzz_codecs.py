@@ -24,7 +24,7 @@ import pytest
 from tritonlite._proto import pb
 from tritonlite.contracts.errors import ErrorCode, TritonliteError
 from tritonlite.contracts.signature import Signature
-from tritonlite.core.core import parse_version
+from tritonlite.contracts.versions import parse_version
 from tritonlite.core.tensors import validate
 from tritonlite.core.tensors.shm import SharedMemoryManager
 from tritonlite.frontends.grpc import codec as grpc_codec

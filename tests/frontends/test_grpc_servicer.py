@@ -22,9 +22,9 @@ from grpc_health.v1 import health_pb2
 from tritonlite._proto import SERVICE_NAME, pb, service
 from tritonlite.contracts.errors import ErrorCode, TritonliteError
 from tritonlite.core.core import InferenceCore
-from tritonlite.frontends.call import GrpcCall, GrpcMethods
+from tritonlite.frontends.base.call import GrpcCall, GrpcMethods
+from tritonlite.frontends.base.grpc_errors import STATUS
 from tritonlite.frontends.grpc import servicer
-from tritonlite.frontends.grpc.errors import STATUS
 from tritonlite.options import ServerOptions
 
 pytestmark = pytest.mark.timeout(60)
@@ -401,7 +401,7 @@ def test_aio_adapter(caplog: pytest.LogCaptureFixture) -> None:
     import grpc
 
     from tritonlite.contracts.errors import not_found
-    from tritonlite.frontends.call import RpcError
+    from tritonlite.frontends.base.call import RpcError
     from tritonlite.frontends.grpc.server import generic_handler
 
     ended = asyncio.Event()

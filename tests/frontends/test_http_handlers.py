@@ -20,15 +20,15 @@ import orjson
 import pytest
 
 from tritonlite.contracts.errors import ErrorCode, TritonliteError
+from tritonlite.contracts.stream import StreamResponse
 from tritonlite.contracts.types import InferOutput, InferRequest, InferResponse
-from tritonlite.core.request.stream import StreamResponse
-from tritonlite.frontends.http.app import make_dispatch
-from tritonlite.frontends.http.call import (
+from tritonlite.frontends.base.http_call import (
     HttpError,
     HttpRequest,
     HttpResponse,
     HttpStream,
 )
+from tritonlite.frontends.http.app import make_dispatch
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -51,6 +51,17 @@ def test_layout_probe_holds_on_this_interpreter() -> None:
 
 def test_warmup(ks: KernelSet) -> None:
     ks.warmup()
+    ks.warmup()  # a second call (another model loading) finds it warm
+    assert ks._warm
+    if ks.jitted:  # every kernel of the Numba twin is compiled, not left to the first request
+        dispatchers = {n: f for n, f in vars(ks.impl).items() if hasattr(f, "signatures")}
+        assert set(dispatchers) >= {"shape_prefix_len", "shape_group_ids", "batch_offsets"}
+        assert all(f.signatures for f in dispatchers.values()), [
+            n for n, f in dispatchers.items() if not f.signatures
+        ]
+    out = np.empty((3, 2), dtype=np.float32)
+    assert ks.gather_into(out, [np.ones((1, 2), np.float32), np.zeros((2, 2), np.float32)]) == 3
+    assert out.tolist() == [[1, 1], [0, 0], [0, 0]]
 
 
 # -- shape grouping ---------------------------------------------------------------------------

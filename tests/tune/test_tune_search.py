@@ -109,6 +109,71 @@ def test_a_queue_delay_that_hurts_light_load_is_rejected() -> None:
     assert result.chosen.candidate.dynamic_batching
 
 
+class DelayHelpsUnderLoad(FakeServer):
+    """A longer queue delay batches more under load (+0.1% throughput per µs) while it still
+    costs its length at concurrency 1: the trade the light-load rule refuses."""
+
+    def measure(self, concurrency: int, window_s: float) -> Sample:
+        s = super().measure(concurrency, window_s)
+        if concurrency > 1 and self.cand.dynamic_batching:
+            s.throughput *= 1 + self.cand.max_queue_delay_us / 1000
+        return s
+
+
+def test_a_light_load_rejection_says_what_it_cost_under_load() -> None:
+    base = parse_pbtxt(MLP, "mlp")
+    fake = DelayHelpsUnderLoad()
+    ctx = space.Context(max_batch_size=64, ort=True, cores=2, max_concurrency=16)
+    settings = Settings(concurrency=(1, 16), max_minutes=5, probe_s=0.01, sweep_s=0.01)
+    result = Tuner(fake, "mlp", base, ctx, settings, fake.measure, io.StringIO()).run()  # type: ignore
+    rejected = [t for t in result.trials if t.status.startswith("rejected")]
+    assert rejected  # the longer delays: better under load, >10% slower at concurrency 1
+    for t in rejected:
+        assert f"cost at concurrency 16: it scored {t.score:,.0f} vs" in t.status
+        assert "x given up" in t.status
+    section = report._rejections(result.trials)
+    assert section[0] == "### Rejected at a lighter load"
+    assert len(section) == len(rejected) + 3
+
+
+class NoisyLightLoad(FakeServer):
+    """The first light-load window of each batching candidate reads 40% of the truth (a slow
+    spell of a shared machine)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.light_windows: dict[space.Candidate, int] = {}
+
+    def measure(self, concurrency: int, window_s: float) -> Sample:
+        s = super().measure(concurrency, window_s)
+        if concurrency == 1 and self.cand.dynamic_batching:
+            n = self.light_windows.get(self.cand, 0)
+            self.light_windows[self.cand] = n + 1
+            if n == 0:
+                s.throughput *= 0.4
+        return s
+
+
+def test_one_slow_light_load_window_does_not_reject_a_candidate() -> None:
+    base = parse_pbtxt(MLP, "mlp")
+    fake = NoisyLightLoad()
+    ctx = space.Context(max_batch_size=64, ort=True, cores=2, max_concurrency=16)
+    settings = Settings(concurrency=(1, 16), max_minutes=5, probe_s=0.01, sweep_s=0.01)
+    tuner = Tuner(fake, "mlp", base, ctx, settings, fake.measure, io.StringIO())  # type: ignore
+    result = tuner.run()
+    assert result.chosen.candidate.dynamic_batching
+    assert result.chosen.candidate.max_queue_delay_us == 0
+    # the batching probe's light-load check read three windows, the first one slow
+    batching = next(t for t in result.trials if t.candidate.dynamic_batching)
+    light = [x.throughput for x in batching.samples if x.concurrency == 1]
+    assert len(light) == 3 and light[0] == pytest.approx(0.4 * light[1])
+    # with a single window (the old rule) the same slow spell rejects it
+    one = Settings(concurrency=(1, 16), max_minutes=5, probe_s=0.01, sweep_s=0.01, light_rounds=1)
+    fake = NoisyLightLoad()
+    result = Tuner(fake, "mlp", base, ctx, one, fake.measure, io.StringIO()).run()  # type: ignore
+    assert not result.chosen.candidate.dynamic_batching
+
+
 def test_a_candidate_that_fails_to_load_is_reported_not_chosen() -> None:
     result, fake = tune(
         Settings(concurrency=(16, 16), max_minutes=5, probe_s=0.01, sweep_s=0.01), repeats=True

@@ -37,7 +37,7 @@ def _tensorrt(ctx: ModelContext) -> Backend:
 
 
 def _python(ctx: ModelContext) -> Backend:
-    from tritonlite.backends.python import PythonBackend
+    from tritonlite.backends.python.backend import PythonBackend
 
     return PythonBackend(ctx)
 
@@ -60,7 +60,7 @@ def _onnx_auto_complete(cfg: Any, model_dir: Path, default_max_batch_size: int) 
 
 
 def _python_auto_complete(cfg: Any, model_dir: Path, default_max_batch_size: int) -> None:
-    from tritonlite.backends.python_autocomplete import auto_complete
+    from tritonlite.backends.python.autocomplete import auto_complete
 
     try:
         auto_complete(cfg, model_dir)

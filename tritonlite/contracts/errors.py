@@ -1,12 +1,13 @@
 """Triton's error codes and the one exception type the core and backends raise.
 
-Front ends map ``ErrorCode`` to a status once each (``frontends/http/errors.py``,
-``frontends/grpc/errors.py``). This module imports no web framework.
+Front ends map ``ErrorCode`` to a status once each (``frontends/base/http_errors.py``,
+``frontends/base/grpc_errors.py``). This module imports no web framework.
 """
 
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 
 
 class ErrorCode(enum.Enum):
@@ -69,3 +70,25 @@ def unsupported(message: str) -> TritonliteError:
 
 def internal(message: str) -> TritonliteError:
     return TritonliteError(ErrorCode.INTERNAL, message)
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """How a caller words the refusal of a request that never reached its model, handed to
+    the core's admission as data (BLS words them as Triton's python_backend does; clients get
+    the core's own messages). ``{name}`` in each text is the requested model's name.
+
+    ``unknown_model`` replaces the lookup's message (unknown or unready model), ``decoupled``
+    is the message for a unary call to a decoupled model, and ``prefix`` goes before every
+    refusal's message: those two, a stopping server's, validation's and the scheduler
+    intake's (``Rejected``). The code stays the core's.
+    """
+
+    unknown_model: str
+    decoupled: str
+    prefix: str = ""
+
+    def word(self, exc: TritonliteError, name: str, message: str | None = None) -> TritonliteError:
+        """``exc`` as this caller words it (``message`` in place of its own when given)."""
+        text = message.replace("{name}", name) if message is not None else exc.message
+        return TritonliteError(exc.code, self.prefix.replace("{name}", name) + text)

@@ -4,7 +4,8 @@ Front ends (aiohttp, grpc.aio and the native wire layer alike) type against this
 against the concrete class, so the core can be regrouped behind it and a front end can be
 tested against a stand-in. Every call is made on the event loop thread. A method raises
 ``TritonliteError`` for anything the caller did wrong or that is unavailable; the front end
-maps its code once (``frontends/*/errors.py``).
+maps its code once (``frontends/base/*_errors.py``). The metrics read-model
+(``metrics_snapshot``) is plain rows, re-exported here with the other types front ends use.
 """
 
 from __future__ import annotations
@@ -12,8 +13,32 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from typing import Any, Protocol
 
+from tritonlite.contracts.errors import Refusal
+from tritonlite.contracts.stream import StreamResponse
 from tritonlite.contracts.types import InferRequest, InferResponse
-from tritonlite.core.request.stream import StreamResponse
+from tritonlite.core.observability.snapshot import (
+    Buckets,
+    CpuRow,
+    InstanceRow,
+    MetricsSnapshot,
+    ModelRow,
+    Quantiles,
+    SplitRow,
+)
+from tritonlite.core.observability.sysinfo import GpuReading
+
+# The read-models front ends render (frontends/ imports nothing else of the core).
+__all__ = [
+    "Buckets",
+    "CoreAPI",
+    "CpuRow",
+    "GpuReading",
+    "InstanceRow",
+    "MetricsSnapshot",
+    "ModelRow",
+    "Quantiles",
+    "SplitRow",
+]
 
 
 class CoreAPI(Protocol):
@@ -33,9 +58,23 @@ class CoreAPI(Protocol):
     def model_config_json(self, name: str, version: int) -> bytes: ...
 
     # inference: ownership of a returned response's trace passes to the caller (see core.py)
-    async def infer(self, request: InferRequest, decoupled_message: str = ...) -> InferResponse: ...
+    # (``refusal``: how an in-process caller words a request refused before its model, BLS)
+    async def infer(
+        self,
+        request: InferRequest,
+        decoupled_message: str = ...,
+        *,
+        refusal: Refusal | None = ...,
+    ) -> InferResponse: ...
 
-    def infer_stream(self, request: InferRequest) -> AsyncGenerator[StreamResponse, None]: ...
+    def infer_stream(
+        self, request: InferRequest, *, refusal: Refusal | None = ...
+    ) -> AsyncGenerator[StreamResponse, None]: ...
+
+    # metrics (a read-model of plain rows) and the CPU/GPU samplers behind it
+    def metrics_snapshot(self) -> MetricsSnapshot: ...
+    async def start_sampling(self) -> None: ...
+    async def stop_sampling(self) -> None: ...
 
     # statistics, repository, shared memory
     def statistics(self, name: str = "", version: int = -1) -> dict[str, Any]: ...

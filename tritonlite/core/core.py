@@ -20,23 +20,28 @@ from tritonlite.backends.base import Readiness, ServerAccess
 from tritonlite.contracts import config as model_config
 from tritonlite.contracts.errors import (
     ErrorCode,
+    Refusal,
     Rejected,
     TritonliteError,
     invalid_arg,
     unavailable,
     unsupported,
 )
+from tritonlite.contracts.stream import StreamResponse
 from tritonlite.contracts.types import InferRequest, InferResponse
 from tritonlite.core.core_options import CoreOptions
-from tritonlite.core.models import names
+from tritonlite.core.models import lifecycle as lc
 from tritonlite.core.models.overrides import decode_override_file
 from tritonlite.core.models.repository import ModelRepository, control_error
 from tritonlite.core.observability import latency
 from tritonlite.core.observability.pressure import MemoryPressure
 from tritonlite.core.observability.settings import LogSettings, TraceSettings
+from tritonlite.core.observability.snapshot import MetricsSnapshot, snapshot
+from tritonlite.core.observability.sysinfo import Samplers
 from tritonlite.core.request.cache import ResponseCache
-from tritonlite.core.request.stream import ResponseStream, StreamResponse, is_decoupled
+from tritonlite.core.request.stream import ResponseStream, is_decoupled
 from tritonlite.core.runtime.model import Model
+from tritonlite.core.runtime.split import SplitModel
 from tritonlite.core.tensors import validate
 from tritonlite.core.tensors.shm import SharedMemoryManager
 
@@ -63,48 +68,9 @@ EXTENSIONS = (
 DECOUPLED_REFUSAL = "Inference doesn't support models with decoupled transaction policy"
 
 
-_VERSIONS: dict[str, int] = {"": -1}  # parsed before: a client sends the same few again
-
-
-def _stol(text: str) -> int | None:
-    """``std::stol`` (Triton reads versions with it): leading whitespace, a sign, then decimal
-    digits up to the first other character; None where it throws (no digits, out of range)."""
-    i, n = 0, len(text)
-    while i < n and text[i] in " \t\n\v\f\r":
-        i += 1
-    j = i + 1 if i < n and text[i] in "+-" else i
-    k = j
-    while k < n and "0" <= text[k] <= "9":
-        k += 1
-    if k == j or len(text[j:k].lstrip("0")) > 19:  # (no int64 has more digits)
-        return None
-    value = int(text[i:k])
-    return value if -(2**63) <= value < 2**63 else None
-
-
-def parse_version(text: str) -> int:
-    """Wire version string -> int; "" means the server picks (-1). Read as Triton reads it
-    (``std::stol``: "1a" is version 1); INVALID_ARG with Triton's messages otherwise."""
-    version = _VERSIONS.get(text)
-    if version is not None:
-        return version
-    version = _stol(text)
-    if version is None:
-        raise invalid_arg(
-            f"failed to get model version from specified version string "
-            f"'{names.shown(text)}' (details: stol), version should be an "
-            "integral value > 0"
-        )
-    if version < 0:
-        raise invalid_arg(
-            f"invalid model version specified '{names.shown(text)}' , version "
-            "should be an integral value > 0"
-        )
-    if len(_VERSIONS) >= 1024:
-        _VERSIONS.clear()
-        _VERSIONS[""] = -1
-    _VERSIONS[text] = version
-    return version
+def _worded(exc: TritonliteError, refusal: Refusal | None, name: str) -> TritonliteError:
+    """A refused request's error as its caller words it (unchanged without a ``refusal``)."""
+    return exc if refusal is None else refusal.word(exc, name)
 
 
 def _instances_ready(model: Any) -> bool:
@@ -186,6 +152,10 @@ class InferenceCore:
             self.pressure,
         )
         self.repository = ModelRepository(options, self.shm, _StepAdmission(self), recorder)
+        # CPU/GPU readings for /metrics: polled only while the metrics service runs
+        self.samplers = Samplers(
+            options.allow_cpu_metrics, options.allow_gpu_metrics, options.metrics_interval_ms
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> list[str]:
@@ -270,17 +240,52 @@ class InferenceCore:
 
     # -- inference ------------------------------------------------------------------------------
     async def infer(
-        self, request: InferRequest, decoupled_message: str = DECOUPLED_REFUSAL
+        self,
+        request: InferRequest,
+        decoupled_message: str = DECOUPLED_REFUSAL,
+        *,
+        refusal: Refusal | None = None,
     ) -> InferResponse:
         """Run one request. When it comes back with ``request.trace`` set (it was sampled for
         tracing), the caller owns that trace: it adds its front-end stamps and calls
-        ``release()`` once the response is sent. On an error the core releases it."""
+        ``release()`` once the response is sent. On an error the core releases it.
+
+        ``refusal``: the caller's wording of a request refused before it reached the model
+        (BLS); it then replaces ``decoupled_message`` too."""
+        if refusal is not None:
+            return await self._infer_worded(request, refusal)
         if self.exiting:
             raise unavailable("Server is exiting")
         model = self.repository.get(request.model_name, request.model_version)
         if is_decoupled(model):
             raise unsupported(decoupled_message)
         return await self._run(model, request)
+
+    async def _infer_worded(self, request: InferRequest, refusal: Refusal) -> InferResponse:
+        """``infer`` for a caller that words its refusals (``refusal``)."""
+        name = request.model_name
+        admitted = [False]
+        try:
+            if self.exiting:
+                raise unavailable("Server is exiting")
+            model = self._lookup(request, refusal)
+            if is_decoupled(model):
+                raise unsupported(refusal.decoupled.replace("{name}", name))
+            return await self._run(model, request, admitted)
+        except TritonliteError as exc:
+            if admitted[0] and not isinstance(exc, Rejected):
+                raise  # the model's failure, in its own words
+            raise _worded(exc, refusal, name) from None
+
+    def _lookup(self, request: InferRequest, refusal: Refusal | None) -> Model:
+        """The one model lookup of a request, its failure worded by ``refusal`` when given."""
+        try:
+            return self.repository.get(request.model_name, request.model_version)
+        except TritonliteError as exc:
+            if refusal is None:
+                raise
+            message = refusal.unknown_model.replace("{name}", request.model_name)
+            raise TritonliteError(exc.code, message) from None
 
     async def step_infer(self, request: InferRequest) -> InferResponse:
         """An ensemble step's composing request (the ensemble scheduler calls it through its
@@ -343,7 +348,9 @@ class InferenceCore:
             if self.shm.holding:  # its response is written (or never will be)
                 self.shm.release(request)
 
-    async def infer_stream(self, request: InferRequest) -> AsyncGenerator[StreamResponse, None]:
+    async def infer_stream(
+        self, request: InferRequest, *, refusal: Refusal | None = None
+    ) -> AsyncGenerator[StreamResponse, None]:
         """Run one request of any model; yields its responses as they come (``StreamResponse``).
 
         Contract, for every model:
@@ -367,27 +374,32 @@ class InferenceCore:
         Statistics are kept as for ``infer``: a request counts once, when its execution ends;
         for a decoupled model, as in Triton, when its final response is sent (core/stream.py),
         so its compute_infer spans the whole stream.
+
+        ``refusal``: the caller's wording of the refused items' errors (BLS), as for ``infer``.
         """
         try:
             if self.exiting:
                 raise unavailable("Server is exiting")
-            model = self.repository.get(request.model_name, request.model_version)
+            model = self._lookup(request, refusal)
             decoupled = is_decoupled(model)
             if decoupled:
                 self._validate(model, request)
         except TritonliteError as exc:
             if self.shm.holding:
                 self.shm.release(request)
-            yield StreamResponse(None, exc, True, refused=True)
+            yield StreamResponse(
+                None, _worded(exc, refusal, request.model_name), True, refused=True
+            )
             return
         if not decoupled:
             admitted = [False]
             try:
                 response = await self._run(model, request, admitted)
             except TritonliteError as exc:
-                yield StreamResponse(
-                    None, exc, True, refused=not admitted[0] or isinstance(exc, Rejected)
-                )
+                refused = not admitted[0] or isinstance(exc, Rejected)
+                if refused:
+                    exc = _worded(exc, refusal, request.model_name)
+                yield StreamResponse(None, exc, True, refused=refused)
                 return
             yield StreamResponse(response, None, True)
             return
@@ -397,12 +409,16 @@ class InferenceCore:
             fut = model.scheduler.enqueue(request)
         except Rejected as exc:
             self.shm.release(request)
-            yield StreamResponse(None, exc, True, refused=True)
+            yield StreamResponse(
+                None, _worded(exc, refusal, request.model_name), True, refused=True
+            )
             return
         early = fut.exception() if fut.done() and not fut.cancelled() else None
         if isinstance(early, Rejected):  # refused by the scheduler's intake, as above
             self.shm.release(request)
-            yield StreamResponse(None, early, True, refused=True)
+            yield StreamResponse(
+                None, _worded(early, refusal, request.model_name), True, refused=True
+            )
             return
         fut.add_done_callback(stream.executed)
         finished = False
@@ -427,6 +443,37 @@ class InferenceCore:
         while self.open_streams and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
         return not self.open_streams
+
+    # -- metrics read-model --------------------------------------------------------------------
+    def metrics_snapshot(self) -> MetricsSnapshot:
+        """What ``/metrics`` shows, as plain rows (core/observability/snapshot.py)."""
+        repo = self.repository
+        ready = repo.ready_models()
+        # instance health: every loaded version, ready or not (all its instances may be down)
+        loaded = [
+            st.model
+            for entry in sorted(repo.models.values(), key=lambda e: e.name)
+            for _, st in sorted(entry.versions.items())
+            if st.model is not None and st.state == lc.READY
+        ]
+        cache = self.cache
+        return snapshot(
+            ready,
+            loaded,
+            [m for m in ready if isinstance(m, SplitModel)],
+            cache_on=lambda m: cache is not None and m.response_cache,
+            quantiles=[q for q, _ in self.options.metrics_config.summary_quantiles],
+            pressure=self.pressure,
+            samplers=self.samplers,
+        )
+
+    async def start_sampling(self) -> None:
+        """Open the CPU/GPU samplers the options ask for and poll them (the metrics service's
+        start)."""
+        await self.samplers.start()
+
+    async def stop_sampling(self) -> None:
+        await self.samplers.stop()
 
     # -- statistics -------------------------------------------------------------------------------
     def statistics(self, name: str = "", version: int = -1) -> dict[str, Any]:

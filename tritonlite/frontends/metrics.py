@@ -19,7 +19,7 @@ never disagree (ns in stats, µs here, ``ns // 1000``). What is exposed follows 
   while under pressure) and ``tritonlite_shed_total{feature="cache_insert"|"histogram"}``
   (counter: cache inserts and histogram observations skipped under pressure), always present;
 * tritonlite's ``tritonlite_rejected_requests_total{protocol, reason}`` (counter: requests
-  refused for what the client sent, frontends/rejects.py), always present.
+  refused for what the client sent, frontends/base/rejects.py), always present.
 
 Values are plain decimals (perf_analyzer's regexes reject exponents).
 
@@ -30,25 +30,19 @@ so the text format is decided in one place.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import math
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from tritonlite.core.core import InferenceCore
-from tritonlite.core.models import lifecycle as lc
-from tritonlite.core.observability import latency as lat
-from tritonlite.core.observability.pressure import NO_PRESSURE, MemoryPressure
-from tritonlite.core.observability.sysinfo import CpuSampler, GpuSampler, load_nvml
+from tritonlite.core.api import CoreAPI, MetricsSnapshot, ModelRow
 from tritonlite.frontends import split_metrics
-from tritonlite.frontends.http.call import Dispatch, HttpRequest, HttpResponse
-from tritonlite.frontends.http.errors import error_body
-from tritonlite.frontends.rejects import REJECTS
+from tritonlite.frontends.base.http_call import Dispatch, HttpRequest, HttpResponse
+from tritonlite.frontends.base.http_errors import error_body
+from tritonlite.frontends.base.rejects import REJECTS
+from tritonlite.options import MetricsConfig
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -95,68 +89,79 @@ _CACHE_COUNTERS = (
         "Total cache miss (insert+lookup) duration per model, in microseconds",
     ),
 )
+# the snapshot's latency series (core/observability/snapshot.py)
+_REQUEST, _QUEUE, _INPUT, _INFER, _OUTPUT = (
+    "request",
+    "queue",
+    "compute_input",
+    "compute_infer",
+    "compute_output",
+)
+_CACHE_HIT, _CACHE_MISS = "cache_hit", "cache_miss"
+_CACHE_SERIES = (_CACHE_HIT, _CACHE_MISS)
+
 _SUMMARIES = (
     (
-        lat.REQUEST,
+        _REQUEST,
         "nv_inference_request_summary_us",
         "Summary of inference request duration in microseconds (includes cached requests)",
     ),
     (
-        lat.QUEUE,
+        _QUEUE,
         "nv_inference_queue_summary_us",
         "Summary of inference queuing duration in microseconds (includes cached requests)",
     ),
     (
-        lat.COMPUTE_INPUT,
+        _INPUT,
         "nv_inference_compute_input_summary_us",
         "Cumulative compute input duration in microseconds (does not include cached requests)",
     ),
     (
-        lat.COMPUTE_INFER,
+        _INFER,
         "nv_inference_compute_infer_summary_us",
         "Cumulative compute inference duration in microseconds (does not include cached requests)",
     ),
     (
-        lat.COMPUTE_OUTPUT,
+        _OUTPUT,
         "nv_inference_compute_output_summary_us",
         "Cumulative inference compute output duration in microseconds (does not include cached "
         "requests)",
     ),
     (
-        lat.CACHE_HIT,
+        _CACHE_HIT,
         "nv_cache_hit_summary_per_model",
         "Summary of cache hit duration per model, in microseconds",
     ),
     (
-        lat.CACHE_MISS,
+        _CACHE_MISS,
         "nv_cache_miss_summary_per_model",
         "Summary of cache miss (insert+lookup) duration per model, in microseconds",
     ),
 )
 _HISTOGRAMS = (
     (
-        lat.REQUEST,
+        _REQUEST,
         "nv_inference_request_histogram_us",
         "Histogram of inference request duration in microseconds (includes cached requests)",
     ),
     (
-        lat.QUEUE,
+        _QUEUE,
         "nv_inference_queue_histogram_us",
         "Histogram of inference queuing duration in microseconds (includes cached requests)",
     ),
     (
-        lat.COMPUTE_INPUT,
+        _INPUT,
         "nv_inference_compute_input_histogram_us",
         "Histogram of compute input duration in microseconds (does not include cached requests)",
     ),
     (
-        lat.COMPUTE_INFER,
+        _INFER,
         "nv_inference_compute_infer_histogram_us",
         "Histogram of compute inference duration in microseconds (does not include cached "
         "requests)",
     ),
     (
-        lat.COMPUTE_OUTPUT,
+        _OUTPUT,
         "nv_inference_compute_output_histogram_us",
         "Histogram of compute output duration in microseconds (does not include cached requests)",
     ),
@@ -168,7 +173,6 @@ _GPU_GAUGES = (
     ("power_usage", "nv_gpu_power_usage", "GPU power usage in watts"),
     ("power_limit", "nv_gpu_power_limit", "GPU power management limit in watts"),
 )
-_FAILURE_REASONS = ("BACKEND", "CANCELED", "OTHER", "REJECTED")
 
 
 def _strip_total(m: Metric) -> Metric:
@@ -217,76 +221,18 @@ def render(families: list[Metric]) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
-class Samplers:
-    """The CPU/GPU samplers and the task that refreshes them every metrics interval."""
-
-    def __init__(self, cpu: bool, gpu: bool, interval_ms: int) -> None:
-        self._want_cpu, self._want_gpu = cpu, gpu
-        self.interval_s = interval_ms / 1000.0
-        self.cpu: CpuSampler | None = None
-        self.gpu: GpuSampler | None = None
-        self._task: asyncio.Task[None] | None = None
-
-    def _open(self) -> None:
-        if self._want_cpu:
-            cpu = CpuSampler()
-            self.cpu = cpu if cpu.available else None
-            if self.cpu is not None:
-                log.info("Collecting CPU metrics")
-        if self._want_gpu:
-            nvml = load_nvml()
-            if nvml is not None:
-                gpu = GpuSampler(nvml)
-                if gpu.readings:
-                    self.gpu = gpu
-                else:
-                    gpu.close()
-
-    def _sample(self) -> None:
-        if self.cpu is not None:
-            self.cpu.sample()
-        if self.gpu is not None:
-            self.gpu.sample()
-
-    async def _poll(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval_s)
-            try:
-                await asyncio.to_thread(self._sample)
-            except Exception:  # a reading failed; the next interval tries again
-                log.exception("polling CPU/GPU metrics")
-
-    async def start(self, _app: object = None) -> None:
-        if not (self._want_cpu or self._want_gpu):
-            return
-        await asyncio.to_thread(self._open)
-        if self.cpu is not None or self.gpu is not None:
-            self._task = asyncio.create_task(self._poll())
-
-    async def stop(self, _app: object = None) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        if self.gpu is not None:
-            self.gpu.close()
-            self.gpu = None
-
-
 class _Collector:
-    def __init__(
-        self, core: InferenceCore, samplers: Samplers, pressure: MemoryPressure = NO_PRESSURE
-    ) -> None:
-        self._core = core
-        self._samplers = samplers
-        self._pressure = pressure
+    """Renders one ``MetricsSnapshot`` (the core's read-model) as Triton's families."""
+
+    def __init__(self, snapshot: Callable[[], MetricsSnapshot], config: MetricsConfig) -> None:
+        self._snapshot = snapshot
+        self._mc = config
 
     def collect(self) -> Iterator[Metric]:
-        core = self._core
-        mc = core.options.metrics_config
-        models = core.repository.ready_models()
-        cached = {id(m) for m in models if core.cache is not None and m.response_cache}
+        mc = self._mc
+        snap = self._snapshot()
+        models = snap.models
+        cached = any(m.cache_on for m in models)
         counters: list[tuple[str, str]] = list(_BASE_COUNTERS)
         if mc.counter_latencies:
             counters += _LATENCY_COUNTERS
@@ -309,32 +255,36 @@ class _Collector:
             for name, doc in _CACHE_COUNTERS
         ]
         for m in models:
-            s, lbl = m.stats, [m.name, m.version_str]
-            fams["nv_inference_request_success"].add_metric(lbl, s.success.count)
-            fams["nv_inference_count"].add_metric(lbl, s.inference_count)
-            fams["nv_inference_exec_count"].add_metric(lbl, s.execution_count)
+            lbl = [m.name, m.version]
+            fams["nv_inference_request_success"].add_metric(lbl, m.success)
+            fams["nv_inference_count"].add_metric(lbl, m.inference_count)
+            fams["nv_inference_exec_count"].add_metric(lbl, m.execution_count)
             if mc.counter_latencies:
-                for (name, _), d in zip(
+                for (name, _), ns in zip(
                     _LATENCY_COUNTERS,
-                    (s.success, s.queue, s.compute_input, s.compute_infer, s.compute_output),
+                    (
+                        m.success_ns,
+                        m.queue_ns,
+                        m.compute_input_ns,
+                        m.compute_infer_ns,
+                        m.compute_output_ns,
+                    ),
                 ):
-                    fams[name].add_metric(lbl, d.ns // 1000)
-                if id(m) in cached:
+                    fams[name].add_metric(lbl, ns // 1000)
+                if m.cache_on:
                     for fam, v in zip(
                         cache_fams,
                         (
-                            s.cache_hit.count,
-                            s.cache_miss.count,
-                            s.cache_hit.ns // 1000,
-                            s.cache_miss.ns // 1000,
+                            m.cache_hits,
+                            m.cache_misses,
+                            m.cache_hit_ns // 1000,
+                            m.cache_miss_ns // 1000,
                         ),
                     ):
                         fam.add_metric(lbl, v)
-            for reason in _FAILURE_REASONS:
-                failure.add_metric(
-                    [m.name, reason, m.version_str], s.failures_by_reason.get(reason, 0)
-                )
-            pending.add_metric(lbl, max(0, m.scheduler.inflight() - m.executing))
+            for reason, count in m.failures.items():
+                failure.add_metric([m.name, reason, m.version], count)
+            pending.add_metric(lbl, m.pending)
         yield _strip_total(fams["nv_inference_request_success"])
         yield _strip_total(failure)
         yield _strip_total(fams["nv_inference_count"])
@@ -347,35 +297,29 @@ class _Collector:
                 for fam in cache_fams:
                     yield _strip_total(fam)
         if mc.summary_latencies:
-            yield from self._summaries(models, cached, mc.summary_quantiles)
+            yield from self._summaries(models)
         if mc.histogram_latencies:
             yield from self._histograms(models)
-        yield from self._instance_health()
-        yield from self._memory_pressure()
+        yield from self._instance_health(snap)
+        yield from self._memory_pressure(snap)
         yield from REJECTS.collect()
-        yield from split_metrics.collect(models)
-        yield from self._system()
+        yield from split_metrics.collect(snap.splits)
+        yield from self._system(snap)
 
     @staticmethod
-    def _summaries(
-        models: list[Any], cached: set[int], quantiles: tuple[tuple[float, float], ...]
-    ) -> Iterator[Metric]:
-        qs = [q for q, _ in quantiles]
-        now = time.monotonic()
+    def _summaries(models: tuple[ModelRow, ...]) -> Iterator[Metric]:
         for series, name, doc in _SUMMARIES:
             fam = Metric(name, doc, "summary")
             for m in models:
-                rec = m.stats.latency
-                if not isinstance(rec, lat.LatencyRecorder) or rec.summaries is None:
+                w = m.summaries.get(series)
+                if w is None:
                     continue
-                on = id(m) in cached
-                if (series == lat.REQUEST and on) or (
-                    series in (lat.CACHE_HIT, lat.CACHE_MISS) and not on
+                if (series == _REQUEST and m.cache_on) or (
+                    series in _CACHE_SERIES and not m.cache_on
                 ):
                     continue
-                w = rec.summaries[series]
-                labels = {"model": m.name, "version": m.version_str}
-                for q, v in zip(qs, w.quantiles(qs, now)):
+                labels = {"model": m.name, "version": m.version}
+                for q, v in w.values:
                     fam.add_sample(name, {**labels, "quantile": repr(q)}, v)
                 fam.add_sample(name + "_count", labels, w.count)
                 fam.add_sample(name + "_sum", labels, w.sum)
@@ -383,26 +327,23 @@ class _Collector:
                 yield fam
 
     @staticmethod
-    def _histograms(models: list[Any]) -> Iterator[Metric]:
+    def _histograms(models: tuple[ModelRow, ...]) -> Iterator[Metric]:
         for series, name, doc in _HISTOGRAMS:
             fam = Metric(name, doc, "histogram")
             for m in models:
-                rec = m.stats.latency
-                if not isinstance(rec, lat.LatencyRecorder) or rec.histograms is None:
+                h = m.histograms.get(series)
+                if h is None:
                     continue
-                h = rec.histograms[series]
-                labels = {"model": m.name, "version": m.version_str}
-                cum = h.cumulative()
-                for bound, c in zip((*h.bounds, math.inf), cum):
+                labels = {"model": m.name, "version": m.version}
+                for bound, c in zip((*h.bounds, math.inf), h.cumulative):
                     fam.add_sample(name + "_bucket", {**labels, "le": _value(bound)}, c)
                 fam.add_sample(name + "_count", labels, h.count)
                 fam.add_sample(name + "_sum", labels, h.sum)
             if fam.samples:
                 yield fam
 
-    def _instance_health(self) -> Iterator[Metric]:
-        # Every loaded version, ready or not: a model whose instances are all down is exactly
-        # the one these must show.
+    @staticmethod
+    def _instance_health(snap: MetricsSnapshot) -> Iterator[Metric]:
         healthy = GaugeMetricFamily(
             "tritonlite_instance_healthy",
             "1 while a model instance is in rotation, 0 while it is out (failed, being rebuilt)",
@@ -419,28 +360,23 @@ class _Collector:
             "Times a model instance was rebuilt and put back in rotation",
             labels=["instance", "model", "version"],
         )
-        for entry in sorted(self._core.repository.models.values(), key=lambda e: e.name):
-            for _, st in sorted(entry.versions.items()):
-                m = st.model
-                if m is None or st.state != lc.READY:
-                    continue
-                for inst in m.instances:
-                    lbl = [inst.spec.name, m.name, m.version_str]
-                    healthy.add_metric(lbl, 1 if inst.healthy else 0)
-                    failovers.add_metric(lbl, inst.failovers)
-                    rebuilds.add_metric(lbl, inst.rebuilds)
+        for inst in snap.instances:
+            lbl = [inst.instance, inst.model, inst.version]
+            healthy.add_metric(lbl, 1 if inst.healthy else 0)
+            failovers.add_metric(lbl, inst.failovers)
+            rebuilds.add_metric(lbl, inst.rebuilds)
         yield healthy
         yield _strip_total(failovers)
         yield _strip_total(rebuilds)
 
-    def _memory_pressure(self) -> Iterator[Metric]:
-        p = self._pressure
+    @staticmethod
+    def _memory_pressure(snap: MetricsSnapshot) -> Iterator[Metric]:
         gauge = GaugeMetricFamily(
             "tritonlite_memory_pressure",
             "1 while the memory available to the server is at or below "
             "--memory-pressure-threshold of its limit (optional features are shed), else 0",
         )
-        gauge.add_metric([], 1 if p.active else 0)
+        gauge.add_metric([], 1 if snap.pressure_active else 0)
         yield gauge
         shed = CounterMetricFamily(
             "tritonlite_shed",
@@ -448,17 +384,16 @@ class _Collector:
             "inserts, and requests whose latency histogram observations were dropped",
             labels=["feature"],
         )
-        shed.add_metric(["cache_insert"], p.shed_cache_inserts)
-        shed.add_metric(["histogram"], p.shed_histograms)
+        shed.add_metric(["cache_insert"], snap.shed_cache_inserts)
+        shed.add_metric(["histogram"], snap.shed_histograms)
         yield shed
 
-    def _system(self) -> Iterator[Metric]:
-        gpu = self._samplers.gpu
-        if gpu is not None:
-            readings = gpu.readings
+    @staticmethod
+    def _system(snap: MetricsSnapshot) -> Iterator[Metric]:
+        if snap.gpus:
             for attr, name, doc in _GPU_GAUGES:
                 g = GaugeMetricFamily(name, doc, labels=["gpu_uuid"])
-                for r in readings:
+                for r in snap.gpus:
                     v = getattr(r, attr)
                     if v is not None:
                         g.add_metric([r.uuid], v)
@@ -468,10 +403,10 @@ class _Collector:
                 "GPU energy consumption in joules since the Triton Server started",
                 labels=["gpu_uuid"],
             )
-            for r in readings:
+            for r in snap.gpus:
                 e.add_metric([r.uuid], r.energy)
             yield _strip_total(e)
-        cpu = self._samplers.cpu
+        cpu = snap.cpu
         if cpu is not None:
             for name, doc, v in (
                 ("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", cpu.utilization),
@@ -483,17 +418,13 @@ class _Collector:
                 yield g
 
 
-def make_metrics_dispatch(
-    core: InferenceCore, samplers: Samplers, pressure: MemoryPressure = NO_PRESSURE
-) -> Dispatch:
-    """The metrics service as an HTTP ``Dispatch`` (``frontends/http/call.py``): ``GET
-    /metrics`` renders every family; another path is 404, another method 405 (Triton's
-    answers). The caller starts and stops ``samplers`` with the service.
-
-    ``pressure`` is the server's memory-pressure monitor (its sampling belongs to the server,
-    which sheds with it whether or not metrics are served); the service only reads it.
+def make_metrics_dispatch(core: CoreAPI, config: MetricsConfig) -> Dispatch:
+    """The metrics service as an HTTP ``Dispatch`` (``frontends/base/http_call.py``): ``GET
+    /metrics`` renders every family from ``core.metrics_snapshot()``; another path is 404,
+    another method 405 (Triton's answers). The caller starts and stops the core's CPU/GPU
+    sampling with the service (``core.start_sampling`` / ``stop_sampling``).
     """
-    collector = _Collector(core, samplers, pressure)
+    collector = _Collector(core.metrics_snapshot, config)
 
     async def dispatch(request: HttpRequest) -> HttpResponse:
         if request.path.rstrip("/") != "/metrics":
@@ -505,22 +436,12 @@ def make_metrics_dispatch(
     return dispatch
 
 
-def make_samplers(core: InferenceCore) -> Samplers:
-    """The CPU/GPU samplers the options ask for (not started)."""
-    opts = core.options
-    return Samplers(opts.allow_cpu_metrics, opts.allow_gpu_metrics, opts.metrics_interval_ms)
-
-
-def make_metrics_app(
-    core: InferenceCore, samplers: Samplers | None = None, pressure: MemoryPressure = NO_PRESSURE
-) -> web.Application:
-    """The metrics service as an aiohttp app (``--frontend=aio``); its startup opens the
-    CPU/GPU samplers and starts polling, its cleanup stops them."""
+def make_metrics_app(core: CoreAPI, config: MetricsConfig) -> web.Application:
+    """The metrics service as an aiohttp app (``--frontend=aio``); its startup starts the core's
+    CPU/GPU sampling, its cleanup stops it."""
     from aiohttp import web
 
-    if samplers is None:
-        samplers = make_samplers(core)
-    dispatch = make_metrics_dispatch(core, samplers, pressure)
+    dispatch = make_metrics_dispatch(core, config)
 
     async def metrics(request: web.Request) -> web.StreamResponse:
         resp = await dispatch(request)  # type: ignore[arg-type]  # reads .path and .method
@@ -531,8 +452,14 @@ def make_metrics_app(
             headers={"Content-Type": resp.content_type},
         )
 
+    async def start(_app: web.Application) -> None:
+        await core.start_sampling()
+
+    async def stop(_app: web.Application) -> None:
+        await core.stop_sampling()
+
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", metrics)
-    app.on_startup.append(samplers.start)
-    app.on_cleanup.append(samplers.stop)
+    app.on_startup.append(start)
+    app.on_cleanup.append(stop)
     return app

@@ -13,11 +13,11 @@ import logging
 from typing import cast
 
 from tritonlite.core.api import CoreAPI
-from tritonlite.frontends.call import GrpcMethods
+from tritonlite.frontends.base.call import GrpcMethods
+from tritonlite.frontends.base.rejects import REJECTS
+from tritonlite.frontends.base.sockets import bind, connection_cap, raise_nofile_limit
 from tritonlite.frontends.grpc.servicer import methods
 from tritonlite.frontends.http.app import make_dispatch
-from tritonlite.frontends.rejects import REJECTS
-from tritonlite.frontends.sockets import bind, connection_cap, raise_nofile_limit
 from tritonlite.frontends.tls import grpc_tls, http_tls
 from tritonlite.frontends.wire.busypoll import BusyPoll
 from tritonlite.frontends.wire.detect import DETECT_TIMEOUT_S, Detect, DetectPool

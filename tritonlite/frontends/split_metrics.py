@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, Metric
 
-from tritonlite.core.observability.latency import Histogram
-from tritonlite.core.runtime.split import SplitModel
+from tritonlite.core.api import SplitRow
 
 REQUESTS = "tritonlite_split_requests"
 DURATION = "tritonlite_split_request_duration_us"
@@ -22,11 +20,9 @@ def _bound(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else repr(float(v))
 
 
-def collect(models: Sequence[Any]) -> Iterator[Metric]:
-    """The split families for the routers among ``models`` (the ready loaded versions);
-    nothing when there is no router."""
-    routers = [m for m in models if isinstance(m, SplitModel)]
-    if not routers:
+def collect(rows: Sequence[SplitRow]) -> Iterator[Metric]:
+    """The split families for the snapshot's router rows; nothing when there is no router."""
+    if not rows:
         return
     counter = CounterMetricFamily(
         REQUESTS,
@@ -39,19 +35,13 @@ def collect(models: Sequence[Any]) -> Iterator[Metric]:
         "router saw it, in microseconds (successful requests)",
         "histogram",
     )
-    seen: set[int] = set()
-    for m in routers:
-        metrics = m.metrics
-        if id(metrics) in seen:  # the versions of one router share them
-            continue
-        seen.add(id(metrics))
-        for variant in sorted(set(m.variants.names) | set(metrics.requests)):
-            counter.add_metric([m.name, variant], metrics.requests.get(variant, 0))
-            h = metrics.durations.get(variant) or Histogram(metrics.bounds)
-            labels = {"model": m.name, "variant": variant}
-            for bound, c in zip((*h.bounds, math.inf), h.cumulative()):
-                hist.add_sample(DURATION + "_bucket", {**labels, "le": _bound(bound)}, c)
-            hist.add_sample(DURATION + "_count", labels, h.count)
-            hist.add_sample(DURATION + "_sum", labels, h.sum)
+    for row in rows:
+        counter.add_metric([row.model, row.variant], row.requests)
+        h = row.durations
+        labels = {"model": row.model, "variant": row.variant}
+        for bound, c in zip((*h.bounds, math.inf), h.cumulative):
+            hist.add_sample(DURATION + "_bucket", {**labels, "le": _bound(bound)}, c)
+        hist.add_sample(DURATION + "_count", labels, h.count)
+        hist.add_sample(DURATION + "_sum", labels, h.sum)
     yield counter
     yield hist

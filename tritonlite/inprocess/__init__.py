@@ -18,8 +18,8 @@ from tritonlite.inprocess.bridge import LoopBridge
 if TYPE_CHECKING:
     import asyncio
 
-    from tritonlite.backends import pb_utils
-    from tritonlite.core.core import InferenceCore
+    from tritonlite.backends.python import pb_utils
+    from tritonlite.core.api import CoreAPI
 
 T = TypeVar("T")
 
@@ -29,7 +29,7 @@ class InProcessServer:
 
     __slots__ = ("_bridge",)
 
-    def __init__(self, core: InferenceCore) -> None:
+    def __init__(self, core: CoreAPI) -> None:
         self._bridge = LoopBridge(core)  # on the loop, before any model loads
 
     def execute(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:

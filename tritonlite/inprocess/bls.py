@@ -4,8 +4,10 @@
 ``execute_async`` (``async_exec``) returns an ``asyncio.Future`` on the caller's running loop
 (an ``async def execute`` runs on its instance's own loop, never on the server's). Both hand the
 request to the server's event loop through the in-process bridge (``inprocess/bridge.py``),
-where it takes the path a client request takes: model lookup, validation, the response cache,
-the model's scheduler and its statistics. With ``decoupled=True`` the result is a
+where it takes the path a client request takes, through the core's admission
+(``InferenceCore.infer``, or ``infer_stream`` with ``decoupled=True``): one model lookup,
+validation, the response cache, the model's scheduler and its statistics; BLS's own wording of
+a refusal goes in as data (``REFUSAL``). With ``decoupled=True`` the result is a
 ``ResponseIterator`` of every response.
 
 What the model gets back follows Triton's python_backend (checked against Triton 2.51):
@@ -42,14 +44,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tritonlite.backends import pb_utils
+from tritonlite.backends.python import pb_utils
 from tritonlite.contracts import datatypes
-from tritonlite.contracts.errors import ErrorCode, TritonliteError
+from tritonlite.contracts.errors import ErrorCode, Refusal, TritonliteError
 from tritonlite.contracts.types import InferInput, InferRequest, InferResponse, RequestedOutput
 from tritonlite.inprocess.bridge import LoopBridge
 
 if TYPE_CHECKING:
-    from tritonlite.core.core import InferenceCore
+    from tritonlite.core.api import CoreAPI
 
 
 class _Refused(Exception):
@@ -135,22 +137,17 @@ def _failed(model_name: str, exc: BaseException) -> pb_utils.InferenceResponse:
 # -- on the server's loop -------------------------------------------------------------------------
 
 
-def _admit(core: InferenceCore, request: InferRequest, decoupled: bool) -> bool:
-    """Triton's checks before a BLS request is sent; True when the target is decoupled."""
-    name = request.model_name
-    try:
-        model = core.repository.get(name, request.model_version)
-    except TritonliteError:
-        raise _Refused(
-            f"Failed for execute the inference request. Model '{name}' is not ready."
-        ) from None
-    if model.signature.decoupled and not decoupled:
-        raise _Refused(
-            f"Model {name} is using the decoupled. The current BLS request call doesn't support "
-            "models using the decoupled transaction policy. Please use 'decoupled=True' "
-            "argument to the 'exec' or 'async_exec' calls for decoupled models.'"
-        )
-    return model.signature.decoupled
+# Triton's python_backend words a BLS request refused before it reaches the model so; the
+# core's admission applies it (the same lookup, validation and intake as a client's request).
+REFUSAL = Refusal(
+    unknown_model="Failed for execute the inference request. Model '{name}' is not ready.",
+    decoupled=(
+        "Model {name} is using the decoupled. The current BLS request call doesn't support "
+        "models using the decoupled transaction policy. Please use 'decoupled=True' "
+        "argument to the 'exec' or 'async_exec' calls for decoupled models.'"
+    ),
+    prefix="Model {name} - Error when running inference: ",
+)
 
 
 def _release_trace(request: InferRequest) -> None:
@@ -159,42 +156,26 @@ def _release_trace(request: InferRequest) -> None:
         trace.release()
 
 
-async def _infer(core: InferenceCore, request: InferRequest) -> InferResponse:
-    _admit(core, request, decoupled=False)
-    # A non-decoupled model's stream is one item, which says whether the request was refused
-    # (lookup, validation) or failed in the model: whether the call finished within its first
-    # loop turn does not tell, since a short batch runs on the loop at once.
-    response: InferResponse | None = None
-    async for item in core.infer_stream(request):
-        if item.error is not None:
-            if item.refused:
-                raise _Refused(item.error.message) from None
-            raise item.error
-        response = item.response
-    assert response is not None  # a non-decoupled model always answers
+async def _infer(core: CoreAPI, request: InferRequest) -> InferResponse:
+    """A unary BLS call: one ``infer`` through the core's admission."""
+    response = await core.infer(request, refusal=REFUSAL)
     _release_trace(request)
     return response
 
 
-async def _pump(core: InferenceCore, request: InferRequest, sink: queue.SimpleQueue[Any]) -> None:
-    """Put every response of ``request`` (then ``_END``) into ``sink``; never raises."""
+async def _pump(core: CoreAPI, request: InferRequest, sink: queue.SimpleQueue[Any]) -> None:
+    """Put every response of a ``decoupled=True`` call (then ``_END``) into ``sink``, whatever
+    the target (a non-decoupled one answers once); never raises."""
     name = request.model_name
     try:
-        if not _admit(core, request, decoupled=True):
-            sink.put(await _infer(core, request))
-        else:
-            first = True
-            async for item in core.infer_stream(request):
-                if item.error is not None:
-                    # infer_stream hands the request a responder only once it is queued
-                    refused = first and getattr(request, "responder", None) is None
-                    sink.put(_failed(name, _Refused(item.error.message) if refused else item.error))
-                elif item.response is not None:
-                    sink.put(item.response)
-                else:  # a flags-only final: Triton's iterator yields an empty response
-                    sink.put(pb_utils.InferenceResponse())
-                first = False
-            _release_trace(request)
+        async for item in core.infer_stream(request, refusal=REFUSAL):
+            if item.error is not None:
+                sink.put(_failed(name, item.error))
+            elif item.response is not None:
+                sink.put(item.response)
+            else:  # a flags-only final: Triton's iterator yields an empty response
+                sink.put(pb_utils.InferenceResponse())
+        _release_trace(request)
     except Exception as exc:
         sink.put(_failed(name, exc))
     sink.put(_END)

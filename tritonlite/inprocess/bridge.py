@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, TypeVar
 from tritonlite.contracts.errors import internal, unavailable
 
 if TYPE_CHECKING:
-    from tritonlite.core.core import InferenceCore
+    from tritonlite.core.api import CoreAPI
 
 T = TypeVar("T")
-Factory = Callable[["InferenceCore"], Awaitable[T]]
+Factory = Callable[["CoreAPI"], Awaitable[T]]
 
 
 class LoopBridge:
@@ -35,7 +35,7 @@ class LoopBridge:
 
     __slots__ = ("core", "loop", "loop_thread")
 
-    def __init__(self, core: InferenceCore) -> None:
+    def __init__(self, core: CoreAPI) -> None:
         self.core = core
         self.loop = asyncio.get_running_loop()
         self.loop_thread = threading.get_ident()
@@ -64,5 +64,5 @@ class LoopBridge:
         return threading.get_ident() == self.loop_thread and not self.loop.is_closed()
 
 
-async def _invoke(factory: Factory[T], core: InferenceCore) -> T:
+async def _invoke(factory: Factory[T], core: CoreAPI) -> T:
     return await factory(core)

@@ -105,6 +105,17 @@ class InstancePool(Protocol):
         ...
 
 
+class ForwardStats(Protocol):
+    """The statistics a forwarding model (an ensemble, an A/B router) keeps of its own
+    requests: the core's ``ModelStats``, whose ``record_*`` every scheduler calls."""
+
+    def record_failure(self, total_ns: int, reason: str) -> None: ...
+    def record_execution(self, batch_size: int, timing: ExecTiming) -> Any: ...
+    def record_success(
+        self, total_ns: int, queue_ns: int, timing: ExecTiming | None, batch_size: int
+    ) -> None: ...
+
+
 class ForwardingScheduler:
     """What the schedulers of models with no instances of their own share -- an ensemble's,
     an A/B router's: each request is a task that forwards work to other models; the scheduler

@@ -67,17 +67,7 @@ from tritonlite.contracts.types import (
     RequestedOutput,
     Responder,
 )
-from tritonlite.scheduling.base import ForwardingScheduler
-
-
-class EnsembleStats(Protocol):
-    """The ensemble's own statistics (the core's ``ModelStats``)."""
-
-    def record_failure(self, total_ns: int, reason: str) -> None: ...
-    def record_execution(self, batch_size: int, timing: ExecTiming) -> Any: ...
-    def record_success(
-        self, total_ns: int, queue_ns: int, timing: ExecTiming | None, batch_size: int
-    ) -> None: ...
+from tritonlite.scheduling.base import ForwardingScheduler, ForwardStats
 
 
 class StepItem(Protocol):
@@ -102,7 +92,7 @@ class EnsembleHost(Protocol):
     def graph(self) -> EnsembleGraph: ...
 
     @property
-    def stats(self) -> EnsembleStats: ...
+    def stats(self) -> ForwardStats: ...
 
     async def step_infer(self, request: InferRequest) -> InferResponse:
         """Admit one composing request the way the core admits a client's."""

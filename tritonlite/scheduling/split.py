@@ -38,7 +38,7 @@ import time
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from tritonlite.contracts.errors import (
     TritonliteError,
@@ -49,7 +49,7 @@ from tritonlite.contracts.errors import (
 )
 from tritonlite.contracts.timing import ExecTiming
 from tritonlite.contracts.types import InferInput, InferRequest, InferResponse, RequestedOutput
-from tritonlite.scheduling.base import ForwardingScheduler
+from tritonlite.scheduling.base import ForwardingScheduler, ForwardStats
 
 log = logging.getLogger("tritonlite")
 
@@ -135,16 +135,6 @@ def _scaled(point: int, total: int) -> int:
     return (point * total) >> 64  # uniform onto [0, total), order-preserving
 
 
-class SplitStats(Protocol):
-    """The router's own statistics (the core's ``ModelStats``)."""
-
-    def record_failure(self, total_ns: int, reason: str) -> None: ...
-    def record_execution(self, batch_size: int, timing: ExecTiming) -> Any: ...
-    def record_success(
-        self, total_ns: int, queue_ns: int, timing: ExecTiming | None, batch_size: int
-    ) -> None: ...
-
-
 @runtime_checkable
 class SplitHost(Protocol):
     """What a router's scheduler needs of the core, handed in as the loaded model."""
@@ -156,7 +146,7 @@ class SplitHost(Protocol):
     def variants(self) -> Variants: ...
 
     @property
-    def stats(self) -> SplitStats: ...
+    def stats(self) -> ForwardStats: ...
 
     @property
     def output_names(self) -> tuple[str, ...]:

@@ -131,6 +131,19 @@ def _rows(trials: list[Trial], chosen: Trial) -> list[str]:
     return out
 
 
+def _rejections(trials: list[Trial]) -> list[str]:
+    """What each refusal at a lighter load gave up at the heavy point (empty: none)."""
+    rejected = [t for t in trials if t.status.startswith("rejected")]
+    if not rejected:
+        return []
+    out = ["### Rejected at a lighter load", ""]
+    out += [
+        f"- #{t.index} {t.candidate.label()}: {t.status.removeprefix('rejected: ')}"
+        for t in rejected
+    ]
+    return [*out, ""]
+
+
 def markdown(
     model: str,
     result: Result,
@@ -169,8 +182,11 @@ def markdown(
         "second in reverse order, and scores its best point. A candidate replaces the best so "
         "far only when it beats it by more than the noise margin, and only if it does not "
         "lose more than 10% of the original's throughput at a lighter load (unless within "
-        "the budget there).",
+        f"the budget there), judged on the median of {settings.light_rounds} probe windows "
+        "there, against the original's median of as many (a final sweep: the mean of its "
+        "rounds).",
         "",
+        *_rejections(result.trials),
         "### Config diff",
         "",
         "```diff",

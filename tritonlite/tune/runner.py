@@ -12,6 +12,7 @@ losing throughput at a lighter load. Progress goes to ``log`` (stderr) as it run
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,6 +37,9 @@ class Settings:
     sweep_s: float = 4.0
     margin: float = 0.05
     finalists: int = 3
+    # windows at the lightest load before a candidate can be refused there: one short window
+    # is within the noise of a shared machine (3x between neighbouring windows was seen)
+    light_rounds: int = 3
 
 
 @dataclass
@@ -64,6 +68,12 @@ class Result:
     reason: str
     elapsed_s: float
     stopped_early: bool
+
+
+def _cost(score: float, kept: float, heavy: int) -> str:
+    """What refusing a candidate gives up at the heavy point, in words (for the report)."""
+    ratio = f", {score / kept:.2f}x given up" if kept > 0 else ""
+    return f"cost at concurrency {heavy}: it scored {score:,.0f} vs {kept:,.0f} kept{ratio}"
 
 
 def config_json(cfg: Any) -> str:
@@ -192,22 +202,44 @@ class Tuner:
         second = space.score(s.throughput, s.p99_us, self.settings.latency_budget_us)
         trial.score = (trial.score + second) / 2 if s.ok else 0.0
 
-    def _light_load_ok(self, trial: Trial) -> bool:
-        """``space.acceptable`` at the lowest concurrency (when the range has one below)."""
+    def _light_sample(self, trial: Trial, concurrency: int) -> Sample | None:
+        """``light_rounds`` windows at ``concurrency`` as one sample, its throughput the
+        median window's (one slow or lucky window does not decide); None if one failed."""
+        rounds: list[Sample] = []
+        for _ in range(max(1, self.settings.light_rounds)):
+            s = self._sample(trial, concurrency, self.settings.probe_s)
+            if not s.ok:
+                return None
+            rounds.append(s)
+        out = merge(rounds)
+        out.throughput = statistics.median(s.throughput for s in rounds)
+        return out
+
+    def _light_load_ok(self, trial: Trial, kept: Trial) -> bool:
+        """``space.acceptable`` at the lowest concurrency (when the range has one below),
+        decided on ``_light_sample``; a refusal says what it cost at the highest concurrency,
+        where ``trial`` beat ``kept``, the best that stands."""
         lo, hi = self.settings.concurrency
         if lo == hi or self._base_low is None:
             return True
-        s = self._sample(trial, lo, self.settings.probe_s)
-        ok = s.ok and space.acceptable(
-            s.throughput, s.p99_us, self._base_low.throughput, self.settings.latency_budget_us
+        s = self._light_sample(trial, lo)
+        if s is None:
+            return False
+        base = self._base_low
+        ok = space.acceptable(
+            s.throughput, s.p99_us, base.throughput, self.settings.latency_budget_us
         )
-        if s.ok and not ok:
+        if not ok:
+            windows = ", ".join(f"{x.throughput:,.0f}" for x in trial.samples[-self._rounds() :])
             trial.status = (
-                f"rejected: at concurrency {lo} {s.throughput:,.0f} infer/s, p99 "
-                f"{s.p99_us / 1000:.2f} ms (original {self._base_low.throughput:,.0f}"
-                " infer/s)"
+                f"rejected: at concurrency {lo} {s.throughput:,.0f} infer/s (median of "
+                f"{windows}), p99 {s.p99_us / 1000:.2f} ms (original {base.throughput:,.0f} "
+                f"infer/s); {_cost(trial.score, kept.score, hi)}"
             )
         return ok
+
+    def _rounds(self) -> int:
+        return max(1, self.settings.light_rounds)
 
     # -- the search ----------------------------------------------------------------------------
     def run(self) -> Result:
@@ -225,7 +257,7 @@ class Tuner:
             raise RuntimeError(f"the original config does not serve: {baseline.status}{hint}")
         self._confirm(baseline)
         if lo < hi:
-            self._base_low = self._sample(baseline, lo, self.settings.probe_s)
+            self._base_low = self._light_sample(baseline, lo)
         self.best = self.leader = baseline
         stopped = False
         for name, stage in space.STAGES:
@@ -243,7 +275,7 @@ class Tuner:
                     if (
                         trial.ok
                         and space.better(trial.score, stage_best.score, self.settings.margin)
-                        and self._light_load_ok(trial)
+                        and self._light_load_ok(trial, stage_best)
                     ):
                         stage_best = self.leader = trial
                 if ladder.add(trial.score):
@@ -271,7 +303,8 @@ class Tuner:
         return out
 
     def _check_points(self, trial: Trial, base: Trial) -> None:
-        """A finalist that regresses at some concurrency (``space.acceptable``) is out."""
+        """A finalist that regresses at some concurrency (``space.acceptable``) is out; the
+        refusal says what it cost at the highest concurrency (its score vs the original's)."""
         ref = {s.concurrency: s for s in base.samples if s.ok}
         for s in trial.samples:
             b = ref.get(s.concurrency)
@@ -285,7 +318,8 @@ class Tuner:
                 trial.status = (
                     f"rejected: at concurrency {s.concurrency} "
                     f"{s.throughput:,.0f} infer/s vs the original's "
-                    f"{b.throughput:,.0f}"
+                    f"{b.throughput:,.0f} (mean of the sweep's rounds); "
+                    f"{_cost(trial.score, base.score, self.settings.concurrency[1])}"
                 )
 
     def _describe(self, trial: Trial) -> str:

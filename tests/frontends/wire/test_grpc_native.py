@@ -42,7 +42,7 @@ from test_h2_peer import (
 from tritonclient.grpc import service_pb2
 
 from tritonlite.contracts.errors import ErrorCode, TritonliteError
-from tritonlite.frontends.call import GrpcCall, RpcError
+from tritonlite.frontends.base.call import GrpcCall, RpcError
 from tritonlite.frontends.wire import _h2_py, grpc_native
 from tritonlite.frontends.wire.detect import Detect
 from tritonlite.frontends.wire.grpc_native import (

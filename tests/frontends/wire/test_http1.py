@@ -15,17 +15,19 @@ import socket
 import threading
 import time
 import zlib
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
 import pytest
+from conftest import wait_until
 from test_http1_support import Conn, LoopThread
 
 from tritonlite.contracts.errors import TritonliteError
+from tritonlite.frontends.base.http_call import HttpError, HttpResponse, HttpStream, StreamWriter
+from tritonlite.frontends.base.http_errors import STATUS, error
 from tritonlite.frontends.http.app import make_dispatch
-from tritonlite.frontends.http.call import HttpError, HttpResponse, HttpStream, StreamWriter
-from tritonlite.frontends.http.errors import STATUS, error
 from tritonlite.frontends.wire import _http1_py, http1
 from tritonlite.frontends.wire.http1 import HttpLimits, NativeHttpServer, start_http_native
 
@@ -84,10 +86,13 @@ async def _until_gone(req: Any) -> HttpResponse:
 
 
 GONE = threading.Event()
+# Set when a handler starts on a path: what a test waits for instead of sleeping.
+ENTERED: defaultdict[str, threading.Event] = defaultdict(threading.Event)
 
 
 async def handler(req: Any) -> HttpResponse | HttpStream:
     path = req.path
+    ENTERED[path].set()
     if path == "/until-gone":
         return await _until_gone(req)
     if path.startswith("/v2/"):
@@ -344,9 +349,10 @@ def test_a_half_closed_client_is_answered(serve: Serve) -> None:
 
 def test_a_handler_sees_the_client_leave(serve: Serve) -> None:
     GONE.clear()
+    ENTERED["/until-gone"].clear()
     with Conn(serve().port) as c:
         c.send(_get("/until-gone"))
-        time.sleep(0.05)
+        assert ENTERED["/until-gone"].wait(5)  # the handler runs; now the client leaves
     assert GONE.wait(5)
 
 
@@ -546,8 +552,9 @@ def test_stop_finishes_in_flight_refuses_new_and_closes(
         assert kept.response().status == 200
         idle.send(_get("/a"))
         assert idle.response().status == 200
+        ENTERED["/slow"].clear()
         busy.send(_get("/slow?d=0.5"))
-        time.sleep(0.1)  # the slow request is being handled (nothing to wait on from here)
+        assert ENTERED["/slow"].wait(5)  # the slow request is being handled
         stopping = asyncio.run_coroutine_threadsafe(server.stop(5.0), loop_thread.loop)
         assert idle.closed()
         r = busy.response()
@@ -561,10 +568,11 @@ def test_stop_finishes_in_flight_refuses_new_and_closes(
 def test_new_request_during_drain_gets_503(loop_thread: LoopThread, serve: Serve) -> None:
     server = serve()
     with Conn(server.port) as busy:
+        ENTERED["/slow"].clear()
         busy.send(_get("/slow?d=0.6") + b"POST /b HTTP/1.1\r\nContent-Length: 5\r\n\r\n12")
-        time.sleep(0.1)
+        assert ENTERED["/slow"].wait(5)
         stopping = asyncio.run_coroutine_threadsafe(server.stop(5.0), loop_thread.loop)
-        time.sleep(0.1)
+        wait_until(lambda: server.service.draining, 5)  # the stop has begun
         busy.send(b"345" + _get("/late"))  # a body already arriving finishes and is answered
         assert _json(busy.response())["path"] == "/slow"
         assert _json(busy.response())["body"] == "12345"
@@ -684,6 +692,7 @@ async def _task_and_context(req: Any) -> HttpResponse:
     """Answers which task it ran in (before and after ``?wait=...``) and what an earlier
     request on the connection left in a context variable."""
     before = asyncio.current_task() is not None
+    ENTERED[req.path].set()
     wait = req.query.partition("=")[2]
     if wait == "yield":
         await asyncio.sleep(0)  # a bare yield to the loop
@@ -723,8 +732,9 @@ def test_pipelined_answers_in_order_when_some_wait(serve: Serve) -> None:
 def test_a_body_that_arrives_later_is_waited_for(serve: Serve) -> None:
     with Conn(serve(_task_and_context).port) as c:
         head = b"POST /late HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\n\r\n"
+        ENTERED["/late"].clear()
         c.send(head + b"ab")
-        time.sleep(0.05)
+        assert ENTERED["/late"].wait(5)  # the handler started before the rest of the body
         c.send(b"cd")
         doc = _json(c.response())
         assert doc["length"] == 4 and doc["task_before"] is False and doc["task_after"] is True

@@ -24,7 +24,7 @@ import pytest
 import uvloop
 from test_http1 import FakeTransport, twin_class
 
-from tritonlite.frontends.http.call import HttpResponse
+from tritonlite.frontends.base.http_call import HttpResponse
 from tritonlite.frontends.wire.http1 import HttpLimits, HttpService
 
 _HEAD = orjson.dumps(

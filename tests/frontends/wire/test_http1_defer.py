@@ -17,7 +17,7 @@ import pytest
 from test_http1 import FakeTransport, _get, handler, twin_class
 from test_http1_support import Conn, LoopThread
 
-from tritonlite.frontends.http.call import HttpResponse, HttpStream
+from tritonlite.frontends.base.http_call import HttpResponse, HttpStream
 from tritonlite.frontends.wire.http1 import HttpLimits, HttpService, start_http_native
 
 

@@ -23,8 +23,8 @@ import pytest
 from test_http1 import FakeTransport, twin_class
 
 from tritonlite.contracts.errors import TritonliteError
-from tritonlite.frontends.http.call import HttpError, HttpResponse
-from tritonlite.frontends.http.errors import STATUS, error
+from tritonlite.frontends.base.http_call import HttpError, HttpResponse
+from tritonlite.frontends.base.http_errors import STATUS, error
 from tritonlite.frontends.wire.http1 import HttpLimits, HttpService
 
 pytestmark = pytest.mark.timeout(600)

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tritonlite.contracts import names
 from tritonlite.contracts.errors import ErrorCode, TritonliteError, invalid_arg
-from tritonlite.core.models import names
 
 
 @dataclass(frozen=True, slots=True)

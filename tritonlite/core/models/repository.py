@@ -25,6 +25,7 @@ from tritonlite._proto import pb
 from tritonlite.backends import AUTO_COMPLETERS, create_backend
 from tritonlite.backends.base import InstanceSpec, ModelContext, ServerAccess
 from tritonlite.contracts import config as model_config
+from tritonlite.contracts import names
 from tritonlite.contracts.errors import (
     ErrorCode,
     TritonliteError,
@@ -35,7 +36,7 @@ from tritonlite.contracts.errors import (
 from tritonlite.contracts.signature import Signature
 from tritonlite.contracts.timing import ExecTiming
 from tritonlite.contracts.types import InferRequest, InferResponse
-from tritonlite.core.models import ensemble_deps, names, split_deps
+from tritonlite.core.models import ensemble_deps, split_deps
 from tritonlite.core.models import lifecycle as lc
 from tritonlite.core.models.lifecycle import VersionState
 from tritonlite.core.models.overrides import (

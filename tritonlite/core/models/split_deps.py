@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any
 from tritonlite.contracts.config import CONFIG_FILENAME
 from tritonlite.contracts.config_validate import KIND_CPU
 from tritonlite.contracts.errors import invalid_arg, unsupported
+from tritonlite.contracts.names import component_problem
 from tritonlite.contracts.signature import Signature, TensorSpec
 from tritonlite.core.models.deps import ensure_loaded, ready_versions
-from tritonlite.core.models.names import component_problem
 from tritonlite.core.observability.latency import DEFAULT_HISTOGRAM_BUCKETS_US
 from tritonlite.core.runtime.split import SplitBackend, SplitMetrics, SplitModel
 from tritonlite.scheduling.split import SPLIT, VARIANTS_KEY, Variants, parse_variants

@@ -1,8 +1,8 @@
 """CPU, memory and GPU readings behind the nv_cpu_* and nv_gpu_* gauges (PROTOCOL.md §5).
 
-Each sampler keeps its latest readings; the metrics service calls ``sample()`` every
-``--metrics-interval-ms`` (off the event loop: NVML calls can block) and the collector reads the
-attributes. Readings are Triton's: CPU utilization from ``/proc/stat`` deltas between samples
+Each sampler keeps its latest readings; ``Samplers`` holds both and, while the metrics service
+runs, calls ``sample()`` every ``--metrics-interval-ms`` (off the event loop: NVML calls can
+block); the metrics snapshot (snapshot.py) reads the attributes. Readings are Triton's: CPU utilization from ``/proc/stat`` deltas between samples
 (busy = user + nice + system + irq + softirq + steal, idle = idle + iowait), used memory =
 MemTotal - MemAvailable, GPU values through NVML (``pynvml``, from the ``nvidia-ml-py``
 package; import-guarded, so a machine without it or without a GPU just has no GPU families).
@@ -10,6 +10,8 @@ package; import-guarded, so a machine without it or without a GPU just has no GP
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 from dataclasses import dataclass
@@ -185,3 +187,60 @@ class GpuSampler:
             self._nvml.nvmlShutdown()
         except Exception:
             pass
+
+
+class Samplers:
+    """The CPU/GPU samplers and the task that refreshes them every metrics interval."""
+
+    def __init__(self, cpu: bool, gpu: bool, interval_ms: int) -> None:
+        self._want_cpu, self._want_gpu = cpu, gpu
+        self.interval_s = interval_ms / 1000.0
+        self.cpu: CpuSampler | None = None
+        self.gpu: GpuSampler | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def _open(self) -> None:
+        if self._want_cpu:
+            cpu = CpuSampler()
+            self.cpu = cpu if cpu.available else None
+            if self.cpu is not None:
+                log.info("Collecting CPU metrics")
+        if self._want_gpu:
+            nvml = load_nvml()
+            if nvml is not None:
+                gpu = GpuSampler(nvml)
+                if gpu.readings:
+                    self.gpu = gpu
+                else:
+                    gpu.close()
+
+    def _sample(self) -> None:
+        if self.cpu is not None:
+            self.cpu.sample()
+        if self.gpu is not None:
+            self.gpu.sample()
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            try:
+                await asyncio.to_thread(self._sample)
+            except Exception:  # a reading failed; the next interval tries again
+                log.exception("polling CPU/GPU metrics")
+
+    async def start(self, _app: object = None) -> None:
+        if not (self._want_cpu or self._want_gpu):
+            return
+        await asyncio.to_thread(self._open)
+        if self.cpu is not None or self.gpu is not None:
+            self._task = asyncio.create_task(self._poll())
+
+    async def stop(self, _app: object = None) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self.gpu is not None:
+            self.gpu.close()
+            self.gpu = None

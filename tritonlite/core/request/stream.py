@@ -34,33 +34,15 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tritonlite.contracts.errors import ErrorCode, TritonliteError, internal
-from tritonlite.contracts.types import InferRequest, InferResponse
+from tritonlite.contracts.stream import StreamResponse
+from tritonlite.contracts.types import InferRequest
 from tritonlite.core.tensors.outputs import build_response
 
 if TYPE_CHECKING:
     from tritonlite.core.runtime.model import Model
-
-
-@dataclass(slots=True)
-class StreamResponse:
-    """One item of ``InferenceCore.infer_stream``.
-
-    Exactly one of ``response`` / ``error`` is set, except for a *flags-only final* (the model
-    ended the request without a last response): both None and ``final`` True. ``final`` is True
-    on the last item of the request and only there. An error item may be non-final: a decoupled
-    model may send an error response and go on sending. ``refused`` marks the error of a
-    request that never reached a model (unknown model, failed validation): front ends that
-    answer those differently from model errors (HTTP generate) look at it.
-    """
-
-    response: InferResponse | None
-    error: TritonliteError | None = None
-    final: bool = False
-    refused: bool = False
 
 
 def is_decoupled(model: Model) -> bool:

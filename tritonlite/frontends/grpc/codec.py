@@ -39,7 +39,7 @@ from tritonlite.contracts.types import (
     RequestedOutput,
     ShmRef,
 )
-from tritonlite.core.core import parse_version
+from tritonlite.contracts.versions import parse_version
 
 # The only triton_-prefixed request parameter a client may send (Triton's
 # TRITON_RESERVED_REQUEST_PARAMS); the C++ client and perf_analyzer send it on every request.

@@ -25,22 +25,22 @@ import grpc
 
 from tritonlite.contracts.errors import TritonliteError
 from tritonlite.core.api import CoreAPI
-from tritonlite.frontends.call import (
+from tritonlite.frontends.base.call import (
     GrpcMethods,
     InFlight,
     RpcError,
     StreamHandler,
     UnaryHandler,
 )
-from tritonlite.frontends.grpc.errors import (
+from tritonlite.frontends.base.grpc_errors import (
     STATUS,
     UNIMPLEMENTED,
     UNKNOWN,
     internal_message,
     rejected,
 )
+from tritonlite.frontends.base.sockets import connection_cap, raise_nofile_limit
 from tritonlite.frontends.grpc.servicer import methods
-from tritonlite.frontends.sockets import connection_cap, raise_nofile_limit
 from tritonlite.options import ServerOptions
 
 log = logging.getLogger("tritonlite")

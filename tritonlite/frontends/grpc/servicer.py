@@ -21,11 +21,11 @@ from grpc_health.v1 import health_pb2
 
 from tritonlite._proto import SERVICE_NAME, pb, service
 from tritonlite.contracts.errors import invalid_arg, unsupported
+from tritonlite.contracts.versions import parse_version
 from tritonlite.core.api import CoreAPI
-from tritonlite.core.core import parse_version
-from tritonlite.frontends import restrict
-from tritonlite.frontends.call import GrpcCall, GrpcMethods, StreamHandler, UnaryHandler
-from tritonlite.frontends.forward import grpc_forward
+from tritonlite.frontends.base import restrict
+from tritonlite.frontends.base.call import GrpcCall, GrpcMethods, StreamHandler, UnaryHandler
+from tritonlite.frontends.base.forward import grpc_forward
 from tritonlite.frontends.grpc import codec
 from tritonlite.frontends.grpc.codec import decode_infer, encode_infer, parse
 from tritonlite.frontends.grpc.stream import model_stream_infer
@@ -327,7 +327,7 @@ def _restricted(registry: dict[str, Method], options: ServerOptions) -> GrpcMeth
 def methods(core: CoreAPI, options: ServerOptions) -> GrpcMethods:
     """The registry every transport serves: each RPC of the inference service descriptor and
     the health service, keyed ``/package.Service/Method``, behind the restrictions that
-    ``options`` ask for (``frontends/restrict.py``)."""
+    ``options`` ask for (``frontends/base/restrict.py``)."""
     servicer = Servicer(core, options)
     health = Health(core)
     out: dict[str, Method] = {}

@@ -27,13 +27,13 @@ import time
 from typing import Any
 
 from tritonlite.contracts.errors import TritonliteError, internal
+from tritonlite.contracts.stream import StreamResponse
 from tritonlite.contracts.types import InferRequest, InferResponse
 from tritonlite.contracts.types import RequestTrace as Trace
 from tritonlite.core.api import CoreAPI
-from tritonlite.core.request.stream import StreamResponse
-from tritonlite.frontends.call import GrpcCall
+from tritonlite.frontends.base.call import GrpcCall
+from tritonlite.frontends.base.grpc_errors import STATUS, UNKNOWN, internal_message, rejected
 from tritonlite.frontends.grpc import codec
-from tritonlite.frontends.grpc.errors import STATUS, UNKNOWN, internal_message, rejected
 from tritonlite.frontends.grpc.tracing import write_traced
 
 log = logging.getLogger("tritonlite")

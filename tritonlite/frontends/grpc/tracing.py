@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 from tritonlite.contracts.types import RequestTrace as Trace
-from tritonlite.frontends.call import GrpcCall
+from tritonlite.frontends.base.call import GrpcCall
 
 
 def trace_unary(call: GrpcCall, trace: Trace, recv: tuple[int, int]) -> None:

@@ -18,11 +18,11 @@ from aiohttp.web_protocol import RequestHandler
 
 from tritonlite.contracts.errors import invalid_arg
 from tritonlite.core.api import CoreAPI
-from tritonlite.frontends.call import InFlight
+from tritonlite.frontends.base.call import InFlight
+from tritonlite.frontends.base.http_call import HttpError, HttpResponse, HttpStream, too_large
+from tritonlite.frontends.base.http_errors import error
+from tritonlite.frontends.base.sockets import connection_cap, raise_nofile_limit
 from tritonlite.frontends.http.app import make_dispatch
-from tritonlite.frontends.http.call import HttpError, HttpResponse, HttpStream, too_large
-from tritonlite.frontends.http.errors import error
-from tritonlite.frontends.sockets import connection_cap, raise_nofile_limit
 from tritonlite.options import ServerOptions
 
 __all__ = ["CappedServer", "make_server"]

@@ -2,7 +2,7 @@
 
 Routes are matched on the raw path with Triton's own patterns (PROTOCOL §1.1); anything else
 is 404 ``{"error":"Not Found"}`` and a wrong method 405. Handlers are written against the call
-interface (``frontends/http/call.py``), not a framework: ``make_dispatch`` is what both
+interface (``frontends/base/http_call.py``), not a framework: ``make_dispatch`` is what both
 transports run, aiohttp's low-level server (``aio.py``) and the native HTTP/1.1 layer
 (``frontends/wire/http1.py``). ``Expect: 100-continue`` is the transport's (sent on the first
 ``read()``); an unknown expectation is 417 here.
@@ -21,21 +21,21 @@ from urllib.parse import unquote
 import orjson
 
 from tritonlite.contracts.errors import TritonliteError, invalid_arg, unsupported
+from tritonlite.contracts.versions import parse_version
 from tritonlite.core.api import CoreAPI
-from tritonlite.core.core import parse_version
-from tritonlite.frontends import restrict
-from tritonlite.frontends.forward import HeaderForward, http_forward
-from tritonlite.frontends.http import codec
-from tritonlite.frontends.http import generate as gen
-from tritonlite.frontends.http import openai as oai
-from tritonlite.frontends.http.call import (
+from tritonlite.frontends.base import restrict
+from tritonlite.frontends.base.forward import HeaderForward, http_forward
+from tritonlite.frontends.base.http_call import (
     Dispatch,
     HttpError,
     HttpRequest,
     HttpResponse,
     HttpStream,
 )
-from tritonlite.frontends.http.errors import STATUS, error
+from tritonlite.frontends.base.http_errors import STATUS, error
+from tritonlite.frontends.http import codec
+from tritonlite.frontends.http import generate as gen
+from tritonlite.frontends.http import openai as oai
 from tritonlite.frontends.http.tracing import traced
 from tritonlite.options import ServerOptions
 

@@ -32,12 +32,12 @@ from typing import Any
 import orjson
 
 from tritonlite.contracts.errors import TritonliteError, invalid_arg
+from tritonlite.contracts.stream import StreamResponse
 from tritonlite.contracts.types import InferInput, InferRequest, InferResponse
 from tritonlite.core.api import CoreAPI
-from tritonlite.core.request.stream import StreamResponse
+from tritonlite.frontends.base.http_call import HttpRequest, HttpResponse, HttpStream, StreamWriter
+from tritonlite.frontends.base.http_errors import STATUS, error
 from tritonlite.frontends.http import codec
-from tritonlite.frontends.http.call import HttpRequest, HttpResponse, HttpStream, StreamWriter
-from tritonlite.frontends.http.errors import STATUS, error
 
 ONE_RESPONSE = (
     "generate expects model to produce exactly 1 response, use generate stream for "

@@ -26,21 +26,21 @@ import numpy as np
 import orjson
 
 from tritonlite.contracts.errors import TritonliteError
+from tritonlite.contracts.stream import StreamResponse
 from tritonlite.contracts.types import InferRequest
 from tritonlite.core.api import CoreAPI
-from tritonlite.core.request.stream import StreamResponse
-from tritonlite.frontends.http.call import (
+from tritonlite.frontends.base.http_call import (
     HttpError,
     HttpRequest,
     HttpResponse,
     HttpStream,
     StreamWriter,
 )
+from tritonlite.frontends.base.rejects import REJECTS
 from tritonlite.frontends.http.generate import next_item
 from tritonlite.frontends.openai import body, template, translate
 from tritonlite.frontends.openai.contract import Contracts, TextModel, split_id
 from tritonlite.frontends.openai.errors import OpenAIError, bad, from_core, unknown_model
-from tritonlite.frontends.rejects import REJECTS
 
 log = logging.getLogger("tritonlite")
 

@@ -7,7 +7,7 @@ already taken HTTP_RECV_START (handler entry, headers parsed) and HTTP_RECV_END 
 from __future__ import annotations
 
 from tritonlite.contracts.types import RequestTrace as Trace
-from tritonlite.frontends.http.call import HttpResponse
+from tritonlite.frontends.base.http_call import HttpResponse
 
 
 def traced(response: HttpResponse, trace: Trace, recv: tuple[int, int]) -> HttpResponse:

@@ -38,13 +38,13 @@ from typing import Any
 import httptools
 
 from tritonlite.contracts.errors import invalid_arg
-from tritonlite.frontends.http.call import (
+from tritonlite.frontends.base.http_call import (
     HttpError,
     HttpResponse,
     HttpStream,
     too_large,
 )
-from tritonlite.frontends.http.errors import error
+from tritonlite.frontends.base.http_errors import error
 from tritonlite.frontends.wire.eager import begin
 from tritonlite.frontends.wire.inflate import InflateError, TooLarge, content_wbits
 

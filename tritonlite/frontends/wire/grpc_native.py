@@ -1,7 +1,7 @@
 """gRPC over tritonlite's own HTTP/2 layer: an asyncio Protocol serving a ``GrpcMethods`` registry.
 
 ``GrpcProtocol(methods, limits)`` is one connection: ``wire.h2.H2Connection`` parses and frames,
-this module maps streams to calls (``GrpcCall``, see ``frontends/call.py``) and runs each
+this module maps streams to calls (``GrpcCall``, see ``frontends/base/call.py``) and runs each
 call's handler as a task. It makes no assumption about who created it: a listener from
 ``start_grpc_native`` or the one-port detector calling ``connection_made`` and then
 ``data_received(first_bytes)``.
@@ -29,8 +29,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from tritonlite.contracts.errors import TritonliteError
-from tritonlite.frontends.call import GrpcMethod, GrpcMethods, RpcError
-from tritonlite.frontends.grpc.errors import (
+from tritonlite.frontends.base.call import GrpcMethod, GrpcMethods, RpcError
+from tritonlite.frontends.base.grpc_errors import (
     DEADLINE_EXCEEDED,
     INTERNAL,
     OK,

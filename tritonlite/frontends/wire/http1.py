@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tritonlite import _twins
-from tritonlite.frontends.http.call import Dispatch
+from tritonlite.frontends.base.http_call import Dispatch
 from tritonlite.frontends.wire import _http1_py
 from tritonlite.frontends.wire.inflate import Inflater
 

@@ -1,6 +1,6 @@
 """One worker process of an ``EXECUTION_ENV_PATH`` environment and the socket to it.
 
-``WorkerProcess`` starts ``python_env_worker.py`` under the environment's interpreter with one end
+``WorkerProcess`` starts ``env_worker.py`` under the environment's interpreter with one end
 of a Unix socket pair, relays the worker's output into the server log (one line at a time,
 prefixed with ``[name]``), and makes calls: one message out, one answer back. A worker that
 dies or stops answering makes the call raise ``WorkerGone`` with a sentence saying how it
@@ -29,11 +29,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tritonlite.backends.python_env_worker import ChannelClosed, recv_message, send_message
+from tritonlite.backends.python.env_worker import ChannelClosed, recv_message, send_message
 
 log = logging.getLogger("tritonlite")
 
-WORKER = Path(__file__).with_name("python_env_worker.py")
+WORKER = Path(__file__).with_name("env_worker.py")
 START_TIMEOUT_S = 120.0  # the interpreter and numpy import, on a loaded machine
 FINALIZE_TIMEOUT_S = 30.0
 

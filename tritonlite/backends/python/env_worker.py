@@ -1,6 +1,6 @@
 """The worker that runs one instance of an ``EXECUTION_ENV_PATH`` python model, in that environment.
 
-``backends/python_env.py`` starts it as ``<env>/bin/python3 python_env_worker.py <fd>``, where
+``backends/python/env.py`` starts it as ``<env>/bin/python3 env_worker.py <fd>``, where
 ``<fd>`` is this end of a Unix socket pair. The environment's interpreter runs it, so it needs
 only the standard library and numpy (any version from 1.20 on) and must run on Python 3.8+;
 it never imports tritonlite. The server imports this file too, for the message framing below,
@@ -36,7 +36,7 @@ import numpy as np
 
 _HEAD = struct.Struct("<IQ")
 _ALIGN = 64  # tensors start on 64-byte boundaries of the binary part
-_PB_UTILS_FILE = "python_env_pb_utils.py"
+_PB_UTILS_FILE = "env_pb_utils.py"
 _MODEL_CONFIG_FILE = "<tritonlite ModelConfig>"
 
 

@@ -1,29 +1,17 @@
-"""Python-backend auto-complete: ``auto_complete_config`` and ``pb_utils.ModelConfig``.
+"""``pb_utils.ModelConfig``, the config a model's ``auto_complete_config`` extends, and
+``apply_changes``, which writes what it changed back into the model's config.
 
-``auto_complete`` backs backend ``python``'s entry in ``backends.AUTO_COMPLETERS``, which
-``contracts.config.load_model_config`` calls. Like Triton's stub it imports the model's
-``model.py`` (highest version the version policy selects), hands ``auto_complete_config`` a
-``ModelConfig`` over the config as ``/config`` would render it now, and takes the dict back.
-Only the top-level fields the model changed are written into the config; the rest stays as it
-was, so normalization afterwards still sees what config.pbtxt said. ``ModelConfig``'s methods
-refuse changes that conflict with config.pbtxt (Triton's ``ValueError`` messages); those
-become load errors.
+Used by the in-process auto-complete (``autocomplete``), by ``pb_utils`` (which offers the
+class to model code) and by the environment worker's host (``env``, which ships the class's
+source to the worker and applies its answer); it imports nothing else of the backend.
 """
 
 from __future__ import annotations
 
-import copy
 import json
-from pathlib import Path
 from typing import Any
 
-from tritonlite.contracts.config import (
-    normalize,
-    parse_json,
-    render_json,
-    select_versions,
-    version_dirs,
-)
+from tritonlite.contracts.config import parse_json
 from tritonlite.contracts.errors import invalid_arg
 
 
@@ -142,7 +130,7 @@ class ModelConfig:
             policy["decoupled"] = wanted
 
 
-def _apply(cfg: Any, before: dict[str, Any], after: dict[str, Any]) -> None:
+def apply_changes(cfg: Any, before: dict[str, Any], after: dict[str, Any]) -> None:
     """Write the top-level fields that differ between ``before`` and ``after`` into ``cfg``."""
 
     keys = [k for k in after if before.get(k, _MISSING) != after[k]]
@@ -183,69 +171,3 @@ def _is_repeated(field: Any) -> bool:
     if flag is None:
         return bool(field.label == field.LABEL_REPEATED)
     return bool(flag)
-
-
-def auto_complete(cfg: Any, model_dir: Path) -> None:
-    """Run the model's ``auto_complete_config`` (if it has one) and merge the result into ``cfg``.
-
-    Parameters
-    ----------
-    cfg
-        The config after platform resolution; changed in place.
-    model_dir
-        ``<repo>/<model>``.
-
-    Raises
-    ------
-    TritonliteError
-        INVALID_ARG when importing model.py or ``auto_complete_config`` fails (conflicts with
-        config.pbtxt included), or it does not return a ``pb_utils.ModelConfig``.
-
-    Notes
-    -----
-    Nothing happens when there is no version directory or model file: loading the model then
-    reports what is missing. A model.py without ``TritonPythonModel`` is left to the backend,
-    which reports it the way Triton does.
-    """
-    from tritonlite.backends import pb_utils
-    from tritonlite.backends.python_loader import ModelScope, describe
-
-    if "EXECUTION_ENV_PATH" in cfg.parameters:  # model.py runs in its own environment
-        from tritonlite.backends.python_env import auto_complete as in_environment
-
-        return in_environment(cfg, model_dir)
-    available = version_dirs(model_dir)
-    if not available:
-        return
-    chosen = select_versions(cfg, available) or available
-    version = chosen[-1]
-    path = Path(model_dir, str(version), cfg.default_model_filename or "model.py")
-    if not path.is_file():
-        return
-    pb_utils._install()
-    scope = ModelScope(cfg.name, version, Path(model_dir), path)
-    try:
-        try:
-            module = scope.load()
-        except Exception as exc:
-            raise invalid_arg(describe(exc)) from None
-        fn = getattr(getattr(module, "TritonPythonModel", None), "auto_complete_config", None)
-        if fn is None:
-            return
-        shown = copy.deepcopy(cfg)
-        normalize(shown)
-        before = render_json(shown)
-        config = ModelConfig(json.dumps(before))
-        try:
-            with scope.running():
-                result = fn(config)
-        except Exception as exc:
-            raise invalid_arg(describe(exc)) from None
-        if not isinstance(result, ModelConfig):
-            raise invalid_arg(
-                f"auto_complete_config function in model '{cfg.name}' must return "
-                "a valid pb.ModelConfig object."
-            )
-        _apply(cfg, before, result.as_dict())
-    finally:
-        scope.close()

@@ -11,18 +11,18 @@ environment (a tarball, e.g. from conda-pack or a tarred venv: unpacked once int
 ``$TRITONLITE_PYTHON_ENV_CACHE`` or ``<tmp>/tritonlite-python-envs-<uid>``, in a directory named
 by the tarball's SHA-256, and reused by every model and load that names the same bytes) or an
 environment directory, used as it is. Its ``bin/python3`` (or ``bin/python``) runs
-``python_env_worker.py``, which imports model.py with a ``triton_python_backend_utils``
-stand-in (``python_env_pb_utils.py``); the environment needs numpy, nothing of tritonlite.
+``env_worker.py``, which imports model.py with a ``triton_python_backend_utils``
+stand-in (``env_pb_utils.py``); the environment needs numpy, nothing of tritonlite.
 The worker's environment variables are the server's, without ``PYTHONHOME`` / ``PYTHONPATH``
 (so nothing of the server's site-packages leaks in), with the environment's ``bin`` first on
 ``PATH`` and ``VIRTUAL_ENV`` or ``CONDA_PREFIX`` set, as its ``activate`` script would.
 
 Like Triton's stub, there is one worker process per model instance, started by
 ``new_instance`` and told to ``finalize`` and exit by ``close``. Batches go to it over a Unix
-socket pair, tensors as raw bytes (``python_env_worker.py`` has the protocol); the server's
+socket pair, tensors as raw bytes (``env_worker.py`` has the protocol); the server's
 dynamic batcher, statistics, execution timeout and error paths are the ones every backend
 goes through, and the execute results follow the in-process backend's rules and messages
-(``backends/python.py``). The model's output (``print``, ``pb_utils.Logger``) goes to the server
+(``backends/python/backend.py``). The model's output (``print``, ``pb_utils.Logger``) goes to the server
 log, one line at a time, prefixed with the instance's name.
 
 A worker that dies (killed, crashed, ``sys.exit`` in ``execute``) fails the batch it was running,
@@ -34,9 +34,9 @@ core's execution timeout, which rebuilds the instance; the hung process ends whe
 returns (or with the server: workers exit when their parent is gone).
 
 ``auto_complete_config`` runs in the environment too, in a short-lived worker (Triton's
-auto-complete stub), with the in-process ``ModelConfig`` (``python_autocomplete.py``).
+auto-complete stub), with the in-process ``ModelConfig`` (``model_config.py``).
 
-Decoupled models stream as in-process ones do (``backends/python.py``'s rules and messages): the
+Decoupled models stream as in-process ones do (``backends/python/backend.py``'s rules and messages): the
 worker sends each response the moment the model's sender is called, from any of its threads,
 during or after ``execute`` (an ``async def execute`` runs in the background on a loop of the
 worker's); a reader thread hands them to the requests' streams in order. A worker that dies
@@ -51,7 +51,7 @@ environments stay in the cache directory after the server exits (Triton unpacks 
 
 Over 500 lines, one module: ``PythonEnvInstance`` is most of it, one conversation with one
 worker (execute, decoupled streams, BLS calls, death) whose halves must change together; the
-process itself is ``python_env_process.py``, the protocol ``python_env_worker.py``.
+process itself is ``env_process.py``, the protocol ``env_worker.py``.
 """
 
 from __future__ import annotations
@@ -81,8 +81,9 @@ from tritonlite.backends.base import (
     ModelOutputs,
     Result,
 )
-from tritonlite.backends.python_env_process import WorkerGone, WorkerProcess
-from tritonlite.backends.python_env_worker import Packer, unpack
+from tritonlite.backends.python.env_process import WorkerGone, WorkerProcess
+from tritonlite.backends.python.env_worker import Packer, unpack
+from tritonlite.backends.python.model_config import ModelConfig, apply_changes
 from tritonlite.contracts.errors import (
     ErrorCode,
     ErrorResponse,
@@ -500,7 +501,7 @@ class PythonEnvInstance:
     ) -> None:
         """Run the model's BLS request through the core as an in-process model's runs, and
         send the worker its response(s), then ``done`` (or the exception to raise)."""
-        from tritonlite.backends import pb_utils
+        from tritonlite.backends.python import pb_utils
 
         call_id, decoupled = meta["id"], bool(meta["decoupled"])
         try:
@@ -650,8 +651,6 @@ def _server_response(resp: Any, packer: Packer) -> dict[str, Any]:
 
 def _model_files(path: Path, version_dir: Path, model_dir: Path) -> dict[str, str]:
     """What the worker needs to import model.py (and to give it ``pb_utils.ModelConfig``)."""
-    from tritonlite.backends.python_autocomplete import ModelConfig
-
     return {
         "model_path": str(path),
         "version_dir": str(version_dir),
@@ -671,7 +670,6 @@ def auto_complete(cfg: Any, model_dir: Path) -> None:
         something else than a ``pb_utils.ModelConfig`` (the registry makes these INTERNAL);
         INTERNAL when the environment cannot be used.
     """
-    from tritonlite.backends.python_autocomplete import _apply as apply_model_config
     from tritonlite.contracts.config import normalize, render_json, select_versions, version_dirs
 
     available = version_dirs(model_dir)
@@ -708,4 +706,4 @@ def auto_complete(cfg: Any, model_dir: Path) -> None:
     if "error" in reply:
         raise invalid_arg(str(reply["error"]))
     if reply.get("config") is not None:
-        apply_model_config(cfg, before, reply["config"])
+        apply_changes(cfg, before, reply["config"])

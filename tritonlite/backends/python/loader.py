@@ -118,7 +118,7 @@ class ModelScope:
     @contextmanager
     def running(self) -> Iterator[None]:
         """Run model code that may import its sibling files by their plain names."""
-        from tritonlite.backends import pb_utils
+        from tritonlite.backends.python import pb_utils
 
         with _lock:
             added = [d for d in self.dirs if d not in sys.path]
@@ -262,6 +262,6 @@ def describe(exc: BaseException) -> str:
         text += "\n\nAt:\n" + "".join(
             f"  {f.filename}({f.lineno}): {f.name}\n" for f in reversed(frames)
         )
-    from tritonlite.backends.python_env import numpy2_hint
+    from tritonlite.backends.python.env import numpy2_hint
 
     return text + numpy2_hint(exc)

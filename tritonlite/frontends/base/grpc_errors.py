@@ -8,6 +8,7 @@ turns them back into ``grpc.StatusCode`` members.
 from __future__ import annotations
 
 from tritonlite.contracts.errors import ErrorCode
+from tritonlite.frontends.base.rejects import REJECTS, Rejects
 
 # gRPC status codes (https://grpc.github.io/grpc/core/md_doc_statuscodes.html)
 OK = 0
@@ -39,18 +40,41 @@ STATUS: dict[ErrorCode, int] = {
     ErrorCode.CANCELLED: CANCELLED,
 }
 
+# the reason each client-caused status counts under in tritonlite_rejected_requests_total
+_REASONS = {
+    INVALID_ARGUMENT: "bad_request",
+    UNKNOWN: "bad_request",  # ErrorCode.UNKNOWN (HTTP 400)
+    ALREADY_EXISTS: "bad_request",
+    FAILED_PRECONDITION: "bad_request",
+    OUT_OF_RANGE: "bad_request",
+    NOT_FOUND: "not_found",
+    UNIMPLEMENTED: "unsupported",
+    RESOURCE_EXHAUSTED: "too_large",
+    DEADLINE_EXCEEDED: "timeout",
+    UNAVAILABLE: "unavailable",
+    PERMISSION_DENIED: "forbidden",
+    UNAUTHENTICATED: "forbidden",
+}
+
+
+def grpc_reason(status: int) -> str | None:
+    """The reason a gRPC status counts under, or None (OK, CANCELLED, INTERNAL, DATA_LOSS)."""
+    return _REASONS.get(status)
+
 
 def internal_message(exc: BaseException) -> str:
     """The status message of an unexpected exception (INTERNAL), the same on every transport."""
     return f"internal error: {type(exc).__name__}: {exc}"
 
 
-def rejected(status: int, message: str, reason: str | None = None) -> None:
+def rejected(
+    status: int, message: str, reason: str | None = None, *, rejects: Rejects = REJECTS
+) -> None:
     """Count and log (rate-limited) a call ended with ``status`` when it is a client's mistake.
 
     Each gRPC transport calls this once per call it ends with an error status (``reason``
     overrides the status's own, e.g. "protocol_error" for an INTERNAL the client caused).
     """
-    from tritonlite.frontends.rejects import REJECTS  # rejects imports this module
-
-    REJECTS.grpc(status, message, reason)
+    reason = reason or grpc_reason(status)
+    if reason is not None:
+        rejects.note("grpc", reason, message, status)

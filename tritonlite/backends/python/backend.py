@@ -33,7 +33,7 @@ fails does the same (Triton only logs it, leaving such requests open).
 UNSUPPORTED: request rescheduling (its request fails). BLS requests a model makes run through
 the server's core (``backends/bls.py``). A model whose config sets ``EXECUTION_ENV_PATH`` is
 not imported here: its instances run in worker processes of that environment
-(``backends/python_env.py``).
+(``backends/python/env.py``).
 
 Fatal errors (the instance is taken out of rotation and rebuilt: a fresh ``TritonPythonModel``
 with ``initialize`` called again, see backends/base.py): ``execute`` raising ``SystemExit`` or
@@ -56,7 +56,6 @@ from types import CoroutineType
 from typing import Any
 
 from tritonlite import kernels
-from tritonlite.backends import pb_utils, python_loader
 from tritonlite.backends.base import (
     BackendFatalError,
     InstanceSpec,
@@ -64,8 +63,10 @@ from tritonlite.backends.base import (
     ModelOutputs,
     Result,
 )
-from tritonlite.backends.python_env import PythonEnvBackend, PythonEnvInstance, uses_environment
-from tritonlite.backends.python_loader import ModelScope, describe
+from tritonlite.backends.python import loader as python_loader
+from tritonlite.backends.python import pb_utils
+from tritonlite.backends.python.env import PythonEnvBackend, PythonEnvInstance, uses_environment
+from tritonlite.backends.python.loader import ModelScope, describe
 from tritonlite.contracts.errors import (
     ErrorCode,
     ErrorResponse,
@@ -123,7 +124,7 @@ class PythonBackend:
         cfg = ctx.config
         name = ctx.name
         self.decoupled = bool(cfg.model_transaction_policy.decoupled)
-        # A model with its own environment runs in worker processes (backends/python_env.py).
+        # A model with its own environment runs in worker processes (backends/python/env.py).
         self.env_backend = PythonEnvBackend(ctx) if uses_environment(cfg) else None
         if self.env_backend is not None:
             return

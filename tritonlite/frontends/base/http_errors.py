@@ -5,8 +5,8 @@ from __future__ import annotations
 import orjson
 
 from tritonlite.contracts.errors import ErrorCode
-from tritonlite.frontends.http.call import HttpResponse
-from tritonlite.frontends.rejects import REJECTS
+from tritonlite.frontends.base.http_call import HttpResponse
+from tritonlite.frontends.base.rejects import REJECTS
 
 STATUS = {
     ErrorCode.INTERNAL: 500,

@@ -1,8 +1,9 @@
 """Requests refused for what the client sent: one log line at most, and a counter by reason.
 
 Every front end answers a client's mistake (a malformed body, an unknown model, a frame that
-breaks HTTP/2, an upload past the size limit) with an error, and then calls ``REJECTS.http`` or
-``REJECTS.grpc`` (``REJECTS.note`` when it knows the reason itself). Each call
+breaks HTTP/2, an upload past the size limit) with an error, and then calls ``REJECTS.http``,
+``grpc_errors.rejected`` (which knows the gRPC statuses) or ``REJECTS.note`` when it knows the
+reason itself. Each call
 
 * counts the request in ``tritonlite_rejected_requests_total{protocol, reason}`` on the
   metrics port (``collect``), and
@@ -22,7 +23,6 @@ from collections.abc import Iterator
 
 from prometheus_client.core import CounterMetricFamily
 
-from tritonlite.frontends.grpc import errors as grpc_status
 from tritonlite.logs import RateLimitedLog
 
 PROTOCOLS = ("http", "grpc")
@@ -52,20 +52,6 @@ _HTTP_REASONS = {
     401: "forbidden",
     403: "forbidden",
 }
-_GRPC_REASONS = {
-    grpc_status.INVALID_ARGUMENT: "bad_request",
-    grpc_status.UNKNOWN: "bad_request",  # ErrorCode.UNKNOWN (HTTP 400)
-    grpc_status.ALREADY_EXISTS: "bad_request",
-    grpc_status.FAILED_PRECONDITION: "bad_request",
-    grpc_status.OUT_OF_RANGE: "bad_request",
-    grpc_status.NOT_FOUND: "not_found",
-    grpc_status.UNIMPLEMENTED: "unsupported",
-    grpc_status.RESOURCE_EXHAUSTED: "too_large",
-    grpc_status.DEADLINE_EXCEEDED: "timeout",
-    grpc_status.UNAVAILABLE: "unavailable",
-    grpc_status.PERMISSION_DENIED: "forbidden",
-    grpc_status.UNAUTHENTICATED: "forbidden",
-}
 _MAX_MESSAGE = 200  # characters of the client-influenced message that reach the log
 
 
@@ -75,11 +61,6 @@ def http_reason(status: int) -> str | None:
     if reason is None and 400 <= status < 500:
         return "bad_request"
     return reason
-
-
-def grpc_reason(status: int) -> str | None:
-    """The reason a gRPC status counts under, or None (OK, CANCELLED, INTERNAL, DATA_LOSS)."""
-    return _GRPC_REASONS.get(status)
 
 
 def _one_line(message: str) -> str:
@@ -121,12 +102,6 @@ class Rejects:
         reason = reason or http_reason(status)
         if reason is not None:
             self.note("http", reason, message, status)
-
-    def grpc(self, status: int, message: str, reason: str | None = None) -> None:
-        """A gRPC call ended with ``status``: counted when it is the client's mistake."""
-        reason = reason or grpc_reason(status)
-        if reason is not None:
-            self.note("grpc", reason, message, status)
 
     def count(self, protocol: str, reason: str | None = None) -> int:
         """Rejections so far for ``protocol`` (and ``reason``, else all reasons)."""

@@ -1,12 +1,12 @@
 """``triton_python_backend_utils`` inside an ``EXECUTION_ENV_PATH`` worker (stdlib + numpy only).
 
-``python_env_worker.py`` loads this file under Triton's module name before it imports the model,
+``env_worker.py`` loads this file under Triton's module name before it imports the model,
 so ``import triton_python_backend_utils as pb_utils`` works there as in Triton. It covers what a
 model needs for ``initialize`` / ``execute`` / ``finalize``: ``Tensor``, ``InferenceRequest``,
 ``InferenceResponse``, the non-decoupled ``InferenceResponseSender``, ``TritonError``,
 ``TritonModelException``, ``Logger`` (lines go to the server's log), the config and tensor
 lookups, the dtype tables and BYTES helpers, ``get_model_dir``. Names, signatures and messages
-follow Triton's python_backend (and tritonlite's in-process ``backends/pb_utils.py``).
+follow Triton's python_backend (and tritonlite's in-process ``backends/python/pb_utils.py``).
 
 BLS (``InferenceRequest.exec`` / ``async_exec``) goes to the server, which runs it through its
 core as it runs in-process models' BLS. Not available in a worker (each raises
@@ -14,111 +14,78 @@ core as it runs in-process models' BLS. Not available in a worker (each raises
 ``is_model_ready``. Decoupled senders work, ``is_cancelled()`` included (it asks the server).
 ``MetricFamily`` metrics are kept in memory only.
 
-It stays one file (over 500 lines): the worker loads it by path as one module named
-``triton_python_backend_utils``, in an environment where tritonlite is not importable.
+The parts it shares with the in-process module (constants, dtype tables, errors, BYTES
+helpers, lookups) are ``pb_core.py``, loaded by path beside this file. Over 500 lines: the worker
+loads this file by path as one module named ``triton_python_backend_utils``, in an environment
+where tritonlite is not importable.
 """
 
 from __future__ import annotations
 
 import enum
 import json
-import struct
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
-TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
-TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
-TRITONSERVER_REQUEST_RELEASE_ALL = 1
-TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
-TRITONSERVER_MEMORY_GPU = 0
-TRITONSERVER_MEMORY_CPU = 1
 
-TRITON_STRING_TO_NUMPY = {
-    "TYPE_BOOL": bool,
-    "TYPE_UINT8": np.uint8,
-    "TYPE_UINT16": np.uint16,
-    "TYPE_UINT32": np.uint32,
-    "TYPE_UINT64": np.uint64,
-    "TYPE_INT8": np.int8,
-    "TYPE_INT16": np.int16,
-    "TYPE_INT32": np.int32,
-    "TYPE_INT64": np.int64,
-    "TYPE_FP16": np.float16,
-    "TYPE_FP32": np.float32,
-    "TYPE_FP64": np.float64,
-    "TYPE_STRING": np.object_,
-}
-_NUMPY_BY_CODE = (
-    None,
-    np.bool_,
-    np.uint8,
-    np.uint16,
-    np.uint32,
-    np.uint64,
-    np.int8,
-    np.int16,
-    np.int32,
-    np.int64,
-    np.float16,
-    np.float32,
-    np.float64,
-    np.object_,
+def _load_core() -> Any:
+    """``pb_core.py`` beside this file, by path (tritonlite is not importable in the worker)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).with_name("pb_core.py")
+    spec = importlib.util.spec_from_file_location("triton_python_backend_utils_core", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+_CORE_NAMES = (
+    "TRITON_STRING_TO_NUMPY",
+    "TRITONSERVER_MEMORY_CPU",
+    "TRITONSERVER_MEMORY_GPU",
+    "TRITONSERVER_REQUEST_FLAG_SEQUENCE_END",
+    "TRITONSERVER_REQUEST_FLAG_SEQUENCE_START",
+    "TRITONSERVER_REQUEST_RELEASE_ALL",
+    "TRITONSERVER_REQUEST_RELEASE_RESCHEDULE",
+    "TRITONSERVER_RESPONSE_COMPLETE_FINAL",
+    "TritonError",
+    "TritonModelException",
+    "_BYTES_CODE",
+    "_ErrorCode",
+    "_NUMPY_BY_CODE",
+    "deserialize_bytes_tensor",
+    "get_input_config_by_name",
+    "get_output_config_by_name",
+    "get_output_tensor_by_name",
+    "numpy_to_triton_type",
+    "serialize_byte_tensor",
+    "triton_string_to_numpy",
+    "triton_to_numpy_type",
+    "using_decoupled_model_transaction_policy",
 )
-_BYTES_CODE = 13
+
+if TYPE_CHECKING:
+    from tritonlite.backends.python.pb_core import (
+        _BYTES_CODE,
+        TRITONSERVER_REQUEST_RELEASE_RESCHEDULE,
+        TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+        TritonError,
+        TritonModelException,
+        _ErrorCode,
+        numpy_to_triton_type,
+    )
+else:
+    _core = _load_core()
+    globals().update({n: getattr(_core, n) for n in _CORE_NAMES})
+
 _model_dir: str | None = None  # set by the worker before the model is imported
 _bls: Any = None  # the worker's BLS call: (request, decoupled) -> response(s)
-
-
-class _ErrorCode(enum.IntEnum):
-    UNKNOWN = 0
-    INTERNAL = 1
-    NOT_FOUND = 2
-    INVALID_ARG = 3
-    UNAVAILABLE = 4
-    UNSUPPORTED = 5
-    ALREADY_EXISTS = 6
-    CANCELLED = 7
-
-
-class TritonError:
-    """An error a model puts in a response: ``TritonError(message, code=TritonError.INTERNAL)``."""
-
-    UNKNOWN = _ErrorCode.UNKNOWN
-    INTERNAL = _ErrorCode.INTERNAL
-    NOT_FOUND = _ErrorCode.NOT_FOUND
-    INVALID_ARG = _ErrorCode.INVALID_ARG
-    UNAVAILABLE = _ErrorCode.UNAVAILABLE
-    UNSUPPORTED = _ErrorCode.UNSUPPORTED
-    ALREADY_EXISTS = _ErrorCode.ALREADY_EXISTS
-    CANCELLED = _ErrorCode.CANCELLED
-
-    def __init__(self, message: str, code: _ErrorCode = _ErrorCode.INTERNAL) -> None:
-        if not isinstance(message, str):
-            raise TypeError(f"TritonError(): 'message' must be a str, got {type(message)}")
-        self._message = message
-        self._code = _ErrorCode(code)
-
-    def message(self) -> str:
-        return self._message
-
-    def code(self) -> _ErrorCode:
-        return self._code
-
-    def __str__(self) -> str:
-        return self._message
-
-
-class TritonModelException(Exception):
-    def __init__(self, message: str = "", code: _ErrorCode = _ErrorCode.INTERNAL) -> None:
-        super().__init__(message)
-        self._message = message
-        self.code = _ErrorCode(code)
-
-    def message(self) -> str:
-        return self._message
 
 
 def _unsupported(what: str) -> TritonModelException:
@@ -131,56 +98,10 @@ def _unsupported(what: str) -> TritonModelException:
 # -- dtypes, BYTES, lookups ----------------------------------------------------------------
 
 
-def triton_to_numpy_type(data_type: int) -> Any:
-    if isinstance(data_type, (int, np.integer)) and 0 < int(data_type) < len(_NUMPY_BY_CODE):
-        return _NUMPY_BY_CODE[int(data_type)]
-    return None
-
-
-def numpy_to_triton_type(data_type: Any) -> int | None:
-    if data_type == np.object_ or data_type == np.bytes_:
-        return _BYTES_CODE
-    for code in range(1, _BYTES_CODE):
-        if data_type == _NUMPY_BY_CODE[code]:
-            return code
-    return None
-
-
-def triton_string_to_numpy(triton_type_string: str) -> Any:
-    return TRITON_STRING_TO_NUMPY[triton_type_string]
-
-
 def _dtype_code(dtype: Any) -> int | None:
     if dtype.kind in ("O", "S", "U"):
         return _BYTES_CODE
     return numpy_to_triton_type(dtype)
-
-
-def serialize_byte_tensor(input_tensor: Any) -> Any:
-    if input_tensor.size == 0:
-        return ()
-    if input_tensor.dtype != np.object_ and input_tensor.dtype.type != np.bytes_:
-        return None
-    chunks = []
-    for item in input_tensor.reshape(-1, order="C").tolist():
-        raw = item if type(item) is bytes else str(item).encode("utf-8")
-        chunks.append(struct.pack("<I", len(raw)))
-        chunks.append(raw)
-    return b"".join(chunks)
-
-
-def deserialize_bytes_tensor(encoded_tensor: Any) -> Any:
-    buf = memoryview(encoded_tensor).cast("B")
-    items = []
-    offset = 0
-    while offset < len(buf):
-        (length,) = struct.unpack_from("<I", buf, offset)
-        offset += 4
-        items.append(bytes(buf[offset : offset + length]))
-        offset += length
-    out = np.empty(len(items), dtype=np.object_)
-    out[:] = items
-    return out
 
 
 def get_input_tensor_by_name(inference_request: Any, name: str) -> Tensor | None:
@@ -188,33 +109,6 @@ def get_input_tensor_by_name(inference_request: Any, name: str) -> Tensor | None
         if tensor.name() == name:
             return tensor  # type: ignore[no-any-return]
     return None
-
-
-def get_output_tensor_by_name(inference_response: Any, name: str) -> Tensor | None:
-    for tensor in inference_response.output_tensors():
-        if tensor.name() == name:
-            return tensor  # type: ignore[no-any-return]
-    return None
-
-
-def get_input_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
-    for entry in model_config.get("input", ()):
-        if entry["name"] == name:
-            return entry  # type: ignore[no-any-return]
-    return None
-
-
-def get_output_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
-    for entry in model_config.get("output", ()):
-        if entry["name"] == name:
-            return entry  # type: ignore[no-any-return]
-    return None
-
-
-def using_decoupled_model_transaction_policy(model_config: dict[str, Any]) -> bool:
-    if "model_transaction_policy" in model_config:
-        return bool(model_config["model_transaction_policy"].get("decoupled", False))
-    return False
 
 
 def get_model_dir() -> str:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from tritonlite.frontends.call import GrpcCall, RpcError, StreamHandler, UnaryHandler
+from tritonlite.frontends.base.call import GrpcCall, RpcError, StreamHandler, UnaryHandler
 from tritonlite.options import ServerOptions
 
 GROUPS = (
@@ -198,5 +198,7 @@ def group_of(table: Mapping[str, str], name: str, what: str) -> str:
     """``table[name]``; a name without a group is a programming error caught at startup."""
     group = table.get(name)
     if group is None:
-        raise RuntimeError(f"{what} '{name}' has no restriction group in frontends/restrict.py")
+        raise RuntimeError(
+            f"{what} '{name}' has no restriction group in frontends/base/restrict.py"
+        )
     return group
