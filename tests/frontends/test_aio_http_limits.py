@@ -131,3 +131,29 @@ def test_a_chunked_body_over_the_limit_is_413_and_not_read_on(serve: Serve) -> N
         except OSError:
             cut = True
         assert cut or c.closed()
+
+
+def test_a_long_chunk_extension_is_400_before_its_end(serve: Serve) -> None:
+    with Conn(serve(), timeout=5.0) as c:
+        c.send(b"POST /a HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n3;x=")
+        sent = 0
+        try:
+            while sent < 16 << 20:
+                c.send(b"e" * 65536)
+                sent += 65536
+        except OSError:
+            pass
+        assert sent < 16 << 20
+        try:
+            r = c.response()
+        except (OSError, ConnectionError):
+            return  # reset before the answer could be read (unread input at close)
+        assert r.status == 400 and "chunked framing" in orjson.loads(r.body)["error"]
+
+
+def test_one_byte_chunks_are_fine(serve: Serve) -> None:
+    with Conn(serve()) as c:
+        body = b"".join(b"1;a=b\r\nx\r\n" for _ in range(900)) + b"0\r\n\r\n"
+        c.send(b"POST /a HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n" + body)
+        r = c.response()
+        assert r.status == 200 and orjson.loads(r.body)["length"] == 900

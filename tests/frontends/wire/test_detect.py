@@ -189,3 +189,13 @@ def test_the_pool_gives_detection_a_timeout_of_its_own() -> None:
     handed_over = 990  # at the cap: room for a burst all the same
     assert pool.room() == 64
     assert DetectPool(8, lambda: 6).room() == 8
+
+
+def test_the_pool_makes_room_within_one_loop_turn() -> None:
+    """Evicted connections leave the pool at once: their connection_lost comes later, and
+    a burst accepted in one loop turn must not grow the pool past its room meanwhile."""
+    pool = DetectPool(4)
+    conns = [Detect(lambda: Tag(b"h1"), lambda: Tag(b"h2"), pool=pool) for _ in range(10)]
+    for c in conns:
+        pool.admit(c)
+    assert list(pool.detecting) == conns[6:] and pool.evicted == 6

@@ -30,6 +30,9 @@ __all__ = ["CappedServer", "make_server"]
 _HEALTH = "/v2/health/"
 # s: a request's head must arrive within this, as on the native front end (HttpLimits)
 HEADER_TIMEOUT_S = 30.0
+# a chunked body's framing may take this plus so many bytes per body byte (as the native)
+_FRAMING_BASE = 65536
+_FRAMING_PER_BYTE = 16
 
 
 class _Request:
@@ -48,6 +51,9 @@ class _Request:
         transport = r.transport
         self.peer = transport.get_extra_info("peername") if transport is not None else None
         self.close = False  # aiohttp closes the connection after this request: say so
+        protocol = r.protocol
+        if isinstance(protocol, _Handler) and "Transfer-Encoding" in r.headers:
+            protocol.watch_framing(r.content)
 
     async def read(self) -> bytes:
         r = self._r
@@ -63,6 +69,10 @@ class _Request:
             await r.writer.drain()
         try:
             return await r.read()
+        except HttpError:  # _Handler's bound on chunked framing
+            self.close = True
+            _stop_reading(r)
+            raise
         except web.HTTPException as exc:
             if exc.status == 413:
                 # a chunked body past the limit: answer and close, rather than let aiohttp
@@ -160,13 +170,38 @@ class _Handler(RequestHandler):
         super().__init__(manager, **kwargs)
         self._tl_head_timeout = header_timeout_s
         self._tl_head_timer: asyncio.TimerHandle | None = None
+        self._tl_payload: Any = None  # a chunked body being read (watch_framing)
+        self._tl_framing = 0
+
+    def watch_framing(self, payload: Any) -> None:
+        """Bound what a chunked body's framing (chunk-size lines, extensions, trailers) may
+        take, as the native front end does: aiohttp would read a 64 MiB extension whole."""
+        self._tl_payload = payload
+        self._tl_framing = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         self._tl_arm()
 
     def data_received(self, data: bytes) -> None:
-        super().data_received(data)
+        payload = self._tl_payload
+        if payload is None:
+            super().data_received(data)
+        elif payload.is_eof() or payload.exception() is not None:
+            self._tl_payload = None
+            super().data_received(data)
+        else:
+            before = payload.total_bytes
+            super().data_received(data)
+            got = payload.total_bytes
+            self._tl_framing += len(data) - (got - before)
+            if self._tl_framing > _FRAMING_BASE + _FRAMING_PER_BYTE * got:
+                self._tl_payload = None
+                payload.set_exception(
+                    HttpError(400, "chunked framing too long (chunk extensions?)")
+                )
+                if self.transport is not None:
+                    self.transport.pause_reading()
         if self._messages:  # a whole head arrived
             self._tl_disarm()
         elif data and self._tl_head_timer is None and not self._request_in_progress:

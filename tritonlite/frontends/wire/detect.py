@@ -62,6 +62,7 @@ class DetectPool:
         detecting = self.detecting
         if len(detecting) >= self.room():
             oldest = next(iter(detecting))
+            del detecting[oldest]  # now: its connection_lost comes on a later loop turn
             self.evicted += 1
             oldest.abort()
         detecting[conn] = None
