@@ -514,9 +514,4 @@ class InferenceCore:
         self, name: str, raw_handle: bytes, device_id: int, byte_size: int, peer_is_local: bool
     ) -> None:
         self._check_shm_allowed(peer_is_local)
-        if len(raw_handle) != 64:
-            raise invalid_arg(
-                f"failed to register CUDA shared memory region '{name}': "
-                f"raw_handle must be 64 bytes, got {len(raw_handle)}"
-            )
         self.shm.register_cuda(name, raw_handle, device_id, byte_size)
