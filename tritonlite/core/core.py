@@ -163,6 +163,7 @@ class InferenceCore:
         )
         self.live = True
         self.exiting = False
+        self.stopping = False  # the stop signal came: not ready, though still admitting
         self.started = False
         # Decoupled requests still streaming after their execute returned: in flight until
         # their final response, so a graceful stop waits for them too (drain_streams).
@@ -209,7 +210,7 @@ class InferenceCore:
         return self.live and not self.exiting
 
     def is_ready(self) -> bool:
-        if self.exiting or not self.started:
+        if self.exiting or self.stopping or not self.started:
             return False
         if not self.options.strict_readiness:
             return True
