@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import tritonlite
 from tritonlite.core.core import InferenceCore
 from tritonlite.frontends.base.call import InFlight
-from tritonlite.frontends.base.sockets import bind
+from tritonlite.frontends.base.sockets import bind, close_keeping_backlog
 from tritonlite.frontends.tls import http_tls
 from tritonlite.inprocess import InProcessServer
 from tritonlite.options import ServerOptions
@@ -30,6 +30,8 @@ if TYPE_CHECKING:  # aiohttp is imported only with --frontend=aio
 
 log = logging.getLogger("tritonlite")
 _FOREVER_S = 1e9  # grpc.aio's stop() grace that lets the drain decide instead
+_DRAIN_IDLE_S = 1.0  # draining, how long an idle HTTP connection is kept for a first request
+_CLOSE_GRACE_S = 1.0  # past --exit-timeout-secs, the longest a stop may take to close
 
 
 def compiled_paths() -> str:
@@ -90,6 +92,7 @@ class Server:
         self._http_inflight = InFlight()
         self._grpc_inflight = InFlight()
         self._grpc_stopping: asyncio.Future[None] | None = None
+        self._http_adopting: list[asyncio.Task[Any]] = []
 
     async def start(self) -> None:
         opts = self.options
@@ -206,17 +209,23 @@ class Server:
         return int(sock.getsockname()[1])
 
     def refuse_new(self) -> None:
-        """The stop signal, at once: no new connections, and requests and calls that begin
-        from now on are refused (HTTP 503 with ``Connection: close``, gRPC UNAVAILABLE or
-        GOAWAY); everything begun before -- uploads still arriving included -- is served."""
+        """The stop signal, at once: readiness turns false and the listeners stop (the
+        connections the kernel had completed are taken on first). Every HTTP connection
+        accepted is served: what has begun -- an upload still arriving included -- and its
+        first request even if it begins now; a further request gets 503 with ``Connection:
+        close``. gRPC calls that begin from now on are refused (UNAVAILABLE or GOAWAY)."""
+        self.core.stopping = True
         if self._native is not None:
             self._native.refuse_new()
         self._http_inflight.draining = True
-        if self._http_site is not None:
-            # stop listening (aiohttp closes the listener; its connections stay open)
-            server = getattr(self._http_site, "_server", None)
-            if server is not None:
-                server.close()
+        site, self._http_site = self._http_site, None
+        if site is not None and self._http_runner is not None:
+            # stop listening (its connections stay open; the ones the kernel had completed
+            # are taken on first: their clients are connected)
+            server = getattr(site, "_server", None)
+            factory = self._http_runner.server
+            if server is not None and factory is not None:
+                self._http_adopting = close_keeping_backlog(server, factory, http_tls(self.options))
         if self._grpc is not None and self._grpc_stopping is None:
             # grpc.aio refuses new calls at once and lets the open ones go on; the drain
             # decides when to cancel what is left (a second stop() with its grace)
@@ -232,7 +241,13 @@ class Server:
         if self._native is not None:
             waits.append(self._native.drain(left))
         if self._http_runner is not None:
-            waits.append(self._http_inflight.wait_idle(left))
+            from tritonlite.frontends.http.aio import CappedServer, drain
+
+            if self._http_adopting:
+                await asyncio.wait(self._http_adopting, timeout=left)
+            http = self._http_runner.server
+            assert isinstance(http, CappedServer)
+            waits.append(drain(http, self._http_inflight, left, _DRAIN_IDLE_S))
         if self._grpc is not None:
             waits.append(self._grpc_inflight.wait_idle(left))
         cut = int(sum(await asyncio.gather(*waits)))
@@ -317,7 +332,18 @@ async def serve(options: ServerOptions) -> int:
     log.info(
         "signal received: draining in-flight requests (up to %.0f s)", options.exit_timeout_secs
     )
-    await server.stop()
+    # The exit timeout bounds the whole stop, whatever it waits on (a model's finalize, an
+    # instance thread, a connection): past it and a second to close, the process exits 1.
+    stopping = asyncio.ensure_future(server.stop())
+    done, _ = await asyncio.wait({stopping}, timeout=options.exit_timeout_secs + _CLOSE_GRACE_S)
+    if not done:
+        log.error(
+            "failed to stop server: Exit timeout expired. Exiting immediately. "
+            "Unloading the models and closing did not finish"
+        )
+        server.cut_off = True
+    else:
+        stopping.result()
     if server.cut_off:  # Triton exits 1 here; instance threads may still be inside a model
         logging.shutdown()
         os._exit(1)

@@ -283,3 +283,64 @@ def test_perf_analyzer_profiles_the_ensemble(
     # perf_analyzer read the composing models' configs and statistics
     assert "Composing models:" in out, out
     assert re.search(r"\bscale, version:", out) and re.search(r"\badd_sub, version:", out), out
+
+
+@pytest.fixture(scope="module")
+def labelled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """``labelled``: X -> ``scale_lab`` (OUT = 2 * IN, labels ``l0``..``l3``) -> Y, and Z from
+    ``scale`` (no labels); ``nested``: X -> ``labelled`` -> W (an ensemble in an ensemble);
+    ``own``: as ``labelled``'s Y, with labels ``e0``..``e3`` of its own."""
+    repo = tmp_path_factory.mktemp("labelled_repo")
+    write_python_model(repo, "scale", SCALE_MODEL, PY_FP32_CONFIG)
+    write_python_model(
+        repo,
+        "scale_lab",
+        SCALE_MODEL,
+        PY_FP32_CONFIG.replace(
+            "dims: [4] }]\ninstance", 'dims: [4] label_filename: "l.txt" }]\ninstance'
+        ),
+    )
+    (repo / "scale_lab" / "l.txt").write_text("".join(f"l{i}\n" for i in range(4)))
+    write_ensemble(
+        repo,
+        "labelled",
+        ["Y", "Z"],
+        [
+            ensemble_step("scale_lab", {"IN": "X"}, {"OUT": "Y"}),
+            ensemble_step("scale", {"IN": "X"}, {"OUT": "Z"}),
+        ],
+    )
+    write_ensemble(repo, "nested", ["W"], [ensemble_step("labelled", {"X": "X"}, {"Y": "W"})])
+    # an ensemble output's own label_filename wins (Triton 2.51 does the same)
+    write_ensemble(repo, "own", ["Y"], [ensemble_step("scale_lab", {"IN": "X"}, {"OUT": "Y"})])
+    config = repo / "own" / "config.pbtxt"
+    out = 'output [{ name: "Y" data_type: TYPE_FP32 dims: [4]'
+    config.write_text(config.read_text().replace(out, out + ' label_filename: "e"'))
+    (repo / "own" / "e").write_text("".join(f"e{i}\n" for i in range(4)))
+    s = start_server(repo, "--allow-metrics=false")
+    yield s
+    s.stop()
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_classification_labels_come_from_the_composing_model(
+    labelled: Server, protocol: str
+) -> None:
+    """Triton's L0_infer ``test_class_*`` through ensembles: "value:index:label", the label
+    from the ``label_filename`` of the composing model output the ensemble output maps."""
+    client, mod = client_for(labelled, protocol)
+    x = np.array([[0, 1, 2, 7], [5, 0, 1, 0]], dtype=np.float32)
+    inp = mod.InferInput("X", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x)
+    for model, out in (("labelled", "Y"), ("nested", "W")):
+        r = client.infer(model, [inp], outputs=[mod.InferRequestedOutput(out, class_count=2)])
+        assert r.as_numpy(out).tolist() == [
+            [b"14.000000:3:l3", b"4.000000:2:l2"],
+            [b"10.000000:0:l0", b"2.000000:2:l2"],
+        ]
+    r = client.infer("own", [inp], outputs=[mod.InferRequestedOutput("Y", class_count=1)])
+    assert r.as_numpy("Y").tolist() == [[b"14.000000:3:e3"], [b"10.000000:0:e0"]]
+    r = client.infer("labelled", [inp], outputs=[mod.InferRequestedOutput("Z", class_count=1)])
+    assert r.as_numpy("Z").tolist() == [[b"14.000000:3"], [b"10.000000:0"]]
+    r = client.infer("labelled", [inp], outputs=[mod.InferRequestedOutput("Y")])
+    np.testing.assert_array_equal(r.as_numpy("Y"), 2 * x)  # unclassified: the tensor

@@ -53,6 +53,8 @@ def events(body: bytes) -> list[Any]:
 
 
 SSE = "text/event-stream; charset=utf-8"
+NOT_INT = "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer"
+NOT_STRING = "Unable to parse JSON bytes array: attempt to access JSON non-string as string"
 
 
 def test_generate_on_a_non_decoupled_model(server: Any) -> None:
@@ -170,15 +172,21 @@ def test_batching_model_gets_a_batch_of_one(server: Any) -> None:
             400,
             "The schema can not convert input 'TEXT' to tensor with proper shape",
         ),
-        ("/v2/models/plain/generate", {"TEXT": 5}, 400, "expected strings"),
-        ("/v2/models/plain/generate", {"TEXT": "a", "N": "x"}, 400, "expected integers"),
-        ("/v2/models/plain/generate", {"TEXT": "a", "N": 1.5}, 400, "expected integers"),
+        (
+            "/v2/models/plain/generate",
+            {"TEXT": 5},
+            400,
+            "Unable to parse JSON bytes array: attempt to access JSON non-string as string",
+        ),
+        ("/v2/models/plain/generate", {"TEXT": "a", "N": "x"}, 400, NOT_INT),
+        ("/v2/models/plain/generate", {"TEXT": "a", "N": 1.5}, 400, NOT_INT),
         ("/v2/models/plain/generate", {"TEXT": "a", "N": 2**40}, 400, "out of range"),
         (
             "/v2/models/repeat/generate_stream",
             {"IN": [1], "DELAY": [-1], "WAIT": 0},
             400,
-            "out of range",
+            "Unable to parse 'data': attempt to access JSON non-unsigned-integer as "
+            "unsigned-integer",
         ),
         (
             "/v2/models/plain/generate",
@@ -200,6 +208,20 @@ def test_batching_model_gets_a_batch_of_one(server: Any) -> None:
             "parameter 'extra' has invalid type.",
         ),
         ("/v2/models/plain/generate", {"TEXT": "a", "id": 5}, 400, "Unable to parse 'id'"),
+        # Triton's QA test_complex_schema / test_invalid_input_types, on both endpoints
+        *(
+            (f"/v2/models/plain/{ep}", body, 400, message)
+            for ep in ("generate", "generate_stream")
+            for body, message in (
+                ({"TEXT": {"USER": "hello", "BOT": "world"}}, NOT_STRING),
+                ({"TEXT": True, "N": 1}, NOT_STRING),
+                ({"TEXT": [1]}, NOT_STRING),
+                ({"TEXT": None}, NOT_STRING),
+                ({"TEXT": "a", "N": True}, NOT_INT),
+                ({"TEXT": 5, "N": "x"}, NOT_STRING),  # parsed in order
+                ({"N": "x", "TEXT": 5}, NOT_INT),
+            )
+        ),
     ],
 )
 def test_bad_requests(server: Any, path: str, body: Any, status: int, message: str) -> None:

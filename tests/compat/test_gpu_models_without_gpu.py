@@ -12,6 +12,7 @@ import pytest
 import tritonclient.http as httpclient
 from conftest import start_server
 from repos import write_add_sub
+from tritonclient.utils import InferenceServerException
 
 from tritonlite.gpu.devices import visible_gpus
 
@@ -72,9 +73,13 @@ def test_kind_auto_resolves_to_cpu_and_serves(server: Any) -> None:
 
 def test_cuda_shared_memory_registration_is_refused_cleanly(server: Any) -> None:
     client = httpclient.InferenceServerClient(server.http_url)
-    with pytest.raises(Exception) as e:
+    for handle, message in (
         # tritonclient takes the handle base64-encoded (as cuda_shared_memory.get_raw_handle
-        # gives it)
-        client.register_cuda_shared_memory("r", base64.b64encode(b"\0" * 64), 0, 64)
-    assert "CUDA shared memory is not supported on this server" in str(e.value)
+        # gives it); Triton's words, the reason ("no CUDA device") goes to the log
+        (base64.b64encode(b"\0" * 64), "failed to register shared memory region: invalid args"),
+        (b"not base64!", "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t"),
+    ):
+        with pytest.raises(InferenceServerException) as e:
+            client.register_cuda_shared_memory("r", handle, 0, 64)
+        assert (e.value.status(), e.value.message()) == ("400", message)
     assert client.get_cuda_shared_memory_status() == []

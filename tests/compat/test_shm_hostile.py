@@ -2,7 +2,8 @@
 
 A key that is a symlink is refused; a region truncated after registration fails the request
 that uses it, and the server keeps serving (it used to die of SIGBUS); a region that an
-in-flight request writes to cannot be unregistered until the request is done.
+in-flight request uses (its inputs as well as its outputs) cannot be unregistered until the
+request is done, refused in Triton's words.
 """
 
 from __future__ import annotations
@@ -148,41 +149,83 @@ def test_truncated_region_fails_the_request_not_the_server(
         c.unregister_system_shared_memory()
 
 
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_unregister_of_a_region_in_use_is_refused(
-    server: Server, regions: dict[str, Any], flags: Path
+    server: Server, regions: dict[str, Any], flags: Path, protocol: str
 ) -> None:
-    c = httpclient.InferenceServerClient(server.http_url)
+    """As Triton 2.51 answers while a request runs: every region it uses (its input's too)
+    is refused, INTERNAL / 500, by name or in unregister-all's list (name order)."""
+    mod: Any = httpclient if protocol == "http" else grpcclient
+    url = server.http_url if protocol == "http" else server.grpc_url
+    c = mod.InferenceServerClient(url)
     pid = os.getpid()
     shm.set_shared_memory_region(regions["in"], [np.full(4, 7.0, np.float32)], offset=PAGE)
     _register(c, pid)
     result: list[Any] = []
+    (flags / "started").unlink(missing_ok=True)
+    (flags / "go").unlink(missing_ok=True)
 
     def infer() -> None:
-        ins, outs = _shm_request(httpclient, pid)
+        ins, outs = _shm_request(mod, pid)
         try:
-            result.append(
-                httpclient.InferenceServerClient(server.http_url).infer("echo", ins, outputs=outs)
-            )
+            result.append(mod.InferenceServerClient(url).infer("echo", ins, outputs=outs))
         except InferenceServerException as exc:
             result.append(exc)
 
     t = threading.Thread(target=infer)
     t.start()
+    internal = "500" if protocol == "http" else "StatusCode.INTERNAL"
+    http = httpclient.InferenceServerClient(server.http_url)
     try:
         wait_until(lambda: (flags / "started").exists(), 30)
-        for name in (f"tl_out_{pid}", ""):
-            with pytest.raises(InferenceServerException, match="currently in use"):
+        for name in (f"tl_in_{pid}", f"tl_out_{pid}"):
+            with pytest.raises(InferenceServerException) as exc:
                 c.unregister_system_shared_memory(name)
-        g = grpcclient.InferenceServerClient(server.grpc_url)
-        with pytest.raises(InferenceServerException, match="currently in use"):
-            g.unregister_system_shared_memory(f"tl_out_{pid}")
-        names = [r["name"] for r in c.get_system_shared_memory_status()]
-        assert f"tl_out_{pid}" in names
+            assert exc.value.message() == (
+                f"Cannot unregister shared memory region '{name}', it is currently in use."
+            )
+            assert exc.value.status() == internal
+        with pytest.raises(InferenceServerException) as exc:
+            c.unregister_system_shared_memory()
+        assert exc.value.message() == (
+            "Failed to unregister the following system shared memory regions: "
+            f"tl_in_{pid} ,tl_out_{pid} ,"
+        )
+        assert exc.value.status() == internal
+        status = http.get_system_shared_memory_status()
+        assert [r["name"] for r in status] == [f"tl_in_{pid}", f"tl_out_{pid}"]
     finally:
         (flags / "go").touch()
         t.join(30)
     assert not isinstance(result[0], Exception), result
     got = shm.get_contents_as_numpy(regions["out"], np.float32, [1, 4], offset=PAGE)
     np.testing.assert_array_equal(got, np.full((1, 4), 7.0))
-    c.unregister_system_shared_memory()  # done: now it goes
-    assert c.get_system_shared_memory_status() == []
+    c.unregister_system_shared_memory()  # done: now they go
+    assert http.get_system_shared_memory_status() == []
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_offset_out_of_bound_words(server: Server, regions: dict[str, Any], protocol: str) -> None:
+    """Triton's QA ``test_infer_offset_out_of_bound``: an offset at or past the region's end
+    (over HTTP also a uint64 that is -32 as an int64) is "Invalid offset", a slice running
+    past it "Invalid offset + byte size"."""
+    mod: Any = httpclient if protocol == "http" else grpcclient
+    c = mod.InferenceServerClient(server.http_url if protocol == "http" else server.grpc_url)
+    pid = os.getpid()
+    shm.set_shared_memory_region(regions["in"], [np.full(4, 2.0, np.float32)], offset=PAGE)
+    _register(c, pid)
+    offsets = [(16, "offset"), (12, "offset + byte size")]
+    if protocol == "http":
+        offsets.append((2**64 - 32, "offset"))
+    try:
+        for offset, what in offsets:
+            ins, outs = _shm_request(mod, pid)
+            outs[0].set_shared_memory(f"tl_out_{pid}", 16, offset=offset)
+            with pytest.raises(InferenceServerException) as exc:
+                c.infer("echo", ins, outputs=outs)
+            want = f"Invalid {what} for shared memory region: 'tl_out_{pid}'"
+            assert exc.value.message() == want, offset
+            assert exc.value.status() in ("400", "StatusCode.INVALID_ARGUMENT")
+        _still_serves(server)
+    finally:
+        c.unregister_system_shared_memory()

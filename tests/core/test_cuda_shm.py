@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import re
 import sys
 from pathlib import Path
 
@@ -78,8 +79,9 @@ def test_register_read_write_status_unregister() -> None:
     assert rt.memory(handle)[8:12] == b"\x01\x02\x03\x04"
     assert bytes(shm.read("r", 6, 8)) == b"\x00\x00\x01\x02\x03\x04\x00\x00"
     shm.check("r", 0, 64)
-    for offset, size in ((60, 8), (-1, 2), (0, 65)):
-        with pytest.raises(TritonliteError, match="Invalid offset \\+ byte size"):
+    for offset, size in ((60, 8), (0, 65), (-1, 2), (64, 0)):
+        what = "offset + byte size" if offset in (0, 60) else "offset"
+        with pytest.raises(TritonliteError, match=f"^Invalid {re.escape(what)} for shared"):
             shm.read("r", offset, size)
     with pytest.raises(TritonliteError, match="Invalid offset \\+ byte size"):
         shm.write("r", 62, b"abc")
@@ -90,7 +92,19 @@ def test_register_read_write_status_unregister() -> None:
     assert e.value.code == ErrorCode.NOT_FOUND
 
 
-def test_register_errors() -> None:
+INVALID = "failed to register shared memory region: invalid args"
+
+
+def _refused(shm: SharedMemoryManager, caplog: pytest.LogCaptureFixture, *args: object) -> str:
+    """Triton's one answer to a handle that cannot be opened; returns the logged reason."""
+    caplog.clear()
+    with pytest.raises(TritonliteError) as e:
+        shm.register_cuda(*args)  # type: ignore[arg-type]
+    assert (e.value.code, e.value.message) == (ErrorCode.INVALID_ARG, INVALID)
+    return caplog.text
+
+
+def test_register_errors(caplog: pytest.LogCaptureFixture) -> None:
     rt = FakeRuntime()
     shm = SharedMemoryManager(cuda=lambda: rt)
     handle = rt.alloc(16)
@@ -98,22 +112,21 @@ def test_register_errors() -> None:
     with pytest.raises(TritonliteError) as e:
         shm.register_cuda("r", handle, 0, 16)
     assert e.value.code == ErrorCode.ALREADY_EXISTS
-    with pytest.raises(TritonliteError, match="device 5 does not exist"):
-        shm.register_cuda("s", handle, 5, 16)
-    with pytest.raises(TritonliteError, match="cudaIpcOpenMemHandle failed"):
-        shm.register_cuda("s", b"\xff" * 64, 0, 16)
-    with pytest.raises(TritonliteError, match="invalid args"):
+    assert "device 5 does not exist" in _refused(shm, caplog, "s", handle, 5, 16)
+    assert "cudaIpcOpenMemHandle failed" in _refused(shm, caplog, "s", b"\xff" * 64, 0, 16)
+    assert "raw_handle must be 64 bytes, got 8" in _refused(shm, caplog, "s", b"\0" * 8, 0, 16)
+    with pytest.raises(TritonliteError, match="failed to register shared memory region 's'"):
         shm.register_cuda("s", handle, 0, 0)
     with pytest.raises(TritonliteError, match="has no host view"):
         shm.view("r", 0, 4)
 
 
-def test_without_cuda_registration_is_unsupported() -> None:
+def test_without_cuda_registration_is_refused_as_triton_does(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     shm = SharedMemoryManager(cuda=lambda: None)
-    with pytest.raises(TritonliteError) as e:
-        shm.register_cuda("r", b"\0" * 64, 0, 16)
-    assert e.value.code == ErrorCode.UNSUPPORTED
-    assert "no CUDA device" in e.value.message
+    assert "no CUDA device" in _refused(shm, caplog, "r", b"\0" * 64, 0, 16)
+    assert shm.cuda_status() == []
 
 
 def test_names_are_one_namespace_across_kinds(tmp_path: Path) -> None:

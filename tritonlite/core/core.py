@@ -129,6 +129,7 @@ class InferenceCore:
         )
         self.live = True
         self.exiting = False
+        self.stopping = False  # the stop signal came: not ready, though still admitting
         self.started = False
         # Decoupled requests still streaming after their execute returned: in flight until
         # their final response, so a graceful stop waits for them too (drain_streams).
@@ -179,7 +180,7 @@ class InferenceCore:
         return self.live and not self.exiting
 
     def is_ready(self) -> bool:
-        if self.exiting or not self.started:
+        if self.exiting or self.stopping or not self.started:
             return False
         if not self.options.strict_readiness:
             return True
@@ -561,9 +562,4 @@ class InferenceCore:
         self, name: str, raw_handle: bytes, device_id: int, byte_size: int, peer_is_local: bool
     ) -> None:
         self._check_shm_allowed(peer_is_local)
-        if len(raw_handle) != 64:
-            raise invalid_arg(
-                f"failed to register CUDA shared memory region '{name}': "
-                f"raw_handle must be 64 bytes, got {len(raw_handle)}"
-            )
         self.shm.register_cuda(name, raw_handle, device_id, byte_size)

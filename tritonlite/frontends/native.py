@@ -10,12 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import cast
+from collections.abc import Callable
+from typing import Any, cast
 
 from tritonlite.core.api import CoreAPI
 from tritonlite.frontends.base.call import GrpcMethods
 from tritonlite.frontends.base.rejects import REJECTS
-from tritonlite.frontends.base.sockets import bind, connection_cap, raise_nofile_limit
+from tritonlite.frontends.base.sockets import (
+    bind,
+    close_keeping_backlog,
+    connection_cap,
+    raise_nofile_limit,
+)
 from tritonlite.frontends.grpc.servicer import methods
 from tritonlite.frontends.http.app import make_dispatch
 from tritonlite.frontends.tls import grpc_tls, http_tls
@@ -28,6 +34,7 @@ from tritonlite.frontends.wire.keepalive import keepalive_settings
 from tritonlite.options import ServerOptions
 
 log = logging.getLogger("tritonlite")
+_DECIDE_POLL_S = 0.02  # draining, how often the shared port looks at undecided connections
 
 
 class NativeFrontends:
@@ -39,14 +46,25 @@ class NativeFrontends:
         self.grpc_port: int | None = None
         self._http: HttpService | None = None
         self._grpc: NativeGrpcServer | None = None
-        self._listeners: list[asyncio.Server] = []
+        # listening: (listener, its protocol factory, its TLS context)
+        self._listeners: list[tuple[asyncio.Server, Callable[[], Any], Any]] = []
+        self._closed: list[asyncio.Server] = []
+        self._adopting: list[asyncio.Task[Any]] = []  # backlog connections being taken on
+        self._undecided: set[Detect] = set()  # shared port: protocol not known yet
+        self._idle_end = 0.0  # loop time until which a drain waits for them
 
     def refuse_new(self) -> None:
-        """The stop signal: no new connections; requests and calls that begin on open ones
-        from now on are refused (HTTP 503 + ``Connection: close``, gRPC GOAWAY); what has
-        begun is still served."""
-        for listener in self._listeners:
-            listener.close()
+        """The stop signal: no new connections (the ones the kernel had already completed
+        are still taken on: their clients are connected); a connection's first request is
+        served, further requests and new calls are refused (HTTP 503 + ``Connection:
+        close``, gRPC GOAWAY); what has begun is still served."""
+        listeners, self._listeners = self._listeners, []
+        if listeners:
+            idle = self._http.limits.drain_idle_s if self._http is not None else 0.0
+            self._idle_end = asyncio.get_running_loop().time() + idle
+        for listener, factory, ctx in listeners:
+            self._adopting += close_keeping_backlog(listener, factory, ctx)
+            self._closed.append(listener)
         if self._http is not None:
             self._http.refuse_new()
         if self._grpc is not None:
@@ -58,6 +76,10 @@ class NativeFrontends:
         how many are left (open gRPC streams stay: their requests are the core's to
         drain, ``stop`` ends them)."""
         self.refuse_new()
+        end = asyncio.get_running_loop().time() + timeout
+        await self._adopted(timeout)
+        await self._decided(min(end, self._idle_end))
+        timeout = max(0.0, end - asyncio.get_running_loop().time())
         waits = []
         if self._http is not None:
             waits.append(self._http.drain(timeout))
@@ -69,15 +91,32 @@ class NativeFrontends:
         """Stop accepting; let open requests and calls finish for up to ``grace`` s; close.
         Returns how many begun requests and calls were cut off at ``grace``."""
         self.refuse_new()
+        await self._adopted(grace)
         waits = []
         if self._http is not None:
             waits.append(self._http.drain(grace))
         if self._grpc is not None:
             waits.append(self._grpc.stop(grace))
         cut = sum(await asyncio.gather(*waits))
-        for listener in self._listeners:
+        for listener in self._closed:
             await listener.wait_closed()
         return cut
+
+    async def _decided(self, until: float) -> None:
+        """On a shared port, wait (until loop time ``until``) for the connections that have
+        not said yet which protocol they speak: an HTTP one then joins the HTTP drain."""
+        loop = asyncio.get_running_loop()
+        while self._undecided and loop.time() < until:
+            await asyncio.sleep(_DECIDE_POLL_S)
+
+    async def _adopted(self, timeout: float) -> None:
+        """Wait (up to ``timeout``; a TLS handshake may take a while) until the connections
+        taken from the backlog are registered, so the drain waits for them too."""
+        adopting, self._adopting = self._adopting, []
+        if adopting:
+            _, late = await asyncio.wait(adopting, timeout=timeout)
+            for task in late:
+                task.cancel()
 
 
 def http_limits(opts: ServerOptions, nofile: int = 0) -> HttpLimits:
@@ -168,14 +207,18 @@ async def start_native(core: CoreAPI, opts: ServerOptions) -> NativeFrontends:
             max(http.limits.max_connections, grpc.max_connections),
             lambda: len(http.connections) + len(grpc.open),
         )
+
+        def detect() -> Detect:
+            return Detect(http.protocol, grpc.protocol, pool=pool, undecided=out._undecided)
+
         listener = await loop.create_server(
-            lambda: Detect(http.protocol, grpc.protocol, pool=pool),
+            detect,
             sock=sock,
             ssl=ctx,
             backlog=1024,
             ssl_handshake_timeout=DETECT_TIMEOUT_S if ctx is not None else None,
         )
-        out._listeners.append(listener)
+        out._listeners.append((listener, detect, ctx))
         out.http_port = out.grpc_port = int(sock.getsockname()[1])
         return out
     if opts.allow_grpc:
@@ -190,17 +233,18 @@ async def start_native(core: CoreAPI, opts: ServerOptions) -> NativeFrontends:
         grpc._server = listener
         out.grpc_port = grpc.port = int(sock.getsockname()[1])
     if opts.allow_http:
+        http_ctx = http_tls(opts, ("http/1.1",))
         server = await start_http_native(
             make_dispatch(core, opts),
             opts.http_address,
             opts.http_port,
-            ssl_context=http_tls(opts, ("http/1.1",)),
+            ssl_context=http_ctx,
             reuse_port=opts.reuse_http_port,
             limits=http_limits(opts, nofile),
             busy=busy,
         )
         out._http = server.service
         server.service.inflater = inflater
-        out._listeners.append(server._server)
+        out._listeners.append((server._server, server.service.protocol, http_ctx))
         out.http_port = server.port
     return out

@@ -118,7 +118,8 @@ class ResponseStream:
         else:
             m = self._model
             try:
-                resp = build_response(m.signature, m.version_str, self._request, result, m.shm)
+                sig = m.output_signature(self._request)
+                resp = build_response(sig, m.version_str, self._request, result, m.shm)
                 resp.final = final
                 item = StreamResponse(resp, None, final)
                 outcome = "success"

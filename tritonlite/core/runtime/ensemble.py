@@ -10,6 +10,7 @@ admission, which offers that as its ``stream``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol, runtime_checkable
 
@@ -95,7 +96,38 @@ class EnsembleModel(Model):
         return self._repository.get(name, version).signature
 
     def respond(self, request: InferRequest, produced: ModelOutputs) -> InferResponse:
-        return build_response(self.signature, self.version_str, request, produced, self.shm)
+        sig = self.output_signature(request)
+        return build_response(sig, self.version_str, request, produced, self.shm)
+
+    def output_signature(self, request: InferRequest) -> Signature:
+        """Asked for classes, an ensemble output without a ``label_filename`` of its own takes
+        the labels of the composing model output it is mapped from, as Triton's does."""
+        if request.outputs is None or not any(o.classification for o in request.outputs):
+            return self.signature
+        return self._labelled()
+
+    def _labelled(self) -> Signature:
+        outputs = dict(self.signature.outputs)
+        for name, spec in outputs.items():
+            if not spec.labels:
+                labels = self._composing_labels(name)
+                if labels:
+                    outputs[name] = dataclasses.replace(spec, labels=labels)
+        return dataclasses.replace(self.signature, outputs=outputs)
+
+    def _composing_labels(self, tensor: str) -> tuple[str, ...]:
+        for step in self.graph.steps:
+            for model_output, produced in step.outputs:
+                if produced != tensor:
+                    continue
+                try:
+                    model = self._repository.get(step.model_name, step.model_version)
+                except TritonliteError:
+                    return ()
+                sig = model._labelled() if isinstance(model, EnsembleModel) else model.signature
+                spec = sig.outputs.get(model_output)
+                return spec.labels if spec is not None else ()
+        return ()
 
     @property
     def ready(self) -> bool:

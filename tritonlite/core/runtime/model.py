@@ -465,6 +465,11 @@ class Model:
         self.response_cache = bool(self.config.response_cache.enable)
         self.cache_salt = os.urandom(8)
 
+    def output_signature(self, request: InferRequest) -> Signature:
+        """The signature ``request``'s response is built with (an ensemble's adds its
+        composing models' labels)."""
+        return self.signature
+
     @property
     def ready(self) -> bool:
         for i in self.instances:  # on every request's lookup: a loop, not any(generator)

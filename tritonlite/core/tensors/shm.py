@@ -11,14 +11,16 @@ error for its request instead of killing the server with SIGBUS on a mapped page
 The key is opened with ``O_NOFOLLOW`` and must be a regular file: a symlink in ``/dev/shm``
 cannot point the server's writes at another file.
 
-A request holds the regions its outputs are written to from validation (``hold``) until its
-response is built (``release``); unregistering a held region is refused, as Triton does, and
-the region stays registered. ``read`` returns a copy, so inputs hold nothing once validated.
+A request holds every region it names, inputs and outputs, from validation (``hold``) until
+its response is built (``release``), as Triton's in-flight requests keep their regions mapped;
+unregistering a held region is refused with Triton's INTERNAL "it is currently in use." (and,
+for unregister-all, its list of every held region), and the region stays registered.
 """
 
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import stat
 import threading
@@ -34,9 +36,10 @@ from tritonlite.contracts.errors import (
     internal,
     invalid_arg,
     not_found,
-    unsupported,
 )
 from tritonlite.gpu import cudart
+
+log = logging.getLogger("tritonlite")
 
 
 @dataclass(slots=True)
@@ -100,8 +103,8 @@ def _open_key(key: str) -> int:
 def in_use(name: str) -> TritonliteError:
     """Triton's refusal to unregister a region that a request is using."""
     return TritonliteError(
-        ErrorCode.UNAVAILABLE,
-        f"Cannot unregister shared memory region '{name}', it is currently in use",
+        ErrorCode.INTERNAL,
+        f"Cannot unregister shared memory region '{name}', it is currently in use.",
     )
 
 
@@ -166,7 +169,7 @@ class SharedMemoryManager:
             if region is None:
                 raise not_found(f"Unable to find system shared memory region: '{name}'")
             return [region.status()]
-        return [r.status() for r in self._system.values()]
+        return [self._system[n].status() for n in sorted(self._system)]  # Triton: name order
 
     def unregister_system(self, name: str = "") -> None:
         """Unregister ``name`` (every region when empty); a region a request holds stays, and
@@ -181,7 +184,7 @@ class SharedMemoryManager:
                 continue
             del self._system[n]
             _close_system(region)
-        _raise_busy(busy, "system")
+        _raise_busy(busy, "system", not name)
 
     def _system_slice(self, name: str, offset: int, byte_size: int) -> tuple[SystemRegion, int]:
         """The region and the file position of ``[offset, offset + byte_size)`` in it."""
@@ -192,8 +195,7 @@ class SharedMemoryManager:
                     f"shared memory region '{name}' is CUDA memory: it has no host view"
                 )
             raise not_found(f"Unable to find shared memory region: '{name}'")
-        if offset < 0 or byte_size < 0 or offset + byte_size > region.byte_size:
-            raise invalid_arg(f"Invalid offset + byte size for shared memory region: '{name}'")
+        _check_slice(name, region.byte_size, offset, byte_size)
         return region, region.offset + offset
 
     def view(self, name: str, offset: int, byte_size: int) -> memoryview:
@@ -275,30 +277,30 @@ class SharedMemoryManager:
 
     # -- CUDA shared memory ------------------------------------------------------------------
     def register_cuda(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
+        """Open the client's IPC handle. As Triton, a handle that cannot be opened (no CUDA
+        device here, no such device, a bad handle) answers only INVALID_ARG "failed to
+        register shared memory region: invalid args"; why is logged."""
         self._check_new_name(name)
+        if byte_size <= 0:
+            raise invalid_arg(f"failed to register shared memory region '{name}': invalid args")
         rt = self._cuda_runtime()
         devices = rt.device_count() if rt is not None else 0
-        if rt is None or devices == 0:
-            raise unsupported(
-                f"failed to register CUDA shared memory region '{name}': "
-                "CUDA shared memory is not supported on this server (no CUDA device)"
-            )
-        if device_id < 0 or device_id >= devices:
-            raise invalid_arg(
-                f"failed to register CUDA shared memory region '{name}': "
-                f"device {device_id} does not exist"
-            )
-        if byte_size <= 0:
-            raise invalid_arg(
-                f"failed to register CUDA shared memory region '{name}': invalid args"
-            )
-        try:
-            rt.set_device(device_id)
-            ptr = rt.ipc_open(bytes(raw_handle))
-        except cudart.CudaError as exc:
-            raise invalid_arg(
-                f"failed to register CUDA shared memory region '{name}': {exc}"
-            ) from None
+        if len(raw_handle) != 64:
+            why = f"raw_handle must be 64 bytes, got {len(raw_handle)}"
+        elif rt is None or devices == 0:
+            why = "CUDA shared memory is not supported on this server (no CUDA device)"
+        elif device_id < 0 or device_id >= devices:
+            why = f"device {device_id} does not exist"
+        else:
+            try:
+                rt.set_device(device_id)
+                ptr = rt.ipc_open(bytes(raw_handle))
+                why = ""
+            except cudart.CudaError as exc:
+                why = str(exc)
+        if why:
+            log.error("failed to register CUDA shared memory region '%s': %s", name, why)
+            raise invalid_arg("failed to register shared memory region: invalid args")
         self._cuda[name] = CudaRegion(name, device_id, byte_size, ptr)
 
     def cuda_status(self, name: str = "") -> list[dict[str, Any]]:
@@ -307,7 +309,7 @@ class SharedMemoryManager:
             if region is None:
                 raise not_found(f"Unable to find cuda shared memory region: '{name}'")
             return [region.status()]
-        return [r.status() for r in self._cuda.values()]
+        return [self._cuda[n].status() for n in sorted(self._cuda)]
 
     def unregister_cuda(self, name: str = "") -> None:
         """As ``unregister_system``, for CUDA regions."""
@@ -321,7 +323,7 @@ class SharedMemoryManager:
                 continue
             del self._cuda[n]
             self._ipc_close(region)
-        _raise_busy(busy, "cuda")
+        _raise_busy(busy, "cuda", not name)
 
     def _ipc_close(self, region: CudaRegion) -> None:
         with region.lock:
@@ -337,8 +339,7 @@ class SharedMemoryManager:
 
     def _cuda_slice(self, name: str, offset: int, byte_size: int) -> tuple[CudaRegion, Any]:
         region = self._cuda[name]
-        if offset < 0 or byte_size < 0 or offset + byte_size > region.byte_size:
-            raise invalid_arg(f"Invalid offset + byte size for shared memory region: '{name}'")
+        _check_slice(name, region.byte_size, offset, byte_size)
         rt = self._cuda_runtime()
         if rt is None:
             raise TritonliteError(ErrorCode.INTERNAL, "the CUDA runtime is gone")
@@ -355,21 +356,33 @@ class SharedMemoryManager:
         self._cuda.clear()
 
 
+def _check_slice(name: str, size: int, offset: int, byte_size: int) -> None:
+    """Triton's bounds checks, in its order: an offset outside the region (a negative one is
+    a huge unsigned one to Triton), then a slice that runs past its end."""
+    if offset < 0 or offset >= size:
+        raise invalid_arg(f"Invalid offset for shared memory region: '{name}'")
+    if byte_size < 0 or offset + byte_size > size:
+        raise invalid_arg(f"Invalid offset + byte size for shared memory region: '{name}'")
+
+
 def _close_system(region: SystemRegion) -> None:
     with region.lock:
         region.closed = True
         os.close(region.fd)
 
 
-def _raise_busy(busy: list[str], kind: str) -> None:
-    if len(busy) == 1:
+def _raise_busy(busy: list[str], kind: str, every: bool) -> None:
+    """Triton's refusals: one region by name, or (``every``: an unregister-all) the list of
+    the regions left, in name order, each followed by " ," as Triton writes it."""
+    if not busy:
+        return
+    if not every:
         raise in_use(busy[0])
-    if busy:
-        raise TritonliteError(
-            ErrorCode.UNAVAILABLE,
-            f"Failed to unregister the following {kind} "
-            f"shared memory regions: {', '.join(busy)} (currently in use)",
-        )
+    raise TritonliteError(
+        ErrorCode.INTERNAL,
+        f"Failed to unregister the following {kind} shared memory regions: "
+        + "".join(f"{n} ," for n in sorted(busy)),
+    )
 
 
 def _truncated(name: str) -> TritonliteError:

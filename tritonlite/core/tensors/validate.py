@@ -93,18 +93,22 @@ def prepare(sig: Signature, req: InferRequest, shm: SharedMemoryManager) -> None
     """
     model = sig.name
     seen: set[str] = set()
+    held: list[str] | None = None
     for inp in req.inputs:  # (Triton's front end adds them in request order)
         if inp.name in seen:
             raise invalid_arg(f"{log_request(req)}input '{inp.name}' already exists in request")
         seen.add(inp.name)
         if inp.data is None:
             _resolve_shm(inp, shm, model)
+            assert inp.shm is not None
+            if held is None:
+                held = []
+            held.append(inp.shm.region)
     batch = _good_batch(sig, req, seen)
     if batch < 0:
         batch = _ordered(sig, req, seen)
     req.batch_size = batch if batch > 0 else 1
     if req.outputs is not None:
-        held: list[str] | None = None
         for out in req.outputs:
             if out.shm is not None:
                 if out.classification:
@@ -115,8 +119,8 @@ def prepare(sig: Signature, req: InferRequest, shm: SharedMemoryManager) -> None
                 if held is None:
                     held = []
                 held.append(out.shm.region)
-        if held:  # until the response is written: InferenceCore releases it
-            shm.hold(req, held)
+    if held:  # inputs and outputs, until the response is written: InferenceCore releases it
+        shm.hold(req, held)
 
 
 def _good_batch(sig: Signature, req: InferRequest, seen: set[str]) -> int:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import socket
+from collections.abc import Callable
+from typing import Any
 
 
 def bind(address: str, port: int, reuse_port: bool) -> socket.socket:
@@ -55,3 +59,35 @@ def connection_cap(configured: int, nofile: int) -> int:
     if nofile <= 0:
         return configured
     return max(16, min(configured, (nofile - _FD_RESERVE) // 2))
+
+
+def close_keeping_backlog(
+    server: asyncio.AbstractServer, factory: Callable[[], asyncio.BaseProtocol], ssl: Any
+) -> list[asyncio.Task[Any]]:
+    """Close ``server``'s listener without dropping the connections the kernel has already
+    completed on it and the loop has not accepted yet (closing a listening socket resets
+    them: their clients, connected and sending, would see their request fail). Those are
+    accepted first and served by ``factory`` (with TLS when ``ssl``); returns the tasks that
+    hand them to it."""
+    loop = asyncio.get_running_loop()
+    taken: list[socket.socket] = []
+    for listening in getattr(server, "sockets", None) or ():
+        try:
+            dup = socket.socket(fileno=os.dup(listening.fileno()))
+        except OSError:
+            continue
+        try:
+            dup.setblocking(False)
+            while True:
+                try:
+                    conn, _ = dup.accept()
+                except OSError:  # BlockingIOError: the backlog is empty
+                    break
+                conn.setblocking(False)
+                taken.append(conn)
+        finally:
+            dup.close()
+    server.close()
+    return [
+        loop.create_task(loop.connect_accepted_socket(factory, conn, ssl=ssl)) for conn in taken
+    ]

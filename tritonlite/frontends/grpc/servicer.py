@@ -48,7 +48,7 @@ _COMPRESSION: dict[str, str | None] = {
 
 @dataclass(slots=True)
 class Method:
-    """A registry entry (``frontends.call.GrpcMethod``): exactly one handler is set."""
+    """A registry entry (``frontends.base.call.GrpcMethod``): exactly one handler is set."""
 
     unary: UnaryHandler | None = None
     stream: StreamHandler | None = None

@@ -153,6 +153,9 @@ async def _traced(request: web.BaseRequest, resp: HttpResponse) -> web.Response:
     return out
 
 
+_DRAIN_POLL_S = 0.02  # how often a drain looks for a first request on an idle connection
+
+
 def _exiting() -> web.Response:
     """A request that began after the stop signal: 503, and the connection closes after it."""
     resp = _response(error(503, "Server is exiting"))
@@ -262,6 +265,7 @@ class CappedServer(web.Server):
         self.max_connections = max_connections
         self.header_timeout_s = header_timeout_s
         self.over_cap: set[Any] = set()  # the RequestHandlers admitted past the cap
+        self.begun: set[Any] = set()  # the RequestHandlers a request has begun on
 
     def __call__(self) -> RequestHandler:
         return _Handler(
@@ -282,7 +286,12 @@ class CappedServer(web.Server):
 
     def connection_lost(self, handler: Any, exc: BaseException | None = None) -> None:
         self.over_cap.discard(handler)
+        self.begun.discard(handler)
         super().connection_lost(handler, exc)
+
+    def fresh(self) -> bool:
+        """Whether a connection is open on which no request has begun yet."""
+        return any(h not in self.begun for h in self._connections)
 
     def refused(self) -> web.Response:
         """The answer past the cap to anything but health (the connection then closes)."""
@@ -303,8 +312,9 @@ def _idle(handler: Any) -> bool:
 def make_server(core: CoreAPI, opts: ServerOptions, inflight: InFlight | None = None) -> web.Server:
     """The HTTP front end as an aiohttp low-level server (call on the event loop).
 
-    ``inflight`` counts the requests being served; once its ``draining`` is set, requests
-    that begin get 503 with ``Connection: close`` (those begun before are answered).
+    ``inflight`` counts the requests being served; once its ``draining`` is set, a request
+    that begins on a connection that has had one gets 503 with ``Connection: close`` (those
+    begun before, and a connection's first, are answered).
     """
     loop = asyncio.get_running_loop()
     dispatch = make_dispatch(core, opts)
@@ -319,7 +329,10 @@ def make_server(core: CoreAPI, opts: ServerOptions, inflight: InFlight | None = 
         )
 
     async def handle(request: web.BaseRequest) -> web.StreamResponse:
-        if counter.draining:
+        first = request.protocol not in server.begun
+        if first:
+            server.begun.add(request.protocol)
+        elif counter.draining:  # a connection's first request is served through a drain
             return _exiting()
         over_cap = request.protocol in server.over_cap
         if over_cap and not request.path.startswith(_HEALTH):
@@ -349,3 +362,18 @@ def make_server(core: CoreAPI, opts: ServerOptions, inflight: InFlight | None = 
         access_log=None,
     )
     return server
+
+
+async def drain(server: CappedServer, inflight: InFlight, timeout: float, idle: float) -> int:
+    """After the stop signal: wait up to ``timeout`` s for the requests begun to be answered,
+    and up to ``idle`` s (within it) for the first request of a connection on which none has
+    begun (its client connected before the signal and may be sending it now); how many
+    begun requests are left."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    idle_end = loop.time() + min(idle, timeout)
+    while True:
+        left = await inflight.wait_idle(end - loop.time())
+        if left or not server.fresh() or loop.time() >= idle_end:
+            return left
+        await asyncio.sleep(_DRAIN_POLL_S)

@@ -275,7 +275,9 @@ async def cuda_shm(request: Request, core: CoreAPI, m: re.Match[str]) -> HttpRes
     try:
         raw = base64.b64decode(handle["b64"], validate=True)
     except (binascii.Error, ValueError):
-        raise invalid_arg("'raw_handle.b64' is not valid base64") from None
+        raise invalid_arg(
+            "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t"
+        ) from None
     core.register_cuda_shm(region, raw, device, size, _peer_is_local(request))
     return _empty(200)
 

@@ -14,7 +14,9 @@ none or several gets Triton's "exactly 1 response" error, with status 200 as Tri
 ``{"error": ...}``; the status is fixed by the first event (400 when it is an error); a
 flags-only final sends nothing. A request refused before it reaches a model (unknown model,
 bad inputs) is a plain JSON error with its mapped status. Unlike Triton, which answers 500 to
-JSON it cannot convert (a string for an INT32 input, a non-string id), those are 400 here.
+JSON it cannot convert (a string for an INT32 input, a non-string id), those are 400 here,
+with Triton's words for a value of the wrong JSON kind ("Unable to parse JSON bytes array:
+attempt to access JSON non-string as string" for a BYTES input, and so on).
 A key given twice in one JSON object is 400: for a model input with Triton's message
 ("input 'X' already exists in request"); Triton keeps the first of other repeated keys and
 garbles the request's parameters, tritonlite refuses those too ("duplicate key ...").
@@ -106,9 +108,42 @@ def _shape(name: str, dims: list[int], count: int) -> list[int]:
     return out
 
 
+_NOT_STRING = "Unable to parse JSON bytes array: attempt to access JSON non-string as string"
+_NOT_BOOL = "Unable to parse 'data': attempt to access JSON non-boolean as boolean"
+_NOT_INT = "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer"
+_NOT_UINT = (
+    "Unable to parse 'data': attempt to access JSON non-unsigned-integer as unsigned-integer"
+)
+
+
+def _wrong_kind(datatype: str, v: Any) -> str:
+    """Why ``v`` cannot be an element of a ``datatype`` input ("" when it can, or when the
+    shared codec decides: floats and ranges)."""
+    if datatype == "BYTES":
+        return "" if isinstance(v, str) else _NOT_STRING
+    if datatype == "BOOL":
+        return "" if isinstance(v, bool) else _NOT_BOOL
+    is_int = isinstance(v, int) and not isinstance(v, bool)
+    if datatype.startswith("INT"):
+        return "" if is_int else _NOT_INT
+    if datatype.startswith("UINT"):
+        return "" if is_int and v >= 0 else _NOT_UINT
+    return ""
+
+
+def _check_types(datatype: str, flat: list[Any]) -> None:
+    """Triton's words (its TritonJson accessors' errors) for a JSON value of the wrong kind."""
+    if datatype == "BYTES" or datatype == "BOOL" or "INT" in datatype:
+        for v in flat:
+            why = _wrong_kind(datatype, v)
+            if why:
+                raise invalid_arg(why)
+
+
 def _input(spec: dict[str, Any], value: Any, batched: bool) -> InferInput:
     name, datatype = spec["name"], spec["datatype"]
     flat = codec._flatten(value) if isinstance(value, list) else [value]
+    _check_types(datatype, flat)
     dims = list(spec["shape"][1:] if batched else spec["shape"])
     shape = tuple(([1] if batched else []) + _shape(name, dims, len(flat)))
     return InferInput(name, datatype, shape, codec.json_to_array(name, datatype, shape, flat))

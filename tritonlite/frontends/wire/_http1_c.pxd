@@ -78,5 +78,6 @@ cdef class Http1Protocol:
     cdef public bint _overcap
     cdef public bint _registered
     cdef public bint _eof
+    cdef public bint _begun
     cdef public object _busy
     cdef public object _held

@@ -244,6 +244,7 @@ class Http1Protocol:
         self._overcap = False
         self._registered = False
         self._eof = False  # the client closed its side
+        self._begun = False  # a request has begun on this connection
         self._busy = service.busy  # BusyPoll or None
         self._held: Any = None  # responses held for the end of a serving pass (flush_held)
 
@@ -265,6 +266,8 @@ class Http1Protocol:
             if not self._overcap
             else min(self._header_timeout, _OVERCAP_TIMEOUT)
         )
+        if self._service.draining:  # taken from the listener's backlog at the stop signal
+            timeout = min(timeout, self._service.limits.drain_idle_s)
         self._deadline = self._loop.time() + timeout
 
     def data_received(self, data: bytes) -> None:
@@ -343,7 +346,10 @@ class Http1Protocol:
 
     # -- llhttp callbacks ------------------------------------------------------------------
     def on_message_begin(self) -> None:
-        self._cur = Request(self)
+        req = self._cur = Request(self)
+        if not self._begun:  # a connection's first request is served through a drain
+            self._begun = True
+            req._admitted = True
         self._state = _HEAD
         self._head_pending = 0
         self._deadline = self._loop.time() + self._header_timeout
@@ -533,7 +539,10 @@ class Http1Protocol:
         finally:
             self._task = None
         if self._state == _IDLE and self._transport is not None:
-            self._deadline = self._loop.time() + self._keepalive_timeout
+            if self._service.draining:  # answered through a drain (the signal came meanwhile)
+                self._close_now()
+            else:
+                self._deadline = self._loop.time() + self._keepalive_timeout
 
     def _send(self, req: Request, resp: HttpResponse, close: bool) -> None:
         on_sent = resp.on_sent
@@ -690,11 +699,15 @@ class Http1Protocol:
             self._close_now()  # idle past the keep-alive timeout
 
     def shutdown(self) -> None:
-        """The server drains: close now when idle; otherwise answer what is in flight -- a
-        request whose first byte has arrived included, even with its head incomplete --
-        and close after (requests that begin from now on get 503)."""
+        """The server drains: answer what is in flight -- a request whose first byte has
+        arrived included, even with its head incomplete -- and close after. An idle
+        connection stays open ``drain_idle_s`` (its client may be sending right now): its
+        first request is served, a further one gets 503; then it closes."""
         if self._task is None and self._state == _IDLE:
-            self._close_now()
+            if self._transport is not None:
+                deadline = self._loop.time() + self._service.limits.drain_idle_s
+                if self._deadline == 0.0 or deadline < self._deadline:
+                    self._deadline = deadline
         elif self._cur is not None:
             self._cur._admitted = True
 

@@ -75,7 +75,16 @@ class Detect(asyncio.Protocol):
     """The protocol a shared listener creates for each connection until the first bytes
     decide; it then replaces itself on the transport and is not used again."""
 
-    __slots__ = ("_http", "_grpc", "_transport", "_buf", "_timer", "_timeout", "_pool")
+    __slots__ = (
+        "_http",
+        "_grpc",
+        "_transport",
+        "_buf",
+        "_timer",
+        "_timeout",
+        "_pool",
+        "_undecided",
+    )
 
     def __init__(
         self,
@@ -83,9 +92,12 @@ class Detect(asyncio.Protocol):
         grpc: ProtocolFactory,
         timeout_s: float | None = None,
         pool: DetectPool | None = None,
+        undecided: set[Detect] | None = None,
     ) -> None:
         self._http = http
         self._grpc = grpc
+        # where the listener tracks the connections not handed over yet (a drain waits on them)
+        self._undecided = undecided
         self._transport: asyncio.Transport | None = None
         self._buf = b""
         self._timer: asyncio.TimerHandle | None = None
@@ -97,6 +109,8 @@ class Detect(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses: no isinstance check
         self._transport = transport = cast(asyncio.Transport, transport)
+        if self._undecided is not None:
+            self._undecided.add(self)
         # a client that connects and says nothing holds a descriptor: not for long
         self._timer = asyncio.get_running_loop().call_later(self._timeout, transport.abort)
         if self._pool is not None:
@@ -123,6 +137,8 @@ class Detect(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
+        if self._undecided is not None:
+            self._undecided.discard(self)
         if self._timer is not None:
             self._timer.cancel()
         if self._pool is not None:
@@ -141,6 +157,8 @@ class Detect(asyncio.Protocol):
             self._timer = None
         if self._pool is not None:
             self._pool.leave(self)
+        if self._undecided is not None:
+            self._undecided.discard(self)
         proto = factory()
         transport.set_protocol(proto)
         proto.connection_made(transport)

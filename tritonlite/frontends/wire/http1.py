@@ -57,6 +57,7 @@ class HttpLimits:
     body_timeout_s: float = 60.0  # longest pause while a body arrives: 408, then close
     keepalive_timeout_s: float = 75.0  # an idle kept-alive connection is closed after this
     max_connections: int = 4096  # beyond: one request each, health only (others 503), closed
+    drain_idle_s: float = 1.0  # draining, how long an idle connection stays open for a request
 
     def __post_init__(self) -> None:
         for name in (
@@ -68,7 +69,7 @@ class HttpLimits:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"HttpLimits.{name} must be at least 1")
-        for name in ("header_timeout_s", "body_timeout_s", "keepalive_timeout_s"):
+        for name in ("header_timeout_s", "body_timeout_s", "keepalive_timeout_s", "drain_idle_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"HttpLimits.{name} must be positive")
 
@@ -181,8 +182,9 @@ class HttpService:
         self._sweeper = loop.call_later(self._interval, self._sweep) if self.connections else None
 
     def refuse_new(self) -> None:
-        """The stop signal: requests that begin from now on get 503 and ``Connection:
-        close``; idle connections close now; what has begun is still served."""
+        """The stop signal: what has begun is served, and so is the first request of a
+        connection (its client connected before the signal); a further request gets 503 and
+        ``Connection: close``; a connection idle for ``limits.drain_idle_s`` closes."""
         self.draining = True
         for proto in list(self.connections):
             proto.shutdown()
