@@ -39,6 +39,7 @@ from tritonlite.contracts.errors import (
     unavailable,
 )
 from tritonlite.contracts.types import InferInput, InferRequest, InferResponse
+from tritonlite.scheduling import delay_hooks
 from tritonlite.scheduling.base import InstancePool, Pending
 from tritonlite.scheduling.sequence_state import (
     Controls,
@@ -80,15 +81,18 @@ class _Slot:
 class _Batcher:
     """The slots of one instance and the batch it is running."""
 
-    __slots__ = ("instance", "runner", "slots", "running", "done")
+    __slots__ = ("instance", "runner", "slots", "running", "done", "held")
 
-    def __init__(self, instance: object, runner: StateRunner, index: int, slots: int) -> None:
+    def __init__(
+        self, instance: object, runner: StateRunner, index: int, slots: int, held: bool
+    ) -> None:
         self.instance = instance
         self.runner = runner  # handed to the pool with each batch it runs on ``instance``
         self.slots = [_Slot(index, s) for s in range(slots)]
         # each dispatched sequence and the dict its next state is written into
         self.running: list[tuple[_Sequence, State]] = []
         self.done: Any = None  # the pool calls it when the running batch completed
+        self.held = held  # by TRITONSERVER_DELAY_SCHEDULER (delay_hooks) until its count is met
 
 
 class SequenceBatchScheduler:
@@ -117,10 +121,22 @@ class SequenceBatchScheduler:
         self._initial: State = {st.input_name: st.initial for st in self._states}
         self._order = {t.name: i for i, t in enumerate(cfg.input)}
         self._loop = asyncio.get_running_loop()
+        # Triton's test hooks: ``direct`` holds every instance until the slots hold this many
+        # requests (and the backlog ``_hold_backlog``); ``oldest`` holds each instance until
+        # this many of its sequences have a request ready, as its per-instance dynamic batcher.
+        self._hold = delay_hooks.count(delay_hooks.DELAY_ENV)
+        self._hold_backlog = 0
+        if self._hold:
+            if not self._oldest:
+                self._hold_backlog = delay_hooks.count(delay_hooks.BACKLOG_DELAY_ENV)
+            what = "ready sequences per instance" if self._oldest else "requests in the slots"
+            delay_hooks.announce(model.name, what, self._hold)
+            if self._hold_backlog:
+                delay_hooks.announce(model.name, "requests in the backlog", self._hold_backlog)
         self._batchers: list[_Batcher] = []
         self._free: list[tuple[int, int]] = []  # heap of (slot index, batcher index)
         for b, inst in enumerate(model.instances):
-            batcher = _Batcher(inst, StateRunner(self._states), b, slots)
+            batcher = _Batcher(inst, StateRunner(self._states), b, slots, self._hold > 0)
             batcher.done = functools.partial(self._finish, batcher)
             self._batchers.append(batcher)
             self._free.extend((s, b) for s in range(slots))
@@ -267,10 +283,28 @@ class SequenceBatchScheduler:
         for b in self._batchers:
             if b.running or not model.has_idle(b.instance):
                 continue
+            if b.held and self._still_held(b):
+                continue
             when = self._dispatch(b, now)
             if when >= 0 and (wake < 0 or when < wake):
                 wake = when
         self._wakeup.arm(wake)
+
+    def _still_held(self, b: _Batcher) -> bool:
+        """Whether the test hook still holds ``b`` (releasing it, for good, once not)."""
+        if self._oldest:
+            if sum(1 for s in b.slots if s.seq is not None and s.seq.queue) < self._hold:
+                return True
+            b.held = False
+            return False
+        slotted = sum(len(s.seq.queue) for x in self._batchers for s in x.slots if s.seq)
+        if slotted < self._hold:
+            return True
+        if self._hold_backlog and sum(len(q.queue) for q in self._backlog) < self._hold_backlog:
+            return True
+        for x in self._batchers:
+            x.held = False
+        return False
 
     def _finish(self, b: _Batcher) -> None:
         """On the loop, once ``b``'s batch completed: the sequences' next states."""
@@ -320,10 +354,11 @@ class SequenceBatchScheduler:
             earliest = min(seq.queue[0].enqueue_ns for _, seq in ready)
             if now - earliest <= self._delay_ns and len(ready) / self._batch_max < self._min_util:
                 return earliest + self._delay_ns + 1
+        # As Triton: every slot up to the last ready one has a place in the batch; a slot with
+        # nothing ready, or with other shapes than the first ready one, gets a null request.
         key = self._key(ready[0][1])
         by_slot = {i: seq for i, seq in ready if i == ready[0][0] or self._key(seq) == key}
-        last = max(by_slot)
-        self._run(b, [by_slot.get(i) for i in range(last + 1)])
+        self._run(b, [by_slot.get(i) for i in range(ready[-1][0] + 1)])
         return -1
 
     def _run(self, b: _Batcher, entries: list[_Sequence | None]) -> None:
@@ -360,7 +395,8 @@ class SequenceBatchScheduler:
             full = [r for r in requests if r is not None]
         b.runner.plan = Plan(full, positions, [st for _, st in running])
         b.running = running
-        self._model.dispatch(batch, b.instance, b.runner, b.done)
+        padding = len(requests) - len(positions)
+        self._model.dispatch(batch, b.instance, b.runner, b.done, padding=padding)
 
     def _add_inputs(self, req: InferRequest, corr_id: int | str, state: State) -> None:
         # Requests of a batch must list their inputs in one order: the backends gather by index.
