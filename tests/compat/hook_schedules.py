@@ -61,6 +61,8 @@ _DYNAMIC = {
 }
 _ONE = "instance_group [ { kind: KIND_CPU count: 1 } ]\n"
 _IDLE = "max_sequence_idle_microseconds: 5000000"  # the QA models' 5 s
+# Triton leaves a state without initial_state uninitialized (tritonlite zeroes it)
+_ZERO = 'initial_state: [{ name: "zeros" data_type: TYPE_FP32 dims: [1] zero_data: true }]'
 
 
 def write_model(repo: Path, kind: str) -> str:
@@ -68,9 +70,9 @@ def write_model(repo: Path, kind: str) -> str:
     if kind in _DYNAMIC:
         write_add_sub(repo, kind, 8, extra_config=_ONE + _DYNAMIC[kind])
     elif kind == "seq1":  # L0_sequence_batcher models1: one instance, max_batch_size 4
-        write_acc_onnx(repo, kind, max_batch_size=4, count=1, sequence=_IDLE)
+        write_acc_onnx(repo, kind, max_batch_size=4, count=1, sequence=_IDLE, state_extra=_ZERO)
     elif kind == "seq2":  # models2: two instances, max_batch_size 2
-        write_acc_onnx(repo, kind, max_batch_size=2, count=2, sequence=_IDLE)
+        write_acc_onnx(repo, kind, max_batch_size=2, count=2, sequence=_IDLE, state_extra=_ZERO)
     elif kind == "ragged":  # modelsv: variable-size input, not allow_ragged_batch
         write_identity(
             repo,
@@ -85,7 +87,9 @@ def write_model(repo: Path, kind: str) -> str:
         direct = (
             f"direct {{ max_queue_delay_microseconds: 1000000 minimum_slot_utilization: {util} }}"
         )
-        write_acc_onnx(repo, kind, max_batch_size=4, count=1, sequence=f"{_IDLE} {direct}")
+        write_acc_onnx(
+            repo, kind, max_batch_size=4, count=1, sequence=f"{_IDLE} {direct}", state_extra=_ZERO
+        )
     else:
         raise ValueError(kind)
     return kind

@@ -484,6 +484,29 @@ def test_oldest_takes_the_oldest_sequences_up_to_max_batch_size(tmp_path: Path) 
     run(tmp_path, body)
 
 
+def test_oldest_is_held_by_the_delay_hook_until_n_sequences_are_ready(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TRITONSERVER_DELAY_SCHEDULER=3: oldest's per-instance batcher waits for 3 sequences."""
+    monkeypatch.setenv("TRITONSERVER_DELAY_SCHEDULER", "3")
+
+    async def body(core: InferenceCore) -> None:
+        model = core.repository.get("acc_oldest")
+        two = [
+            asyncio.ensure_future(core.infer(req("acc_oldest", s, s, start=True))) for s in (1, 2)
+        ]
+        await asyncio.sleep(0)
+        assert len(model.scheduler.sequences()) == 2
+        assert not any(t.done() for t in two) and model.executing == 0
+        third = core.infer(req("acc_oldest", 3, 3, start=True))
+        assert [out(r) for r in await asyncio.gather(*two, third)] == [1, 2, 3]
+        assert _batches(core, "acc_oldest") == {3: 1}
+        # released for good: a lone request runs at once
+        assert out(await core.infer(req("acc_oldest", 1, 1, end=True))) == 2
+
+    run(tmp_path, body)
+
+
 def test_direct_waits_for_minimum_slot_utilization(tmp_path: Path) -> None:
     async def body(core: InferenceCore) -> None:
         first = asyncio.ensure_future(core.infer(req("acc_utilization", 1, 1, start=True)))
