@@ -349,6 +349,15 @@ def _backlog_fill_no_end(urls: Urls, model: str) -> None:
     finish_acc(*seqs, last)
 
 
+def _same_correlation_id(urls: Urls, model: str) -> None:
+    firsts = [
+        sequence(urls, model, 1001 + i, [v, v + 1, v + 2]) for i, v in enumerate((1, 11, 111, 1111))
+    ]
+    wait_pending(urls, model, 12)  # the QA case sleeps 3 s
+    # 1002 has sent its END: the same ID starts a new sequence, which waits in the backlog
+    finish_acc(*firsts, sequence(urls, model, 1002, [11111, 11113]))
+
+
 def _same_correlation_id_no_end(urls: Urls, model: str) -> None:
     first = Sequence(urls, model, 1001)
     first.send(1, start=True)
@@ -442,6 +451,24 @@ CASES = [
     Case("test_backlog_fill", "seq1", _env(10, 2), _backlog_fill, {4: 3}, 3, 12),
     Case(
         "test_backlog_fill_no_end", "seq1", _env(10, 3), _backlog_fill_no_end, {4: 3, 3: 2}, 5, 14
+    ),
+    Case(
+        "test_backlog_same_correlation_id",
+        "seq1",
+        _env(12, 2),
+        _same_correlation_id,
+        {4: 3, 1: 2},
+        5,
+        14,
+    ),
+    Case(
+        "test_backlog_same_correlation_id[models2]",
+        "seq2",
+        _env(12, 2),
+        _same_correlation_id,
+        {2: 6, 1: 2},
+        8,
+        14,
     ),
     Case(
         "test_backlog_same_correlation_id_no_end",
