@@ -69,6 +69,8 @@ def write_model(repo: Path, kind: str) -> str:
     """Write the model a case uses into ``repo``; returns its name (= ``kind``)."""
     if kind in _DYNAMIC:
         write_add_sub(repo, kind, 8, extra_config=_ONE + _DYNAMIC[kind])
+    elif kind.endswith("_var") and kind[: -len("_var")] in _DYNAMIC:  # L0_batcher's var_models
+        write_add_sub(repo, kind, 8, dims=-1, extra_config=_ONE + _DYNAMIC[kind[: -len("_var")]])
     elif kind == "seq1":  # L0_sequence_batcher models1: one instance, max_batch_size 4
         write_acc_onnx(repo, kind, max_batch_size=4, count=1, sequence=_IDLE, state_extra=_ZERO)
     elif kind == "seq2":  # models2: two instances, max_batch_size 2
@@ -405,6 +407,24 @@ CASES = [
     Case(
         "test_multi_batch_delayed_use_max_batch",
         "pref26_expired",
+        _env(3),
+        _delayed_use_max_batch,
+        {8: 1},
+        1,
+        8,
+    ),
+    Case(
+        "test_multi_batch_use_biggest_preferred[VARIABLE]",
+        "pref26_var",
+        _env(6),
+        _dynamic(*[1] * 6),
+        {6: 1},
+        1,
+        6,
+    ),
+    Case(
+        "test_multi_batch_delayed_use_max_batch[VARIABLE]",
+        "pref26_expired_var",
         _env(3),
         _delayed_use_max_batch,
         {8: 1},
