@@ -219,6 +219,12 @@ def _repo(tmp_path: Path) -> Path:
     write_acc_onnx(repo, "acc_oldest", sequence="oldest { max_candidate_sequences: 4 }")
     write_acc_onnx(
         repo,
+        "acc_oldest_pref",
+        max_batch_size=4,
+        sequence="oldest { max_candidate_sequences: 4 preferred_batch_size: [ 2 ] }",
+    )
+    write_acc_onnx(
+        repo,
         "acc_utilization",
         max_batch_size=2,
         sequence="direct { max_queue_delay_microseconds: 5000000 minimum_slot_utilization: 1.0 }",
@@ -480,6 +486,23 @@ def test_oldest_takes_the_oldest_sequences_up_to_max_batch_size(tmp_path: Path) 
         held.release()
         assert [out(r) for r in await asyncio.gather(*tasks)] == [1, 2, 3, 4, 5, 6]
         assert _batches(core, "acc_oldest") == {4: 1, 2: 1}
+
+    run(tmp_path, body)
+
+
+def test_oldest_sends_the_largest_preferred_size_that_fits(tmp_path: Path) -> None:
+    """As Triton's dynamic batcher: 3 ready, preferred [2], no delay: 2 now, then 1."""
+
+    async def body(core: InferenceCore) -> None:
+        held = Held(core, "acc_oldest_pref")
+        tasks = [
+            asyncio.ensure_future(core.infer(req("acc_oldest_pref", s, s, start=True, end=True)))
+            for s in (1, 2, 3)
+        ]
+        await asyncio.sleep(0)
+        held.release()
+        assert [out(r) for r in await asyncio.gather(*tasks)] == [1, 2, 3]
+        assert _batches(core, "acc_oldest_pref") == {2: 1, 1: 1}
 
     run(tmp_path, body)
 
