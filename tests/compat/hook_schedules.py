@@ -2,9 +2,9 @@
 
 ``TRITONSERVER_DELAY_SCHEDULER`` / ``TRITONSERVER_BACKLOG_DELAY_SCHEDULER`` (set on the server
 process) hold batch formation until the requests of a case are queued, so the batch sizes and
-execution counts of a schedule are exact. Each ``Case`` here is one of Triton r24.10's
-``qa/L0_batcher/batcher_test.py`` or ``qa/L0_sequence_batcher/sequence_batcher_test.py`` cases:
-its model (written by ``write_model``), its hook settings, the requests it sends and the
+execution counts of a schedule are exact. Each ``Case`` here (but the two ``oldest_*``) is one
+of Triton r24.10's ``qa/L0_batcher/batcher_test.py`` or
+``qa/L0_sequence_batcher/sequence_batcher_test.py`` cases: its model (written by ``write_model``), its hook settings, the requests it sends and the
 statistics Triton's test asserts. Where the QA case sleeps to order its requests, the schedule
 waits instead for the server's ``nv_inference_pending_request_count`` (or its execution count)
 to show the earlier requests arrived. ``run_case`` plays a case against any server given its
