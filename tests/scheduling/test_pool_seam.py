@@ -63,6 +63,7 @@ class Pool:
         runner: BatchRunner | None = None,
         done: Callable[[], None] | None = None,
         direct: bool = False,
+        padding: int = 0,
     ) -> None:
         chosen = self.idle.pop(0) if instance is None else instance
         if instance is not None:

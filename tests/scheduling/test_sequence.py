@@ -219,6 +219,12 @@ def _repo(tmp_path: Path) -> Path:
     write_acc_onnx(repo, "acc_oldest", sequence="oldest { max_candidate_sequences: 4 }")
     write_acc_onnx(
         repo,
+        "acc_oldest_pref",
+        max_batch_size=4,
+        sequence="oldest { max_candidate_sequences: 4 preferred_batch_size: [ 2 ] }",
+    )
+    write_acc_onnx(
+        repo,
         "acc_utilization",
         max_batch_size=2,
         sequence="direct { max_queue_delay_microseconds: 5000000 minimum_slot_utilization: 1.0 }",
@@ -423,8 +429,10 @@ def test_direct_batches_slots_and_pads_empty_ones_with_null_requests(tmp_path: P
         third = await core.infer(req("probe_one", 3, 1))
         assert out(third, "WHERE") == [2, 3] and out(third) == 4
         assert out(third, "CONTROLS") == [0, 0, 1]
-        # statistics count the real requests only
-        assert _batches(core, "probe_one") == {3: 1, 1: 1}
+        # the executed batch size counts the null requests (Triton's L0_sequence_batcher
+        # test_backlog_fill_no_end expects {4: 3, 3: 2}), the inference count does not
+        assert _batches(core, "probe_one") == {3: 2}
+        assert core.repository.get("probe_one").stats.inference_count == 4
         assert core.repository.get("probe_one").stats.execution_count == 2
         # the null requests did not touch the other sequences' state
         assert out(await core.infer(req("probe_one", 1, 1, end=True))) == 2
@@ -478,6 +486,46 @@ def test_oldest_takes_the_oldest_sequences_up_to_max_batch_size(tmp_path: Path) 
         held.release()
         assert [out(r) for r in await asyncio.gather(*tasks)] == [1, 2, 3, 4, 5, 6]
         assert _batches(core, "acc_oldest") == {4: 1, 2: 1}
+
+    run(tmp_path, body)
+
+
+def test_oldest_sends_the_largest_preferred_size_that_fits(tmp_path: Path) -> None:
+    """As Triton's dynamic batcher: 3 ready, preferred [2], no delay: 2 now, then 1."""
+
+    async def body(core: InferenceCore) -> None:
+        held = Held(core, "acc_oldest_pref")
+        tasks = [
+            asyncio.ensure_future(core.infer(req("acc_oldest_pref", s, s, start=True, end=True)))
+            for s in (1, 2, 3)
+        ]
+        await asyncio.sleep(0)
+        held.release()
+        assert [out(r) for r in await asyncio.gather(*tasks)] == [1, 2, 3]
+        assert _batches(core, "acc_oldest_pref") == {2: 1, 1: 1}
+
+    run(tmp_path, body)
+
+
+def test_oldest_is_held_by_the_delay_hook_until_n_sequences_are_ready(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TRITONSERVER_DELAY_SCHEDULER=3: oldest's per-instance batcher waits for 3 sequences."""
+    monkeypatch.setenv("TRITONSERVER_DELAY_SCHEDULER", "3")
+
+    async def body(core: InferenceCore) -> None:
+        model = core.repository.get("acc_oldest")
+        two = [
+            asyncio.ensure_future(core.infer(req("acc_oldest", s, s, start=True))) for s in (1, 2)
+        ]
+        await asyncio.sleep(0)
+        assert len(model.scheduler.sequences()) == 2
+        assert not any(t.done() for t in two) and model.executing == 0
+        third = core.infer(req("acc_oldest", 3, 3, start=True))
+        assert [out(r) for r in await asyncio.gather(*two, third)] == [1, 2, 3]
+        assert _batches(core, "acc_oldest") == {3: 1}
+        # released for good: a lone request runs at once
+        assert out(await core.infer(req("acc_oldest", 1, 1, end=True))) == 2
 
     run(tmp_path, body)
 

@@ -88,13 +88,15 @@ class InstancePool(Protocol):
         runner: BatchRunner | None = None,
         done: Callable[[], None] | None = None,
         direct: bool = False,
+        padding: int = 0,
     ) -> None:
         """Take an idle instance (``instance`` when given; ``has_idle`` must be true) and run
         ``batch`` on it, through ``runner`` when given. ``done`` is called on the loop once the
         batch's futures are resolved, before the instance is idle again. ``direct``: the
         scheduler calls from outside its scheduling pass, so a batch that runs inline may give
         its instance back (and call ``instance_free``) before this returns, not a loop turn
-        later."""
+        later. ``padding``: requests ``runner`` adds to the batch (the sequence batcher's null
+        requests); they count in the executed batch size of the statistics, as in Triton."""
         ...
 
     def reject(

@@ -14,6 +14,7 @@ from typing import Any
 
 from tritonlite.contracts.errors import rejected, unavailable
 from tritonlite.contracts.types import InferRequest, InferResponse
+from tritonlite.scheduling import delay_hooks
 from tritonlite.scheduling.base import InstancePool, Pending
 from tritonlite.scheduling.batcher import REJECT_QUEUE_FULL, BatchQueue, QueuePolicy
 from tritonlite.scheduling.wakeup import Wakeup
@@ -53,6 +54,13 @@ class DynamicBatchScheduler:
         # With no delay and nothing queued, a request that finds an instance idle is a batch
         # of its own at once: BatchQueue would decide just that, so it is not asked.
         self._direct_ok = int(db.max_queue_delay_microseconds) == 0 and not self._preserve
+        # Triton's TRITONSERVER_DELAY_SCHEDULER (delay_hooks): no batch until this many requests
+        # are queued, then 0 for good.
+        self._hold = delay_hooks.count(delay_hooks.DELAY_ENV)
+        self._direct_after_hold = self._direct_ok
+        if self._hold:
+            delay_hooks.announce(model.name, "queued requests", self._hold)
+            self._direct_ok = False
         self._order: deque[tuple[asyncio.Future[InferResponse], asyncio.Future[InferResponse]]] = (
             deque()
         )
@@ -128,6 +136,11 @@ class DynamicBatchScheduler:
 
     def _schedule(self) -> None:
         queue, model = self._queue, self._model
+        if self._hold:
+            if len(queue) < self._hold:
+                return  # as Triton's delayed batcher: nothing is batched, rejected or timed out
+            self._hold = 0
+            self._direct_ok = self._direct_after_hold
         now = time.monotonic_ns()
         for slot in queue.expired(now):
             self._reject(slot)

@@ -11,8 +11,10 @@ request) for ``max_sequence_idle_microseconds``. When an instance is idle its ba
   whose results are dropped. With both ``max_queue_delay_microseconds`` and
   ``minimum_slot_utilization`` set, fewer ready slots than that share wait up to the delay.
 * ``oldest``: a dynamic batch over the instance's ``max_candidate_sequences`` slots, oldest
-  front request first, at most one request per sequence, preferring ``preferred_batch_size``
-  and waiting up to ``max_queue_delay_microseconds`` for a fuller one.
+  front request first, at most one request per sequence, decided as Triton's dynamic batcher
+  decides it (the largest ``preferred_batch_size`` that fits, else waiting up to
+  ``max_queue_delay_microseconds`` for one); a request's wait counts from when it arrived and
+  its sequence's previous request completed, when Triton hands it to that batcher.
 
 Requests of one batch have equal input and state shapes. Before a request reaches the backend
 it gets the model's control inputs and implicit-state inputs (``sequence_state``); its state
@@ -39,6 +41,7 @@ from tritonlite.contracts.errors import (
     unavailable,
 )
 from tritonlite.contracts.types import InferInput, InferRequest, InferResponse
+from tritonlite.scheduling import delay_hooks
 from tritonlite.scheduling.base import InstancePool, Pending
 from tritonlite.scheduling.sequence_state import (
     Controls,
@@ -57,7 +60,7 @@ _BACKLOG_RECHECK_NS = 50_000_000
 
 
 class _Sequence:
-    __slots__ = ("corr_id", "queue", "state", "last_ns", "slot", "expired")
+    __slots__ = ("corr_id", "queue", "state", "last_ns", "slot", "expired", "done_ns")
 
     def __init__(self, corr_id: int | str, now: int) -> None:
         self.corr_id = corr_id
@@ -66,6 +69,7 @@ class _Sequence:
         self.last_ns = now  # when its last request arrived (what the idle timeout counts from)
         self.slot: _Slot | None = None  # None while in the backlog
         self.expired = False  # idle too long: free the slot once the queue is empty
+        self.done_ns = 0  # when its last dispatched request completed (``oldest``'s clock)
 
 
 class _Slot:
@@ -80,15 +84,18 @@ class _Slot:
 class _Batcher:
     """The slots of one instance and the batch it is running."""
 
-    __slots__ = ("instance", "runner", "slots", "running", "done")
+    __slots__ = ("instance", "runner", "slots", "running", "done", "held")
 
-    def __init__(self, instance: object, runner: StateRunner, index: int, slots: int) -> None:
+    def __init__(
+        self, instance: object, runner: StateRunner, index: int, slots: int, held: bool
+    ) -> None:
         self.instance = instance
         self.runner = runner  # handed to the pool with each batch it runs on ``instance``
         self.slots = [_Slot(index, s) for s in range(slots)]
         # each dispatched sequence and the dict its next state is written into
         self.running: list[tuple[_Sequence, State]] = []
         self.done: Any = None  # the pool calls it when the running batch completed
+        self.held = held  # by TRITONSERVER_DELAY_SCHEDULER (delay_hooks) until its count is met
 
 
 class SequenceBatchScheduler:
@@ -107,7 +114,9 @@ class SequenceBatchScheduler:
             if seq.oldest.max_candidate_sequences > 0:
                 slots = int(seq.oldest.max_candidate_sequences)
             self._delay_ns = int(seq.oldest.max_queue_delay_microseconds) * 1000
-            self._preferred = sorted({int(s) for s in seq.oldest.preferred_batch_size})
+            # none means max_batch_size, as Triton's config normalization makes it
+            preferred = {int(s) for s in seq.oldest.preferred_batch_size}
+            self._preferred = sorted(preferred or {self._batch_max})
         else:
             self._delay_ns = int(seq.direct.max_queue_delay_microseconds) * 1000
             self._min_util = float(seq.direct.minimum_slot_utilization)
@@ -117,10 +126,22 @@ class SequenceBatchScheduler:
         self._initial: State = {st.input_name: st.initial for st in self._states}
         self._order = {t.name: i for i, t in enumerate(cfg.input)}
         self._loop = asyncio.get_running_loop()
+        # Triton's test hooks: ``direct`` holds every instance until the slots hold this many
+        # requests (and the backlog ``_hold_backlog``); ``oldest`` holds each instance until
+        # this many of its sequences have a request ready, as its per-instance dynamic batcher.
+        self._hold = delay_hooks.count(delay_hooks.DELAY_ENV)
+        self._hold_backlog = 0
+        if self._hold:
+            if not self._oldest:
+                self._hold_backlog = delay_hooks.count(delay_hooks.BACKLOG_DELAY_ENV)
+            what = "ready sequences per instance" if self._oldest else "requests in the slots"
+            delay_hooks.announce(model.name, what, self._hold)
+            if self._hold_backlog:
+                delay_hooks.announce(model.name, "requests in the backlog", self._hold_backlog)
         self._batchers: list[_Batcher] = []
         self._free: list[tuple[int, int]] = []  # heap of (slot index, batcher index)
         for b, inst in enumerate(model.instances):
-            batcher = _Batcher(inst, StateRunner(self._states), b, slots)
+            batcher = _Batcher(inst, StateRunner(self._states), b, slots, self._hold > 0)
             batcher.done = functools.partial(self._finish, batcher)
             self._batchers.append(batcher)
             self._free.extend((s, b) for s in range(slots))
@@ -267,13 +288,35 @@ class SequenceBatchScheduler:
         for b in self._batchers:
             if b.running or not model.has_idle(b.instance):
                 continue
+            if b.held and self._still_held(b):
+                continue
             when = self._dispatch(b, now)
             if when >= 0 and (wake < 0 or when < wake):
                 wake = when
         self._wakeup.arm(wake)
 
+    def _still_held(self, b: _Batcher) -> bool:
+        """Whether the test hook still holds ``b`` (releasing it, for good, once not)."""
+        if self._oldest:
+            if sum(1 for s in b.slots if s.seq is not None and s.seq.queue) < self._hold:
+                return True
+            b.held = False
+            return False
+        slotted = sum(len(s.seq.queue) for x in self._batchers for s in x.slots if s.seq)
+        if slotted < self._hold:
+            return True
+        if self._hold_backlog and sum(len(q.queue) for q in self._backlog) < self._hold_backlog:
+            return True
+        for x in self._batchers:
+            x.held = False
+        return False
+
     def _finish(self, b: _Batcher) -> None:
         """On the loop, once ``b``'s batch completed: the sequences' next states."""
+        if self._oldest:
+            now = time.monotonic_ns()
+            for seq, _ in b.running:
+                seq.done_ns = now
         for seq, next_state in b.running:
             if next_state:  # a model that leaves a state out keeps the one it was given
                 seq.state = {**(seq.state or self._initial), **next_state}
@@ -298,33 +341,50 @@ class SequenceBatchScheduler:
         if not ready:
             return -1
         if self._oldest:
-            ready.sort(key=lambda r: r[1].queue[0].enqueue_ns)
-            n = min(len(ready), self._batch_max)
-            take = n
-            if self._delay_ns and n < self._batch_max and n not in self._preferred:
-                oldest = ready[0][1].queue[0].enqueue_ns
-                if now - oldest < self._delay_ns:
-                    smaller = [p for p in self._preferred if p < n]
-                    if not smaller:
-                        return oldest + self._delay_ns
-                    take = smaller[-1]
-            key = self._key(ready[0][1])
-            chosen = [ready[0]]
-            for entry in ready[1:take]:
-                if self._key(entry[1]) != key:
-                    break  # as the dynamic batcher: a batch is a prefix of equal shapes
-                chosen.append(entry)
-            self._run(b, [seq for _, seq in chosen])
+            take = self._oldest_take(ready, now)
+            if take < 0:
+                return -take
+            self._run(b, [seq for _, seq in ready[:take]])
             return -1
         if self._delay_ns and self._min_util:
             earliest = min(seq.queue[0].enqueue_ns for _, seq in ready)
             if now - earliest <= self._delay_ns and len(ready) / self._batch_max < self._min_util:
                 return earliest + self._delay_ns + 1
+        # As Triton: every slot up to the last ready one has a place in the batch; a slot with
+        # nothing ready, or with other shapes than the first ready one, gets a null request.
         key = self._key(ready[0][1])
         by_slot = {i: seq for i, seq in ready if i == ready[0][0] or self._key(seq) == key}
-        last = max(by_slot)
-        self._run(b, [by_slot.get(i) for i in range(last + 1)])
+        self._run(b, [by_slot.get(i) for i in range(ready[-1][0] + 1)])
         return -1
+
+    @staticmethod
+    def _since(seq: _Sequence) -> int:
+        """When ``seq``'s front request joined ``oldest``'s batcher: it arrived and the
+        sequence's previous request completed (Triton hands it over only then)."""
+        arrived = seq.queue[0].enqueue_ns
+        return arrived if arrived > seq.done_ns else seq.done_ns
+
+    def _oldest_take(self, ready: list[tuple[int, _Sequence]], now: int) -> int:
+        """How many of ``ready`` (sorted here, oldest first) to run now, or minus when to look
+        again: Triton's dynamic batcher over requests of batch size 1."""
+        ready.sort(key=lambda r: self._since(r[1]))
+        fits = min(len(ready), self._batch_max)
+        key = self._key(ready[0][1])
+        n = 1
+        while n < fits and self._key(ready[n][1]) == key:
+            n += 1  # a batch is a prefix of equal shapes
+        best = 0
+        for p in self._preferred:
+            if p <= n:
+                best = p
+        oldest = self._since(ready[0][1])
+        exceeded = self._delay_ns != 0 and now - oldest >= self._delay_ns
+        if best and not exceeded:
+            return best
+        full = len(ready) > self._batch_max or n < fits or n >= self._preferred[-1]
+        if full or exceeded or self._delay_ns == 0:
+            return n
+        return -(oldest + self._delay_ns)
 
     def _run(self, b: _Batcher, entries: list[_Sequence | None]) -> None:
         """Dispatch the front request of each sequence in ``entries`` (None: a null request)."""
@@ -360,7 +420,8 @@ class SequenceBatchScheduler:
             full = [r for r in requests if r is not None]
         b.runner.plan = Plan(full, positions, [st for _, st in running])
         b.running = running
-        self._model.dispatch(batch, b.instance, b.runner, b.done)
+        padding = len(requests) - len(positions)
+        self._model.dispatch(batch, b.instance, b.runner, b.done, padding=padding)
 
     def _add_inputs(self, req: InferRequest, corr_id: int | str, state: State) -> None:
         # Requests of a batch must list their inputs in one order: the backends gather by index.

@@ -131,8 +131,8 @@ class ModelInstance:
     result delivered by an older one (an abandoned, hung thread) is dropped. ``restart`` makes
     a new backend instance on a new thread and points ``impl`` at it.
 
-    ``runner`` and ``on_done`` belong to the batch executing now (one at a time): what
-    ``Model.dispatch`` was handed for it.
+    ``runner``, ``on_done`` and ``padding`` belong to the batch executing now (one at a time):
+    what ``Model.dispatch`` was handed for it.
     """
 
     def __init__(self, spec: InstanceSpec, factory: Callable[[], BackendInstance]) -> None:
@@ -151,6 +151,7 @@ class ModelInstance:
         self.impl: BackendInstance = self._worker.impl
         self.runner: BatchRunner | None = None
         self.on_done: Callable[[], None] | None = None
+        self.padding = 0
         self._capabilities()
         self.recent_ns = 0  # moving average of one batch's execution time
         self._probe_every = PROBE_FIRST
@@ -490,6 +491,7 @@ class Model:
         runner: BatchRunner | None = None,
         done: Callable[[], None] | None = None,
         direct: bool = False,
+        padding: int = 0,
     ) -> None:
         if instance is None:
             chosen = self.idle.popleft()
@@ -499,6 +501,7 @@ class Model:
             chosen = instance
         chosen.runner = runner
         chosen.on_done = done
+        chosen.padding = padding
         self.run_batch(chosen, batch, direct)
 
     def reject(
@@ -570,7 +573,7 @@ class Model:
                     batch[0].request.batch_size
                     if len(batch) == 1
                     else sum(p.request.batch_size for p in batch)
-                )
+                ) + instance.padding
                 spans = stats.record_execution(size, timing)
         now = time.monotonic_ns()
         for p, res in zip(batch, results):
