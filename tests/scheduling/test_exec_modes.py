@@ -112,22 +112,27 @@ def test_the_lane_accounts_like_a_batch_of_one(tmp_path: Path) -> None:
     run(tmp_path, body)
 
 
-def test_a_failing_run_fails_its_request_alone_and_is_counted(tmp_path: Path) -> None:
+@pytest.mark.parametrize("lane", ["execute_one", "execute"])
+def test_a_failing_run_fails_its_request_alone_and_is_counted(tmp_path: Path, lane: str) -> None:
     async def body(core: InferenceCore) -> None:
         m = core.repository.get("pooled")
         await core.infer(_req("pooled", 1.0))
         inst = m.instances[0]
-        assert inst.policy is not None
+        assert inst.policy is not None and inst.execute_one is not None
         inst.policy.recent_ns = 1
-        real = inst.impl.execute
+        real_one, real = inst.execute_one, inst.impl.execute
 
         def broken(*args: Any) -> Any:
             raise RuntimeError("boom")
 
-        inst.impl.execute = broken  # type: ignore[method-assign]
+        if lane == "execute_one":
+            inst.execute_one = broken
+        else:  # a backend without the one-request lane: its ``execute`` with a list of one
+            inst.execute_one = None
+            inst.impl.execute = broken  # type: ignore[method-assign]
         fut = m.scheduler.enqueue(_req("pooled", 2.0))
         assert fut.done() and "RuntimeError: boom" in str(fut.exception())
-        inst.impl.execute = real  # type: ignore[method-assign]
+        inst.execute_one, inst.impl.execute = real_one, real  # type: ignore[method-assign]
         r = await core.infer(_req("pooled", 3.0))
         assert r.outputs[0].data.tolist() == [[3.0] * 3]
         assert m.stats.fail.count == 1 and m.stats.success.count == 2

@@ -45,6 +45,7 @@ from tritonlite.backends.base import (
     Backend,
     BackendFatalError,
     BackendInstance,
+    ExecutesOne,
     InstanceSpec,
     ModelContext,
     RunsOnLoop,
@@ -222,6 +223,7 @@ class ModelInstance:
         self._inline_allowed = True
         self.policy: InlinePolicy | None = None
         self._start_async: Callable[..., None] | None = None
+        self.execute_one: Callable[[InferRequest, ExecTiming], Any] | None = None
         self.mode = ""
         self._choose_mode()
 
@@ -242,6 +244,9 @@ class ModelInstance:
         self._start_async = None
         if isinstance(impl, StartsAsync) and impl.runs_async:
             self._start_async = impl.start
+        self.execute_one = None
+        if isinstance(impl, ExecutesOne) and impl.executes_one:
+            self.execute_one = impl.execute_one
         inline = (
             self._inline_allowed and isinstance(impl, RunsOnLoop) and bool(impl.thread_agnostic)
         )
@@ -610,19 +615,22 @@ class Model:
         """One request, executed inline, completed and accounted with no per-batch lists:
         ``run_batch`` + ``finished`` + ``_complete`` for a batch of one, written out."""
         req = p.request
-        requests = [req]
         start = time.monotonic_ns()
         p.dispatch_ns = start
         self.executing += 1
         timing = ExecTiming(start_ns=start)
         res: InferResponse | TritonliteError
+        one = instance.execute_one
         try:
-            produced = instance.impl.execute(requests, timing)
-            if len(produced) != 1:
-                raise internal(
-                    f"model '{self.name}' returned {len(produced)} responses for 1 requests"
-                )
-            out = produced[0]
+            if one is not None:
+                out = one(req, timing)
+            else:
+                produced = instance.impl.execute([req], timing)
+                if len(produced) != 1:
+                    raise internal(
+                        f"model '{self.name}' returned {len(produced)} responses for 1 requests"
+                    )
+                out = produced[0]
             if isinstance(out, TritonliteError):
                 res = out
             else:
