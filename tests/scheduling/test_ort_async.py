@@ -3,7 +3,7 @@
 Real ONNX models in a real InferenceCore. An instance whose session has an intra-op pool
 (``intra_op_thread_count`` >= 2) starts its off-loop batches from the loop and builds their
 responses on the loop; one without (count 1) keeps running them on its instance thread. The
-tests keep batches off the loop (``inline_ok`` False) and hold the instances so that batch
+tests keep batches off the loop (``allow_inline(False)``) and hold the instances so that batch
 formation is deterministic.
 """
 
@@ -62,7 +62,7 @@ def run(tmp_path: Path, body: Any) -> None:
         try:
             for name in ("pooled", "single", "strings", "gather", "mlp"):
                 for inst in core.repository.get(name).instances:
-                    inst.inline_ok = False
+                    inst.allow_inline(False)
             await body(core)
         finally:
             await core.stop()

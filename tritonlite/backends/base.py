@@ -161,6 +161,18 @@ class StartsAsync(Protocol):
 
 
 @runtime_checkable
+class ExecutesOne(Protocol):
+    """An instance with a lane for one request alone: ``execute_one(request, timing)`` returns
+    what ``execute([request], timing)[0]`` would (its ``Result``), without the batch's lists.
+    ``executes_one`` False: the lane is not available for this instance (``execute`` is used)."""
+
+    @property
+    def executes_one(self) -> bool: ...
+
+    def execute_one(self, request: InferRequest, timing: ExecTiming) -> Result: ...
+
+
+@runtime_checkable
 class Readiness(Protocol):
     """An instance with its own readiness probe (Triton's python ``is_ready``)."""
 

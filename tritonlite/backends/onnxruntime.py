@@ -317,12 +317,26 @@ class OnnxRuntimeInstance:
         # A batch that goes off the event loop starts with ``session.run_async`` on ORT's own
         # intra-op thread (see ``start``) when ORT can: on the CPU provider alone, with an
         # intra-op pool (RunAsync needs one), for tensors numpy hands over as they are.
+        # One request with plain tensors needs neither staging nor conversion (``execute_one``).
+        self.executes_one = self._plain and not self._bf16 and self._ragged is None
         self.runs_async = (
             self._plain
             and not self._bf16
             and opts.intra_op_num_threads >= 2
             and self._session.get_providers() == ["CPUExecutionProvider"]
         )
+
+    def execute_one(self, request: InferRequest, timing: ExecTiming) -> Result:
+        """One request alone (``executes_one`` sessions): its own arrays go to the session and
+        the session's arrays come back as its outputs, with no staging and no batch lists."""
+        feed = {inp.name: inp.data for inp in request.inputs}
+        timing.input_end_ns = time.monotonic_ns()
+        try:
+            values = self._session.run(self._outputs, feed)
+        except Exception as exc:  # ORT raises its own exception types
+            raise run_error(exc) from None
+        timing.infer_end_ns = time.monotonic_ns()
+        return dict(zip(self._outputs, values))
 
     def execute(self, requests: list[InferRequest], timing: ExecTiming) -> list[Result]:
         if not self._plain and len(requests) > 1:

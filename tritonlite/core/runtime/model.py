@@ -1,13 +1,31 @@
 """A loaded model version: its instances (one thread each), scheduler and statistics.
 
-``Model`` is the scheduler's ``InstancePool`` (``scheduling/base.py``): schedulers decide only
-which requests form a batch and when, and hand it to ``Model.dispatch``; only this module
-touches the idle instances. A batch runs in one of three modes (on the loop, on the instance's
-thread, or started from the loop by a ``StartsAsync`` backend); each ends in
-``ModelInstance.finished`` and then ``Model._complete``, the one completion step.
+Execution design (the one way a batch runs):
+
+* **Scheduler and instances meet at one seam.** Schedulers (``scheduling/``) decide only which
+  requests form a batch and when, and hand it down with ``Model.dispatch``; the model tells
+  them an instance is free again with ``Scheduler.instance_free``. Only this module touches the
+  idle instances.
+* **An instance's execution mode is picked once**, when the instance (or its rebuild) is made,
+  from what the backend declares (``backends/base.py``): ``async`` (``StartsAsync.runs_async``:
+  started from the loop, runs on the backend's own thread -- ONNX Runtime's ``run_async``) or
+  ``thread`` (on the instance's thread) for batches off the loop, and whether batches may run
+  ``inline`` on the loop at all (``RunsOnLoop.thread_agnostic``, and no execution timeout).
+  Nothing about the mode is re-derived per batch.
+* **A policy object owns the measured switching** (``InlinePolicy``): for an instance that may
+  run inline, it says per batch, from the batches' measured times, whether this one runs on
+  the loop or goes to the instance's off-loop mode. No other code decides.
+* **The single-request lane.** One request, one execution, no batching (the commonest case)
+  takes ``Model._run_one``: the request's arrays go to the backend as they are, its response is
+  built from the backend's output with no per-batch lists, and its statistics are one execution
+  record and one request record. An instance freed during its scheduler's pass (an inline run)
+  is idle again before ``dispatch`` returns, so the scheduler's pass hands it the next queued
+  request with no loop turn in between.
+* Every batch, whatever its mode, ends in ``ModelInstance.finished`` and then
+  ``Model._complete``, the one completion step.
 
 Over 500 lines: ``Model``, ``ModelInstance`` and its worker thread are one state machine (a
-batch's dispatch, its three execution modes and its completion) and read best together.
+batch's dispatch, its execution modes and its completion) and read best together.
 """
 
 from __future__ import annotations
@@ -27,6 +45,7 @@ from tritonlite.backends.base import (
     Backend,
     BackendFatalError,
     BackendInstance,
+    ExecutesOne,
     InstanceSpec,
     ModelContext,
     RunsOnLoop,
@@ -66,6 +85,56 @@ INLINE_MAX_NS = 300_000
 # after PROBE_FIRST thread batches, doubling up to PROBE_MAX while the probes stay too long.
 PROBE_FIRST = 16
 PROBE_MAX = 4096
+
+
+class InlinePolicy:
+    """Per batch, whether an instance that may run on the loop runs this one there.
+
+    Owns the measured switching, and nothing else decides it: a batch runs inline while the
+    recent batches took less than INLINE_MAX_NS; the first batch is measured off the loop.
+    Spans measured off the loop include waits for the GIL that the busy loop holds, so after
+    PROBE_FIRST batches off the loop one is re-measured on it (doubling up to PROBE_MAX while
+    the probes stay too long).
+    """
+
+    __slots__ = ("recent_ns", "_probe_every", "_since_probe", "_probing")
+
+    def __init__(self) -> None:
+        self.recent_ns = 0  # moving average of one batch's execution time
+        self._probe_every = PROBE_FIRST
+        self._since_probe = 0  # batches off the loop since the last inline probe
+        self._probing = False
+
+    def inline(self) -> bool:
+        """Whether the next batch runs on the loop."""
+        recent = self.recent_ns
+        if recent == 0:
+            return False
+        if recent < INLINE_MAX_NS:
+            return True
+        self._since_probe += 1
+        if self._since_probe < self._probe_every:
+            return False
+        self._since_probe = 0
+        self._probing = True
+        return True
+
+    def record(self, span: int) -> None:
+        """Fold one batch's execution time into ``recent_ns``; a probe's replaces it.
+
+        A sample counts for at most twice INLINE_MAX_NS: one batch preempted on a busy machine
+        must not send a fast model to its thread (where GIL waits then keep its spans long).
+        """
+        if self._probing:
+            self._probing = False
+            self.recent_ns = span
+            self._probe_every = (
+                PROBE_FIRST if span < INLINE_MAX_NS else min(self._probe_every * 2, PROBE_MAX)
+            )
+            return
+        recent = self.recent_ns
+        span = min(span, 2 * INLINE_MAX_NS)
+        self.recent_ns = span if not recent else (recent * 7 + span) // 8
 
 
 class _Worker:
@@ -152,57 +221,44 @@ class ModelInstance:
         self.runner: BatchRunner | None = None
         self.on_done: Callable[[], None] | None = None
         self.padding = 0
-        self._capabilities()
-        self.recent_ns = 0  # moving average of one batch's execution time
-        self._probe_every = PROBE_FIRST
-        self._since_probe = 0  # thread batches since the last inline probe
-        self._probing = False
-
-    def _capabilities(self) -> None:
-        """What ``impl`` declares (backends/base.py): read once per backend instance."""
-        impl = self.impl
-        self.inline_ok = isinstance(impl, RunsOnLoop) and bool(impl.thread_agnostic)
-        # Batches off the loop start with the backend's ``start`` (see ``submit``).
-        # ``start`` is bound here once: an isinstance of a runtime-checked Protocol walks its
-        # members on every call, about 2 us of the loop's time per batch.
+        self._inline_allowed = True
+        self.policy: InlinePolicy | None = None
         self._start_async: Callable[..., None] | None = None
+        self.execute_one: Callable[[InferRequest, ExecTiming], Any] | None = None
+        self.mode = ""
+        self._choose_mode()
+
+    def allow_inline(self, allowed: bool) -> None:
+        """Whether the model lets batches run on the loop at all (not with an execution
+        timeout: a hung batch on the loop could not be cut off); picks the mode again."""
+        self._inline_allowed = allowed
+        self._choose_mode()
+
+    def _choose_mode(self) -> None:
+        """The execution mode, from what ``impl`` declares (backends/base.py): picked once per
+        backend instance, never per batch.
+
+        ``start`` is bound here once: an isinstance of a runtime-checked Protocol walks its
+        members on every call, about 2 us of the loop's time per batch.
+        """
+        impl = self.impl
+        self._start_async = None
         if isinstance(impl, StartsAsync) and impl.runs_async:
             self._start_async = impl.start
+        self.execute_one = None
+        if isinstance(impl, ExecutesOne) and impl.executes_one:
+            self.execute_one = impl.execute_one
+        inline = (
+            self._inline_allowed and isinstance(impl, RunsOnLoop) and bool(impl.thread_agnostic)
+        )
+        self.policy = InlinePolicy() if inline else None
+        off_loop = "async" if self._start_async is not None else "thread"
+        self.mode = f"inline|{off_loop}" if inline else off_loop
 
     @property
     def async_ok(self) -> bool:
         """Whether batches off the loop start with the backend's ``start``."""
         return self._start_async is not None
-
-    def runs_inline(self) -> bool:
-        """Whether the next batch runs on the loop (see INLINE_MAX_NS and PROBE_FIRST)."""
-        if not self.inline_ok or self.recent_ns == 0:
-            return False  # the first batch is measured on the thread
-        if self.recent_ns < INLINE_MAX_NS:
-            return True
-        self._since_probe += 1
-        if self._since_probe < self._probe_every:
-            return False
-        self._since_probe = 0
-        self._probing = True
-        return True
-
-    def record_span(self, span: int) -> None:
-        """Fold one batch's execution time into ``recent_ns``; a probe's replaces it.
-
-        A sample counts for at most twice INLINE_MAX_NS: one batch preempted on a busy machine
-        must not send a fast model to its thread (where GIL waits then keep its spans long).
-        """
-        if self._probing:
-            self._probing = False
-            self.recent_ns = span
-            self._probe_every = (
-                PROBE_FIRST if span < INLINE_MAX_NS else min(self._probe_every * 2, PROBE_MAX)
-            )
-            return
-        recent = self.recent_ns
-        span = min(span, 2 * INLINE_MAX_NS)
-        self.recent_ns = span if not recent else (recent * 7 + span) // 8
 
     def submit(self, model: Model, batch: list[Pending], loop: asyncio.AbstractEventLoop) -> None:
         """Run ``batch`` off the loop; ``model._complete`` gets the results.
@@ -358,9 +414,7 @@ class ModelInstance:
                 raise unavailable(f"instance {self.spec.name} was closed while rebuilding")
             self._worker = worker
             self.impl = worker.impl
-        self._capabilities()
-        self.recent_ns = 0
-        self._probe_every, self._since_probe, self._probing = PROBE_FIRST, 0, False
+        self._choose_mode()
 
     def run(
         self, model: Model, requests: list[InferRequest]
@@ -393,19 +447,8 @@ class ModelInstance:
                     f"model '{model.name}' returned {len(produced)} responses "
                     f"for {len(requests)} requests"
                 )
-        except BackendFatalError as exc:
-            log.error("instance %s failed fatally: %s", self.spec.name, exc.message)
-            fatal = BackendFatalError(
-                f"model instance '{self.spec.name}' failed and was taken out of rotation: "
-                f"{exc.message}",
-                exc.code,
-            )
-            produced = [fatal] * len(requests)
-        except TritonliteError as exc:
-            produced = [exc] * len(requests)
         except Exception as exc:
-            log.exception("instance %s failed", self.spec.name)
-            produced = [internal(f"{type(exc).__name__}: {exc}")] * len(requests)
+            produced = self.failure(model, exc, len(requests))
         results: list[InferResponse | TritonliteError] = []
         for req, out in zip(requests, produced):
             if isinstance(out, TritonliteError):
@@ -419,6 +462,21 @@ class ModelInstance:
                 results.append(exc)
         timing.end_ns = time.monotonic_ns()
         return results
+
+    def failure(self, model: Model, exc: Exception, count: int) -> list[TritonliteError]:
+        """What each of ``count`` requests gets when executing them raised ``exc``."""
+        if isinstance(exc, BackendFatalError):
+            log.error("instance %s failed fatally: %s", self.spec.name, exc.message)
+            fatal = BackendFatalError(
+                f"model instance '{self.spec.name}' failed and was taken out of rotation: "
+                f"{exc.message}",
+                exc.code,
+            )
+            return [fatal] * count
+        if isinstance(exc, TritonliteError):
+            return [exc] * count
+        log.exception("instance %s failed", self.spec.name)
+        return [internal(f"{type(exc).__name__}: {exc}")] * count
 
     def close(self) -> None:
         """Release the backend instance on its thread after the current batch; wait for it
@@ -460,6 +518,8 @@ class Model:
         self._loop = asyncio.get_running_loop()
         self.scheduler = make_scheduler(self)
         self.health = InstanceHealth(self, health or HealthSettings(), warmup)
+        for inst in instances:
+            inst.allow_inline(self.health.inline_ok)
         self._drained: asyncio.Event | None = None
         # Response cache (core/cache.py; used only when the server has one too). The salt, part
         # of every key, keeps a reload of this version off its predecessor's entries.
@@ -529,26 +589,102 @@ class Model:
     ) -> None:
         """Send ``batch`` to ``instance`` (which ``dispatch`` took from ``idle``).
 
-        Short batches of thread-agnostic backends run right here on the loop (see
-        INLINE_MAX_NS): their futures resolve before this returns, so a handler that awaits
-        one next goes on without a loop turn, and the instance goes back to ``idle`` one turn
-        later, so the scheduler that called this is never re-entered -- or at once when the
-        scheduler said ``direct`` (it is not in its scheduling pass). The rest cross to the
-        instance thread and complete on the loop when they come back.
+        A batch the instance's ``InlinePolicy`` keeps on the loop runs right here: its futures
+        resolve before this returns, so a handler that awaits one next goes on without a loop
+        turn; the instance goes back to ``idle`` one turn later, so the scheduler that called
+        this is never re-entered -- or at once when the scheduler said ``direct`` (it handles
+        an instance freed under it). One request of a model that is not decoupled takes the
+        lean lane (``_run_one``). The rest go off the loop in the instance's mode and complete
+        on the loop when they come back.
         """
-        now = time.monotonic_ns()
-        requests = []
-        for p in batch:
-            p.dispatch_ns = now
-            requests.append(p.request)
-        self.executing += len(batch)
-        if self.health.inline_ok and instance.runs_inline():
+        policy = instance.policy
+        if policy is not None and policy.inline():
+            if (
+                len(batch) == 1
+                and instance.runner is None
+                and not instance.padding
+                and not self.signature.decoupled
+            ):
+                self._run_one(instance, batch[0], direct)
+                return
+            now = time.monotonic_ns()
+            requests = []
+            for p in batch:
+                p.dispatch_ns = now
+                requests.append(p.request)
+            self.executing += len(batch)
             results, timing, executed = instance.run(self, requests)
             instance.finished(
                 self, instance.generation, batch, results, timing, executed, not direct
             )
             return
+        now = time.monotonic_ns()
+        for p in batch:
+            p.dispatch_ns = now
+        self.executing += len(batch)
         instance.submit(self, batch, self._loop)
+
+    def _run_one(self, instance: ModelInstance, p: Pending, direct: bool) -> None:
+        """One request, executed inline, completed and accounted with no per-batch lists:
+        ``run_batch`` + ``finished`` + ``_complete`` for a batch of one, written out."""
+        req = p.request
+        start = time.monotonic_ns()
+        p.dispatch_ns = start
+        self.executing += 1
+        timing = ExecTiming(start_ns=start)
+        res: InferResponse | TritonliteError
+        one = instance.execute_one
+        try:
+            if one is not None:
+                out = one(req, timing)
+            else:
+                produced = instance.impl.execute([req], timing)
+                if len(produced) != 1:
+                    raise internal(
+                        f"model '{self.name}' returned {len(produced)} responses for 1 requests"
+                    )
+                out = produced[0]
+            if isinstance(out, TritonliteError):
+                res = out
+            else:
+                res = build_response(self.signature, self.version_str, req, out, self.shm)
+        except Exception as exc:
+            res = instance.failure(self, exc, 1)[0]
+        now = timing.end_ns = time.monotonic_ns()
+        self.executing -= 1
+        policy = instance.policy
+        if policy is not None:
+            policy.record(now - start)
+        stats = self.stats
+        total = now - req.arrival_ns
+        if req.trace is not None:
+            req.trace.completed(p.enqueue_ns, timing, now)
+        if isinstance(res, TritonliteError):
+            if isinstance(res, BackendFatalError):
+                self.health.take_out(instance, res.message)
+            if isinstance(res, ErrorResponse):  # the model's own answer: a success to Triton
+                spans = stats.record_execution(req.batch_size, timing)
+                stats.record_success(total, start - p.enqueue_ns, timing, req.batch_size, spans)
+            else:
+                stats.record_execution(req.batch_size, timing)
+                stats.record_failure(total, "BACKEND")
+            if not p.future.done():
+                p.future.set_exception(res)
+        else:
+            spans = stats.record_execution(req.batch_size, timing)
+            stats.record_success(total, start - p.enqueue_ns, timing, req.batch_size, spans)
+            if req.on_timing is not None:
+                req.on_timing(timing)
+            if not p.future.done():
+                p.future.set_result(res)
+        done = instance.on_done
+        if done is not None:
+            instance.on_done = None
+            done()
+        if direct:
+            self._release(instance)
+        else:
+            self._loop.call_soon(self._release, instance)
 
     def _complete(
         self,
@@ -560,8 +696,9 @@ class Model:
         release_later: bool = False,
     ) -> None:
         self.executing -= len(batch)
-        if timing is not None:
-            instance.record_span(timing.end_ns - timing.start_ns)
+        policy = instance.policy
+        if timing is not None and policy is not None:
+            policy.record(timing.end_ns - timing.start_ns)
         stats = self.stats
         streaming = None
         spans = None
