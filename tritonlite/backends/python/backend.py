@@ -64,7 +64,7 @@ from tritonlite.backends.base import (
     Result,
 )
 from tritonlite.backends.python import loader as python_loader
-from tritonlite.backends.python import pb_utils
+from tritonlite.backends.python import pb_core, pb_utils
 from tritonlite.backends.python.env import PythonEnvBackend, PythonEnvInstance, uses_environment
 from tritonlite.backends.python.loader import ModelScope, describe
 from tritonlite.contracts.errors import (
@@ -85,10 +85,6 @@ pb_utils._caller_model_dir = python_loader.caller_model_dir
 
 _READY_TIMEOUT_S = 5.0  # Triton's bound on a model's is_ready()
 _probes = ThreadPoolExecutor(max_workers=4, thread_name_prefix="python-is-ready")
-
-
-class _BatchError(Exception):
-    """A malformed execute result: fails every request of the batch with this message."""
 
 
 # A fast model's execute may run on the server's event loop thread instead of its instance
@@ -236,20 +232,12 @@ class PythonInstance:
                 if core_req.responder is not None:  # response statistics start here
                     core_req.responder.begin(timing.input_end_ns)
         try:
-            fn = getattr(self._model, "execute", None)
-            if fn is None:
-                raise _BatchError(
-                    f"Python model {self._backend.path} does not implement `execute` method."
-                )
-            ret = fn(batch)
+            ret = pb_core.execute_function(self._model, str(self._backend.path))(batch)
             if decoupled:
                 if inspect.iscoroutine(ret):
                     self._run_in_background(ret, batch, requests)
                 elif ret is not None:
-                    raise _BatchError(
-                        f"Python model '{self._name}' is using the decoupled "
-                        "mode and the execute function must return None."
-                    )
+                    raise pb_core.decoupled_returned(self._name)
                 timing.infer_end_ns = time.monotonic_ns()
                 return [_STREAMED] * len(requests)
             if type(ret) is CoroutineType:
@@ -296,7 +284,7 @@ class PythonInstance:
         fut.add_done_callback(done)
 
     def _failure(self, exc: BaseException) -> TritonliteError:
-        text = str(exc) if isinstance(exc, _BatchError) else describe(exc)
+        text = str(exc) if isinstance(exc, pb_core.BatchError) else describe(exc)
         unsupported_feature = (
             isinstance(exc, pb_utils.TritonModelException)
             and exc.code == pb_utils.TritonError.UNSUPPORTED
@@ -307,38 +295,18 @@ class PythonInstance:
         )
 
     def _results(self, batch: list[pb_utils.InferenceRequest], ret: Any) -> list[Result]:
-        n = len(batch)
-        if ret is None:
-            ret = [None] * n
-        elif not isinstance(ret, (list, tuple)):
-            raise _BatchError(f"Expected a list in the execute return, found type '{type(ret)}'.")
-        elif len(ret) != n:
-            raise _BatchError(
-                "Number of InferenceResponse objects do not match the number of InferenceRequest "
-                f"objects. InferenceRequest(s) size is:{n}, and InferenceResponse(s) size "
-                f"is:{len(ret)}\n"
-            )
         results: list[Result] = []
-        for req, resp in zip(batch, ret):
+        for req, resp in zip(batch, pb_core.execute_results(ret, len(batch))):
             sender = req._sender  # made only if the model asked for it
             sent = sender.response if sender is not None else None
             reschedule = bool(req._release_flags & pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
             if resp is not None:
                 if reschedule:
-                    raise _BatchError(
+                    raise pb_core.BatchError(
                         "Expected a None object in the execute function return list for "
                         f"reschduled request, found type '{type(resp)}'."
                     )
-                if not isinstance(resp, pb_utils.InferenceResponse):
-                    raise _BatchError(
-                        "Expected an 'InferenceResponse' object in the execute function return "
-                        f"list, found type '{type(resp)}'."
-                    )
-                if sent is not None:
-                    raise _BatchError(
-                        "Unable to send response. Non-decoupled model cannot send "
-                        "more than one response."
-                    )
+                resp = pb_core.returned_response(resp, sent)
             elif reschedule:
                 results.append(
                     unsupported(
@@ -353,8 +321,7 @@ class PythonInstance:
                 results.append(
                     internal(
                         f"Failed to process the request(s) for model '{self._name}', message: "
-                        "execute returned no response for a request and none was sent with its "
-                        "response sender"
+                        + pb_core.NO_RESPONSE
                     )
                 )
                 continue

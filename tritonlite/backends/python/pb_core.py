@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "BatchError",
     "InferenceResponse",
     "InferenceResponseSender",
     "InferenceTrace",
@@ -583,6 +584,64 @@ class RequestFields:
 
     def parameters(self) -> str:
         return self._parameters
+
+
+# -- what execute may return (the stub's rules; the in-process backend and the worker apply them)
+
+
+class BatchError(Exception):
+    """A malformed execute result: fails every request of the batch with this message."""
+
+
+NO_RESPONSE = (
+    "execute returned no response for a request and none was sent with its response sender"
+)
+
+
+def execute_function(model: Any, name: str) -> Callable[[list[Any]], Any]:
+    """The model's ``execute``; ``name`` says which model lacks one."""
+    fn = getattr(model, "execute", None)
+    if fn is None:
+        raise BatchError(f"Python model {name} does not implement `execute` method.")
+    return fn  # type: ignore[no-any-return]
+
+
+def decoupled_returned(name: str) -> BatchError:
+    """A decoupled model's execute returned something other than None (or a coroutine)."""
+    return BatchError(
+        f"Python model '{name}' is using the decoupled "
+        "mode and the execute function must return None."
+    )
+
+
+def execute_results(ret: Any, n: int) -> Any:
+    """A non-decoupled execute's return for ``n`` requests, as one entry per request."""
+    if ret is None:
+        return [None] * n
+    if not isinstance(ret, (list, tuple)):
+        raise BatchError(f"Expected a list in the execute return, found type '{type(ret)}'.")
+    if len(ret) != n:
+        raise BatchError(
+            "Number of InferenceResponse objects do not match the number of InferenceRequest "
+            f"objects. InferenceRequest(s) size is:{n}, and InferenceResponse(s) size "
+            f"is:{len(ret)}\n"
+        )
+    return ret
+
+
+def returned_response(resp: Any, sent: InferenceResponse | None) -> InferenceResponse:
+    """The response execute returned for a request (not None), checked: no second one if the
+    model also ``send``-ed one."""
+    if not isinstance(resp, InferenceResponse):
+        raise BatchError(
+            "Expected an 'InferenceResponse' object in the execute function return "
+            f"list, found type '{type(resp)}'."
+        )
+    if sent is not None:
+        raise BatchError(
+            "Unable to send response. Non-decoupled model cannot send more than one response."
+        )
+    return resp
 
 
 # -- logging ------------------------------------------------------------------------------------
