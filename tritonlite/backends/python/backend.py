@@ -67,12 +67,12 @@ from tritonlite.backends.python import loader as python_loader
 from tritonlite.backends.python import pb_core, pb_utils
 from tritonlite.backends.python.env import PythonEnvBackend, PythonEnvInstance, uses_environment
 from tritonlite.backends.python.loader import ModelScope, describe
+from tritonlite.backends.python.model_setup import STREAMED, initialize_args, model_file
 from tritonlite.contracts.errors import (
     ErrorCode,
     ErrorResponse,
     TritonliteError,
     internal,
-    unavailable,
     unsupported,
 )
 from tritonlite.contracts.timing import ExecTiming
@@ -124,9 +124,7 @@ class PythonBackend:
         self.env_backend = PythonEnvBackend(ctx) if uses_environment(cfg) else None
         if self.env_backend is not None:
             return
-        path = ctx.version_dir / (cfg.default_model_filename or "model.py")
-        if not path.is_file():
-            raise unavailable(f"Python model file not found in '{path}'")
+        path = model_file(ctx)
         self.ctx = ctx
         self.path = path
         self.scope = ModelScope(name, ctx.version, ctx.model_dir, path)
@@ -182,15 +180,7 @@ class PythonInstance:
     def _initialize(self, spec: InstanceSpec) -> None:
         ctx = self._ctx
         pb_utils._runtime.model_dir = self._scope.version_dir
-        args = {
-            "model_config": ctx.config_json,
-            "model_instance_kind": spec.kind,
-            "model_instance_name": spec.name,
-            "model_instance_device_id": str(spec.device_id),
-            "model_repository": str(ctx.model_dir),
-            "model_version": str(ctx.version),
-            "model_name": ctx.name,
-        }
+        args = initialize_args(ctx, spec)
         # No scope lock here: models initialize in parallel (loading weights can take minutes);
         # sibling imports made now reach the model's files through the loader's finder.
         try:
@@ -239,7 +229,7 @@ class PythonInstance:
                 elif ret is not None:
                     raise pb_core.decoupled_returned(self._name)
                 timing.infer_end_ns = time.monotonic_ns()
-                return [_STREAMED] * len(requests)
+                return [STREAMED] * len(requests)
             if type(ret) is CoroutineType:
                 ret = self._run_coroutine(ret)
             timing.infer_end_ns = time.monotonic_ns()
@@ -405,10 +395,6 @@ class PythonInstance:
 
     def close(self) -> None:
         self._finalize()
-
-
-# What execute "returns" for a request of a decoupled model: it ran; its responses are streamed.
-_STREAMED = ModelOutputs(partial=True)
 
 
 def _decoupled_sender(req: InferRequest) -> pb_utils.InferenceResponseSender:
