@@ -42,57 +42,25 @@ def _load_core() -> Any:
     return module
 
 
-_CORE_NAMES = (
-    "InferenceResponse",
-    "InferenceResponseSender",
-    "InferenceTrace",
-    "MetricFamily",
-    "PreferredMemory",
-    "RequestFields",
-    "Tensor",
-    "TRITON_STRING_TO_NUMPY",
-    "TRITONSERVER_MEMORY_CPU",
-    "TRITONSERVER_MEMORY_GPU",
-    "TRITONSERVER_REQUEST_FLAG_SEQUENCE_END",
-    "TRITONSERVER_REQUEST_FLAG_SEQUENCE_START",
-    "TRITONSERVER_REQUEST_RELEASE_ALL",
-    "TRITONSERVER_REQUEST_RELEASE_RESCHEDULE",
-    "TRITONSERVER_RESPONSE_COMPLETE_FINAL",
-    "TritonError",
-    "TritonModelException",
-    "_BYTES_CODE",
-    "_ErrorCode",
-    "_LogLevel",
-    "_NUMPY_BY_CODE",
-    "_parameters_json",
-    "deserialize_bytes_tensor",
-    "get_input_config_by_name",
-    "get_input_tensor_by_name",
-    "get_output_config_by_name",
-    "get_output_tensor_by_name",
-    "numpy_to_triton_type",
-    "serialize_byte_tensor",
-    "triton_string_to_numpy",
-    "triton_to_numpy_type",
-    "using_decoupled_model_transaction_policy",
-)
+# Besides pb_core's public names (its ``__all__``), what this module uses of it.
+_CORE_PRIVATE = ("_RequestFields", "_ErrorCode", "_LogLevel", "_parameters_json")
 
 if TYPE_CHECKING:
     from tritonlite.backends.python.pb_core import (
         TRITONSERVER_REQUEST_RELEASE_RESCHEDULE,
         InferenceResponseSender,
         InferenceTrace,
-        RequestFields,
         Tensor,
         TritonModelException,
         _ErrorCode,
         _LogLevel,
         _parameters_json,
+        _RequestFields,
     )
     from tritonlite.backends.python.pb_core import Logger as _CoreLogger
 else:
     _core = _load_core()
-    globals().update({n: getattr(_core, n) for n in _CORE_NAMES})
+    globals().update({n: getattr(_core, n) for n in (*_core.__all__, *_CORE_PRIVATE)})
     _CoreLogger = _core.Logger
 
 _model_dir: str | None = None  # set by the worker before the model is imported
@@ -118,7 +86,7 @@ def get_model_dir() -> str:
 # -- requests (tensors, responses, senders: pb_core.py) ------------------------------------
 
 
-class InferenceRequest(RequestFields):
+class InferenceRequest(_RequestFields):
     """A request the model executes; constructing one for BLS works, ``exec`` does not here."""
 
     def __init__(

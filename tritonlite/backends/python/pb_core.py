@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
+# What each of the two pb_utils modules re-exports as Triton's API (the rest is their own).
 __all__ = [
-    "BatchError",
     "InferenceResponse",
     "InferenceResponseSender",
     "InferenceTrace",
@@ -50,6 +50,7 @@ __all__ = [
     "TritonModelException",
     "deserialize_bytes_tensor",
     "get_input_config_by_name",
+    "get_input_tensor_by_name",
     "get_output_config_by_name",
     "get_output_tensor_by_name",
     "numpy_to_triton_type",
@@ -556,7 +557,7 @@ class InferenceResponseSender:
             return was_open
 
 
-class RequestFields:
+class _RequestFields:
     """The accessors both modules' ``InferenceRequest`` share (each keeps its own
     construction, lazy fields and ``exec``); slots of its own would clash with theirs."""
 

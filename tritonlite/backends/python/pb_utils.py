@@ -191,7 +191,7 @@ class Tensor(pb_core.Tensor):
 # -- requests ---------------------------------------------------------------------------------
 
 
-class InferenceRequest(pb_core.RequestFields):
+class InferenceRequest(pb_core._RequestFields):
     """A request the model executes, or (BLS) one it sends to another model with ``exec``.
 
     The BLS form is ``InferenceRequest(model_name=..., inputs=[...], requested_output_names=[...],
