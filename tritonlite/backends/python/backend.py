@@ -274,11 +274,7 @@ class PythonInstance:
         fut.add_done_callback(done)
 
     def _failure(self, exc: BaseException) -> TritonliteError:
-        text = str(exc) if isinstance(exc, pb_core.BatchError) else describe(exc)
-        unsupported_feature = (
-            isinstance(exc, pb_utils.TritonModelException)
-            and exc.code == pb_utils.TritonError.UNSUPPORTED
-        )
+        text, unsupported_feature = pb_core.execute_failure(exc, describe)
         kind = ErrorCode.UNSUPPORTED if unsupported_feature else ErrorCode.INTERNAL
         return TritonliteError(
             kind, f"Failed to process the request(s) for model '{self._name}', message: {text}"

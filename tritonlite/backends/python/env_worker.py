@@ -470,10 +470,7 @@ class Worker:
             if self.decoupled:  # the server ends each request still open with this error
                 for req in batch:
                     req.get_response_sender()._close()
-            text = str(exc) if isinstance(exc, core.BatchError) else describe(exc)
-            unsupported = (
-                isinstance(exc, pb.TritonModelException) and exc.code == pb.TritonError.UNSUPPORTED
-            )
+            text, unsupported = core.execute_failure(exc, describe)
             fatal = False
             ready = getattr(self.model, "is_ready", None)
             if ready is not None:

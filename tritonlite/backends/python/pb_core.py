@@ -630,6 +630,15 @@ def execute_results(ret: Any, n: int) -> Any:
     return ret
 
 
+def execute_failure(
+    exc: BaseException, describe: Callable[[BaseException], str]
+) -> tuple[str, bool]:
+    """What a failed execute reports: its text (a ``BatchError``'s own message, else what
+    ``describe`` makes of the exception) and whether it is UNSUPPORTED rather than INTERNAL."""
+    text = str(exc) if isinstance(exc, BatchError) else describe(exc)
+    return text, isinstance(exc, TritonModelException) and exc.code == _ErrorCode.UNSUPPORTED
+
+
 def returned_response(resp: Any, sent: InferenceResponse | None) -> InferenceResponse:
     """The response execute returned for a request (not None), checked: no second one if the
     model also ``send``-ed one."""
