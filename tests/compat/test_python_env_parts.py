@@ -1,9 +1,11 @@
 """The parts of ``EXECUTION_ENV_PATH`` support that need no server: the numpy 2 hint, resolving
-and unpacking environments, and the worker protocol's tensor layout."""
+and unpacking environments, the worker protocol's tensor layout, and the worker's pb_utils
+loaded by path beside its core."""
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import socket
 import tarfile
@@ -230,3 +232,88 @@ def test_a_description_outside_its_message_is_refused() -> None:
         )
     with pytest.raises(TypeError, match="cannot cross"):
         Packer().add("v", np.zeros(2, dtype="V4"))
+
+
+# What the worker's pb_utils must do in an environment without tritonlite: load pb_core by path,
+# then answer as the in-process module does (one core, so the same classes and messages).
+_WORKER_PB_UTILS_PROBE = r"""
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("triton_python_backend_utils", sys.argv[1])
+pb = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = pb
+spec.loader.exec_module(pb)
+import numpy as np
+
+def error(fn):
+    try:
+        fn()
+    except Exception as exc:
+        return type(exc).__name__ + ": " + str(exc)
+    return None
+
+counter = pb.MetricFamily("c", "d", pb.MetricFamily.COUNTER).Metric()
+histogram = pb.MetricFamily("h", "d", pb.MetricFamily.HISTOGRAM)
+sender = pb.InferenceRequest(model_name="m").get_response_sender()
+pb.Logger.log_warn("careful")
+print(json.dumps({
+    "tritonlite": sorted(m for m in sys.modules if m.split(".")[0] == "tritonlite"),
+    "core": type(pb.InferenceResponse()).__module__,
+    "set_counter": error(lambda: counter.set(1.0)),
+    "no_buckets": error(lambda: histogram.Metric()),
+    "empty_name": error(lambda: pb.Tensor("", np.zeros(1))),
+    "str_dtype": pb.Tensor("s", np.array(["x"])).triton_dtype(),
+    "final_first": error(lambda: sender.send(flags=pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)),
+    "rescheduled": error(lambda: pb.InferenceRequest().set_release_flags(
+        pb.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)),
+}))
+"""
+
+
+def test_the_worker_pb_utils_loads_its_core_by_path_and_answers_as_in_process(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+    import sys
+
+    from tritonlite.backends.python import pb_utils
+
+    module = Path(python_env.__file__).with_name("env_pb_utils.py")
+    probe = tmp_path / "probe.py"
+    probe.write_text(_WORKER_PB_UTILS_PROBE)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = subprocess.run(
+        [sys.executable, "-I", str(probe), str(module)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    got = json.loads(run.stdout)
+    assert got["tritonlite"] == []
+    assert got["core"] == "triton_python_backend_utils_core"
+    assert run.stderr == "WARNING: careful\n"
+
+    def error(fn: Any) -> str | None:
+        try:
+            fn()
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return None
+
+    histogram = pb_utils.MetricFamily("h", "d", pb_utils.MetricFamily.HISTOGRAM)
+    counter = pb_utils.MetricFamily("c", "d", pb_utils.MetricFamily.COUNTER).Metric()
+    sender = pb_utils.InferenceResponseSender()
+    assert got["set_counter"] == error(lambda: counter.set(1.0))
+    assert got["no_buckets"] == error(lambda: histogram.Metric())
+    assert got["empty_name"] == error(lambda: pb_utils.Tensor("", np.zeros(1)))
+    assert got["final_first"] == error(
+        lambda: sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    )
+    assert got["set_counter"] is not None and got["final_first"] is not None
+    assert got["str_dtype"] == 13  # the worker takes np.str_ arrays as BYTES
+    assert got["rescheduled"] == (
+        "TritonModelException: Request rescheduling is not supported for a model that runs "
+        "in its own EXECUTION_ENV_PATH environment"
+    )

@@ -64,15 +64,15 @@ from tritonlite.backends.base import (
     Result,
 )
 from tritonlite.backends.python import loader as python_loader
-from tritonlite.backends.python import pb_utils
+from tritonlite.backends.python import pb_core, pb_utils
 from tritonlite.backends.python.env import PythonEnvBackend, PythonEnvInstance, uses_environment
 from tritonlite.backends.python.loader import ModelScope, describe
+from tritonlite.backends.python.model_setup import STREAMED, initialize_args, model_file
 from tritonlite.contracts.errors import (
     ErrorCode,
     ErrorResponse,
     TritonliteError,
     internal,
-    unavailable,
     unsupported,
 )
 from tritonlite.contracts.timing import ExecTiming
@@ -85,10 +85,6 @@ pb_utils._caller_model_dir = python_loader.caller_model_dir
 
 _READY_TIMEOUT_S = 5.0  # Triton's bound on a model's is_ready()
 _probes = ThreadPoolExecutor(max_workers=4, thread_name_prefix="python-is-ready")
-
-
-class _BatchError(Exception):
-    """A malformed execute result: fails every request of the batch with this message."""
 
 
 # A fast model's execute may run on the server's event loop thread instead of its instance
@@ -128,9 +124,7 @@ class PythonBackend:
         self.env_backend = PythonEnvBackend(ctx) if uses_environment(cfg) else None
         if self.env_backend is not None:
             return
-        path = ctx.version_dir / (cfg.default_model_filename or "model.py")
-        if not path.is_file():
-            raise unavailable(f"Python model file not found in '{path}'")
+        path = model_file(ctx)
         self.ctx = ctx
         self.path = path
         self.scope = ModelScope(name, ctx.version, ctx.model_dir, path)
@@ -186,15 +180,7 @@ class PythonInstance:
     def _initialize(self, spec: InstanceSpec) -> None:
         ctx = self._ctx
         pb_utils._runtime.model_dir = self._scope.version_dir
-        args = {
-            "model_config": ctx.config_json,
-            "model_instance_kind": spec.kind,
-            "model_instance_name": spec.name,
-            "model_instance_device_id": str(spec.device_id),
-            "model_repository": str(ctx.model_dir),
-            "model_version": str(ctx.version),
-            "model_name": ctx.name,
-        }
+        args = initialize_args(ctx, spec)
         # No scope lock here: models initialize in parallel (loading weights can take minutes);
         # sibling imports made now reach the model's files through the loader's finder.
         try:
@@ -236,22 +222,14 @@ class PythonInstance:
                 if core_req.responder is not None:  # response statistics start here
                     core_req.responder.begin(timing.input_end_ns)
         try:
-            fn = getattr(self._model, "execute", None)
-            if fn is None:
-                raise _BatchError(
-                    f"Python model {self._backend.path} does not implement `execute` method."
-                )
-            ret = fn(batch)
+            ret = pb_core.execute_function(self._model, str(self._backend.path))(batch)
             if decoupled:
                 if inspect.iscoroutine(ret):
                     self._run_in_background(ret, batch, requests)
                 elif ret is not None:
-                    raise _BatchError(
-                        f"Python model '{self._name}' is using the decoupled "
-                        "mode and the execute function must return None."
-                    )
+                    raise pb_core.decoupled_returned(self._name)
                 timing.infer_end_ns = time.monotonic_ns()
-                return [_STREAMED] * len(requests)
+                return [STREAMED] * len(requests)
             if type(ret) is CoroutineType:
                 ret = self._run_coroutine(ret)
             timing.infer_end_ns = time.monotonic_ns()
@@ -296,49 +274,25 @@ class PythonInstance:
         fut.add_done_callback(done)
 
     def _failure(self, exc: BaseException) -> TritonliteError:
-        text = str(exc) if isinstance(exc, _BatchError) else describe(exc)
-        unsupported_feature = (
-            isinstance(exc, pb_utils.TritonModelException)
-            and exc.code == pb_utils.TritonError.UNSUPPORTED
-        )
+        text, unsupported_feature = pb_core.execute_failure(exc, describe)
         kind = ErrorCode.UNSUPPORTED if unsupported_feature else ErrorCode.INTERNAL
         return TritonliteError(
             kind, f"Failed to process the request(s) for model '{self._name}', message: {text}"
         )
 
     def _results(self, batch: list[pb_utils.InferenceRequest], ret: Any) -> list[Result]:
-        n = len(batch)
-        if ret is None:
-            ret = [None] * n
-        elif not isinstance(ret, (list, tuple)):
-            raise _BatchError(f"Expected a list in the execute return, found type '{type(ret)}'.")
-        elif len(ret) != n:
-            raise _BatchError(
-                "Number of InferenceResponse objects do not match the number of InferenceRequest "
-                f"objects. InferenceRequest(s) size is:{n}, and InferenceResponse(s) size "
-                f"is:{len(ret)}\n"
-            )
         results: list[Result] = []
-        for req, resp in zip(batch, ret):
+        for req, resp in zip(batch, pb_core.execute_results(ret, len(batch))):
             sender = req._sender  # made only if the model asked for it
             sent = sender.response if sender is not None else None
             reschedule = bool(req._release_flags & pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
             if resp is not None:
                 if reschedule:
-                    raise _BatchError(
+                    raise pb_core.BatchError(
                         "Expected a None object in the execute function return list for "
                         f"reschduled request, found type '{type(resp)}'."
                     )
-                if not isinstance(resp, pb_utils.InferenceResponse):
-                    raise _BatchError(
-                        "Expected an 'InferenceResponse' object in the execute function return "
-                        f"list, found type '{type(resp)}'."
-                    )
-                if sent is not None:
-                    raise _BatchError(
-                        "Unable to send response. Non-decoupled model cannot send "
-                        "more than one response."
-                    )
+                resp = pb_core.returned_response(resp, sent)
             elif reschedule:
                 results.append(
                     unsupported(
@@ -353,8 +307,7 @@ class PythonInstance:
                 results.append(
                     internal(
                         f"Failed to process the request(s) for model '{self._name}', message: "
-                        "execute returned no response for a request and none was sent with its "
-                        "response sender"
+                        + pb_core.NO_RESPONSE
                     )
                 )
                 continue
@@ -438,10 +391,6 @@ class PythonInstance:
 
     def close(self) -> None:
         self._finalize()
-
-
-# What execute "returns" for a request of a decoupled model: it ran; its responses are streamed.
-_STREAMED = ModelOutputs(partial=True)
 
 
 def _decoupled_sender(req: InferRequest) -> pb_utils.InferenceResponseSender:

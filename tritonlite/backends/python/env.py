@@ -84,13 +84,13 @@ from tritonlite.backends.base import (
 from tritonlite.backends.python.env_process import WorkerGone, WorkerProcess
 from tritonlite.backends.python.env_worker import Packer, unpack
 from tritonlite.backends.python.model_config import ModelConfig, apply_changes
+from tritonlite.backends.python.model_setup import STREAMED, initialize_args, model_file
 from tritonlite.contracts.errors import (
     ErrorCode,
     ErrorResponse,
     TritonliteError,
     internal,
     invalid_arg,
-    unavailable,
     unsupported,
 )
 from tritonlite.contracts.timing import ExecTiming
@@ -281,9 +281,7 @@ class PythonEnvBackend:
 
     def __init__(self, ctx: ModelContext) -> None:
         cfg = ctx.config
-        path = ctx.version_dir / (cfg.default_model_filename or "model.py")
-        if not path.is_file():
-            raise unavailable(f"Python model file not found in '{path}'")
+        path = model_file(ctx)
         self.ctx = ctx
         self.path = path
         self.env = resolve(cfg.parameters[ENV_PARAMETER].string_value, ctx.model_dir, ctx.name)
@@ -340,15 +338,7 @@ class PythonEnvInstance:
             hello.get("numpy"),
             hello.get("pid"),
         )
-        args = {
-            "model_config": ctx.config_json,
-            "model_instance_kind": spec.kind,
-            "model_instance_name": spec.name,
-            "model_instance_device_id": str(spec.device_id),
-            "model_repository": str(ctx.model_dir),
-            "model_version": str(ctx.version),
-            "model_name": ctx.name,
-        }
+        args = initialize_args(ctx, spec)
         try:
             reply, _ = worker.call(
                 {
@@ -493,7 +483,7 @@ class PythonEnvInstance:
                 raise BackendFatalError(message, code)
             return [TritonliteError(code, message)] * len(requests)
         if batch_id:
-            return [_STREAMED] * len(requests)
+            return [STREAMED] * len(requests)
         return [_result(out, buf) for out in reply["responses"]]
 
     def _bls(
@@ -606,10 +596,6 @@ class PythonEnvInstance:
             self._closing = True
             worker = self._worker
         worker.stop(finalize=True)
-
-
-# What execute "returns" for a request of a decoupled model: it ran; its responses are streamed.
-_STREAMED = ModelOutputs(partial=True)
 
 
 class _Batch:

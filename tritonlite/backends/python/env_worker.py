@@ -197,10 +197,6 @@ def describe(exc: BaseException) -> str:
     return text
 
 
-class _BatchError(Exception):
-    """A malformed execute result: fails every request of the batch with this message."""
-
-
 class Worker:
     """One model instance: the model object and the pb_utils stand-in it imported."""
 
@@ -441,6 +437,7 @@ class Worker:
         self, meta: dict[str, Any], buf: bytearray
     ) -> tuple[dict[str, Any], list[Any], bool]:
         pb = self.pb
+        core = pb._core  # pb_core: the rules for what execute may return
         batch = []
         for r in meta["requests"]:
             inputs = [pb.Tensor._of_input(d["name"], unpack(d, buf)) for d in r["inputs"]]
@@ -453,18 +450,13 @@ class Worker:
                     self._asker(meta["batch"], index),
                 )
         try:
-            fn = getattr(self.model, "execute", None)
-            if fn is None:
-                raise _BatchError(f"Python model {self.name} does not implement `execute` method.")
+            fn = core.execute_function(self.model, self.name)
             if self.decoupled:
                 ret = fn(batch)
                 if _is_coroutine(ret):
                     self._in_background(ret, meta["batch"], batch)
                 elif ret is not None:
-                    raise _BatchError(
-                        f"Python model '{self.name}' is using the decoupled "
-                        "mode and the execute function must return None."
-                    )
+                    raise core.decoupled_returned(self.name)
                 return {"done": True}, [], False
             ret = self._await(fn(batch))
             return self._responses(batch, ret)
@@ -478,10 +470,7 @@ class Worker:
             if self.decoupled:  # the server ends each request still open with this error
                 for req in batch:
                     req.get_response_sender()._close()
-            text = str(exc) if isinstance(exc, _BatchError) else describe(exc)
-            unsupported = (
-                isinstance(exc, pb.TritonModelException) and exc.code == pb.TritonError.UNSUPPORTED
-            )
+            text, unsupported = core.execute_failure(exc, describe)
             fatal = False
             ready = getattr(self.model, "is_ready", None)
             if ready is not None:
@@ -500,33 +489,13 @@ class Worker:
             )
 
     def _responses(self, batch: list[Any], ret: Any) -> tuple[dict[str, Any], list[Any], bool]:
-        pb = self.pb
-        n = len(batch)
-        if ret is None:
-            ret = [None] * n
-        elif not isinstance(ret, (list, tuple)):
-            raise _BatchError(f"Expected a list in the execute return, found type '{type(ret)}'.")
-        elif len(ret) != n:
-            raise _BatchError(
-                "Number of InferenceResponse objects do not match the number of InferenceRequest "
-                f"objects. InferenceRequest(s) size is:{n}, and InferenceResponse(s) size "
-                f"is:{len(ret)}\n"
-            )
+        core = self.pb._core
         packer = Packer()
         out: list[dict[str, Any]] = []
-        for req, resp in zip(batch, ret):
+        for req, resp in zip(batch, core.execute_results(ret, len(batch))):
             sent = req.get_response_sender().response
             if resp is not None:
-                if not isinstance(resp, pb.InferenceResponse):
-                    raise _BatchError(
-                        "Expected an 'InferenceResponse' object in the execute function return "
-                        f"list, found type '{type(resp)}'."
-                    )
-                if sent is not None:
-                    raise _BatchError(
-                        "Unable to send response. Non-decoupled model cannot send "
-                        "more than one response."
-                    )
+                resp = core.returned_response(resp, sent)
             else:
                 resp = sent
             if resp is None:
@@ -534,11 +503,8 @@ class Worker:
                     {
                         "error": [
                             "INTERNAL",
-                            (
-                                f"Failed to process the request(s) for model '{self.name}', message: "
-                                "execute returned no response for a request and none was sent with its "
-                                "response sender"
-                            ),
+                            f"Failed to process the request(s) for model '{self.name}', message: "
+                            + core.NO_RESPONSE,
                         ]
                     }
                 )

@@ -29,7 +29,6 @@ The names it shares with the environment worker's module (``env_pb_utils``) come
 
 from __future__ import annotations
 
-import enum
 import json
 import logging
 import sys
@@ -40,10 +39,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tritonlite.backends.base import ServerAccess
+from tritonlite.backends.python import pb_core
 from tritonlite.backends.python.model_config import ModelConfig
 from tritonlite.backends.python.pb_core import (
     _BYTES_CODE,
-    _NUMPY_BY_CODE,
+    _CODE_BY_DTYPE,
     TRITON_STRING_TO_NUMPY,
     TRITONSERVER_MEMORY_CPU,
     TRITONSERVER_MEMORY_GPU,
@@ -52,9 +52,15 @@ from tritonlite.backends.python.pb_core import (
     TRITONSERVER_REQUEST_RELEASE_ALL,
     TRITONSERVER_REQUEST_RELEASE_RESCHEDULE,
     TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+    InferenceResponse,
+    InferenceResponseSender,
+    InferenceTrace,
+    PreferredMemory,
     TritonError,
     TritonModelException,
     _ErrorCode,
+    _LogLevel,
+    _parameters_json,
     deserialize_bytes_tensor,
     get_input_config_by_name,
     get_output_config_by_name,
@@ -108,10 +114,6 @@ __all__ = [
 
 # (the TRITONSERVER_* constants, dtype tables, errors, BYTES helpers: pb_core.py)
 _BF16_CODE = 14
-# The same table keyed by dtype, for the per-tensor lookup (native byte order hits it).
-_CODE_BY_DTYPE: dict[np.dtype[Any], int] = {
-    np.dtype(t): code for code, t in enumerate(_NUMPY_BY_CODE) if 0 < code < _BYTES_CODE
-}
 _log = logging.getLogger("tritonlite.python")
 
 
@@ -176,278 +178,20 @@ def get_model_dir() -> str:
     return found
 
 
-# -- tensors --------------------------------------------------------------------------------
+# -- tensors, responses, senders (pb_core.py) -----------------------------------------------
 
 
-class Tensor:
+class Tensor(pb_core.Tensor):
     """A named numpy array: ``Tensor(name, numpy_array)``."""
 
-    __slots__ = ("_name", "_array", "_dtype", "_owned")
-
-    def __init__(self, name: str, data: np.ndarray[Any, Any]) -> None:
-        # Every output of every response comes through here: the common case in one test.
-        code = _CODE_BY_DTYPE.get(data.dtype) if type(data) is np.ndarray else None
-        if code is None or type(name) is not str or not name:
-            if not isinstance(name, str):
-                raise TypeError(f"Tensor(): 'name' must be a str, got {type(name)}")
-            if name == "":
-                raise TritonModelException("Tensor name cannot be an empty string.")
-            if not isinstance(data, np.ndarray):
-                raise TypeError(f"Tensor(): expected a numpy.ndarray, got {type(data)}")
-            code = _dtype_code(data.dtype)
-            if code is None:
-                raise TritonModelException("NumPy dtype is not supported.")
-        if not data.flags.c_contiguous:
-            data = np.ascontiguousarray(data)
-        self._name = name
-        self._array = data
-        self._dtype = code
-        self._owned = True
-
-    @classmethod
-    def _of_input(cls, name: str, data: np.ndarray[Any, Any]) -> Tensor:
-        """A request input around the core's array (copied later only if written to)."""
-        t = cls.__new__(cls)
-        t._name, t._array, t._dtype, t._owned = name, data, _dtype_code(data.dtype) or 0, False
-        return t
-
-    def name(self) -> str:
-        return self._name
-
-    def as_numpy(self) -> np.ndarray[Any, Any]:
-        if not self._owned:
-            # Inputs view the request's bytes, which are read-only; Triton's are writable.
-            if not self._array.flags.writeable:
-                self._array = self._array.copy()
-            self._owned = True
-        return self._array
-
-    def shape(self) -> list[int]:
-        return [int(d) for d in self._array.shape]
-
-    def triton_dtype(self) -> int:
-        return self._dtype
-
-    def is_cpu(self) -> bool:
-        return True
-
-    def to_dlpack(self) -> Any:
-        if self._dtype == _BYTES_CODE:
-            raise TritonModelException("DLPack does not have support for string tensors.")
-        return self.as_numpy().__dlpack__()
-
-    def __dlpack__(self, stream: Any = None) -> Any:
-        return self.to_dlpack()
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        return (1, 0)  # kDLCPU, device 0
-
-    @staticmethod
-    def from_dlpack(name: str, tensor: Any) -> Tensor:
-        """A tensor from a DLPack capsule or an object with ``__dlpack__`` (CPU memory only)."""
-        if name == "":
-            raise TritonModelException("Tensor name cannot be an empty string.")
-        if type(tensor).__name__ == "PyCapsule":
-            tensor = _Capsule(tensor)
-        elif not hasattr(tensor, "__dlpack__"):
-            raise TritonModelException(
-                "Provided tensor is not supported. Tensor must be a DLPack capsule or have a "
-                "`__dlpack__` attribute"
-            )
-        device = tensor.__dlpack_device__()
-        if int(device[0]) not in (1, 3):  # kDLCPU, kDLCUDAHost
-            raise TritonModelException(
-                f"DLPack tensors on device type {int(device[0])} are not supported by this "
-                "server: only CPU tensors are",
-                _ErrorCode.UNSUPPORTED,
-            )
-        return Tensor(name, np.from_dlpack(tensor))
-
-    def __repr__(self) -> str:
-        return f"Tensor({self._name!r}, shape={self.shape()}, dtype={self._array.dtype})"
+    __slots__ = ()
+    _dtype_code = staticmethod(_dtype_code)
 
 
-class _Capsule:
-    """Gives a bare DLPack capsule the protocol ``np.from_dlpack`` expects."""
-
-    def __init__(self, capsule: Any) -> None:
-        self._capsule = capsule
-
-    def __dlpack__(self, stream: Any = None, **_: Any) -> Any:
-        return self._capsule
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        import ctypes
-
-        get = ctypes.pythonapi.PyCapsule_GetPointer
-        get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
-        ptr = get(self._capsule, b"dltensor")
-        # DLManagedTensor starts with DLTensor {void* data; DLDevice {int32 type; int32 id}; ...}
-        dev = (ctypes.c_int32 * 2).from_address(ptr + ctypes.sizeof(ctypes.c_void_p))
-        return int(dev[0]), int(dev[1])
+# -- requests ---------------------------------------------------------------------------------
 
 
-# -- requests, responses, senders -------------------------------------------------------------
-
-
-def _parameters_json(parameters: Any) -> str:
-    if parameters is None:
-        return "{}"
-    if not isinstance(parameters, dict):
-        raise TritonModelException(f"Expect dict, got {type(parameters)}")
-    for key, value in parameters.items():
-        if not isinstance(key, str):
-            raise TritonModelException(
-                f"Expect parameters keys to have type str, found type {type(key)}"
-            )
-        if not isinstance(value, (bool, int, float, str)):
-            raise TritonModelException(
-                f"Expect parameters values to have type bool/int/float/str, found type "
-                f"{type(value)}"
-            )
-    return json.dumps(parameters)
-
-
-class PreferredMemory:
-    """Where BLS outputs should go; accepted for compatibility (every tensor is on the CPU)."""
-
-    def __init__(self, preferred_memory_type: int, preferred_device_id: int = 0) -> None:
-        self.preferred_memory_type = preferred_memory_type
-        self.preferred_device_id = preferred_device_id
-
-
-class InferenceTrace:
-    def __init__(self, context: str | None = None) -> None:
-        self._context = context
-
-    def get_context(self) -> str | None:
-        return self._context or None
-
-
-class InferenceResponse:
-    """``InferenceResponse(output_tensors=[], error=None, parameters=None)``."""
-
-    __slots__ = ("_tensors", "_error", "_parameters", "_parameters_json")
-
-    def __init__(
-        self,
-        output_tensors: Iterable[Tensor] | None = None,
-        error: TritonError | None = None,
-        parameters: dict[str, Any] | None = None,
-    ) -> None:
-        tensors = list(output_tensors) if output_tensors is not None else []
-        for t in tensors:
-            if type(t) is not Tensor and not isinstance(t, Tensor):
-                raise TypeError(
-                    f"InferenceResponse(): output_tensors must hold pb_utils.Tensor, got {type(t)}"
-                )
-        if error is not None and not isinstance(error, TritonError):
-            raise TypeError(
-                f"InferenceResponse(): error must be a pb_utils.TritonError, got {type(error)}"
-            )
-        self._tensors = tensors
-        self._error = error
-        if parameters is None:  # the common case: no JSON to check or render
-            self._parameters_json = "{}"
-            self._parameters: dict[str, Any] = {}
-        else:
-            self._parameters_json = _parameters_json(parameters)
-            self._parameters = dict(parameters) if parameters else {}
-
-    def output_tensors(self) -> list[Tensor]:
-        return self._tensors
-
-    def has_error(self) -> bool:
-        return self._error is not None
-
-    def error(self) -> TritonError | None:
-        return self._error
-
-    def parameters(self) -> str:
-        return self._parameters_json
-
-
-def _never() -> bool:
-    return False
-
-
-class InferenceResponseSender:
-    """``request.get_response_sender()``: ``send(response=None, flags=0)``.
-
-    Triton's rules and messages: ``flags`` is 0 or ``TRITONSERVER_RESPONSE_COMPLETE_FINAL``;
-    flags 0 needs a response; nothing may be sent after the FINAL flag. A decoupled model's
-    sender may be called any number of times, from any thread, during or after ``execute``;
-    each call is delivered at once, in call order (``deliver(response or None, final)``,
-    installed by the backend). A non-decoupled model may send exactly one response (then,
-    optionally, a flags-only FINAL) instead of returning it from ``execute``; it is kept in
-    ``response`` for the backend. ``is_cancelled()`` is True once the client cancelled the
-    request or went away (streams only).
-    """
-
-    __slots__ = ("_decoupled", "_closed", "_sent", "_lock", "_deliver", "_cancelled", "response")
-
-    def __init__(
-        self,
-        decoupled: bool = False,
-        deliver: Callable[[InferenceResponse | None, bool], None] | None = None,
-        cancelled: Callable[[], bool] = _never,
-    ) -> None:
-        self._decoupled = decoupled
-        self._closed = False
-        self._sent = 0
-        self._lock = threading.Lock()
-        self._deliver = deliver
-        self._cancelled = cancelled
-        self.response: InferenceResponse | None = None
-
-    def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
-        if flags != TRITONSERVER_RESPONSE_COMPLETE_FINAL and flags != 0:
-            raise TritonModelException("Unable to send response. Unsupported flag provided.")
-        if flags == 0 and response is None:
-            raise TritonModelException(
-                "Inference Response object must be provided when the response flags is set to zero."
-            )
-        if response is not None and not isinstance(response, InferenceResponse):
-            raise TypeError(f"send(): expected a pb_utils.InferenceResponse, got {type(response)}")
-        final = flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL
-        with self._lock:
-            if not self._decoupled:
-                if response is not None and self._sent > 0:
-                    raise TritonModelException(
-                        "Unable to send response. Non-decoupled model "
-                        "cannot send more than one response."
-                    )
-                if response is None and self._sent == 0:
-                    raise TritonModelException(
-                        "Unable to send response. Non-decoupled model "
-                        "cannot send complete final before sending a "
-                        "response."
-                    )
-            if self._closed:
-                raise TritonModelException(
-                    "Unable to send response. Response sender has been closed."
-                )
-            self._closed = final
-            self._sent += 1
-            if self._deliver is None:
-                if response is not None:
-                    self.response = response
-                return
-            # Under the lock, so that deliveries keep the order of the calls.
-            self._deliver(response, final)
-
-    def is_cancelled(self) -> bool:
-        return self._cancelled()
-
-    def _close(self) -> bool:
-        """Refuse further sends (the execution failed); True if it was still open."""
-        with self._lock:
-            was_open = not self._closed
-            self._closed = True
-            return was_open
-
-
-class InferenceRequest:
+class InferenceRequest(pb_core._RequestFields):
     """A request the model executes, or (BLS) one it sends to another model with ``exec``.
 
     The BLS form is ``InferenceRequest(model_name=..., inputs=[...], requested_output_names=[...],
@@ -575,24 +319,6 @@ class InferenceRequest:
                 by_name.setdefault(t._name, t)
             self._by_name = by_name
         return by_name.get(name)
-
-    def request_id(self) -> str:
-        return self._id
-
-    def correlation_id(self) -> int | str:
-        return self._correlation_id
-
-    def flags(self) -> int:
-        return self._flags
-
-    def set_flags(self, flags: int) -> None:
-        self._flags = flags
-
-    def timeout(self) -> int:
-        return self._timeout
-
-    def parameters(self) -> str:
-        return self._parameters
 
     def trace(self) -> InferenceTrace:
         if self._trace is None:
@@ -740,15 +466,7 @@ def is_model_ready(model_name: str, model_version: str = "") -> bool:
     return bool(_manage("Failed to check model readiness", ready))
 
 
-# -- logging ------------------------------------------------------------------------------------
-
-
-class _LogLevel(enum.IntEnum):
-    INFO = 0
-    WARNING = 1
-    ERROR = 2
-    VERBOSE = 3
-
+# -- logging and metrics ----------------------------------------------------------------------
 
 _PY_LEVEL = {
     _LogLevel.INFO: logging.INFO,
@@ -758,101 +476,21 @@ _PY_LEVEL = {
 }
 
 
-class Logger:
+class Logger(pb_core.Logger):
     """Triton's model logger; lines go to the server log with the caller's file and line."""
 
-    LogLevel = _LogLevel
-    INFO = _LogLevel.INFO
-    WARNING = _LogLevel.WARNING
-    ERROR = _LogLevel.ERROR
-    VERBOSE = _LogLevel.VERBOSE
-
-    @staticmethod
-    def log(message: str, level: _LogLevel = _LogLevel.INFO) -> None:
-        _log.log(_PY_LEVEL.get(_LogLevel(level), logging.INFO), "%s", message, stacklevel=2)
-
-    @staticmethod
-    def log_info(message: str) -> None:
-        _log.info("%s", message, stacklevel=2)
-
-    @staticmethod
-    def log_warn(message: str) -> None:
-        _log.warning("%s", message, stacklevel=2)
-
-    @staticmethod
-    def log_error(message: str) -> None:
-        _log.error("%s", message, stacklevel=2)
-
-    @staticmethod
-    def log_verbose(message: str) -> None:
-        _log.debug("%s", message, stacklevel=2)
+    @classmethod
+    def _emit(cls, message: str, level: _LogLevel) -> None:
+        _log.log(_PY_LEVEL.get(level, logging.INFO), "%s", message, stacklevel=3)
 
 
-# -- custom metrics (kept in memory; not exported on /metrics yet) ------------------------------
+class MetricFamily(pb_core.MetricFamily):
+    """Custom metrics, kept in memory: not exported on /metrics yet (said once, in the log)."""
 
-
-class _MetricKind(enum.IntEnum):
-    COUNTER = 0
-    GAUGE = 1
-    HISTOGRAM = 2
-
-
-class _Metric:
-    def __init__(self, kind: _MetricKind, buckets: list[float] | None) -> None:
-        self._kind = kind
-        self._value = 0.0
-        self._lock = threading.Lock()
-        self._buckets = sorted(buckets) if buckets is not None else None
-        self._counts = [0] * (len(self._buckets) + 1) if self._buckets is not None else []
-
-    def increment(self, value: float) -> None:
-        if self._kind == _MetricKind.HISTOGRAM:
-            raise TritonModelException(
-                "Failed to increment metric value. Metric kind "
-                "HISTOGRAM does not support increment."
-            )
-        if self._kind == _MetricKind.COUNTER and value < 0:
-            raise TritonModelException(
-                "Failed to increment metric value. Counter metrics cannot be decremented."
-            )
-        with self._lock:
-            self._value += value
-
-    def set(self, value: float) -> None:
-        if self._kind != _MetricKind.GAUGE:
-            raise TritonModelException("Failed to set metric value. Only GAUGE metrics can be set.")
-        with self._lock:
-            self._value = float(value)
-
-    def observe(self, value: float) -> None:
-        if self._kind != _MetricKind.HISTOGRAM or self._buckets is None:
-            raise TritonModelException(
-                "Failed to observe metric value. Only HISTOGRAM metrics can observe."
-            )
-        with self._lock:
-            self._value += value
-            i = next((k for k, b in enumerate(self._buckets) if value <= b), len(self._buckets))
-            self._counts[i] += 1
-
-    def value(self) -> float:
-        if self._kind == _MetricKind.HISTOGRAM:
-            raise TritonModelException(
-                "Failed to get metric value. Metric kind HISTOGRAM does not support value()."
-            )
-        return self._value
-
-
-class MetricFamily:
-    COUNTER = _MetricKind.COUNTER
-    GAUGE = _MetricKind.GAUGE
-    HISTOGRAM = _MetricKind.HISTOGRAM
     _warned = False
 
-    def __init__(self, name: str, description: str, kind: _MetricKind) -> None:
-        self.name = name
-        self.description = description
-        self.kind = _MetricKind(kind)
-        self._metrics: dict[tuple[tuple[str, str], ...], _Metric] = {}
+    @classmethod
+    def _created(cls, name: str) -> None:
         if not MetricFamily._warned:
             MetricFamily._warned = True
             _log.warning(
@@ -860,19 +498,6 @@ class MetricFamily:
                 "not exported on /metrics by this server yet",
                 name,
             )
-
-    def Metric(
-        self,
-        labels: dict[str, str] | None = None,  # noqa: N802 (Triton's name)
-        buckets: list[float] | None = None,
-    ) -> _Metric:
-        if self.kind == _MetricKind.HISTOGRAM and buckets is None:
-            raise TritonModelException("Missing required buckets for histogram metric.")
-        key = tuple(sorted((labels or {}).items()))
-        metric = self._metrics.get(key)
-        if metric is None:
-            metric = self._metrics[key] = _Metric(self.kind, buckets)
-        return metric
 
 
 class _NoServer:
