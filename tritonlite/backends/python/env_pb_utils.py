@@ -43,7 +43,7 @@ def _load_core() -> Any:
 
 
 # Besides pb_core's public names (its ``__all__``), what this module uses of it.
-_CORE_PRIVATE = ("_RequestFields", "_ErrorCode", "_LogLevel", "_parameters_json")
+_CORE_PRIVATE = ("_RequestFields", "_ErrorCode", "_parameters_json")
 
 if TYPE_CHECKING:
     from tritonlite.backends.python.pb_core import (
@@ -53,7 +53,6 @@ if TYPE_CHECKING:
         Tensor,
         TritonModelException,
         _ErrorCode,
-        _LogLevel,
         _parameters_json,
         _RequestFields,
     )
@@ -182,9 +181,5 @@ def is_model_ready(model_name: str, model_version: str = "") -> bool:
 
 
 class Logger(_CoreLogger):
-    """Triton's model logger; lines go to the worker's stderr, which the server logs."""
-
-    @classmethod
-    def _emit(cls, message: str, level: _LogLevel) -> None:
-        sys.stderr.write(f"{level.name}: {message}\n")
-        sys.stderr.flush()
+    """Triton's model logger; lines go to the worker's stderr (pb_core's), which the server
+    logs."""

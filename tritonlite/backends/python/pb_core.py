@@ -23,6 +23,7 @@ from __future__ import annotations
 import enum
 import json
 import struct
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -665,8 +666,10 @@ class _LogLevel(enum.IntEnum):
 
 
 class Logger:
-    """Triton's model logger; where a line goes is ``_emit(message, level)``, which each
-    module sets (the caller of a ``Logger`` method is two frames above ``_emit``)."""
+    """Triton's model logger; where a line goes is ``_emit(message, level)``: standard error
+    here (a per-environment worker's, which the server logs), the server's log in-process
+    (``pb_utils`` overrides it; the caller of a ``Logger`` method is two frames above
+    ``_emit``)."""
 
     LogLevel = _LogLevel
     INFO = _LogLevel.INFO
@@ -676,7 +679,8 @@ class Logger:
 
     @classmethod
     def _emit(cls, message: str, level: _LogLevel) -> None:
-        raise NotImplementedError
+        sys.stderr.write(f"{level.name}: {message}\n")
+        sys.stderr.flush()
 
     @classmethod
     def log(cls, message: str, level: _LogLevel = _LogLevel.INFO) -> None:
