@@ -198,15 +198,21 @@ class Served:
         )
 
 
-@pytest.fixture(params=["pure", "compiled"])
-def served(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Served]:
-    """A server on either H2Connection twin (the transport looks the class up per connection)."""
-    if request.param == "pure":
+def use_h2_twin(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Servers started from now on run on the ``name`` ("pure", "compiled") H2Connection twin
+    (the transport looks the class up per connection)."""
+    if name == "pure":
         monkeypatch.setattr(grpc_native, "H2Connection", _h2_py.H2Connection)
     elif COMPILED is None:
         pytest.skip(NOT_BUILT)
     else:
         monkeypatch.setattr(grpc_native, "H2Connection", COMPILED.H2Connection)
+
+
+@pytest.fixture(params=["pure", "compiled"])
+def served(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Served]:
+    """A server on either H2Connection twin."""
+    use_h2_twin(request.param, monkeypatch)
     with _serve() as s:
         yield s
 

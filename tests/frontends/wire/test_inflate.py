@@ -14,13 +14,11 @@ from collections.abc import Callable, Iterator
 
 import grpc
 import pytest
-from test_grpc_native import RawClient, Served, _serve, _status
-from test_h2_connection import COMPILED, NOT_BUILT
+from test_grpc_native import RawClient, Served, _serve, _status, use_h2_twin
 from test_h2_peer import END_STREAM, HEADERS, RST_STREAM, frame, grpc_message
 from test_http1 import _json, _post, handler, twin_class
 from test_http1_support import Conn, LoopThread
 
-from tritonlite.frontends.wire import _h2_py, grpc_native
 from tritonlite.frontends.wire.grpc_native import GrpcLimits
 from tritonlite.frontends.wire.http1 import HttpLimits, NativeHttpServer, start_http_native
 from tritonlite.frontends.wire.inflate import (
@@ -179,15 +177,10 @@ def test_a_cancelled_inflation_gives_its_turn_back() -> None:
 # ------------------------------------------------------------------ gRPC
 
 
-@pytest.fixture(params=["pure", "compiled"], autouse=False)
+@pytest.fixture(params=["pure", "compiled"])
 def h2_twin(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Servers started by the test run on this H2Connection twin."""
-    if request.param == "pure":
-        monkeypatch.setattr(grpc_native, "H2Connection", _h2_py.H2Connection)
-    elif COMPILED is None:
-        pytest.skip(NOT_BUILT)
-    else:
-        monkeypatch.setattr(grpc_native, "H2Connection", COMPILED.H2Connection)
+    use_h2_twin(request.param, monkeypatch)
 
 
 def _slow_gate(served: Served, concurrent: int = 2) -> None:
