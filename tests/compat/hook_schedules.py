@@ -76,6 +76,15 @@ def write_model(repo: Path, kind: str) -> str:
         write_acc_onnx(repo, kind, max_batch_size=4, count=1, sequence=_IDLE, state_extra=_ZERO)
     elif kind == "seq2":  # models2: two instances, max_batch_size 2
         write_acc_onnx(repo, kind, max_batch_size=2, count=2, sequence=_IDLE, state_extra=_ZERO)
+    elif kind == "seq_one_slot":  # one slot, 1 s idle limit (not a QA model)
+        write_acc_onnx(
+            repo,
+            kind,
+            max_batch_size=1,
+            count=1,
+            sequence="max_sequence_idle_microseconds: 1000000",
+            state_extra=_ZERO,
+        )
     elif kind == "ragged":  # modelsv: variable-size input, not allow_ragged_batch
         write_identity(
             repo,
@@ -433,6 +442,26 @@ def _backlog_sequence_timeout(urls: Urls, model: str) -> None:
     finish_acc(*others, late)
 
 
+def _idle_while_held(urls: Urls, model: str) -> None:
+    """1001 (in the one slot) times out while the hook holds the batcher for 2 requests: the
+    end Triton's reaper queues for it counts as the second, its request then runs and its slot
+    goes to 1005 from the backlog; 1001's next request needs a START."""
+    first = Sequence(urls, model, 1001)
+    first.send(1, start=True)
+    wait_pending(urls, model, 1)
+    late = sequence(urls, model, 1005, [11111, 11113])
+    wait_pending(urls, model, 3)
+    _wait("1001 to time out", lambda: statistics(urls, model)[1] >= 3, 15.0)
+    first.send(3)
+    try:
+        first.finish()
+    except InferenceServerException as exc:
+        assert exc.message().startswith(_NO_START.format(1001, model)), exc.message()
+    else:
+        raise AssertionError("1001's request after its timeout did not fail")
+    finish_acc(late)
+
+
 def _queue_delay(urls: Urls, model: str) -> None:
     a = Sequence(urls, model, 1001)
     a.send(1, start=True)
@@ -579,6 +608,9 @@ CASES = [
 
 
 CASES += [
+    # not a QA case: Triton's reaper ends an idle sequence while the hook holds the batcher,
+    # and that end counts toward the hold
+    Case("idle_while_held", "seq_one_slot", _env(2, 0), _idle_while_held, {1: 3}, 3, 3),
     # not QA cases: the oldest strategy's dynamic batcher with a preferred size below the
     # maximum, held by the hook until 3 one-request sequences are ready; the expectations are
     # Triton's decision rule. tritonserver 2.51 answered none of these one-request sequences
