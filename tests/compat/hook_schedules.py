@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scheduling"))
@@ -75,6 +76,15 @@ def write_model(repo: Path, kind: str) -> str:
         write_acc_onnx(repo, kind, max_batch_size=4, count=1, sequence=_IDLE, state_extra=_ZERO)
     elif kind == "seq2":  # models2: two instances, max_batch_size 2
         write_acc_onnx(repo, kind, max_batch_size=2, count=2, sequence=_IDLE, state_extra=_ZERO)
+    elif kind == "seq_one_slot":  # one slot, 1 s idle limit (not a QA model)
+        write_acc_onnx(
+            repo,
+            kind,
+            max_batch_size=1,
+            count=1,
+            sequence="max_sequence_idle_microseconds: 1000000",
+            state_extra=_ZERO,
+        )
     elif kind == "ragged":  # modelsv: variable-size input, not allow_ragged_batch
         write_identity(
             repo,
@@ -120,8 +130,8 @@ def statistics(urls: Urls, model: str) -> tuple[dict[int, int], int, int, int]:
     return batches, int(st["execution_count"]), int(st["inference_count"]), success
 
 
-def _wait(what: str, check: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + _DEADLINE_S
+def _wait(what: str, check: Callable[[], bool], within: float = _DEADLINE_S) -> None:
+    deadline = time.monotonic() + within
     while not check():
         if time.monotonic() > deadline:
             raise TimeoutError(f"gave up waiting for {what}")
@@ -385,6 +395,73 @@ def _same_correlation_id_no_end(urls: Urls, model: str) -> None:
     finish_acc(*others, again)
 
 
+_IDLE_S = 5.0  # _IDLE in seconds
+_NO_START = (
+    "inference request for sequence {} to model '{}' must specify the START flag on the "
+    "first request of the sequence"
+)
+
+
+def _backlog_sequence_timeout(urls: Urls, model: str) -> None:
+    """1001 sends nothing after its START and times out; its slot goes to 1005 from the
+    backlog, and 1001's next request fails for want of a START. The QA case's other three
+    sequences send a request every half idle time, concurrently (so their batches are
+    timing-dependent and it asserts none); here each such request is sent alone and run
+    before the next, so every batch is exact."""
+    t0 = time.monotonic()
+    first, *others = (Sequence(urls, model, 1001 + i) for i in range(4))
+    for i, (s, v) in enumerate(zip((first, *others), (1, 11, 111, 1111))):
+        s.send(v, start=True)
+        if i < 3:  # slots in this order, as the QA threads
+            wait_pending(urls, model, i + 1)
+    wait_executions(urls, model, 1)
+    late = sequence(urls, model, 1005, [11111, 11113])
+    wait_pending(urls, model, 2)  # in the backlog: the QA case sleeps 2 s
+    # the QA case's own pre-delay: half the idle time, so the three outlive 1001 by as much
+    _wait("half the sequence idle time", lambda: time.monotonic() - t0 >= _IDLE_S / 2)
+    done = 1
+    for s in others:
+        s.send(s._sent[0] + 1)
+        done += 1
+        wait_executions(urls, model, done)
+    # 1001 times out (the QA case sends its next request 6 s after its START): 1005 runs
+    _wait("1005 to leave the backlog", lambda: statistics(urls, model)[1] >= done + 2, 15.0)
+    done += 2
+    first.send(3)
+    for step in (1, 2):
+        for s in others:
+            s.send(s._sent[0] + (1 if step == 1 else 2), end=step == 2)
+            done += 1
+            wait_executions(urls, model, done)
+    try:
+        first.finish()
+    except InferenceServerException as exc:
+        assert exc.message().startswith(_NO_START.format(1001, model)), exc.message()
+    else:
+        raise AssertionError("1001's request after its timeout did not fail")
+    finish_acc(*others, late)
+
+
+def _idle_while_held(urls: Urls, model: str) -> None:
+    """1001 (in the one slot) times out while the hook holds the batcher for 2 requests: the
+    end Triton's reaper queues for it counts as the second, its request then runs and its slot
+    goes to 1005 from the backlog; 1001's next request needs a START."""
+    first = Sequence(urls, model, 1001)
+    first.send(1, start=True)
+    wait_pending(urls, model, 1)
+    late = sequence(urls, model, 1005, [11111, 11113])
+    wait_pending(urls, model, 3)
+    _wait("1001 to time out", lambda: statistics(urls, model)[1] >= 3, 15.0)
+    first.send(3)
+    try:
+        first.finish()
+    except InferenceServerException as exc:
+        assert exc.message().startswith(_NO_START.format(1001, model)), exc.message()
+    else:
+        raise AssertionError("1001's request after its timeout did not fail")
+    finish_acc(late)
+
+
 def _queue_delay(urls: Urls, model: str) -> None:
     a = Sequence(urls, model, 1001)
     a.send(1, start=True)
@@ -514,6 +591,16 @@ CASES = [
         4,
         16,
     ),
+    # the QA case asserts only the error; these statistics are tritonserver 2.51's answer
+    Case(
+        "test_backlog_sequence_timeout",
+        "seq1",
+        _env(4, 0),
+        _backlog_sequence_timeout,
+        {4: 4, 3: 3, 2: 3, 1: 2},
+        12,
+        15,
+    ),
     Case("test_queue_delay_no_min_util", "qdelay", _env(2, 0), _queue_delay, {2: 2}, 2, 3),
     Case("test_queue_delay_half_min_util", "qdelay_half", _env(2, 0), _queue_delay, {2: 2}, 2, 3),
     Case("test_queue_delay_full_min_util", "qdelay_full", _env(2, 0), _queue_delay, {2: 2}, 2, 3),
@@ -521,6 +608,9 @@ CASES = [
 
 
 CASES += [
+    # not a QA case: Triton's reaper ends an idle sequence while the hook holds the batcher,
+    # and that end counts toward the hold
+    Case("idle_while_held", "seq_one_slot", _env(2, 0), _idle_while_held, {1: 3}, 3, 3),
     # not QA cases: the oldest strategy's dynamic batcher with a preferred size below the
     # maximum, held by the hook until 3 one-request sequences are ready; the expectations are
     # Triton's decision rule. tritonserver 2.51 answered none of these one-request sequences

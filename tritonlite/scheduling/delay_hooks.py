@@ -7,7 +7,9 @@ tritonlite honours them the same way:
   queued in it; the sequence batcher (``direct``) runs no batch until its sequence slots hold
   ``N`` requests together, across instances (``oldest``: each instance's batcher waits for
   ``N`` sequences with a request ready). Once the count is reached the scheduler runs normally
-  for the rest of its life; nothing is dispatched, rejected or timed out while it waits.
+  for the rest of its life; nothing is dispatched or rejected while it waits. A sequence idle
+  past its timeout is still ended, and (``direct``) that end counts as one request toward
+  ``N``, as the end Triton's reaper queues in the sequence's slot does.
 * ``TRITONSERVER_BACKLOG_DELAY_SCHEDULER=M`` (only with the former, ``direct`` only): the
   sequence batcher also waits until the backlog holds ``M`` requests.
 

@@ -302,7 +302,11 @@ class SequenceBatchScheduler:
                 return True
             b.held = False
             return False
-        slotted = sum(len(s.seq.queue) for x in self._batchers for s in x.slots if s.seq)
+        # A slotted sequence that timed out counts one more: the end Triton's reaper queues
+        # in its slot (its slot is freed once the hold is over and its requests ran).
+        slotted = sum(
+            len(s.seq.queue) + s.seq.expired for x in self._batchers for s in x.slots if s.seq
+        )
         if slotted < self._hold:
             return True
         if self._hold_backlog and sum(len(q.queue) for q in self._backlog) < self._hold_backlog:
