@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import gevent
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
@@ -135,7 +136,10 @@ def _wait(what: str, check: Callable[[], bool], within: float = _DEADLINE_S) -> 
     while not check():
         if time.monotonic() > deadline:
             raise TimeoutError(f"gave up waiting for {what}")
-        time.sleep(0.01)
+        # tritonclient.http's async_infer sends from a greenlet of the client's: wait in
+        # gevent's sleep, so that it runs (async_infer yields to it for only 10 ms, too little
+        # on a loaded machine)
+        gevent.sleep(0.01)
 
 
 def pending(urls: Urls, model: str) -> int:
