@@ -299,7 +299,6 @@ def _read_to_end(sock: socket.socket, cl: Any) -> int:
 def attack_stalled(frontend: str, seconds: float) -> dict[str, Any]:
     n = 1 << 20  # FP32[1 Mi]: two 4 MiB outputs, an 8 MiB response
     s = _server(frontend, dims=n)
-    pid = s.proc.pid
     message = _infer_message(n)
     try:
         for _ in range(2):  # warm: calls read to their end
@@ -307,20 +306,27 @@ def attack_stalled(frontend: str, seconds: float) -> dict[str, Any]:
             got = _read_to_end(sock, cl)
             assert got >= 8 << 20, got
             sock.close()
-        time.sleep(1.0)
-        before = _rss_mib(pid)
-        calls = [_stalled_call(s.grpc_url, message) for _ in range(10)]
-        time.sleep(3.0)
-        during = _rss_mib(pid)
-        for x, _ in calls:
-            x.close()
-        time.sleep(3.0)
-        after = _rss_mib(pid)
-        health = _health(s.http_url)
+        return _stall_and_close("stalled", s, lambda: _stalled_call(s.grpc_url, message)[0])
     finally:
         s.stop()
+
+
+def _stall_and_close(name: str, s: Any, stall: Callable[[], socket.socket]) -> dict[str, Any]:
+    """RSS before, while ten ``stall()`` connections hold unread responses, and 3 s after
+    they closed; the result must be back within 32 MiB and health answered."""
+    pid = s.proc.pid
+    time.sleep(1.0)
+    before = _rss_mib(pid)
+    socks = [stall() for _ in range(10)]
+    time.sleep(3.0)
+    during = _rss_mib(pid)
+    for sock in socks:
+        sock.close()
+    time.sleep(3.0)
+    after = _rss_mib(pid)
+    health = _health(s.http_url)
     return {
-        "attack": "stalled",
+        "attack": name,
         "rss_mib_before": round(before, 1),
         "rss_mib_stalled": round(during, 1),
         "rss_mib_after_close": round(after, 1),
@@ -376,37 +382,21 @@ def _read_http_response(sock: socket.socket) -> None:
 def attack_stalled_http(frontend: str, seconds: float) -> dict[str, Any]:
     n = 1 << 20
     s = _server(frontend, dims=n)
-    pid = s.proc.pid
     request = _http_infer(n)
     try:
         for _ in range(2):  # warm: answers read to their end
             with socket.create_connection(_hostport(s.http_url), timeout=30) as sock:
                 sock.sendall(request)
                 _read_http_response(sock)
-        time.sleep(1.0)
-        before = _rss_mib(pid)
-        socks = []
-        for _ in range(10):
+
+        def stall() -> socket.socket:
             sock = socket.create_connection(_hostport(s.http_url), timeout=30)
             sock.sendall(request)
-            socks.append(sock)
-        time.sleep(3.0)
-        during = _rss_mib(pid)
-        for x in socks:
-            x.close()
-        time.sleep(3.0)
-        after = _rss_mib(pid)
-        health = _health(s.http_url)
+            return sock
+
+        return _stall_and_close("stalled_http", s, stall)
     finally:
         s.stop()
-    return {
-        "attack": "stalled_http",
-        "rss_mib_before": round(before, 1),
-        "rss_mib_stalled": round(during, 1),
-        "rss_mib_after_close": round(after, 1),
-        "health": health,
-        "ok": after - before < 32 and health == 200,
-    }
 
 
 ATTACKS: dict[str, Callable[[str, float], dict[str, Any]]] = {
