@@ -67,9 +67,24 @@ RESPONSES = [
 
 @pytest.mark.parametrize("resp", RESPONSES, ids=["add_sub", "empty", "mixed"])
 def test_encode_matches_the_message_class(resp: InferResponse) -> None:
-    got = pb.ModelInferResponse.FromString(codec.encode_infer(resp))
+    msg = codec.encode_infer(resp)
+    if isinstance(msg, list):  # a large response: its parts, each a flat byte buffer
+        assert all(type(p) is bytes or (type(p) is memoryview and p.format == "B") for p in msg)
+        msg = b"".join(msg)
+    got = pb.ModelInferResponse.FromString(msg)
     assert got == _reference(resp)
     assert len(got.raw_output_contents) == len(got.outputs)  # index-aligned, always
+
+
+def test_large_response_comes_in_parts_over_the_arrays() -> None:
+    big = np.arange(1 << 16, dtype=np.float32).reshape(256, 256)
+    resp = InferResponse("m", "1", "", [InferOutput("O", "FP32", big.shape, big)])
+    parts = codec.encode_infer(resp)
+    assert isinstance(parts, list)
+    assert any(
+        type(p) is memoryview and p.obj is not None and p.nbytes == big.nbytes for p in parts
+    )  # the array's own memory, not a copy of it
+    assert isinstance(codec.encode_infer(RESPONSES[0]), bytes)  # small: one joined bytes
 
 
 @pytest.mark.parametrize("final", [True, False])

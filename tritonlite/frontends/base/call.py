@@ -7,8 +7,11 @@ both and neither holds behaviour of its own.
 
 gRPC contract
 -------------
-* A unary handler is ``async def h(request: bytes, call: GrpcCall) -> bytes``: the serialized
-  request message in, the serialized response message out.
+* A unary handler is ``async def h(request: bytes, call: GrpcCall) -> Message``: the serialized
+  request message in, the serialized response message out -- one ``bytes``, or a list of
+  buffers (``bytes`` / flat byte ``memoryview``) whose concatenation is the message, which the
+  transport writes without joining them when it can (a large response's tensors); the
+  buffers must not change until the call has ended.
 * A streaming handler (``ModelStreamInfer``, health ``Watch``) is ``async def h(call) -> None``;
   it reads request messages with ``await call.read()`` (``None`` once the client half-closed)
   and sends responses with ``await call.write(message)``.
@@ -67,7 +70,8 @@ class GrpcCall(Protocol):
         ...
 
 
-UnaryHandler = Callable[[bytes, GrpcCall], Awaitable[bytes]]
+Message = bytes | list[bytes | memoryview]
+UnaryHandler = Callable[[bytes, GrpcCall], Awaitable[Message]]
 StreamHandler = Callable[[GrpcCall], Awaitable[None]]
 
 

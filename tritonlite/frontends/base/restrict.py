@@ -21,7 +21,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from tritonlite.frontends.base.call import GrpcCall, RpcError, StreamHandler, UnaryHandler
+from tritonlite.frontends.base.call import (
+    GrpcCall,
+    Message,
+    RpcError,
+    StreamHandler,
+    UnaryHandler,
+)
 from tritonlite.options import ServerOptions
 
 GROUPS = (
@@ -177,7 +183,7 @@ def _grpc_check(restriction: Restriction, call: GrpcCall) -> None:
 def guard_unary(handler: UnaryHandler, restriction: Restriction) -> UnaryHandler:
     """``handler`` behind ``restriction``."""
 
-    async def guarded(request: bytes, call: GrpcCall) -> bytes:
+    async def guarded(request: bytes, call: GrpcCall) -> Message:
         _grpc_check(restriction, call)
         return await handler(request, call)
 

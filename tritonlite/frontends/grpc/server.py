@@ -177,7 +177,7 @@ def _unary(fn: UnaryHandler, path: str, inflight: InFlight) -> grpc.RpcMethodHan
             # the unary finish path ignores set_compression unless the initial metadata
             # (which carries the algorithm) is sent explicitly
             await context.send_initial_metadata(())
-        return response
+        return b"".join(response) if isinstance(response, list) else response
 
     return grpc.unary_unary_rpc_method_handler(handler)
 

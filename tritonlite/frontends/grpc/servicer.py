@@ -24,7 +24,13 @@ from tritonlite.contracts.errors import invalid_arg, unsupported
 from tritonlite.contracts.versions import parse_version
 from tritonlite.core.api import CoreAPI
 from tritonlite.frontends.base import restrict
-from tritonlite.frontends.base.call import GrpcCall, GrpcMethods, StreamHandler, UnaryHandler
+from tritonlite.frontends.base.call import (
+    GrpcCall,
+    GrpcMethods,
+    Message,
+    StreamHandler,
+    UnaryHandler,
+)
 from tritonlite.frontends.base.forward import grpc_forward
 from tritonlite.frontends.grpc import codec
 from tritonlite.frontends.grpc.codec import decode_infer, encode_infer, parse
@@ -125,7 +131,7 @@ class Servicer:
         return bytes(out.SerializeToString())
 
     # -- inference ------------------------------------------------------------------------------
-    async def ModelInfer(self, request: bytes, call: GrpcCall) -> bytes:
+    async def ModelInfer(self, request: bytes, call: GrpcCall) -> Message:
         # The hot path: bytes in and out (see codec), the codec's functions bound at import;
         # ``call`` is touched only when needed.
         core = self.core

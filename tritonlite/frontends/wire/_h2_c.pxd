@@ -69,6 +69,7 @@ cdef class H2Connection:
     cdef list _blocked
     cdef set _recent_resets
     cdef list _out
+    cdef bint _gathered
     cdef public bint closed
     cdef public int error_code
     cdef public bint goaway_sent, peer_goaway

@@ -331,6 +331,7 @@ class H2Connection:
         self._blocked: list[_Stream] = []
         self._recent_resets: set[int] = set()
         self._out: list[Any] = []
+        self._gathered = False  # _out holds a gathered message's parts: see output()
         self.closed = False
         self.error_code = -1
         self.goaway_sent = False
@@ -396,6 +397,7 @@ class H2Connection:
         out = self._out
         if not out:
             return b""
+        self._gathered = False
         if len(out) == 1:
             data = out[0]
             out.clear()
@@ -403,6 +405,17 @@ class H2Connection:
         data = b"".join(out)
         out.clear()
         return data
+
+    def output(self) -> Any:
+        """``data_to_send``, except once a gathered message (``send_message`` with a list) is
+        queued: then the list of buffers to write in order (``transport.writelines``), so
+        its large parts reach the socket without being joined."""
+        if not self._gathered:
+            return self.data_to_send()
+        self._gathered = False
+        out = self._out
+        self._out = []
+        return out
 
     def open_streams(self) -> int:
         return len(self._streams)
@@ -1034,11 +1047,26 @@ class H2Connection:
             self._out.append(block[pos : pos + k])
             pos += k
 
-    def send_message(self, stream_id: int, payload: bytes, compressed: bool = False) -> bool:
-        """Queue one gRPC message; False once the stream's queued output is over the limit
-        (the transport then waits for ``on_writable``)."""
+    def send_message(self, stream_id: int, payload: Any, compressed: bool = False) -> bool:
+        """Queue one gRPC message (bytes, or a list of flat byte buffers whose concatenation
+        it is: written without a join, see ``output``); False once the stream's queued output
+        is over the limit (the transport then waits for ``on_writable``)."""
         st = self._streams.get(stream_id)
         if st is None or st.local_closed or st.out_end or st.out_trailers is not None:
+            return False
+        if type(payload) is list:
+            n = 0
+            for part in payload:
+                n += len(part)
+            prefix = _PREFIX.pack(1 if compressed else 0, n)
+            st.out.append(prefix)
+            st.out.extend(payload)
+            st.out_len += n + 5
+            self._gathered = True
+            self._flush(st)
+            if st.out_len < self._write_limit:
+                return True
+            st.want_writable = True
             return False
         n = len(payload)
         prefix = _PREFIX.pack(1 if compressed else 0, n)
@@ -1066,11 +1094,18 @@ class H2Connection:
         return False
 
     def send_response(
-        self, stream_id: int, head: bytes, payload: bytes, compressed: bool, trailers: bytes
+        self, stream_id: int, head: bytes, payload: Any, compressed: bool, trailers: bytes
     ) -> None:
-        """A whole unary response: headers, one message, trailers (the hot path)."""
+        """A whole unary response: headers, one message (as ``send_message`` takes it),
+        trailers (the hot path)."""
         st = self._streams.get(stream_id)
-        if st is None or st.local_closed or st.out_len or st.out_trailers is not None:
+        if (
+            st is None
+            or st.local_closed
+            or st.out_len
+            or st.out_trailers is not None
+            or type(payload) is list
+        ):
             if st is not None and not st.local_closed:
                 self.send_headers(stream_id, head)
                 self.send_message(stream_id, payload, compressed)

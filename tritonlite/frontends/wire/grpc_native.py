@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from tritonlite.contracts.errors import TritonliteError
-from tritonlite.frontends.base.call import GrpcMethod, GrpcMethods, RpcError
+from tritonlite.frontends.base.call import GrpcMethod, GrpcMethods, Message, RpcError
 from tritonlite.frontends.base.grpc_errors import (
     DEADLINE_EXCEEDED,
     INTERNAL,
@@ -156,11 +156,11 @@ def _inflate_error(exc: InflateError, algorithm: str) -> RpcError:
     return RpcError(INTERNAL, f"Failed to decompress the request message ({algorithm}): {exc}")
 
 
-def _compress(algorithm: str, data: bytes) -> bytes:
-    if algorithm == "gzip":
-        c = zlib.compressobj(6, zlib.DEFLATED, 31)
-        return c.compress(data) + c.flush()
-    return zlib.compress(data)
+def _compress(algorithm: str, data: Message) -> bytes:
+    c = zlib.compressobj(6, zlib.DEFLATED, 31 if algorithm == "gzip" else 15)
+    if isinstance(data, list):
+        return b"".join([c.compress(part) for part in data]) + c.flush()
+    return c.compress(data) + c.flush()
 
 
 class _Call:
@@ -426,9 +426,12 @@ class GrpcProtocol(asyncio.Protocol):
         if conn is None or transport is None:
             return
         self.unflushed = 0
-        data = conn.data_to_send()
+        data = conn.output()
         if data:
-            transport.write(data)
+            if type(data) is list:
+                transport.writelines(data)  # a large message's parts, unjoined (writev)
+            else:
+                transport.write(data)
             ka = self.keepalive
             if ka is not None and conn.data_sent != self._ka_data:
                 self._ka_data = conn.data_sent
