@@ -177,6 +177,86 @@ def test_decode_typed_contents_and_zero_size() -> None:
     assert e.data is not None and e.data.shape == (0, 4)
 
 
+def _large_request(order: str) -> bytes:
+    req = pb.ModelInferRequest(model_name="m", id="big")
+    req.inputs.add(name="A", datatype="FP32", shape=[1 << 14])
+    req.inputs.add(name="B", datatype="BYTES", shape=[1])
+    req.outputs.add(name="O")
+    a = np.arange(1 << 14, dtype=np.float32).tobytes()
+    b = b"\x03\x00\x00\x00xyz"
+    req.raw_input_contents.extend([a, b])
+    data = req.SerializeToString()
+    if order == "interleaved":  # raw contents first, other fields after: still one message
+        cut = data.index(b"\x3a")
+        data = data[cut:] + data[:cut]
+    return data
+
+
+@pytest.mark.parametrize("order", ["serialized", "interleaved"])
+def test_large_request_raw_contents_are_views_of_the_message(order: str) -> None:
+    data = _large_request(order)
+    assert len(data) >= codec.SPLIT_AT
+    w = codec.parse(data)
+    raws = w.raw_input_contents
+    assert all(type(r) is memoryview and r.obj is data for r in raws)  # no copies
+    req = codec.decode_infer(w)
+    a, b = req.inputs
+    assert a.data is not None and a.data.tolist() == list(range(1 << 14))
+    assert b.data is not None and b.data.tolist() == [b"xyz"]
+    assert (req.model_name, req.id, [o.name for o in req.outputs or []]) == ("m", "big", ["O"])
+
+
+@pytest.mark.parametrize("cut", [1, 2, 5, 40, 70_000])
+def test_large_request_cut_short_is_rejected_as_protobuf_does(cut: int) -> None:
+    data = _large_request("serialized") + b"\x00" * 70_000
+    with pytest.raises(TritonliteError, match="failed to parse"):
+        codec.parse(data)  # field number 0
+    data = _large_request("serialized")[:-cut]
+    if len(data) >= codec.SPLIT_AT:
+        with pytest.raises(TritonliteError, match="failed to parse"):
+            codec.parse(data)
+
+
+def test_split_agrees_with_protobuf_on_mutated_messages() -> None:
+    """Every mutation of a serialized request: the split parses iff protobuf does, to the
+    same fields (the split only moves raw_input_contents out of protobuf's hands)."""
+    rng = np.random.default_rng(7)
+    base = pb.ModelInferRequest(model_name="m", id="x")
+    base.parameters["p"].int64_param = 3
+    base.inputs.add(name="A", datatype="FP32", shape=[2])
+    base.raw_input_contents.extend([b"\x01" * 8, b"\x02" * 3])
+    seed = base.SerializeToString()
+    for _ in range(3000):
+        d = bytearray(seed)
+        for _ in range(int(rng.integers(1, 4))):
+            at = int(rng.integers(0, len(d) + 1))
+            op = int(rng.integers(0, 3))
+            if op == 0 and at < len(d):
+                d[at] = int(rng.integers(0, 256))
+            elif op == 1:
+                del d[at:]
+            else:
+                d.insert(at, int(rng.integers(0, 256)))
+        data = bytes(d)
+        try:
+            want = codec._Wire.FromString(data)
+        except Exception:
+            want = None
+        split = codec._split(data)
+        try:
+            got = codec._Wire.FromString(split[0] if split is not None else data)
+        except Exception:
+            got = None
+        assert (want is None) == (got is None), data
+        if want is not None and got is not None:
+            raws = [bytes(r) for r in split[1]] if split is not None else got.raw_input_contents
+            assert list(want.raw_input_contents) == list(raws), data
+            for field in ("model_name", "model_version", "id"):
+                assert getattr(want, field) == getattr(got, field), data
+            for field in ("parameters", "inputs", "outputs"):
+                assert getattr(want, field)[:] == getattr(got, field)[:], data
+
+
 def test_decode_rejects_malformed_bytes() -> None:
     with pytest.raises(TritonliteError, match="failed to parse"):
         codec.parse(b"\x2a\x05ab")

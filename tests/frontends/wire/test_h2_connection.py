@@ -233,6 +233,56 @@ def test_large_message_flow_control_with_h2(H2C: Any) -> None:
     assert ended and bytes(got) == body
 
 
+@pytest.mark.parametrize("read", [997, 65536, 262144, 1 << 22])
+def test_large_frames_arriving_in_pieces_with_h2(H2C: Any, read: int) -> None:
+    """1 MiB DATA frames, each spanning many reads of ``read`` bytes (a frame's payload goes
+    to the stream as it arrives): the same messages, half-close and window updates as when
+    every frame arrives whole; then the answer as a gathered message (a list of buffers,
+    written unjoined through ``output``), read back by h2."""
+    rec = Recorder()
+    server = H2C(rec, H2Limits(stream_window=4 << 20, connection_window=8 << 20))
+    cl = _h2_client(server)
+    assert cl.max_outbound_frame_size == 1 << 20
+    sid = cl.get_next_available_stream_id()
+    cl.send_headers(sid, REQUEST)
+    payload = os.urandom((3 << 20) + 17)
+    body = grpc_message(payload) + grpc_message(b"tail")
+    sent = 0
+    while sent < len(body):
+        n = min(cl.local_flow_control_window(sid), cl.max_outbound_frame_size, len(body) - sent)
+        assert n > 0, "the server stopped granting window"
+        cl.send_data(sid, body[sent : sent + n], end_stream=sent + n == len(body))
+        sent += n
+        wire = cl.data_to_send()
+        for i in range(0, len(wire), read):
+            server.receive(wire[i : i + read])
+        cl.receive_data(server.data_to_send())
+    assert rec.events[-3:] == [
+        ("message", sid, 0, payload),
+        ("message", sid, 0, b"tail"),
+        ("half_close", sid),
+    ]
+    assert not server.closed
+    view = memoryview(bytearray(payload))
+    server.send_headers(sid, HEAD)
+    server.send_message(sid, [b"ab", view[: 1 << 20], view[1 << 20 :]])
+    server.send_headers(sid, TRAILERS, True)
+    got = bytearray()
+    ended = False
+    for _ in range(1000):
+        out = server.output()
+        events = cl.receive_data(b"".join(out) if isinstance(out, list) else out)
+        for e in events:
+            if isinstance(e, h2.events.DataReceived):
+                got += e.data
+                cl.acknowledge_received_data(e.flow_controlled_length, sid)
+            ended = ended or isinstance(e, h2.events.StreamEnded)
+        server.receive(cl.data_to_send())
+        if ended:
+            break
+    assert ended and bytes(got) == grpc_message(b"ab" + payload)
+
+
 # ------------------------------------------------------------------ raw frames: good inputs
 
 

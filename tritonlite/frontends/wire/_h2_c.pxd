@@ -78,6 +78,9 @@ cdef class H2Connection:
     cdef bint _preface, _got_settings
     cdef list _pending
     cdef Py_ssize_t _pending_len, _need
+    cdef _Stream _dst
+    cdef int _dflags
+    cdef Py_ssize_t _dlength, _dleft
     cdef list _hb
     cdef Py_ssize_t _hb_len
     cdef long long _hb_sid
@@ -102,6 +105,18 @@ cdef class H2Connection:
 
     @cython.locals(end=Py_ssize_t, pad=Py_ssize_t, st=_Stream)
     cdef _data(self, bytes buf, Py_ssize_t off, Py_ssize_t length, int flags, long long sid)
+
+    @cython.locals(st=_Stream)
+    cdef _Stream _data_open(self, Py_ssize_t length, long long sid)
+
+    @cython.locals(st=_Stream)
+    cdef _data_begin(self, bytes buf, Py_ssize_t a, Py_ssize_t b, Py_ssize_t length, int flags,
+                     long long sid)
+
+    @cython.locals(st=_Stream)
+    cdef _data_more(self, bytes buf, Py_ssize_t a, Py_ssize_t b)
+
+    cdef _data_end(self, _Stream st, Py_ssize_t length, int flags)
 
     cdef _ack_stream(self, _Stream st)
 

@@ -254,9 +254,15 @@ def _value_ok(value: bytes) -> bool:
 
 def _keep_piece(chunks: list[Any], buf: bytes, a: int, b: int) -> None:
     """Keep ``buf[a:b]`` of a partial message. Small pieces (tiny DATA frames) are joined
-    into one bytearray: a list slot each would cost eight times a one-byte payload."""
+    into one bytearray: a list slot each would cost eight times a one-byte payload. A piece
+    that is most of ``buf`` (a large message arriving) is kept as a view of it, uncopied:
+    the message's one copy is the join that completes it; a smaller one is copied, so a
+    kept piece never holds more than four times its size alive."""
     if b - a >= _SMALL_PIECE:
-        chunks.append(buf[a:b])
+        if (b - a) << 2 >= len(buf):
+            chunks.append(memoryview(buf)[a:b])
+        else:
+            chunks.append(buf[a:b])
         return
     if chunks:
         last = chunks[len(chunks) - 1]  # (compiled without wraparound)
@@ -343,6 +349,12 @@ class H2Connection:
         self._pending: list[bytes] = []
         self._pending_len = 0
         self._need = 0
+        # a DATA frame whose payload is still arriving (_data_begin): its stream (None: the
+        # payload is ignored), flags, length, and how many of its bytes are still to come
+        self._dst: _Stream | None = None
+        self._dflags = 0
+        self._dlength = 0
+        self._dleft = 0
         # an open header block (HEADERS without END_HEADERS, then CONTINUATIONs)
         self._hb: list[bytes] = []
         self._hb_len = 0
@@ -455,6 +467,11 @@ class H2Connection:
             buf = bytes(data)
         pos = 0
         n = len(buf)
+        if self._dleft:
+            pos = self._dleft if self._dleft < n else n
+            self._data_more(buf, 0, pos)
+            if self.closed:
+                return
         if not self._preface:
             if n < 24:
                 if buf != PREFACE[:n]:
@@ -482,9 +499,6 @@ class H2Connection:
             if length > self._max_frame:
                 self._fail(FRAME_SIZE_ERROR, b"frame larger than SETTINGS_MAX_FRAME_SIZE")
                 return
-            if n - pos - 9 < length:
-                self._keep(buf[pos:], 9 + length)
-                return
             ftype = buf[pos + 3]
             flags = buf[pos + 4]
             sid = (
@@ -493,6 +507,20 @@ class H2Connection:
                 | (buf[pos + 7] << 8)
                 | buf[pos + 8]
             )
+            if n - pos - 9 < length:
+                if (
+                    ftype == DATA
+                    and not flags & PADDED
+                    and sid != 0
+                    and self._hb_sid == 0
+                    and self._got_settings
+                ):
+                    # a large message's frame spans reads: its payload goes to the stream
+                    # as it arrives, instead of each read being joined into the frame
+                    self._data_begin(buf, pos + 9, n, length, flags, sid)
+                    return
+                self._keep(buf[pos:], 9 + length)
+                return
             self._frame(buf, pos + 9, length, ftype, flags, sid)
             if self.closed:
                 return
@@ -565,9 +593,26 @@ class H2Connection:
                 self._fail(PROTOCOL_ERROR, b"padding longer than the DATA frame")
                 return
             end -= pad
+        st = self._data_open(length, sid)
+        if st is None:
+            return
+        if end == off and not flags & END_STREAM:
+            self._flood_empty()
+            if self.closed:
+                return
+        st.data_len += end - off
+        if end > off and not st.discard:
+            self._grpc_data(st, buf, off, end)
+            if st.closed:
+                return
+        self._data_end(st, length, flags)
+
+    def _data_open(self, length: int, sid: int) -> _Stream | None:
+        """A DATA frame's flow control and stream: the stream its payload goes to, or None
+        (an error was answered, or the stream is gone and the payload is ignored)."""
         if length > self._recv_conn_window:
             self._fail(FLOW_CONTROL_ERROR, b"connection flow-control window exceeded")
-            return
+            return None
         self._recv_conn_window -= length
         self._conn_unacked += length
         if self._conn_unacked >= self._conn_window_size >> 1:
@@ -580,23 +625,48 @@ class H2Connection:
                 self._fail(PROTOCOL_ERROR, b"DATA on an idle stream")
             elif sid not in self._recent_resets:
                 self._send_rst(sid, STREAM_CLOSED)
-            return
+            return None
         if st.remote_closed:
             self._stream_error(st, STREAM_CLOSED)
-            return
+            return None
         if length > st.recv_window:
             self._stream_error(st, FLOW_CONTROL_ERROR)
-            return
+            return None
         st.recv_window -= length
-        if end == off and not flags & END_STREAM:
-            self._flood_empty()
-            if self.closed:
-                return
-        st.data_len += end - off
-        if end > off and not st.discard:
-            self._grpc_data(st, buf, off, end)
+        return st
+
+    def _data_begin(self, buf: bytes, a: int, b: int, length: int, flags: int, sid: int) -> None:
+        """The start of a (non-empty, unpadded) DATA frame whose payload ends in later reads:
+        the frame's checks now, ``buf[a:b]`` to its stream; ``_data_more`` takes the rest."""
+        st = self._data_open(length, sid)
+        if self.closed:
+            return
+        self._dst = st
+        self._dflags = flags
+        self._dlength = length
+        self._dleft = length
+        self._data_more(buf, a, b)
+
+    def _data_more(self, buf: bytes, a: int, b: int) -> None:
+        """``buf[a:b]``, the next bytes of the DATA frame being received; its end is handled
+        as a whole frame's (END_STREAM, window updates) once its last byte is in."""
+        self._dleft -= b - a
+        st = self._dst
+        if st is not None:
             if st.closed:
-                return
+                st = self._dst = None
+            else:
+                st.data_len += b - a
+                if not st.discard:
+                    self._grpc_data(st, buf, a, b)
+                    if st.closed or self.closed:
+                        st = self._dst = None
+        if self._dleft == 0:
+            self._dst = None
+            if st is not None:
+                self._data_end(st, self._dlength, self._dflags)
+
+    def _data_end(self, st: _Stream, length: int, flags: int) -> None:
         if flags & END_STREAM:
             self._remote_end(st)
             return
