@@ -138,6 +138,9 @@ def test_send_blocks_lend_until_their_views_are_dropped() -> None:
     again: list[Any] = []
     blocks.copy(strided, again)
     assert bytes(again[0]) == bytes(range(0, 20, 2))
+    fortran = np.asfortranarray(np.arange(12, dtype=np.uint8).reshape(3, 4))
+    blocks.copy(memoryview(fortran), again)  # type: ignore[arg-type]
+    assert bytes(again[1]) == memoryview(fortran).tobytes()  # C order, as a view sends
     with pytest.raises(ValueError):
         SendBlocks(block=0)
     assert BLOCK == 1 << 20

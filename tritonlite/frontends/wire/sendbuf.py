@@ -51,7 +51,7 @@ class SendBlocks:
         """Append to ``out`` writable byte views of a copy of ``part``'s bytes (a buffer),
         one view a block; each block is lent until the last reference to its view is
         gone."""
-        src = np.frombuffer(part if memoryview(part).contiguous else bytes(part), np.uint8)
+        src = np.frombuffer(part if memoryview(part).c_contiguous else bytes(part), np.uint8)
         n = src.size
         block = self._block
         o = 0
