@@ -36,7 +36,7 @@ class SendBlocks:
     that thread).
     """
 
-    __slots__ = ("__weakref__", "_block", "_keep", "_free", "_lent")
+    __slots__ = ("_block", "_keep", "_free", "_lent")
 
     def __init__(self, block: int = BLOCK, keep: int = KEEP) -> None:
         if block < 1 or keep < 0:
