@@ -139,15 +139,39 @@ def _response(resp: HttpResponse) -> web.Response:
     )
 
 
+async def _write(request: web.BaseRequest, out: web.Response) -> None:
+    """Write ``out`` now (aiohttp accepts a handler's already-prepared response; what it
+    would write again is then a no-op, or fails at once on a closed connection).
+
+    A client that went away while the answer waited for it to read fails aiohttp's drain
+    with ConnectionError, whose traceback runs through the frame that awaited the future
+    holding it: a reference cycle that kept that answer and its request (their bodies) until
+    the next full garbage collection, which an idle server may not run for a long time (ten
+    stalled 8 MiB answers: +248 MiB after their connections closed; bench/RESULTS.md, Issue
+    32). The traceback is dropped here, so the cycle never forms."""
+    try:
+        await out.prepare(request)
+        await out.write_eof()
+    except ConnectionError as exc:
+        _drop_tracebacks(exc)
+
+
+def _drop_tracebacks(exc: BaseException | None) -> None:
+    seen = 0
+    while exc is not None and seen < 16:
+        exc.__traceback__ = None
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+
+
 async def _traced(request: web.BaseRequest, resp: HttpResponse) -> web.Response:
-    """Write the response now (aiohttp accepts a handler's already-prepared response) so the
-    send can be timed; ``on_sent`` runs whether or not the send succeeded."""
+    """Write the response now so the send can be timed; ``on_sent`` runs whether or not the
+    send succeeded."""
     assert resp.on_sent is not None
     out = _response(resp)
     start = time.monotonic_ns()
     try:
-        await out.prepare(request)
-        await out.write_eof()
+        await _write(request, out)
     finally:
         resp.on_sent(start, time.monotonic_ns())
     return out
@@ -348,6 +372,8 @@ def make_server(core: CoreAPI, opts: ServerOptions, inflight: InFlight | None = 
             out = _response(resp)
             if req.close or over_cap:
                 out.force_close()  # "Connection: close" rather than a silent close
+            del resp, req  # the answer's body is ``out``'s copy now
+            await _write(request, out)
             return out
         finally:
             counter.leave()

@@ -13,7 +13,8 @@ queued the first request (``eager.begin``) and becomes a task only if a handler 
 wait. A body is collected into one buffer sized by its Content-Length (kept as the very
 bytes object llhttp handed over when it came in one piece), so a handler's ``read()`` of a
 complete body does not suspend. A response is framed into one head string and written with
-one ``transport.write`` (small) or ``writelines`` (large).
+one ``transport.write`` (small) or ``writelines`` (large; views of a backend's memory copied
+into the service's ``send_blocks`` first, ``sendbuf.py``).
 
 What the connection refuses, it answers in order with Triton's ``{"error": ...}`` body and
 ``Connection: close``, then closes: a malformed request (400), a Content-Length over the body
@@ -535,6 +536,9 @@ class Http1Protocol:
                     self._close_now()
                     return
                 if self._write_paused:
+                    # what was answered is not kept while a slow client takes it (a model's
+                    # output arrays, the request's body): only the transport's copy is
+                    req = resp = None  # type: ignore[assignment]
                     await self._drain()
         finally:
             self._task = None
@@ -570,8 +574,17 @@ class Http1Protocol:
                 data = head.encode("latin-1")
                 if body and req.method != "HEAD":
                     if n > _SMALL:
+                        # the transport gets copies of a large body's views (sendbuf.py):
+                        # a client that stops reading must not hold the backend's memory
                         self.flush_held()
-                        t.writelines([data, *body])
+                        parts = [data]
+                        blocks = self._service.send_blocks
+                        for part in body:
+                            if type(part) is memoryview:
+                                blocks.copy(part, parts)
+                            else:
+                                parts.append(part)
+                        t.writelines(parts)
                         return
                     data = data + body[0] if len(body) == 1 else b"".join([data, *body])
                 if on_sent is None and self._service.holding:

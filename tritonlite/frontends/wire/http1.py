@@ -21,6 +21,7 @@ from tritonlite import _twins
 from tritonlite.frontends.base.http_call import Dispatch
 from tritonlite.frontends.wire import _http1_py
 from tritonlite.frontends.wire.inflate import Inflater
+from tritonlite.frontends.wire.sendbuf import SendBlocks
 
 __all__ = [
     "ACCELERATED",
@@ -89,6 +90,7 @@ class HttpService:
         self.draining = False
         self.busy: Any = None  # a BusyPoll (busypoll.py) its connections touch on input
         self.inflater = Inflater()  # shared with the gRPC front end by the composition root
+        self.send_blocks = SendBlocks()  # copies of large response bodies being sent
         self.connections: dict[Any, None] = {}  # in the order they opened
         self._protocol_class = protocol_class if protocol_class is not None else Http1Protocol
         self._sweeper: asyncio.TimerHandle | None = None
