@@ -31,6 +31,7 @@ from tritonlite.frontends.wire.grpc_native import GrpcLimits, GrpcProtocol, Nati
 from tritonlite.frontends.wire.http1 import HttpLimits, HttpService, start_http_native
 from tritonlite.frontends.wire.inflate import Inflater
 from tritonlite.frontends.wire.keepalive import keepalive_settings
+from tritonlite.frontends.wire.sendbuf import SendBlocks
 from tritonlite.options import ServerOptions
 
 log = logging.getLogger("tritonlite")
@@ -193,11 +194,13 @@ async def start_native(core: CoreAPI, opts: ServerOptions) -> NativeFrontends:
     busy = BusyPoll(loop, opts.busy_poll_us * 1000) if opts.busy_poll_us > 0 else None
     # one bound on decompression in flight for both protocols (wire/inflate.py)
     inflater = Inflater()
+    blocks = SendBlocks()  # and one pool of send copies (wire/sendbuf.py)
     if opts.shared_port:
         http = HttpService(make_dispatch(core, opts), http_limits(opts, nofile))
         grpc = grpc_server(core, opts, nofile)
         http.busy = grpc.busy = busy
         http.inflater = grpc.inflater = inflater
+        http.send_blocks = grpc.send_blocks = blocks
         out._http, out._grpc = http, grpc
         # the same certificate for both (checked in options); ALPN lets the client choose
         ctx = http_tls(opts, ("h2", "http/1.1"))
@@ -226,6 +229,7 @@ async def start_native(core: CoreAPI, opts: ServerOptions) -> NativeFrontends:
         out._grpc = grpc = grpc_server(core, opts, nofile)
         grpc.busy = busy
         grpc.inflater = inflater
+        grpc.send_blocks = blocks
         sock = bind(opts.grpc_address, opts.grpc_port, opts.reuse_grpc_port)
         listener = await loop.create_server(
             grpc.protocol, sock=sock, ssl=grpc_tls(opts, ("h2",)), backlog=1024
@@ -245,6 +249,7 @@ async def start_native(core: CoreAPI, opts: ServerOptions) -> NativeFrontends:
         )
         out._http = server.service
         server.service.inflater = inflater
+        server.service.send_blocks = blocks
         out._listeners.append((server._server, server.service.protocol, http_ctx))
         out.http_port = server.port
     return out

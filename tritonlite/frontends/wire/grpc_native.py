@@ -58,6 +58,7 @@ from tritonlite.frontends.wire.inflate import (
     grpc_wbits,
 )
 from tritonlite.frontends.wire.keepalive import Keepalive, KeepaliveSettings, ping_frame
+from tritonlite.frontends.wire.sendbuf import SendBlocks
 
 log = logging.getLogger("tritonlite.grpc")
 
@@ -274,7 +275,7 @@ class _Call:
                 self._proto.flush_soon()
         return message
 
-    async def write(self, message: bytes) -> None:
+    async def write(self, message: Message) -> None:
         proto = self._proto
         conn = proto.conn
         if self.ended or conn is None:
@@ -285,6 +286,11 @@ class _Call:
         if self.compression is not None:
             ok = conn.send_message(self.sid, _compress(self.compression, message), True)
         else:
+            if type(message) is list:
+                # a large message's array views are copied into reused blocks
+                # (sendbuf.py): a peer that stops reading holds those, never the memory
+                # a backend produced its outputs in
+                message = proto.send_blocks.gather(message)
             ok = conn.send_message(self.sid, message, False)
         proto.unflushed += len(message)
         if proto.unflushed > _FLUSH_AT:
@@ -347,6 +353,7 @@ class GrpcProtocol(asyncio.Protocol):
         self._ka_data = 0
         self._busy = server.busy if server is not None else None  # BusyPoll or None
         self.inflater = server.inflater if server is not None else Inflater()
+        self.send_blocks = server.send_blocks if server is not None else SendBlocks()
         self._max_inflated = min(self.limits.max_message_size, self.limits.max_decompressed_size)
 
     # ------------------------------------------------------------------ asyncio.Protocol
@@ -720,6 +727,8 @@ class GrpcProtocol(asyncio.Protocol):
             call.timer.cancel()
         algorithm = call.compression
         if algorithm is None:
+            if type(response) is list:  # array views: copied as in _Call.write
+                response = self.send_blocks.gather(response)
             conn.send_response(call.sid, _HEAD[None], response, False, _TRAILERS_OK)
         else:
             conn.send_response(
@@ -854,6 +863,7 @@ class NativeGrpcServer:
         self.port = 0
         self.busy: Any = None  # a BusyPoll (busypoll.py) its connections touch on input
         self.inflater = Inflater()  # shared with the HTTP front end by the composition root
+        self.send_blocks = SendBlocks()  # copies of large messages being sent (likewise)
         self._server: asyncio.base_events.Server | None = None
         self._protocols: set[GrpcProtocol] = set()
         self._stopping = False

@@ -66,6 +66,17 @@ class SendBlocks:
             out.append(memoryview(arr))  # type: ignore[arg-type]
             o += k
 
+    def gather(self, parts: list[Any]) -> list[Any]:
+        """``parts`` with each memoryview among them replaced by views of its copy (``copy``);
+        other parts (the message's own bytes) as they are."""
+        out: list[Any] = []
+        for part in parts:
+            if type(part) is memoryview:
+                self.copy(part, out)
+            else:
+                out.append(part)
+        return out
+
     def _returned(self, ref: weakref.ref[Any]) -> None:
         lent = self._lent.pop(id(ref), None)
         if lent is not None and len(self._free) < self._keep:
