@@ -373,10 +373,12 @@ def make_server(core: CoreAPI, opts: ServerOptions, inflight: InFlight | None = 
             if req.close or over_cap:
                 out.force_close()  # "Connection: close" rather than a silent close
             del resp, req  # the answer's body is ``out``'s copy now
-            await _write(request, out)
-            return out
         finally:
             counter.leave()
+        # answered, as when aiohttp wrote it after the handler returned: a drain does not
+        # wait for a client that reads slowly
+        await _write(request, out)
+        return out
 
     server = CappedServer(
         handle,
