@@ -26,6 +26,7 @@ from tritonlite.contracts.types import (
     RequestedOutput,
     ShmRef,
 )
+from tritonlite.frontends.http import jsondata
 
 _RESERVED = frozenset(
     ("sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output")
@@ -72,6 +73,24 @@ def json_to_array(
     name: str, datatype: str, shape: tuple[int, ...], data: Any
 ) -> np.ndarray[Any, Any]:
     """JSON ``data`` (flat or nested, row-major) -> array of ``shape``, type-checked."""
+    if _data_array is not None:
+        arr = _data_array(datatype, shape, data)
+        if arr is not None:
+            return arr  # type: ignore[no-any-return]
+    return _general_array(name, datatype, shape, data)
+
+
+# A request's JSON tensors go through the compiled twin's typed fill when it is built (the
+# plain case: right JSON types, in range, as many as the shape says); the general path below
+# is the definition, and it alone words the errors.
+_data_array = jsondata.data_array
+_plain_input = jsondata.plain_input
+
+
+def _general_array(
+    name: str, datatype: str, shape: tuple[int, ...], data: Any
+) -> np.ndarray[Any, Any]:
+    """``json_to_array`` without the fast path."""
     if not isinstance(data, list):
         data = [data]
     flat = data if all(not isinstance(x, list) for x in data) else _flatten(data)
@@ -332,7 +351,13 @@ def _decode_infer(
     if not isinstance(inputs, list):
         raise invalid_arg("request must contain an 'inputs' array")
     pos = 0
+    plain = _plain_input
     for item in inputs:
+        if plain is not None:
+            inp = plain(item)
+            if inp is not None:
+                req.inputs.append(inp)
+                continue
         if not isinstance(item, dict):
             raise invalid_arg("each entry of 'inputs' must be a JSON object")
         name = item.get("name")
