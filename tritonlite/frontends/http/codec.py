@@ -477,8 +477,11 @@ def _decode_output(item: Any, default_binary: bool) -> RequestedOutput:
 
 
 def _json_data(name: str, arr: np.ndarray[Any, Any]) -> Any:
+    kind = arr.dtype.kind
+    if kind in "biuf":
+        return arr.ravel()  # flat and C-contiguous, as orjson writes arrays: a view if it can be
     flat = arr.reshape(-1)
-    if arr.dtype == object:
+    if kind == "O":
         try:
             return [datatypes.as_bytes_element(x).decode("utf-8") for x in flat.tolist()]
         except UnicodeDecodeError:
@@ -486,9 +489,7 @@ def _json_data(name: str, arr: np.ndarray[Any, Any]) -> Any:
                 f"output '{name}' holds bytes that are not valid UTF-8 and can not be sent as "
                 "JSON; request it with binary_data=true"
             ) from None
-    if arr.dtype.kind not in "biuf":  # BF16
-        return flat.astype(np.float32)
-    return np.ascontiguousarray(flat)
+    return flat.astype(np.float32)  # BF16
 
 
 _COPY_MAX = 4096  # a number tensor up to this size is copied: cheaper than a view's checks
