@@ -4,7 +4,7 @@
         [--connections 16 1] [--baseline PATH] [--root PATH] [--triton-dir DIR]
 
 Starts each server on free loopback ports (tritonlite from --root and, with --baseline, from
-that tree: ``python -m tritonlite`` with PYTHONPATH at the tree; the real Triton with
+that tree: ``python -m tritonlite`` run in that tree, PYTHONPATH at it; the real Triton with
 ``--triton-dir`` through ``triton-reference``), warms it up with a 1 s wrk run, then measures
 ``cpu-per-request --pid PID --stats 127.0.0.1:PORT --model MODEL -- wrk -tT -cC -dSs -s
 bench/json_add_sub.lua URL`` for each connection count C (T = min(2, C)). Servers are started one at a time and
@@ -63,7 +63,10 @@ def start_lite(tree: str, repo: str, model: str) -> tuple[int, subprocess.Popen[
     cmd += ["--http-port", str(port), "--grpc-port", str(port + 1)]
     cmd += ["--metrics-port", str(port + 2), "--http-address", "127.0.0.1"]
     cmd += ["--grpc-address", "127.0.0.1", "--metrics-address", "127.0.0.1", "--log-info", "false"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # cwd: ``python -m`` puts the working directory first on sys.path, ahead of PYTHONPATH
+    proc = subprocess.Popen(
+        cmd, env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     _wait_ready(port, model, time.monotonic() + 60)
     return port, proc
 
