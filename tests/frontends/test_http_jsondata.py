@@ -14,6 +14,7 @@ import json
 import os
 import random
 import time
+import tracemalloc
 from types import ModuleType
 from typing import Any
 
@@ -152,6 +153,24 @@ def test_anything_else_is_left_to_the_general_path(
     fast = J.data_array(datatype, shape, data)
     if fast is not None:  # only where the general path agrees exactly
         _same(fast, _general(datatype, shape, data))
+
+
+@pytest.mark.parametrize(
+    ("shape", "data"),
+    [((2**26,), [1.0]), ((1, 2**26), [[1.0]]), ((2**13, 2**13), [[1.0], 2.0])],
+)
+def test_a_large_shape_with_little_data_allocates_nothing(
+    J: Any, shape: tuple[int, ...], data: Any
+) -> None:
+    """The array is allocated only once the request is known to hold that many elements."""
+    tracemalloc.start()  # numpy reports its allocations to tracemalloc
+    try:
+        assert J.data_array("FP16", shape, data) is None
+        assert J.data_array("INT8", shape, data) is None
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
 
 
 def test_nesting_deeper_than_the_limit_is_left_to_the_general_path(J: Any) -> None:

@@ -34,6 +34,9 @@ cdef Py_ssize_t _i64(list data, long long[::1] buf, Py_ssize_t pos, Py_ssize_t n
 cdef Py_ssize_t _bools(list data, unsigned char[::1] buf, Py_ssize_t pos, Py_ssize_t n,
                        int depth) except -2
 
+@cython.locals(x=object, total=Py_ssize_t, k=Py_ssize_t)
+cdef Py_ssize_t _count(list data, Py_ssize_t n, int depth) except -2
+
 @cython.locals(n=Py_ssize_t, d=object, kind=int, lo="long long", hi="long long")
 cpdef object data_array(datatype, shape, data)
 

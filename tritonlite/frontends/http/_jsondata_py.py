@@ -185,6 +185,24 @@ def _bools(data: list[Any], buf: Any, pos: int, n: int, depth: int) -> int:
     return pos
 
 
+def _count(data: list[Any], n: int, depth: int) -> int:
+    """How many non-list elements ``data`` holds at any depth; -1 past ``n`` or too deep."""
+    if depth > _MAX_DEPTH:
+        return -1
+    total = 0
+    for x in data:
+        if type(x) is list:
+            k = _count(x, n - total, depth + 1)
+            if k < 0:
+                return -1
+            total += k
+        else:
+            total += 1
+        if total > n:
+            return -1
+    return total
+
+
 def data_array(datatype: str, shape: tuple[int, ...], data: Any) -> Any:
     """``data`` (a JSON list, flat or nested) as an array of ``datatype`` and ``shape``, or
     None when the general path must decide (see the module's docstring).
@@ -201,6 +219,8 @@ def data_array(datatype: str, shape: tuple[int, ...], data: Any) -> Any:
         n *= d
         if n > _FAST_MAX:
             return None
+    if len(data) != n and _count(data, n, 0) != n:
+        return None  # allocate only as many elements as the request holds
     kind, dt, lo, hi = spec
     if kind == _K_F32:
         arr = np.empty(n, dt)
