@@ -2,13 +2,19 @@
 
     python bench/bench_json_wrk.py --repo REPO --model add_sub_nb [--rounds 2] [--seconds 10]
         [--connections 16 1] [--baseline PATH] [--root PATH] [--triton-dir DIR]
+        [--triton-launcher SCRIPT]
 
 Starts each server on free loopback ports (tritonlite from --root and, with --baseline, from
 that tree: ``python -m tritonlite`` run in that tree, PYTHONPATH at it; the real Triton with
-``--triton-dir`` through ``triton-reference``), warms it up with a 1 s wrk run, then measures
-``cpu-per-request --pid PID --stats 127.0.0.1:PORT --model MODEL -- wrk -tT -cC -dSs -s
-bench/json_add_sub.lua URL`` for each connection count C (T = min(2, C)). Servers are started one at a time and
-alternated within each round, so each sees the same machine. Prints one JSON line per cell.
+``--triton-dir`` through ``--triton-launcher``, by default ``tools/triton-reference.sh``, whose
+tritonserver has only the Python backend: an ONNX model such as add_sub needs a launcher with
+the same ``start DIR REPO HTTP GRPC METRICS`` interface whose tritonserver has the ONNX
+Runtime backend), warms it up with a 1 s wrk run, then
+measures the server's CPU per request (``bench/cpu.py``: user + system of every thread over
+the model's success count) around ``wrk -tT -cC -dSs -s bench/json_add_sub.lua URL`` for each
+connection count C (T = min(2, C)). Servers are started one at a time and alternated within
+each round, so each sees the same machine. Prints one JSON line per cell; "cores" is CPU
+µs/request x requests/s.
 """
 
 from __future__ import annotations
@@ -25,8 +31,12 @@ import urllib.request
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from cpu import measure as cpu_measure  # noqa: E402  (bench/cpu.py)
+
 LUA = HERE / "json_add_sub.lua"
-TOOLS = Path(os.environ.get("BENCH_TOOLS", "/work/shared/tools"))
+TRITON = HERE.parent / "tools" / "triton-reference.sh"
 
 
 def _free_port() -> int:
@@ -71,11 +81,10 @@ def start_lite(tree: str, repo: str, model: str) -> tuple[int, subprocess.Popen[
     return port, proc
 
 
-def start_triton(tdir: str, repo: str, model: str) -> tuple[int, int]:
+def start_triton(launcher: str, tdir: str, repo: str, model: str) -> tuple[int, int]:
     port = _free_port()
     out = subprocess.run(
-        [str(TOOLS / "triton-reference"), "start", tdir, repo, str(port), str(port + 1)]
-        + [str(port + 2)],
+        [launcher, "start", tdir, repo, str(port), str(port + 1)] + [str(port + 2)],
         check=True,
         capture_output=True,
         text=True,
@@ -89,15 +98,18 @@ def measure(pid: int, port: int, model: str, conns: int, seconds: int) -> dict[s
     wrk = ["wrk", f"-t{min(2, conns)}", f"-c{conns}", "-d1s", "-s", str(LUA), url]
     subprocess.run(wrk, check=True, capture_output=True)  # warm-up
     wrk[3] = f"-d{seconds}s"
-    cmd = [str(TOOLS / "cpu-per-request"), "--pid", str(pid), "--stats", f"127.0.0.1:{port}"]
-    cmd += ["--model", model, "--", *wrk]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    doc: dict[str, object] = json.loads(out.strip().splitlines()[-1])
-    doc["cores"] = round(
-        float(doc["cpu_us_per_request"]) * float(doc["requests_per_s"]) / 1e6,  # type: ignore[arg-type]
-        2,
+    cpu = cpu_measure(
+        pid, port, model, lambda: subprocess.run(wrk, check=True, capture_output=True)
     )
-    return doc
+    return {
+        "requests": cpu.requests,
+        "cpu_us_per_request": cpu.cpu_us,
+        "kernel_us_per_request": cpu.kernel_us,
+        "main_thread_us_per_request": cpu.loop_us,
+        "main_thread_busy": cpu.loop_busy,
+        "requests_per_s": cpu.rate,
+        "cores": round(cpu.cpu_us * cpu.rate / 1e6, 2),
+    }
 
 
 def main() -> int:
@@ -110,6 +122,7 @@ def main() -> int:
     ap.add_argument("--root", default=str(HERE.parent))
     ap.add_argument("--baseline", default=None)
     ap.add_argument("--triton-dir", default=None)
+    ap.add_argument("--triton-launcher", default=str(TRITON))
     a = ap.parse_args()
     servers = [("this", a.root)]
     if a.baseline:
@@ -120,7 +133,7 @@ def main() -> int:
         for label, where in servers:
             proc = None
             if label == "triton":
-                port, pid = start_triton(where, a.repo, a.model)
+                port, pid = start_triton(a.triton_launcher, where, a.repo, a.model)
             else:
                 port, proc = start_lite(where, a.repo, a.model)
                 pid = proc.pid  # type: ignore[union-attr]
