@@ -36,13 +36,14 @@ _CLOSE_GRACE_S = 1.0  # past --exit-timeout-secs, the longest a stop may take to
 
 def compiled_paths() -> str:
     """Which compiled paths are active, e.g. 'batcher=cython http1=cython http2=cython
-    hpack=cython kernels=numba'."""
+    hpack=cython jsondata=cython kernels=numba'."""
     parts = []
     for label, module in (
         ("batcher", "tritonlite.scheduling.batcher"),
         ("http1", "tritonlite.frontends.wire.http1"),
         ("http2", "tritonlite.frontends.wire.h2"),
         ("hpack", "tritonlite.frontends.wire.hpack"),
+        ("jsondata", "tritonlite.frontends.http.jsondata"),
     ):
         try:
             accelerated = importlib.import_module(module).ACCELERATED

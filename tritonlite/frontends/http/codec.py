@@ -26,6 +26,7 @@ from tritonlite.contracts.types import (
     RequestedOutput,
     ShmRef,
 )
+from tritonlite.frontends.http import jsondata
 
 _RESERVED = frozenset(
     ("sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output")
@@ -72,6 +73,24 @@ def json_to_array(
     name: str, datatype: str, shape: tuple[int, ...], data: Any
 ) -> np.ndarray[Any, Any]:
     """JSON ``data`` (flat or nested, row-major) -> array of ``shape``, type-checked."""
+    if _data_array is not None:
+        arr = _data_array(datatype, shape, data)
+        if arr is not None:
+            return arr  # type: ignore[no-any-return]
+    return _general_array(name, datatype, shape, data)
+
+
+# A request's JSON tensors go through the compiled twin's typed fill when it is built (the
+# plain case: right JSON types, in range, as many as the shape says); the general path below
+# is the definition, and it alone words the errors.
+_data_array = jsondata.data_array
+_plain_input = jsondata.plain_input
+
+
+def _general_array(
+    name: str, datatype: str, shape: tuple[int, ...], data: Any
+) -> np.ndarray[Any, Any]:
+    """``json_to_array`` without the fast path."""
     if not isinstance(data, list):
         data = [data]
     flat = data if all(not isinstance(x, list) for x in data) else _flatten(data)
@@ -332,7 +351,13 @@ def _decode_infer(
     if not isinstance(inputs, list):
         raise invalid_arg("request must contain an 'inputs' array")
     pos = 0
+    plain = _plain_input
     for item in inputs:
+        if plain is not None:
+            inp = plain(item)
+            if inp is not None:
+                req.inputs.append(inp)
+                continue
         if not isinstance(item, dict):
             raise invalid_arg("each entry of 'inputs' must be a JSON object")
         name = item.get("name")
@@ -452,8 +477,11 @@ def _decode_output(item: Any, default_binary: bool) -> RequestedOutput:
 
 
 def _json_data(name: str, arr: np.ndarray[Any, Any]) -> Any:
+    kind = arr.dtype.kind
+    if kind in "biuf":
+        return arr.ravel()  # flat and C-contiguous, as orjson writes arrays: a view if it can be
     flat = arr.reshape(-1)
-    if arr.dtype == object:
+    if kind == "O":
         try:
             return [datatypes.as_bytes_element(x).decode("utf-8") for x in flat.tolist()]
         except UnicodeDecodeError:
@@ -461,9 +489,7 @@ def _json_data(name: str, arr: np.ndarray[Any, Any]) -> Any:
                 f"output '{name}' holds bytes that are not valid UTF-8 and can not be sent as "
                 "JSON; request it with binary_data=true"
             ) from None
-    if arr.dtype.kind not in "biuf":  # BF16
-        return flat.astype(np.float32)
-    return np.ascontiguousarray(flat)
+    return flat.astype(np.float32)  # BF16
 
 
 _COPY_MAX = 4096  # a number tensor up to this size is copied: cheaper than a view's checks
