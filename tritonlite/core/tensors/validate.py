@@ -153,7 +153,7 @@ def _good_batch(sig: Signature, req: InferRequest, seen: set[str]) -> int:
                 return -1
             batch = shape[0]
             shape = shape[1:]
-        if not _dims_match(spec.dims, shape):
+        if shape != spec.dims and not _dims_match(spec.dims, shape):  # (equal: no call)
             return -1
     if batching and not 0 < batch <= sig.max_batch_size:
         return -1
