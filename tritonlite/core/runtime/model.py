@@ -17,8 +17,8 @@ Execution design (the one way a batch runs):
   the loop or goes to the instance's off-loop mode. No other code decides.
 * **The single-request lane.** One request, one execution, no batching (the commonest case)
   takes ``Model._run_one``: the request's arrays go to the backend as they are, its response is
-  built from the backend's output with no per-batch lists, and its statistics are one execution
-  record and one request record. An instance freed during its scheduler's pass (an inline run)
+  built from the backend's output with no per-batch lists, and its statistics are one record
+  (``ModelStats.record_one``). An instance freed during its scheduler's pass (an inline run)
   is idle again before ``dispatch`` returns, so the scheduler's pass hands it the next queued
   request with no loop turn in between.
 * Every batch, whatever its mode, ends in ``ModelInstance.finished`` and then
