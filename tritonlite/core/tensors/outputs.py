@@ -71,6 +71,7 @@ def build_response(
             _write_shm(shm, w, arr)
             outs.append(InferOutput(w.name, wire, shape, None, shm=w.shm))
         else:
-            outs.append(InferOutput(w.name, wire, shape, arr, binary=bool(w.binary)))
+            # (positional, and ``is True`` for a bool | None: per output, no keyword, no call)
+            outs.append(InferOutput(w.name, wire, shape, arr, None, w.binary is True))
     params = dict(produced.parameters) if isinstance(produced, ModelOutputs) else {}
     return InferResponse(sig.name, version, req.id, outs, params)
