@@ -71,6 +71,9 @@ class Pool:
         self.executing += len(batch)
         self.dispatched.append((chosen, batch, runner, done))
 
+    def dispatch_one(self, p: Pending) -> None:
+        self.dispatch([p], direct=True)
+
     def reject(
         self, request: InferRequest, future: asyncio.Future[InferResponse], err: TritonliteError
     ) -> None:

@@ -43,6 +43,7 @@ WIRE_NAMES = frozenset(_TABLE) | {"BF16"}
 _CONFIG_TO_WIRE = {cfg: wire for wire, (cfg, _, _) in _TABLE.items()}
 _CONFIG_TO_WIRE["TYPE_BF16"] = "BF16"
 _NUMPY_TO_WIRE = {dt: wire for wire, (_, dt, _) in _TABLE.items() if dt is not None}
+NATIVE_WIRE = _NUMPY_TO_WIRE  # numpy dtype (native byte order) -> wire name: wire_name_of's lookup
 
 
 def is_wire_name(name: str) -> bool:

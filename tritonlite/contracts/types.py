@@ -91,6 +91,10 @@ class InferRequest:
     trace: RequestTrace | None = None  # set by the core when this request is traced
     # Set by the core for a request of a decoupled model: where its responses go (core/stream.py)
     responder: Responder | None = None
+    # Set by a decoder that rebuilt this request from a header it decoded before (the HTTP
+    # binary template): what that header's requests proved valid, per signature, shared by
+    # them (``validate.prepare`` reads and fills it); None: validated from scratch.
+    proven: dict[int, tuple[Any, int]] | None = None
 
     def input(self, name: str) -> InferInput | None:
         for inp in self.inputs:

@@ -258,7 +258,7 @@ class InferenceCore:
         if self.exiting:
             raise unavailable("Server is exiting")
         model = self.repository.get(request.model_name, request.model_version)
-        if is_decoupled(model):
+        if model.signature.decoupled:  # (``is_decoupled``, read in place: every request asks)
             raise unsupported(decoupled_message)
         return await self._run(model, request)
 
@@ -328,7 +328,10 @@ class InferenceCore:
         try:
             # A request that fails validation never reaches the model: Triton leaves it out
             # of the model's statistics.
-            self._validate(model, request)
+            if request.raw_input is not None:  # (``_validate``, written out)
+                validate.fill_raw_input(model.signature, request)
+            validate.prepare(model.signature, request, self.shm)
+            request.arrival_ns = time.monotonic_ns()
             if trace is not None:
                 trace.stamp("REQUEST_START", request.arrival_ns)
             if admitted is not None:

@@ -81,6 +81,11 @@ class InstancePool(Protocol):
         """Whether an instance (or this one) is idle and healthy, ready for a batch."""
         ...
 
+    def dispatch_one(self, p: Pending) -> None:
+        """``dispatch([p], direct=True)`` on the next idle instance (``has_idle`` must be
+        true): one request, with no batch list built for it."""
+        ...
+
     def dispatch(
         self,
         batch: list[Pending],

@@ -34,7 +34,7 @@ class DirectScheduler:
         if not self._queue and not self._passing and model.has_idle():
             self._passing = True  # an instance freed by this run is idle on return
             try:
-                model.dispatch([p], direct=True)
+                model.dispatch_one(p)
             finally:
                 self._passing = False
             if self._queue:  # queued by a handler the run resolved: serve it now
@@ -55,7 +55,7 @@ class DirectScheduler:
                 p = queue.popleft()
                 if p.future.done():  # cancelled while queued
                     continue
-                model.dispatch([p], direct=True)
+                model.dispatch_one(p)
         finally:
             self._passing = False
 

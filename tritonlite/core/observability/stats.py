@@ -149,6 +149,53 @@ class ModelStats:
         _add_spans(b, ci, cinf, co)
         return spans
 
+    def record_one(self, batch_size: int, total_ns: int, queue_ns: int, timing: ExecTiming) -> None:
+        """A request executed alone that succeeded: ``record_execution`` of its batch and its
+        ``record_success``, in one call (the single-request lane comes here per request)."""
+        inp = timing.input_end_ns or timing.start_ns
+        inf = timing.infer_end_ns or timing.end_ns
+        ci = inp - timing.start_ns
+        cinf = inf - inp
+        co = timing.end_ns - inf
+        if ci < 0:
+            ci = 0
+        if cinf < 0:
+            cinf = 0
+        if co < 0:
+            co = 0
+        self.execution_count += 1
+        self.inference_count += batch_size
+        b = self.batches.get(batch_size)
+        if b is None:
+            b = self.batches[batch_size] = BatchStats()
+        d = b.compute_input  # the batch's durations, then the model's: written out
+        d.count += 1
+        d.ns += ci
+        d = b.compute_infer
+        d.count += 1
+        d.ns += cinf
+        d = b.compute_output
+        d.count += 1
+        d.ns += co
+        d = self.compute_input
+        d.count += 1
+        d.ns += ci
+        d = self.compute_infer
+        d.count += 1
+        d.ns += cinf
+        d = self.compute_output
+        d.count += 1
+        d.ns += co
+        d = self.success
+        d.count += 1
+        d.ns += total_ns
+        d = self.queue
+        d.count += 1
+        d.ns += queue_ns
+        if self.latency is not None:
+            self.latency.request(total_ns, queue_ns, (ci, cinf, co))
+        self.last_inference_ms = time.time_ns() // 1_000_000
+
     def record_success(
         self,
         total_ns: int,

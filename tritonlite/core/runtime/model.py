@@ -17,8 +17,8 @@ Execution design (the one way a batch runs):
   the loop or goes to the instance's off-loop mode. No other code decides.
 * **The single-request lane.** One request, one execution, no batching (the commonest case)
   takes ``Model._run_one``: the request's arrays go to the backend as they are, its response is
-  built from the backend's output with no per-batch lists, and its statistics are one execution
-  record and one request record. An instance freed during its scheduler's pass (an inline run)
+  built from the backend's output with no per-batch lists, and its statistics are one record
+  (``ModelStats.record_one``). An instance freed during its scheduler's pass (an inline run)
   is idle again before ``dispatch`` returns, so the scheduler's pass hands it the next queued
   request with no loop turn in between.
 * Every batch, whatever its mode, ends in ``ModelInstance.finished`` and then
@@ -544,6 +544,21 @@ class Model:
             return bool(self.idle)
         return instance in self.idle
 
+    def dispatch_one(self, p: Pending) -> None:
+        chosen = self.idle.popleft()
+        chosen.runner = None
+        chosen.on_done = None
+        chosen.padding = 0
+        policy = chosen.policy
+        if policy is None or self.signature.decoupled:
+            self.run_batch(chosen, [p], True)
+        elif policy.inline():  # asked once per batch: the policy counts the asks
+            self._run_one(chosen, p, True)
+        else:  # run_batch's off-loop start, for a batch of one
+            p.dispatch_ns = time.monotonic_ns()
+            self.executing += 1
+            chosen.submit(self, [p], self._loop)
+
     def dispatch(
         self,
         batch: list[Pending],
@@ -631,7 +646,7 @@ class Model:
         start = time.monotonic_ns()
         p.dispatch_ns = start
         self.executing += 1
-        timing = ExecTiming(start_ns=start)
+        timing = ExecTiming(start)
         res: InferResponse | TritonliteError
         one = instance.execute_one
         try:
@@ -663,16 +678,14 @@ class Model:
             if isinstance(res, BackendFatalError):
                 self.health.take_out(instance, res.message)
             if isinstance(res, ErrorResponse):  # the model's own answer: a success to Triton
-                spans = stats.record_execution(req.batch_size, timing)
-                stats.record_success(total, start - p.enqueue_ns, timing, req.batch_size, spans)
+                stats.record_one(req.batch_size, total, start - p.enqueue_ns, timing)
             else:
                 stats.record_execution(req.batch_size, timing)
                 stats.record_failure(total, "BACKEND")
             if not p.future.done():
                 p.future.set_exception(res)
         else:
-            spans = stats.record_execution(req.batch_size, timing)
-            stats.record_success(total, start - p.enqueue_ns, timing, req.batch_size, spans)
+            stats.record_one(req.batch_size, total, start - p.enqueue_ns, timing)
             if req.on_timing is not None:
                 req.on_timing(timing)
             if not p.future.done():

@@ -18,6 +18,8 @@ from tritonlite.contracts.types import InferOutput, InferRequest, InferResponse,
 from tritonlite.core.tensors.classification import classify
 from tritonlite.core.tensors.shm import SharedMemoryManager
 
+_WIRE = datatypes.NATIVE_WIRE
+
 
 def _unreshape(arr: np.ndarray[Any, Any], spec: TensorSpec, batched: bool) -> np.ndarray[Any, Any]:
     dims = list(spec.dims)
@@ -63,12 +65,13 @@ def build_response(
             arr = _unreshape(arr, spec, batched)
         if w.classification:
             arr = classify(arr, w.classification, batched, spec.labels)
-        wire = datatypes.wire_name_of(arr)
+        wire = _WIRE.get(arr.dtype) or datatypes.wire_name_of(arr)  # (the common dtypes: no call)
         shape = arr.shape  # a tuple of Python ints already
         if w.shm is not None:
             _write_shm(shm, w, arr)
             outs.append(InferOutput(w.name, wire, shape, None, shm=w.shm))
         else:
-            outs.append(InferOutput(w.name, wire, shape, arr, binary=bool(w.binary)))
+            # (positional, and ``is True`` for a bool | None: per output, no keyword, no call)
+            outs.append(InferOutput(w.name, wire, shape, arr, None, w.binary is True))
     params = dict(produced.parameters) if isinstance(produced, ModelOutputs) else {}
     return InferResponse(sig.name, version, req.id, outs, params)

@@ -18,6 +18,8 @@ from tritonlite.contracts.signature import Signature, TensorSpec
 from tritonlite.contracts.types import InferInput, InferRequest
 from tritonlite.core.tensors.shm import SharedMemoryManager
 
+_PROVEN_MAX = 8  # signatures remembered per header (a reload makes a new one)
+
 
 def _fmt(shape: Any) -> str:
     return "[" + ",".join(str(int(d)) for d in shape) + "]"
@@ -89,8 +91,15 @@ def prepare(sig: Signature, req: InferRequest, shm: SharedMemoryManager) -> None
     The checks run in Triton's order (its front end, then ``InferenceRequest::Normalize``, then
     its input byte sizes), so a request with several faults names the one Triton names: one
     pass finds a good request good; anything else takes ``_ordered``, which raises the error
-    Triton raises first.
+    Triton raises first. A request rebuilt from a header that passed for ``sig`` before
+    (``req.proven``) has nothing left to check.
     """
+    proven = req.proven
+    if proven is not None:
+        hit = proven.get(id(sig))
+        if hit is not None and hit[0] is sig:  # this header's requests passed for this model
+            req.batch_size = hit[1]
+            return
     model = sig.name
     seen: set[str] = set()
     held: list[str] | None = None
@@ -105,7 +114,8 @@ def prepare(sig: Signature, req: InferRequest, shm: SharedMemoryManager) -> None
                 held = []
             held.append(inp.shm.region)
     batch = _good_batch(sig, req, seen)
-    if batch < 0:
+    good = batch >= 0
+    if not good:
         batch = _ordered(sig, req, seen)
     req.batch_size = batch if batch > 0 else 1
     if req.outputs is not None:
@@ -121,6 +131,12 @@ def prepare(sig: Signature, req: InferRequest, shm: SharedMemoryManager) -> None
                 held.append(out.shm.region)
     if held:  # inputs and outputs, until the response is written: InferenceCore releases it
         shm.hold(req, held)
+    elif good and proven is not None:
+        # The checks read only what a template fixes (names, datatypes, shapes, outputs) and
+        # ``sig``: the next request of the same header and signature passes them too.
+        if len(proven) >= _PROVEN_MAX:
+            proven.clear()
+        proven[id(sig)] = (sig, req.batch_size)
 
 
 def _good_batch(sig: Signature, req: InferRequest, seen: set[str]) -> int:
@@ -153,7 +169,7 @@ def _good_batch(sig: Signature, req: InferRequest, seen: set[str]) -> int:
                 return -1
             batch = shape[0]
             shape = shape[1:]
-        if not _dims_match(spec.dims, shape):
+        if shape != spec.dims and not _dims_match(spec.dims, shape):  # (equal: no call)
             return -1
     if batching and not 0 < batch <= sig.max_batch_size:
         return -1

@@ -150,7 +150,11 @@ async def infer(
     body = await request.read()
     recv_end = time.monotonic_ns() if recv_start else 0
     header = fields.get("Inference-Header-Content-Length")
-    name, version = _name(m), _version(m)
+    name = m.group(1)  # (``_name`` and ``_version``, written out: every request comes here)
+    if "%" in name:
+        name = unquote(name)
+    v = m.group(2)
+    version = parse_version(v) if v is not None else -1
     if header is not None:
         try:
             header_len = int(header)

@@ -214,7 +214,7 @@ class _Template:
     numpy dtype, element count, byte offset in the tail or -1 for shared memory, parameters,
     shared-memory reference as a tuple or None)."""
 
-    __slots__ = ("id", "attrs", "params", "inputs", "outputs", "tail_len")
+    __slots__ = ("id", "attrs", "params", "inputs", "outputs", "tail_len", "proven")
 
     def __init__(self, req: InferRequest, spans: list[int], tail_len: int) -> None:
         self.id = req.id
@@ -243,6 +243,12 @@ class _Template:
             )
         )
         self.tail_len = tail_len
+        # What validation proved of this header's requests (InferRequest.proven); none of
+        # that holds across requests that name shared memory (its regions come and go).
+        no_shm = all(i.shm is None for i in req.inputs) and all(
+            o.shm is None for o in req.outputs or ()
+        )
+        self.proven: dict[int, tuple[Any, int]] | None = {} if no_shm else None
 
 
 _TEMPLATES: dict[bytes, _Template] = {}
@@ -270,6 +276,7 @@ def _from_template(
     t: _Template, mv: memoryview, head_len: int, model_name: str, version: int
 ) -> InferRequest:
     req = InferRequest(model_name, version)
+    req.proven = t.proven
     if t.id:
         req.id = t.id
     for attr, value in t.attrs:
