@@ -889,21 +889,22 @@ def test_header_block_in_continuations_from_grpc() -> None:
 
 def test_a_slow_reader_is_not_a_stalled_one() -> None:
     """Output that waits longer than the stall timeout in total, but moves: the connection
-    stays (a 1,000-byte window refilled every 0.3 s, a 0.5 s stall timeout)."""
-    with _serve(GrpcLimits(stall_timeout_s=0.5)) as served:
-        raw = RawClient(served.port, settings((4, 1000)))
+    stays (a 500-byte window refilled every 0.3 s, eight times: 2.4 s in all against a 1 s
+    stall timeout, with room for a loaded machine's scheduling delays between refills)."""
+    with _serve(GrpcLimits(stall_timeout_s=1.0)) as served:
+        raw = RawClient(served.port, settings((4, 500)))
         sid = raw.request("/test.T/Echo", grpc_message(b"s" * 4000))
 
         def data() -> list[bytes]:
             return [f[3] for f in raw.frames if f[0] == DATA and f[2] == sid]
 
-        for _ in range(10):
+        for _ in range(20):
             count = len(data())
             raw.until(lambda f, n=count: len(data()) > n)
             if len(b"".join(data())) >= 4005:
                 break
             time.sleep(0.3)  # pacing the reader, not synchronisation
-            raw.send(frame(8, 0, sid, struct.pack(">L", 1000)))
+            raw.send(frame(8, 0, sid, struct.pack(">L", 500)))
         assert b"".join(data()) == grpc_message(b"s" * 4000)
         trailers = raw.until(lambda f: f[0] == HEADERS and f[1] & END_STREAM)
         assert (b"grpc-status", b"0") in raw.headers(trailers[-1])
