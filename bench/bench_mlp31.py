@@ -97,7 +97,9 @@ def start_tritonlite(tree: str, repo: Path, port: int, log: Path) -> subprocess.
         "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1",
         "--metrics-address", "127.0.0.1", "--log-info", "false",
     ]  # fmt: skip
-    proc = subprocess.Popen(cmd, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    # In the tree: ``python -m`` puts the working directory first on sys.path, ahead of
+    # PYTHONPATH, so started from another checkout it would run that checkout's code.
+    proc = subprocess.Popen(cmd, env=env, cwd=tree, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     wait_ready(port)
     return proc
 
