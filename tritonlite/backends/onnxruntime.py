@@ -14,9 +14,19 @@ A batch that does not run on the event loop starts there with ``run_async`` and 
 intra-op thread (``start``); sessions that cannot (one intra-op thread, string or BF16 tensors,
 a GPU provider) run it on their instance thread (``execute``).
 
+``intra_op_thread_count`` is the parallelism of a run, as in Triton (whose backend calls ``Run``
+on its own thread: that thread and ``intra_op_thread_count - 1`` pool threads share each
+operator). ``run_async`` runs the graph on one of the pool's threads instead of the caller's,
+so a session whose batches start that way gets a pool one thread larger (``pool_threads``):
+``intra_op_num_threads`` is ``intra_op_thread_count + 1`` there, and the count itself elsewhere.
+
 A run failure fails its batch; one that leaves the session unusable (``run_error``: an
 execution-provider failure, a CUDA error) is a ``BackendFatalError``, so the instance is
 rebuilt with a new session.
+
+Past 500 lines because the session settings and the instance decide together how a batch runs
+(the pool's size follows whether batches start with ``run_async``); the settings half is the
+piece to split out next.
 """
 
 from __future__ import annotations
@@ -109,6 +119,13 @@ def default_intra_op_threads(cores: int) -> int:
     return max(2, cores - 1)
 
 
+def pool_threads(parallelism: int, starts_async: bool) -> int:
+    """``intra_op_num_threads`` for a session whose runs should split over ``parallelism``
+    threads: one more where the batches start with ``run_async``, which takes a pool thread to
+    run the graph on (the caller of ``run`` is that thread otherwise)."""
+    return parallelism + 1 if starts_async and parallelism >= 2 else parallelism
+
+
 def _int_setting(cfg: Any, key: str) -> int | None:
     text = _param(cfg, key)
     if text is None:
@@ -156,12 +173,13 @@ def session_settings(cfg: Any, cores: int | None = None) -> SessionSettings:
     )
 
 
-def session_options(settings: SessionSettings) -> Any:
-    """An ``onnxruntime.SessionOptions`` carrying ``settings``."""
+def session_options(settings: SessionSettings, starts_async: bool = False) -> Any:
+    """An ``onnxruntime.SessionOptions`` carrying ``settings``, for a session whose batches
+    start with ``run_async`` if ``starts_async`` (its pool gets a thread more: ``pool_threads``)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
-    opts.intra_op_num_threads = settings.intra_op_threads
+    opts.intra_op_num_threads = pool_threads(settings.intra_op_threads, starts_async)
     opts.inter_op_num_threads = settings.inter_op_threads
     if settings.parallel:
         opts.execution_mode = ort.ExecutionMode.ORT_PARALLEL
@@ -273,13 +291,27 @@ class OnnxRuntimeInstance:
     thread_agnostic = True  # an ORT session may run on any thread
 
     def __init__(
-        self, ctx: ModelContext, spec: InstanceSpec, settings: SessionSettings | None = None
+        self,
+        ctx: ModelContext,
+        spec: InstanceSpec,
+        settings: SessionSettings | None = None,
+        plain_io: bool = False,
     ) -> None:
+        """``plain_io``: the model's inputs and outputs are all tensors numpy hands to ORT as
+        they are (no string, no BF16), as read from the file before the session is built."""
         import onnxruntime as ort
 
         cfg = ctx.config
-        opts = session_options(settings or session_settings(cfg))
+        settings = settings or session_settings(cfg)
         providers = providers_for(cfg, spec.kind, spec.device_id, ort.get_available_providers())
+        # Whether batches will start with ``run_async`` decides the pool's size, so it is
+        # decided before the session exists; ``runs_async`` below confirms it on the session.
+        starts_async = (
+            plain_io
+            and settings.intra_op_threads >= 2
+            and [p for p, _ in providers] == ["CPUExecutionProvider"]
+        )
+        opts = session_options(settings, starts_async)
         path = model_path(ctx)
         try:
             self._session = ort.InferenceSession(
@@ -320,9 +352,9 @@ class OnnxRuntimeInstance:
         # One request with plain tensors needs neither staging nor conversion (``execute_one``).
         self.executes_one = self._plain and not self._bf16 and self._ragged is None
         self.runs_async = (
-            self._plain
+            starts_async
+            and self._plain
             and not self._bf16
-            and opts.intra_op_num_threads >= 2
             and self._session.get_providers() == ["CPUExecutionProvider"]
         )
 
@@ -488,11 +520,15 @@ class OnnxRuntimeBackend:
         from tritonlite.backends.onnx_io import check_config, read_onnx_io
 
         self._settings = session_settings(ctx.config)  # a bad parameter fails the load here
-        check_config(ctx.config, read_onnx_io(path))
+        io = read_onnx_io(path)
+        check_config(ctx.config, io)
+        self._plain_io = all(
+            t.data_type not in ("TYPE_STRING", "TYPE_BF16") for t in (*io.inputs, *io.outputs)
+        )
         kernels.warmup()  # compile now, never on a request
 
     def new_instance(self, spec: InstanceSpec) -> OnnxRuntimeInstance:
-        return OnnxRuntimeInstance(self._ctx, spec, self._settings)
+        return OnnxRuntimeInstance(self._ctx, spec, self._settings, self._plain_io)
 
     def close(self) -> None:
         return None
