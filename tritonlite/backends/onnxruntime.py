@@ -17,8 +17,12 @@ a GPU provider) run it on their instance thread (``execute``).
 ``intra_op_thread_count`` is the parallelism of a run, as in Triton (whose backend calls ``Run``
 on its own thread: that thread and ``intra_op_thread_count - 1`` pool threads share each
 operator). ``run_async`` runs the graph on one of the pool's threads instead of the caller's,
-so a session whose batches start that way gets a pool one thread larger (``pool_threads``):
-``intra_op_num_threads`` is ``intra_op_thread_count + 1`` there, and the count itself elsewhere.
+so a session whose batches start that way and whose model has no dynamic or sequence batcher
+gets a pool one thread larger (``pool_threads``): ``intra_op_num_threads`` is
+``intra_op_thread_count + 1`` there, and the count itself elsewhere. Measured on the 4 x 1024²
+MLP, 2 cores (bench/RESULTS.md, "the MLP and the second core"): one request a run gained 5-34 %
+in 7 of 8 rounds; batched runs lost ~10 % in 9 of 14 (a batcher keeps the event loop busy
+forming the next batch while a run goes, and the third thread competes with it).
 
 A run failure fails its batch; one that leaves the session unusable (``run_error``: an
 execution-provider failure, a CUDA error) is a ``BackendFatalError``, so the instance is
@@ -311,7 +315,8 @@ class OnnxRuntimeInstance:
             and settings.intra_op_threads >= 2
             and [p for p, _ in providers] == ["CPUExecutionProvider"]
         )
-        opts = session_options(settings, starts_async)
+        batcher = cfg.HasField("dynamic_batching") or cfg.HasField("sequence_batching")
+        opts = session_options(settings, starts_async and not batcher)
         path = model_path(ctx)
         try:
             self._session = ort.InferenceSession(
