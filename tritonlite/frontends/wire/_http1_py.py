@@ -577,14 +577,7 @@ class Http1Protocol:
                         # the transport gets copies of a large body's views (sendbuf.py):
                         # a client that stops reading must not hold the backend's memory
                         self.flush_held()
-                        parts = [data]
-                        blocks = self._service.send_blocks
-                        for part in body:
-                            if type(part) is memoryview:
-                                blocks.copy(part, parts)
-                            else:
-                                parts.append(part)
-                        t.writelines(parts)
+                        t.writelines([data, *self._service.send_blocks.gather(body)])
                         return
                     data = data + body[0] if len(body) == 1 else b"".join([data, *body])
                 if on_sent is None and self._service.holding:
