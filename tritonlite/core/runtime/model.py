@@ -554,10 +554,8 @@ class Model:
             self.run_batch(chosen, [p], True)
         elif policy.inline():  # asked once per batch: the policy counts the asks
             self._run_one(chosen, p, True)
-        else:  # run_batch's off-loop start, for a batch of one
-            p.dispatch_ns = time.monotonic_ns()
-            self.executing += 1
-            chosen.submit(self, [p], self._loop)
+        else:
+            self._submit(chosen, [p])
 
     def dispatch(
         self,
@@ -633,6 +631,10 @@ class Model:
                 self, instance.generation, batch, results, timing, executed, not direct
             )
             return
+        self._submit(instance, batch)
+
+    def _submit(self, instance: ModelInstance, batch: list[Pending]) -> None:
+        """Start ``batch`` off the loop in the instance's mode (it completes on the loop)."""
         now = time.monotonic_ns()
         for p in batch:
             p.dispatch_ns = now
