@@ -219,6 +219,11 @@ def _repo(tmp_path: Path) -> Path:
     write_acc_onnx(repo, "acc_oldest", sequence="oldest { max_candidate_sequences: 4 }")
     write_acc_onnx(
         repo,
+        "acc_oldest_idle",
+        sequence="max_sequence_idle_microseconds: 200000 oldest { max_candidate_sequences: 2 }",
+    )
+    write_acc_onnx(
+        repo,
         "acc_oldest_pref",
         max_batch_size=4,
         sequence="oldest { max_candidate_sequences: 4 preferred_batch_size: [ 2 ] }",
@@ -486,6 +491,28 @@ def test_oldest_takes_the_oldest_sequences_up_to_max_batch_size(tmp_path: Path) 
         held.release()
         assert [out(r) for r in await asyncio.gather(*tasks)] == [1, 2, 3, 4, 5, 6]
         assert _batches(core, "acc_oldest") == {4: 1, 2: 1}
+
+    run(tmp_path, body)
+
+
+def test_slots_whose_idle_times_end_together_free_together(tmp_path: Path) -> None:
+    """Two slotted sequences whose idle times end 3 ms apart leave their slots in one reaper
+    pass, so the two backlogged sequences run as one batch, not as two batches of one."""
+
+    async def body(core: InferenceCore) -> None:
+        model = core.repository.get("acc_oldest_idle")
+        held = Held(core, "acc_oldest_idle")
+        tasks = [
+            asyncio.ensure_future(core.infer(req("acc_oldest_idle", s, s, start=True)))
+            for s in range(1, 5)
+        ]  # 4 sequences, 2 candidate slots: 3 and 4 wait in the backlog
+        await asyncio.sleep(0)
+        first, second = model.scheduler._active[1], model.scheduler._active[2]
+        second.last_ns = first.last_ns + 3_000_000  # sequence 2 arrived 3 ms after 1
+        held.release()
+        assert [out(r) for r in await asyncio.gather(*tasks)] == [1, 2, 3, 4]
+        assert _batches(core, "acc_oldest_idle") == {2: 2}
+        assert sorted(model.scheduler.sequences().values()) == ["slot 0:0", "slot 0:1"]
 
     run(tmp_path, body)
 

@@ -4,7 +4,9 @@ Each sequence (correlation ID) is bound to a slot of one instance for its lifeti
 requests run on that instance, one at a time, in arrival order. A START takes a free slot (the
 lowest slot index first, across instances) or waits in the backlog until one frees; the slot is
 freed when the sequence's END is dispatched, or once its queue empties after it was idle (no new
-request) for ``max_sequence_idle_microseconds``. When an instance is idle its batcher forms:
+request) for ``max_sequence_idle_microseconds`` (slotted sequences whose idle times end within 5 ms
+of each other leave together, so their slots refill together; a pass that runs late because the
+loop did not run first reads what arrived meanwhile). When an instance is idle its batcher forms:
 
 * ``direct``: one batch with the front request of each ready slot at the slot's own position;
   empty positions below the highest ready slot get null requests (READY false, zero inputs)
@@ -57,6 +59,16 @@ log = logging.getLogger("tritonlite")
 
 # Triton's reaper looks again this soon at a backlogged sequence that is past its idle time.
 _BACKLOG_RECHECK_NS = 50_000_000
+# Slotted sequences whose idle times end within this of each other leave in one reaper pass (a
+# quarter of the idle time at most). Their slots free together, so backlogged sequences batch as
+# they would if the sequences had arrived together. The pass only waits, so a sequence never
+# expires before its idle time, and at most this much after it.
+_REAP_TOGETHER_NS = 5_000_000
+# A reaper pass this late means the loop did not run (the process or the machine paused, or a
+# long inline run held it): requests that arrived meanwhile still wait in the sockets, and the
+# loop runs its timers before it reads them. The pass waits as long again (once per idle time,
+# so a loop that is always late still expires sequences), and those requests count as arrived.
+_REAP_LATE_NS = 20_000_000
 
 
 class _Sequence:
@@ -151,6 +163,7 @@ class SequenceBatchScheduler:
         self._queued = 0
         self._wakeup = Wakeup(self._loop, self._schedule)
         self._reap_at: int | None = None  # next idle check; None while no sequence is live
+        self._reap_waited_ns = 0  # when a late pass last waited (``_REAP_LATE_NS``)
 
     # -- intake ---------------------------------------------------------------------------------
     def enqueue(self, request: InferRequest) -> asyncio.Future[InferResponse]:
@@ -259,20 +272,32 @@ class SequenceBatchScheduler:
 
     def _reap(self, now: int) -> None:
         wait = self._idle_ns
-        for cid, seq in list(self._active.items()):
+        together = min(_REAP_TOGETHER_NS, self._idle_ns // 4)
+        overdue = 0  # how long past its idle time the longest-idle slotted sequence is
+        near = 0  # until the last slotted sequence whose idle time ends within ``together``
+        due: list[tuple[int | str, _Sequence]] = []
+        for cid, seq in self._active.items():
             left = seq.last_ns + self._idle_ns - now
             if left > 0:
                 wait = min(wait, left)
+                if seq.slot is not None and left <= together:
+                    near = max(near, left)
             elif seq.slot is None:
                 wait = min(wait, _BACKLOG_RECHECK_NS)
             else:
-                log.debug(
-                    "sequence %s of model '%s': max sequence idle exceeded", cid, self._model.name
-                )
-                del self._active[cid]
-                seq.expired = True
-                if not seq.queue:
-                    self._release(seq)
+                overdue = max(overdue, -left)
+                due.append((cid, seq))
+        if due and near and overdue + near <= together:
+            self._reap_at = now + near
+            return
+        for cid, seq in due:
+            log.debug(
+                "sequence %s of model '%s': max sequence idle exceeded", cid, self._model.name
+            )
+            del self._active[cid]
+            seq.expired = True
+            if not seq.queue:
+                self._release(seq)
         self._reap_at = now + max(wait, 1) if self._active else None
 
     # -- dispatch -------------------------------------------------------------------------------
@@ -283,7 +308,12 @@ class SequenceBatchScheduler:
         now = now or time.monotonic_ns()
         model = self._model
         if self._reap_at is not None and now >= self._reap_at:
-            self._reap(now)
+            late = now - self._reap_at
+            if late > _REAP_LATE_NS and now - self._reap_waited_ns > self._idle_ns:
+                self._reap_waited_ns = now
+                self._reap_at = now + min(late, self._idle_ns)
+            else:
+                self._reap(now)
         wake = self._reap_at if self._reap_at is not None else -1
         for b in self._batchers:
             if b.running or not model.has_idle(b.instance):
