@@ -100,16 +100,22 @@ def _paused(server: Server, during: Callable[[], Any] | None = None) -> Any:
         return fut.result(timeout=60) if fut is not None else None
 
 
+def _started(
+    server: Server, protocol: str, first: int
+) -> Iterator[tuple[Callable[..., float], int]]:
+    """``ROUNDS`` new sequences, each started with 1.0: the client and the sequence ID."""
+    infer = CLIENTS[protocol](server)
+    for seq in range(first, first + ROUNDS):
+        assert infer(seq, 1.0, start=True) == 1.0
+        yield infer, seq
+
+
 @pytest.mark.parametrize("protocol", list(CLIENTS))
 def test_a_request_that_waited_out_a_pause_continues_its_sequence(
     server: Server, protocol: str
 ) -> None:
-    infer = CLIENTS[protocol](server)
-    base = 1000 if protocol == "http" else 2000
-    for i in range(ROUNDS):
-        seq = base + i
-        assert infer(seq, 1.0, start=True) == 1.0
-        assert _paused(server, lambda seq=seq: infer(seq, 2.0)) == 3.0
+    for infer, seq in _started(server, protocol, 1000 if protocol == "http" else 2000):
+        assert _paused(server, lambda: infer(seq, 2.0)) == 3.0  # noqa: B023 (called at once)
         assert infer(seq, 4.0) == 7.0  # the sequence lives on, with its state
 
 
@@ -117,11 +123,7 @@ def test_a_request_that_waited_out_a_pause_continues_its_sequence(
 def test_a_sequence_that_sent_nothing_still_expires_after_a_pause(
     server: Server, protocol: str
 ) -> None:
-    infer = CLIENTS[protocol](server)
-    base = 3000 if protocol == "http" else 4000
-    for i in range(ROUNDS):
-        seq = base + i
-        assert infer(seq, 1.0, start=True) == 1.0
+    for infer, seq in _started(server, protocol, 3000 if protocol == "http" else 4000):
         _paused(server)
         # the reaper's wait after the pause, then its pass (logged at --log-verbose 1)
         line = f"sequence {seq} of model 'acc': max sequence idle exceeded"
