@@ -1,8 +1,8 @@
-"""The single-request lane through a real server: HTTP requests to a model without batching
-(the lane's, once the instances keep their runs on the loop) answer, count and fail exactly as
-gRPC requests, which always take the general path, and as HTTP requests the lane leaves to it
-(classification, a JSON body's outputs, a failed run). In-process checks of each fallback
-condition: tests/core/test_direct_lane.py.
+"""The single-request lane through real servers and real clients: a model without batching
+answers, counts and fails the same on a server where the lane serves it (HTTP and gRPC ask
+``InferenceCore.infer_now`` first) as on one where every request takes the general path
+(tracing on turns the lane off). In-process checks of each fallback condition:
+tests/core/test_direct_lane.py.
 """
 
 from __future__ import annotations
@@ -20,23 +20,35 @@ from conftest import Server, start_server
 from onnx_models import add_sub, config_for, failing, write_model
 from tritonclient.utils import InferenceServerException
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(180)
 
 A = np.arange(16, dtype=np.float32).reshape(1, 16)
 B = np.full((1, 16), 2.0, dtype=np.float32)
 _WARM = 200  # requests: each instance's first runs are measured off the loop
+_MODS = {"http": httpclient, "grpc": grpcclient}
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Server]]:
+    """(the lane's server, the general path's server: tracing on, nothing sampled)."""
     repo = tmp_path_factory.mktemp("lane_repo")
     write_model(repo, "direct", add_sub(), config_for(add_sub(), max_batch_size=8, name="direct"))
     write_model(repo, "fails", failing(), config_for(failing(), max_batch_size=8, name="fails"))
-    srv = start_server(repo)
+    trace = tmp_path_factory.mktemp("trace") / "trace.json"
+    lane = start_server(repo)
     try:
-        yield srv
+        general = start_server(
+            repo,
+            f"--trace-config=triton,file={trace}",
+            "--trace-config=level=TIMESTAMPS",
+            "--trace-config=rate=2000000000",
+        )
+        try:
+            yield lane, general
+        finally:
+            general.stop()
     finally:
-        srv.stop()
+        lane.stop()
 
 
 def _stats(server: Server, model: str) -> dict[str, Any]:
@@ -45,118 +57,141 @@ def _stats(server: Server, model: str) -> dict[str, Any]:
     return doc["model_stats"][0]  # type: ignore[no-any-return]
 
 
-def _add_sub(mod: Any, client: Any, binary: bool, **kw: Any) -> Any:
-    ins = []
-    for name, arr in (("INPUT0", A), ("INPUT1", B)):
-        i = mod.InferInput(name, [1, 16], "FP32")
-        if mod is httpclient:
-            i.set_data_from_numpy(arr, binary_data=binary)
-        else:
-            i.set_data_from_numpy(arr)
-        ins.append(i)
-    outs = kw.pop("outputs", None)
-    return client.infer("direct", ins, outputs=outs, **kw)
+def _counts(server: Server, model: str) -> Any:
+    """The model's statistics without durations and times."""
+
+    def strip(d: Any) -> Any:
+        if isinstance(d, dict):
+            return {k: strip(v) for k, v in d.items() if k not in ("ns", "last_inference")}
+        if isinstance(d, list):
+            return [strip(v) for v in d]
+        return d
+
+    return strip(_stats(server, model))
+
+
+class _Clients:
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.by = {
+            "http": httpclient.InferenceServerClient(server.http_url),
+            "grpc": grpcclient.InferenceServerClient(server.grpc_url),
+        }
+
+    def add_sub(self, proto: str, binary: bool = True, **kw: Any) -> Any:
+        mod = _MODS[proto]
+        ins = []
+        for name, arr in (("INPUT0", A), ("INPUT1", B)):
+            i = mod.InferInput(name, [1, 16], "FP32")
+            if mod is httpclient:
+                i.set_data_from_numpy(arr, binary_data=binary)
+            else:
+                i.set_data_from_numpy(arr)
+            ins.append(i)
+        return self.by[proto].infer("direct", ins, **kw)
+
+    def fails(self, proto: str, value: int) -> Any:
+        i = _MODS[proto].InferInput("INPUT0", [1, 1], "INT64")
+        i.set_data_from_numpy(np.array([[value]], np.int64))
+        return self.by[proto].infer("fails", [i])
+
+    def close(self) -> None:
+        for c in self.by.values():
+            c.close()
 
 
 @pytest.fixture(scope="module")
-def clients(server: Server) -> Iterator[tuple[Any, Any]]:
-    h = httpclient.InferenceServerClient(server.http_url)
-    g = grpcclient.InferenceServerClient(server.grpc_url)
+def clients(servers: tuple[Server, Server]) -> Iterator[tuple[_Clients, _Clients]]:
+    lane, general = _Clients(servers[0]), _Clients(servers[1])
     try:
-        yield h, g
+        yield lane, general
     finally:
-        h.close()
-        g.close()
+        lane.close()
+        general.close()
 
 
-@pytest.mark.parametrize("binary", [True, False], ids=["binary", "json"])
+def _doc(proto: str, result: Any) -> dict[str, Any]:
+    return result.get_response(as_json=True) if proto == "grpc" else result.get_response()  # type: ignore[no-any-return]
+
+
+def _outputs(result: Any, names: tuple[str, ...]) -> list[np.ndarray]:
+    return [result.as_numpy(n) for n in names]
+
+
 def test_answers_and_statistics_match_the_general_path(
-    server: Server, clients: tuple[Any, Any], binary: bool
+    clients: tuple[_Clients, _Clients],
 ) -> None:
-    h, g = clients
-    before = _stats(server, "direct")["inference_stats"]["success"]["count"]
-    for _ in range(_WARM):
-        r = _add_sub(httpclient, h, binary)
-        np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), A + B)
-        np.testing.assert_array_equal(r.as_numpy("OUTPUT1"), A - B)
-    via_grpc = _add_sub(grpcclient, g, binary)
-    for name in ("OUTPUT0", "OUTPUT1"):
-        assert r.as_numpy(name).dtype == via_grpc.as_numpy(name).dtype
-        np.testing.assert_array_equal(r.as_numpy(name), via_grpc.as_numpy(name))
-    picked = _add_sub(
-        httpclient,
-        h,
-        binary,
-        outputs=[httpclient.InferRequestedOutput("OUTPUT1", binary_data=binary)],
-        request_id="req-7",
-    )
-    assert picked.get_response()["id"] == "req-7"
-    assert [o["name"] for o in picked.get_response()["outputs"]] == ["OUTPUT1"]
-    np.testing.assert_array_equal(picked.as_numpy("OUTPUT1"), A - B)
-    st = _stats(server, "direct")
-    inf = st["inference_stats"]
-    assert inf["success"]["count"] == before + _WARM + 2
-    assert inf["fail"]["count"] == 0
+    before = _stats(clients[0].server, "direct")["inference_stats"]["success"]["count"]
+    for side in clients:
+        for _ in range(_WARM):
+            side.add_sub("http")
+    cases: list[tuple[str, dict[str, Any]]] = [
+        ("http", {}),
+        ("http", {"binary": False}),
+        ("grpc", {}),
+        (
+            "http",
+            {
+                "outputs": [httpclient.InferRequestedOutput("OUTPUT1", binary_data=False)],
+                "request_id": "req-7",
+            },
+        ),
+        ("grpc", {"outputs": [grpcclient.InferRequestedOutput("OUTPUT1")], "request_id": "g-7"}),
+        ("http", {"outputs": [httpclient.InferRequestedOutput("OUTPUT0", class_count=3)]}),
+        ("grpc", {"outputs": [grpcclient.InferRequestedOutput("OUTPUT0", class_count=3)]}),
+    ]
+    for proto, kw in cases:
+        a, b = (side.add_sub(proto, **dict(kw)) for side in clients)
+        assert _doc(proto, a) == _doc(proto, b)
+        names = tuple(o["name"] for o in _doc(proto, a)["outputs"])
+        for x, y in zip(_outputs(a, names), _outputs(b, names)):
+            assert x.dtype == y.dtype
+            np.testing.assert_array_equal(x, y)
+        if "outputs" not in kw:
+            np.testing.assert_array_equal(a.as_numpy("OUTPUT0"), A + B)
+            np.testing.assert_array_equal(a.as_numpy("OUTPUT1"), A - B)
+    lane, general = (_counts(side.server, "direct") for side in clients)
+    assert lane == general
+    inf = _stats(clients[0].server, "direct")["inference_stats"]
+    assert inf["success"]["count"] == before + _WARM + len(cases)
     for key in ("success", "queue", "compute_input", "compute_infer", "compute_output"):
         assert inf[key]["count"] == inf["success"]["count"], key
         assert inf[key]["ns"] > 0, key
-    assert st["execution_count"] == inf["success"]["count"]
-    assert st["inference_count"] == inf["success"]["count"]
-    (one,) = st["batch_stats"]
-    assert one["batch_size"] == 1
-    assert one["compute_infer"]["count"] == inf["success"]["count"]
-    assert st["last_inference"] > 0
-
-
-def test_classification_takes_the_general_path(server: Server, clients: tuple[Any, Any]) -> None:
-    h, g = clients
-    for _ in range(_WARM // 4):
-        _add_sub(httpclient, h, True)
-    via_http = _add_sub(
-        httpclient, h, True, outputs=[httpclient.InferRequestedOutput("OUTPUT0", class_count=3)]
-    )
-    via_grpc = _add_sub(
-        grpcclient, g, True, outputs=[grpcclient.InferRequestedOutput("OUTPUT0", class_count=3)]
-    )
-    assert list(via_http.as_numpy("OUTPUT0").ravel()) == list(via_grpc.as_numpy("OUTPUT0").ravel())
+    assert _stats(clients[0].server, "direct")["last_inference"] > 0
 
 
 def _error(call: Callable[[], Any]) -> str:
     with pytest.raises(InferenceServerException) as info:
         call()
-    return str(info.value.message())
+    return f"{info.value.status()}: {info.value.message()}"
 
 
-def test_errors_match_the_general_path(server: Server, clients: tuple[Any, Any]) -> None:
-    h, g = clients
-    for _ in range(_WARM // 4):
-        _add_sub(httpclient, h, True)
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+def test_errors_match_the_general_path(clients: tuple[_Clients, _Clients], proto: str) -> None:
+    mod = _MODS[proto]
 
-    def wrong_shape(mod: Any, client: Any) -> Callable[[], Any]:
+    def wrong_shape(side: _Clients) -> Callable[[], Any]:
         def call() -> Any:
             ins = []
             for name in ("INPUT0", "INPUT1"):
                 i = mod.InferInput(name, [1, 8], "FP32")
                 i.set_data_from_numpy(np.zeros((1, 8), np.float32))
                 ins.append(i)
-            return client.infer("direct", ins)
+            return side.by[proto].infer("direct", ins)
 
         return call
 
-    assert _error(wrong_shape(httpclient, h)) == _error(wrong_shape(grpcclient, g))
-
-    def run_fails(mod: Any, client: Any, value: int) -> Any:
-        i = mod.InferInput("INPUT0", [1, 1], "INT64")
-        i.set_data_from_numpy(np.array([[value]], np.int64))
-        return client.infer("fails", [i])
-
-    for _ in range(_WARM // 4):
-        run_fails(httpclient, h, 1)
-    before = _stats(server, "fails")["inference_stats"]
-    http_msg = _error(lambda: run_fails(httpclient, h, 99))
-    grpc_msg = _error(lambda: run_fails(grpcclient, g, 99))
-    assert http_msg == grpc_msg and "out of" in http_msg
-    after = _stats(server, "fails")["inference_stats"]
-    assert after["fail"]["count"] == before["fail"]["count"] + 2
-    assert after["success"]["count"] == before["success"]["count"]
-    np.testing.assert_array_equal(run_fails(httpclient, h, 1).as_numpy("OUTPUT0"), [[10.0]])
+    for side in clients:
+        for _ in range(_WARM // 4):
+            side.add_sub(proto)
+            side.fails(proto, 1)
+    shape_errors = {_error(wrong_shape(side)) for side in clients}
+    assert len(shape_errors) == 1
+    run_errors = {_error(lambda side=side: side.fails(proto, 99)) for side in clients}
+    assert len(run_errors) == 1 and "out of" in run_errors.pop()
+    for side in clients:  # the instance is back and serves the next request
+        np.testing.assert_array_equal(side.fails(proto, 1).as_numpy("OUTPUT0"), [[10.0]])
+    for model in ("direct", "fails"):
+        lane, general = (_counts(side.server, model) for side in clients)
+        assert lane == general, model
+    assert _stats(clients[0].server, "fails")["inference_stats"]["fail"]["count"] >= 1
