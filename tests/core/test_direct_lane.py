@@ -168,9 +168,13 @@ def test_the_lane_answers_as_the_general_path(
         await _warm(core, make)
         lane = core.repository.get(model).lane
         assert lane is not None
-        taken = lane.taken
-        before = _counts(core, model)
-        fast = core.infer_now(make())
+        for _ in range(_WARM_TRIES):  # (a slow sample may send one run off the loop)
+            taken = lane.taken
+            before = _counts(core, model)
+            fast = core.infer_now(make())
+            if fast is not None:
+                break
+            await core.infer(make())
         assert fast is not None and lane.taken == taken + 1
         after_lane = _counts(core, model)
         slow = await core.infer(make())
@@ -221,10 +225,10 @@ def test_validation_errors_are_the_general_paths(tmp_path: Path) -> None:
     ]
 
     async def body(core: InferenceCore) -> None:
-        await _warm(core, lambda: _req("direct"))
-        before = _counts(core, "direct")
         raised = 0
         for make in bad:
+            await _warm(core, lambda: _req("direct"))
+            before = _counts(core, "direct")
             try:  # the lane words a refusal as the general path, or leaves it to it
                 lane_err: TritonliteError | None = None
                 assert core.infer_now(make()) is None
@@ -238,8 +242,8 @@ def test_validation_errors_are_the_general_paths(tmp_path: Path) -> None:
                     general.value.code,
                     general.value.message,
                 )
+            assert _counts(core, "direct") == before  # refused requests are never counted
         assert raised >= 3  # the shape, the missing input, the model: refused in the lane
-        assert _counts(core, "direct") == before  # refused requests are never counted
 
     _run(_repo(tmp_path), body)
 
@@ -265,7 +269,7 @@ def test_a_failed_run_falls_back_and_fails_as_before(tmp_path: Path) -> None:
         with pytest.raises(TritonliteError, match="out of data bounds|indices"):
             await core.infer(bad())
         assert _counts(core, "fails")["inference_stats"]["fail"]["count"] == 1
-        assert core.infer_now(good()) is not None  # the instance came back to idle
+        await _warm(core, good)  # the instance came back to idle
 
     _run(_repo(tmp_path), body)
 
@@ -329,7 +333,7 @@ def test_models_and_states_the_lane_does_not_cover_fall_back(tmp_path: Path) -> 
         assert core.infer_now(_req("direct")) is None
         for inst in taken:
             model.return_idle(inst)
-        assert core.infer_now(_req("direct")) is not None
+        await _warm(core, lambda: _req("direct"))
         # the server is stopping
         core.exiting = True
         assert core.infer_now(_req("direct")) is None
