@@ -248,6 +248,42 @@ def test_validation_errors_are_the_general_paths(tmp_path: Path) -> None:
     _run(_repo(tmp_path), body)
 
 
+def test_a_known_request_structure_still_checks_each_requests_arrays(tmp_path: Path) -> None:
+    """A structure that passed validation before (a JSON or gRPC request, which no decoder
+    proved) is not validated whole again, but each request's arrays still are: arrays that
+    do not fill the declared shape get the general path's error, never a run."""
+    from tritonlite.contracts.datatypes import Misfit
+
+    def short() -> InferRequest:  # arrays the session would take, but not of their shape
+        r = _req("direct")
+        for k in (0, 1):
+            r.inputs[k] = InferInput(f"INPUT{k}", "FP32", (1, 16), np.zeros((2, 16), np.float32))
+        return r
+
+    def misfit() -> InferRequest:
+        r = _req("direct")
+        r.inputs[0] = InferInput("INPUT0", "FP32", (1, 16), Misfit.of(12))
+        return r
+
+    async def body(core: InferenceCore) -> None:
+        for make in (short, misfit):
+            await _warm(core, lambda: _req("direct"))  # the structure passed, many times
+            before = _counts(core, "direct")
+            with pytest.raises(TritonliteError) as general:
+                await core.infer(make())
+            assert _counts(core, "direct") == before
+            for _ in range(3):
+                await _warm(core, lambda: _req("direct"))
+                before = _counts(core, "direct")
+                try:
+                    assert core.infer_now(make()) is None
+                except TritonliteError as exc:
+                    assert (exc.code, exc.message) == (general.value.code, general.value.message)
+                assert _counts(core, "direct") == before  # refused, never run
+
+    _run(_repo(tmp_path), body)
+
+
 def test_a_failed_run_falls_back_and_fails_as_before(tmp_path: Path) -> None:
     def good() -> InferRequest:
         return InferRequest(

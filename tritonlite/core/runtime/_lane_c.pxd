@@ -6,6 +6,7 @@
 cimport cython
 
 cdef object _now
+cdef Py_ssize_t _SHAPES_MAX
 
 @cython.final
 cdef class DirectLane:
@@ -24,10 +25,12 @@ cdef class DirectLane:
     cdef dict wire
     cdef list names
     cdef dict index
+    cdef dict shapes
     cdef public long long taken
 
     @cython.locals(recent="long long", arrival="long long", start="long long",
                    input_end="long long", infer_end="long long", end="long long",
                    k=Py_ssize_t, feed=dict, outs=list, index=dict, wire=dict, binary=bint,
-                   framed=dict, names=list, values=list, proven=dict, hit=tuple)
+                   framed=dict, names=list, values=list, proven=dict, hit=tuple,
+                   shape_key=list, fits=bint, key=tuple, size="long long")
     cpdef object run(self, object req)

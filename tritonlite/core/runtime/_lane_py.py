@@ -3,9 +3,10 @@
 ``DirectLane.run`` takes a request that the general path (``InferenceCore._run`` ->
 ``DirectScheduler.enqueue`` -> ``Model.dispatch_one`` -> ``Model._run_one``) would run inline
 right away -- nothing queued, an instance idle and its ``InlinePolicy`` keeping runs on the
-loop -- and does what that path does, in one call: validation (a proven header's record, or
-``validate.prepare``), the arrival stamp, the instance's bound session run on the request's own
-arrays, the response, the policy's sample, one statistics record (``ModelStats.record_one``)
+loop -- and does what that path does, in one call: validation (a proven header's record; for
+a request no decoder proved, a request structure that passed ``validate.prepare`` whole before,
+with this request's arrays checked against their shapes; else ``validate.prepare``), the
+arrival stamp, the instance's bound session run on the request's own arrays, the response, the policy's sample, one statistics record (``ModelStats.record_one``)
 and the instance back to idle. Anything else returns None before any of it has happened
 (the request then takes the general path, which words every error): a queue, a busy
 instance, an instance off the loop or without a bound run, parameters, shared memory, a raw
@@ -23,11 +24,13 @@ import time
 from typing import Any
 
 from tritonlite.contracts import datatypes
+from tritonlite.contracts.datatypes import Misfit
 from tritonlite.contracts.timing import ExecTiming
 from tritonlite.contracts.types import InferOutput, InferRequest, InferResponse
 from tritonlite.core.tensors import validate
 
 _now = time.monotonic_ns
+_SHAPES_MAX = 256  # request structures remembered per lane; the record starts over when full
 
 
 class DirectLane:
@@ -58,6 +61,11 @@ class DirectLane:
         self.wire: dict[Any, str] = dict(datatypes.NATIVE_WIRE)
         self.names: list[str] | None = None  # the bound run's output names ``index`` is for
         self.index: dict[str, int] = {}
+        # Request structures (inputs' names, datatypes and shapes; requested outputs' names)
+        # that passed ``validate.prepare`` whole, for requests no decoder proved (JSON bodies,
+        # gRPC): their batch size. Its checks read nothing else of such a request but its
+        # arrays' own shapes and kinds, which each request's arrays are checked for here.
+        self.shapes: dict[tuple[Any, ...], int] = {}
         self.taken = 0  # requests this lane answered
 
     def run(self, req: InferRequest) -> InferResponse | None:
@@ -95,6 +103,33 @@ class DirectLane:
         hit = proven.get(self.sig_id) if proven is not None else None
         if hit is not None and hit[0] is self.sig:
             req.batch_size = hit[1]
+        elif proven is None:
+            shape_key: list[Any] = []
+            fits = True
+            for inp in req.inputs:
+                data = inp.data
+                if data is None:  # shared memory: the general path holds its region
+                    return None
+                if type(data) is Misfit or data.shape != inp.shape:
+                    fits = False
+                shape_key.append((inp.name, inp.datatype, inp.shape))
+            if wanted is not None:
+                for w in wanted:
+                    shape_key.append(w.name)
+                shape_key.append(len(wanted))
+            key = tuple(shape_key)
+            size = self.shapes.get(key, 0) if fits else 0
+            if size > 0:
+                req.batch_size = size
+            else:
+                proven = {}
+                req.proven = proven  # ``prepare`` records a request that passes whole
+                validate.prepare(self.sig, req, self.shm)
+                hit = proven.get(self.sig_id)
+                if hit is not None and hit[0] is self.sig:
+                    if len(self.shapes) >= _SHAPES_MAX:
+                        self.shapes.clear()
+                    self.shapes[key] = hit[1]
         else:
             for inp in req.inputs:
                 if inp.data is None:  # shared memory: the general path holds its region
