@@ -327,6 +327,13 @@ _NOT_COVERED: dict[str, Callable[[], InferRequest]] = {
     "classification": lambda: _req(
         "direct", outputs=[RequestedOutput("OUTPUT0", classification=2)]
     ),
+    "a shape that is not a tuple": lambda: InferRequest(
+        "direct",
+        inputs=[
+            InferInput("INPUT0", "FP32", [1, 16], np.zeros((1, 16), np.float32)),  # type: ignore[arg-type]
+            InferInput("INPUT1", "FP32", [1, 16], np.zeros((1, 16), np.float32)),  # type: ignore[arg-type]
+        ],
+    ),
 }
 
 

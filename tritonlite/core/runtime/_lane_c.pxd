@@ -32,5 +32,5 @@ cdef class DirectLane:
                    input_end="long long", infer_end="long long", end="long long",
                    k=Py_ssize_t, feed=dict, outs=list, index=dict, wire=dict, binary=bint,
                    framed=dict, names=list, values=list, proven=dict, hit=tuple,
-                   shape_key=list, fits=bint, key=tuple, size="long long")
+                   shape_key=list, fits=bint, key=tuple, size="long long", shape=object)
     cpdef object run(self, object req)

@@ -110,9 +110,12 @@ class DirectLane:
                 data = inp.data
                 if data is None:  # shared memory: the general path holds its region
                     return None
-                if type(data) is Misfit or data.shape != inp.shape:
+                shape = inp.shape
+                if type(shape) is not tuple:  # (decoders give tuples: a key must be hashable)
+                    return None
+                if type(data) is Misfit or data.shape != shape:
                     fits = False
-                shape_key.append((inp.name, inp.datatype, inp.shape))
+                shape_key.append((inp.name, inp.datatype, shape))
             if wanted is not None:
                 for w in wanted:
                     shape_key.append(w.name)
