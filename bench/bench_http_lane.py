@@ -11,6 +11,8 @@ CPU µs per request of:
 * ``decode``: ``codec.decode_infer`` of perf_analyzer's body (its template hit);
 * ``decode + core.infer``: that plus admission, validation, the scheduler, the lane
   (``Model._run_one``: the run, the response, statistics), the future's result;
+* ``decode + core.infer_now``: that through the single-request lane instead
+  (``core/runtime/lane.py``), where the checkout has it;
 * ``encode``: ``codec.encode_infer`` of the response;
 * ``dispatch``: ``make_dispatch``'s handler on a request object (everything but the wire);
 * ``wire``: the native ``Http1Protocol`` (the compiled twin when built) fed perf_analyzer's
@@ -229,12 +231,21 @@ async def _measure(n: int, rounds: int) -> dict[str, float]:
 
                 return one
 
+            def lane() -> Any:
+                if not hasattr(core, "infer_now"):  # a checkout without the lane
+                    return None
+                got = core.infer_now(codec.decode_infer(body, hlen, MODEL, -1))
+                if got is None:
+                    _waited[0] += 1  # the lane left it to the general path: not timed here
+                return got
+
             out = {
                 "session.run": _best(lambda: session.run(names, feed), n, rounds),
                 "decode": _best(lambda: codec.decode_infer(body, hlen, MODEL, -1), n, rounds),
                 "decode + core.infer": await _best_async(
                     lambda: core.infer(codec.decode_infer(body, hlen, MODEL, -1)), n, rounds
                 ),
+                "decode + core.infer_now (the lane)": _best(lane, n, rounds),
                 "encode": _best(lambda: codec.encode_infer(resp), n, rounds),
                 "dispatch": await _best_async(lambda: dispatch(req), n, rounds),
                 "wire": await _best_async(fed(wire, wt), n, rounds),

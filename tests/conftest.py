@@ -383,6 +383,8 @@ TWIN_PATHS = (
     "compat/test_http_cache.py",
     "compat/test_http_expect.py",
     "compat/test_compressed_requests.py",
+    "compat/test_http_lane.py",
+    "core/test_direct_lane.py",
 )
 _TESTS = Path(__file__).parent
 

@@ -102,6 +102,9 @@ class StandInCore:
     def server_metadata(self) -> dict[str, Any]:
         raise RuntimeError("boom")
 
+    def infer_now(self, request: InferRequest) -> InferResponse | None:
+        return None  # no single-request lane here: every request takes ``infer``
+
     async def infer(self, request: InferRequest, decoupled_message: str = "") -> InferResponse:
         self.requests.append(request)
         if request.model_name == "missing":

@@ -173,6 +173,21 @@ class ExecutesOne(Protocol):
 
 
 @runtime_checkable
+class RunsBound(Protocol):
+    """An instance whose one-request run can be called bare (the core's single-request lane,
+    ``core/runtime/lane.py``): ``bound_run`` is ``(run, output_names)`` where ``run(output_names,
+    feed, None)`` returns the outputs' arrays in ``output_names`` order for a feed of the
+    request's own arrays, skipping the checks of the feed that the core's validation already
+    made; anything it raises sends the request back to ``execute_one``, which words the error.
+    None: not available for this instance."""
+
+    @property
+    def bound_run(
+        self,
+    ) -> tuple[Callable[[list[str], dict[str, Any], None], list[Any]], list[str]] | None: ...
+
+
+@runtime_checkable
 class Readiness(Protocol):
     """An instance with its own readiness probe (Triton's python ``is_ready``)."""
 

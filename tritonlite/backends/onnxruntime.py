@@ -356,6 +356,14 @@ class OnnxRuntimeInstance:
         # intra-op pool (RunAsync needs one), for tensors numpy hands over as they are.
         # One request with plain tensors needs neither staging nor conversion (``execute_one``).
         self.executes_one = self._plain and not self._bf16 and self._ragged is None
+        # The core's single-request lane calls the bound session itself: ``InferenceSession.run``
+        # only adds checks of the feed (the core validated it) and, off the CPU provider, a
+        # provider fallback -- so only there, and anything it raises goes to ``execute_one``.
+        self.bound_run: tuple[Callable[..., list[Any]], list[str]] | None = None
+        if self.executes_one and self._session.get_providers() == ["CPUExecutionProvider"]:
+            bound = getattr(self._session, "_sess", None)
+            if bound is not None:
+                self.bound_run = (bound.run, list(self._outputs))
         self.runs_async = (
             starts_async
             and self._plain
@@ -511,6 +519,7 @@ class OnnxRuntimeInstance:
             log.warning("model '%s': closing while a run is still going", self._model)
             return  # leave the session to the garbage collector rather than free it under ORT
         self._session = None  # closed: a later run fails
+        self.bound_run = None
         self._staging.close()
 
 

@@ -262,6 +262,20 @@ class InferenceCore:
             raise unsupported(decoupled_message)
         return await self._run(model, request)
 
+    def infer_now(self, request: InferRequest) -> InferResponse | None:
+        """``infer``'s response, computed now on this thread by the model's single-request lane
+        (``core/runtime/lane.py``: a model without batching whose run stays on the loop,
+        nothing queued); None when the request must take ``infer`` (tracing, the response
+        cache, anything the lane does not cover), with nothing done. Raises what ``infer``
+        raises for an unknown model or a request that fails validation."""
+        if self.exiting or self.trace.enabled:
+            return None
+        model = self.repository.get(request.model_name, request.model_version)
+        lane = model.lane
+        if lane is None or (self.cache is not None and model.response_cache):
+            return None
+        return lane.run(request)
+
     async def _infer_worded(self, request: InferRequest, refusal: Refusal) -> InferResponse:
         """``infer`` for a caller that words its refusals (``refusal``)."""
         name = request.model_name

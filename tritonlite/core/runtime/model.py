@@ -48,6 +48,7 @@ from tritonlite.backends.base import (
     ExecutesOne,
     InstanceSpec,
     ModelContext,
+    RunsBound,
     RunsOnLoop,
     StartsAsync,
 )
@@ -63,10 +64,12 @@ from tritonlite.contracts.timing import ExecTiming
 from tritonlite.contracts.types import InferRequest, InferResponse
 from tritonlite.core.observability.stats import LatencyFactory, ModelStats
 from tritonlite.core.runtime.health import HealthSettings, InstanceHealth
+from tritonlite.core.runtime.lane import DirectLane
 from tritonlite.core.runtime.warmup import WarmupSample
 from tritonlite.core.tensors.outputs import build_response
 from tritonlite.core.tensors.shm import SharedMemoryManager
 from tritonlite.scheduling.base import BatchRunner, Pending
+from tritonlite.scheduling.direct import DirectScheduler
 from tritonlite.scheduling.factory import make_scheduler
 
 log = logging.getLogger("tritonlite")
@@ -225,6 +228,7 @@ class ModelInstance:
         self.policy: InlinePolicy | None = None
         self._start_async: Callable[..., None] | None = None
         self.execute_one: Callable[[InferRequest, ExecTiming], Any] | None = None
+        self.bound_run: tuple[Callable[..., list[Any]], list[str]] | None = None
         self.mode = ""
         self._choose_mode()
 
@@ -248,6 +252,7 @@ class ModelInstance:
         self.execute_one = None
         if isinstance(impl, ExecutesOne) and impl.executes_one:
             self.execute_one = impl.execute_one
+        self.bound_run = impl.bound_run if isinstance(impl, RunsBound) else None
         inline = (
             self._inline_allowed and isinstance(impl, RunsOnLoop) and bool(impl.thread_agnostic)
         )
@@ -520,6 +525,11 @@ class Model:
         self.health = InstanceHealth(self, health or HealthSettings(), warmup)
         for inst in instances:
             inst.allow_inline(self.health.inline_ok)
+        # The single-request lane (core/runtime/lane.py): for a direct scheduler only; each
+        # request then checks what may change (queue, idle instance, its policy, the request).
+        self.lane: DirectLane | None = None
+        if type(self.scheduler) is DirectScheduler and not signature.decoupled:
+            self.lane = DirectLane(self, self.scheduler, INLINE_MAX_NS)
         self._drained: asyncio.Event | None = None
         # Response cache (core/cache.py; used only when the server has one too). The salt, part
         # of every key, keeps a reload of this version off its predecessor's entries.

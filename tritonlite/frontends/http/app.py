@@ -169,7 +169,9 @@ async def infer(
         req = codec.decode_infer(body, header_len, name, version)
     if forward is not None:
         forward.http(fields, req.parameters)
-    resp = await core.infer(req, _DECOUPLED)
+    resp = core.infer_now(req)  # the commonest request, answered at once; None: not covered
+    if resp is None:
+        resp = await core.infer(req, _DECOUPLED)
     parts, head_len, has_binary = codec.encode_infer(resp)
     headers: dict[str, str] | None = None
     if has_binary:

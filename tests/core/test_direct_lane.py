@@ -1,0 +1,432 @@
+"""The single-request lane (``core/runtime/lane.py``) against the general path, in one process.
+
+A real ``InferenceCore`` serves real ONNX models (ONNX Runtime): each test sends the same
+request through ``InferenceCore.infer_now`` (the lane) and ``InferenceCore.infer`` (the general
+path) and compares answers, statistics and errors, and checks that every condition the lane
+does not cover returns None with nothing done (no statistics, no run counted). Runs on both
+twins (``TRITONLITE_NO_EXTENSIONS=1`` binds the pure one). The same through a real server and
+real clients: tests/compat/test_http_lane.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from onnx_models import add_sub, config_for, config_text, failing, identity, write_model
+
+from tritonlite.contracts.errors import TritonliteError
+from tritonlite.contracts.types import (
+    InferInput,
+    InferRequest,
+    InferResponse,
+    RequestedOutput,
+    ShmRef,
+)
+from tritonlite.core.core import InferenceCore
+from tritonlite.core.runtime import lane as lane_mod
+from tritonlite.options import ServerOptions
+
+pytestmark = pytest.mark.timeout(120)
+
+_WARM_TRIES = 4000  # general requests until the instance's policy keeps runs on the loop
+
+
+def _repo(root: Path) -> Path:
+    write_model(root, "direct", add_sub(), config_for(add_sub(), max_batch_size=8, name="direct"))
+    nb = add_sub(batch=False)
+    write_model(root, "direct_nb", nb, config_for(nb, max_batch_size=0, name="direct_nb"))
+    write_model(
+        root,
+        "batched",
+        add_sub(),
+        config_for(add_sub(), max_batch_size=8, name="batched", dynamic_batching=True),
+    )
+    write_model(root, "fails", failing(), config_for(failing(), max_batch_size=8, name="fails"))
+    write_model(
+        root,
+        "reshaped",
+        identity("FP32", (4,)),
+        config_text(
+            [("INPUT0", "FP32", [4])],
+            [("OUTPUT0", "FP32", [2, 2], "reshape: { shape: [ 4 ] }")],
+            max_batch_size=8,
+            name="reshaped",
+        ),
+    )
+    write_model(
+        root,
+        "cached",
+        add_sub(),
+        config_for(
+            add_sub(), max_batch_size=8, name="cached", extra="response_cache { enable: true }"
+        ),
+    )
+    return root
+
+
+def _run(root: Path, body: Callable[[InferenceCore], Awaitable[None]], **opts: Any) -> None:
+    async def main() -> None:
+        core = InferenceCore(ServerOptions(model_repositories=(root,), **opts))
+        assert await core.start() == []
+        try:
+            await body(core)
+        finally:
+            await core.stop()
+
+    asyncio.run(main())
+
+
+def _req(model: str, batch: bool = True, **kw: Any) -> InferRequest:
+    shape = (1, 16) if batch else (16,)
+    a = np.arange(16, dtype=np.float32).reshape(shape)
+    b = np.full(shape, 2.0, dtype=np.float32)
+    return InferRequest(
+        model,
+        inputs=[InferInput("INPUT0", "FP32", shape, a), InferInput("INPUT1", "FP32", shape, b)],
+        **kw,
+    )
+
+
+async def _warm(core: InferenceCore, make: Callable[[], InferRequest]) -> None:
+    """General requests until the lane takes a request on every instance in turn (each
+    instance's first runs are measured off the loop); fails if it never does."""
+    model = core.repository.get(make().model_name)
+    row, want = 0, 2 * len(model.instances)
+    for _ in range(_WARM_TRIES):
+        if core.infer_now(make()) is not None:
+            row += 1
+            if row == want:
+                return
+            continue
+        row = 0
+        await core.infer(make())
+    raise AssertionError("the lane never took a request on every instance")
+
+
+def _counts(core: InferenceCore, model: str) -> dict[str, Any]:
+    """The model's statistics with the durations' ns left out (counts only)."""
+    st = core.statistics(model)["model_stats"][0]
+
+    def strip(d: Any) -> Any:
+        if isinstance(d, dict):
+            return {k: strip(v) for k, v in d.items() if k not in ("ns", "last_inference")}
+        if isinstance(d, list):
+            return [strip(v) for v in d]
+        return d
+
+    return strip(st)  # type: ignore[no-any-return]
+
+
+def _same(a: InferResponse, b: InferResponse) -> None:
+    assert (a.model_name, a.model_version, a.id, a.parameters) == (
+        b.model_name,
+        b.model_version,
+        b.id,
+        b.parameters,
+    )
+    assert [(o.name, o.datatype, o.shape, o.binary, o.shm) for o in a.outputs] == [
+        (o.name, o.datatype, o.shape, o.binary, o.shm) for o in b.outputs
+    ]
+    for x, y in zip(a.outputs, b.outputs):
+        assert x.data is not None and y.data is not None
+        assert x.data.dtype == y.data.dtype
+        np.testing.assert_array_equal(x.data, y.data)
+
+
+@pytest.mark.parametrize(
+    ("model", "batch"), [("direct", True), ("direct_nb", False)], ids=["batch8", "nobatch"]
+)
+@pytest.mark.parametrize(
+    "outputs",
+    [
+        None,
+        [RequestedOutput("OUTPUT1", binary=True)],
+        [RequestedOutput("OUTPUT1"), RequestedOutput("OUTPUT0", binary=False)],
+    ],
+    ids=["all", "one", "reordered"],
+)
+@pytest.mark.parametrize("binary", [True, False])
+def test_the_lane_answers_as_the_general_path(
+    tmp_path: Path, model: str, batch: bool, outputs: Any, binary: bool
+) -> None:
+    def make() -> InferRequest:
+        return _req(
+            model,
+            batch,
+            id="r-1",
+            outputs=copy.deepcopy(outputs),
+            binary_data_output=binary,
+        )
+
+    async def body(core: InferenceCore) -> None:
+        await _warm(core, make)
+        lane = core.repository.get(model).lane
+        assert lane is not None
+        for _ in range(_WARM_TRIES):  # (a slow sample may send one run off the loop)
+            taken = lane.taken
+            before = _counts(core, model)
+            fast = core.infer_now(make())
+            if fast is not None:
+                break
+            await core.infer(make())
+        assert fast is not None and lane.taken == taken + 1
+        after_lane = _counts(core, model)
+        slow = await core.infer(make())
+        after_general = _counts(core, model)
+        _same(fast, slow)
+        np.testing.assert_array_equal(
+            {o.name: o.data for o in fast.outputs}.get("OUTPUT1", np.zeros(1)),
+            np.arange(16, dtype=np.float32).reshape((1, 16) if batch else (16,)) - 2.0
+            if any(o.name == "OUTPUT1" for o in fast.outputs)
+            else np.zeros(1),
+        )
+        # one request's statistics, the same fields counted by both paths
+        assert before != after_lane
+        delta_lane = _delta(before, after_lane)
+        delta_general = _delta(after_lane, after_general)
+        assert delta_lane == delta_general
+        st = core.statistics(model)["model_stats"][0]["inference_stats"]
+        for key in ("success", "queue", "compute_input", "compute_infer", "compute_output"):
+            assert st[key]["count"] > 0 and st[key]["ns"] > 0, key
+
+    _run(_repo(tmp_path), body)
+
+
+def _delta(a: Any, b: Any) -> Any:
+    """What changed from statistics ``a`` to ``b`` (counts; batch_stats by batch size)."""
+    if isinstance(b, list):  # batch_stats
+        a = {e["batch_size"]: e for e in a or []}
+        b = {e["batch_size"]: e for e in b}
+    if isinstance(b, dict):
+        return {k: _delta((a or {}).get(k), v) for k, v in b.items()}
+    if isinstance(b, int) and not isinstance(b, bool):
+        return b - (a or 0)
+    return b
+
+
+def test_validation_errors_are_the_general_paths(tmp_path: Path) -> None:
+    bad = [
+        lambda: InferRequest(  # a wrong shape
+            "direct",
+            inputs=[
+                InferInput("INPUT0", "FP32", (1, 8), np.zeros((1, 8), np.float32)),
+                InferInput("INPUT1", "FP32", (1, 8), np.zeros((1, 8), np.float32)),
+            ],
+        ),
+        lambda: _req("direct", outputs=[RequestedOutput("NOPE")]),  # an unknown output
+        lambda: InferRequest("direct", inputs=_req("direct").inputs[:1]),  # a missing input
+        lambda: _req("nope"),  # an unknown model
+    ]
+
+    async def body(core: InferenceCore) -> None:
+        raised = 0
+        for make in bad:
+            await _warm(core, lambda: _req("direct"))
+            before = _counts(core, "direct")
+            try:  # the lane words a refusal as the general path, or leaves it to it
+                lane_err: TritonliteError | None = None
+                assert core.infer_now(make()) is None
+            except TritonliteError as exc:
+                lane_err = exc
+                raised += 1
+            with pytest.raises(TritonliteError) as general:
+                await core.infer(make())
+            if lane_err is not None:
+                assert (lane_err.code, lane_err.message) == (
+                    general.value.code,
+                    general.value.message,
+                )
+            assert _counts(core, "direct") == before  # refused requests are never counted
+        assert raised >= 3  # the shape, the missing input, the model: refused in the lane
+
+    _run(_repo(tmp_path), body)
+
+
+def test_a_known_request_structure_still_checks_each_requests_arrays(tmp_path: Path) -> None:
+    """A structure that passed validation before (a JSON or gRPC request, which no decoder
+    proved) is not validated whole again, but each request's arrays still are: arrays that
+    do not fill the declared shape get the general path's error, never a run."""
+    from tritonlite.contracts.datatypes import Misfit
+
+    def short() -> InferRequest:  # arrays the session would take, but not of their shape
+        r = _req("direct")
+        for k in (0, 1):
+            r.inputs[k] = InferInput(f"INPUT{k}", "FP32", (1, 16), np.zeros((2, 16), np.float32))
+        return r
+
+    def misfit() -> InferRequest:
+        r = _req("direct")
+        r.inputs[0] = InferInput("INPUT0", "FP32", (1, 16), Misfit.of(12))
+        return r
+
+    async def body(core: InferenceCore) -> None:
+        for make in (short, misfit):
+            await _warm(core, lambda: _req("direct"))  # the structure passed, many times
+            before = _counts(core, "direct")
+            with pytest.raises(TritonliteError) as general:
+                await core.infer(make())
+            assert _counts(core, "direct") == before
+            for _ in range(3):
+                await _warm(core, lambda: _req("direct"))
+                before = _counts(core, "direct")
+                try:
+                    assert core.infer_now(make()) is None
+                except TritonliteError as exc:
+                    assert (exc.code, exc.message) == (general.value.code, general.value.message)
+                assert _counts(core, "direct") == before  # refused, never run
+
+    _run(_repo(tmp_path), body)
+
+
+def test_a_failed_run_falls_back_and_fails_as_before(tmp_path: Path) -> None:
+    def good() -> InferRequest:
+        return InferRequest(
+            "fails", inputs=[InferInput("INPUT0", "INT64", (1, 1), np.array([[1]], np.int64))]
+        )
+
+    def bad() -> InferRequest:
+        return InferRequest(
+            "fails", inputs=[InferInput("INPUT0", "INT64", (1, 1), np.array([[99]], np.int64))]
+        )
+
+    async def body(core: InferenceCore) -> None:
+        await _warm(core, good)
+        lane = core.repository.get("fails").lane
+        assert lane is not None
+        before, taken = _counts(core, "fails"), lane.taken
+        assert core.infer_now(bad()) is None
+        assert _counts(core, "fails") == before and lane.taken == taken
+        with pytest.raises(TritonliteError, match="out of data bounds|indices"):
+            await core.infer(bad())
+        assert _counts(core, "fails")["inference_stats"]["fail"]["count"] == 1
+        await _warm(core, good)  # the instance came back to idle
+
+    _run(_repo(tmp_path), body)
+
+
+def _shm_input() -> InferRequest:
+    r = _req("direct")
+    r.inputs[1] = InferInput("INPUT1", "FP32", (1, 16), None, ShmRef("region", 0, 64))
+    return r
+
+
+_NOT_COVERED: dict[str, Callable[[], InferRequest]] = {
+    "parameters": lambda: _req("direct", parameters={"custom": 1}),
+    "raw input": lambda: InferRequest("direct", raw_input=memoryview(bytes(64))),
+    "timing hook": lambda: _req("direct", on_timing=lambda timing: None),
+    "shared-memory input": _shm_input,
+    "shared-memory output": lambda: _req(
+        "direct", outputs=[RequestedOutput("OUTPUT0", shm=ShmRef("region", 0, 64))]
+    ),
+    "classification": lambda: _req(
+        "direct", outputs=[RequestedOutput("OUTPUT0", classification=2)]
+    ),
+    "a shape that is not a tuple": lambda: InferRequest(
+        "direct",
+        inputs=[
+            InferInput("INPUT0", "FP32", [1, 16], np.zeros((1, 16), np.float32)),  # type: ignore[arg-type]
+            InferInput("INPUT1", "FP32", [1, 16], np.zeros((1, 16), np.float32)),  # type: ignore[arg-type]
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_NOT_COVERED))
+def test_requests_the_lane_does_not_cover_fall_back(tmp_path: Path, case: str) -> None:
+    async def body(core: InferenceCore) -> None:
+        await _warm(core, lambda: _req("direct"))
+        lane = core.repository.get("direct").lane
+        assert lane is not None
+        before, taken = _counts(core, "direct"), lane.taken
+        assert core.infer_now(_NOT_COVERED[case]()) is None
+        assert _counts(core, "direct") == before and lane.taken == taken
+
+    _run(_repo(tmp_path), body)
+
+
+def test_models_and_states_the_lane_does_not_cover_fall_back(tmp_path: Path) -> None:
+    async def body(core: InferenceCore) -> None:
+        # a fresh instance: its first run is measured off the loop, so the lane waits
+        assert core.infer_now(_req("direct")) is None
+        await _warm(core, lambda: _req("direct"))
+        model = core.repository.get("direct")
+        assert model.lane is not None
+        # a dynamic batcher: no lane at all
+        assert core.repository.get("batched").lane is None
+        assert core.infer_now(_req("batched")) is None
+        # an output reshaped by the config: the general path undoes it
+        r = InferRequest(
+            "reshaped", inputs=[InferInput("INPUT0", "FP32", (1, 4), np.ones((1, 4), np.float32))]
+        )
+        await core.infer(r)
+        assert core.repository.get("reshaped").lane is not None
+        for _ in range(50):
+            assert core.infer_now(copy.deepcopy(r)) is None
+            await core.infer(copy.deepcopy(r))
+        # no idle instance (all taken out, as health probes take them)
+        taken = list(model.idle)
+        for inst in taken:
+            assert model.take_idle(inst)
+        assert core.infer_now(_req("direct")) is None
+        for inst in taken:
+            model.return_idle(inst)
+        await _warm(core, lambda: _req("direct"))
+        # the server is stopping
+        core.exiting = True
+        assert core.infer_now(_req("direct")) is None
+        core.exiting = False
+
+    _run(_repo(tmp_path), body)
+
+
+def test_a_response_cache_falls_back(tmp_path: Path) -> None:
+    async def body(core: InferenceCore) -> None:
+        for _ in range(20):
+            assert core.infer_now(_req("cached")) is None
+            await core.infer(_req("cached"))
+        st = core.statistics("cached")["model_stats"][0]["inference_stats"]
+        assert st["cache_hit"]["count"] > 0
+        await _warm(core, lambda: _req("direct"))  # a model without the cache keeps it
+
+    _run(_repo(tmp_path), body, response_cache_byte_size=1 << 20)
+
+
+def test_tracing_falls_back(tmp_path: Path) -> None:
+    async def body(core: InferenceCore) -> None:
+        for _ in range(50):
+            assert core.infer_now(_req("direct")) is None
+            await core.infer(_req("direct"))
+
+    _run(
+        _repo(tmp_path),
+        body,
+        trace_level=("TIMESTAMPS",),
+        trace_rate=1,
+        trace_file=str(tmp_path / "trace.json"),
+    )
+
+
+def test_an_execution_timeout_falls_back(tmp_path: Path) -> None:
+    async def body(core: InferenceCore) -> None:
+        for _ in range(50):
+            assert core.infer_now(_req("direct")) is None
+            await core.infer(_req("direct"))
+
+    _run(_repo(tmp_path), body, backend_execution_timeout_s=5.0)
+
+
+def test_the_selector_binds_one_twin() -> None:
+    from tritonlite.core.runtime import _lane_py
+
+    if lane_mod.ACCELERATED:
+        assert lane_mod.DirectLane is not _lane_py.DirectLane
+        assert "compiled" in lane_mod.describe()
+    else:
+        assert lane_mod.DirectLane is _lane_py.DirectLane
+        assert "pure Python" in lane_mod.describe()

@@ -1,0 +1,36 @@
+# C types for _lane_py.py when Cython compiles it as tritonlite.core.runtime._lane_c.
+# Cython looks this file up by the compiled module's name, so it is named after _lane_c;
+# the Python source stays the single definition of behaviour.
+# cython: language_level=3
+
+cimport cython
+
+cdef object _now
+cdef Py_ssize_t _SHAPES_MAX
+
+@cython.final
+cdef class DirectLane:
+    cdef object model
+    cdef object scheduler
+    cdef object sig
+    cdef Py_ssize_t sig_id
+    cdef object idle
+    cdef object stats
+    cdef object shm
+    cdef str name
+    cdef str version
+    cdef long long inline_max_ns
+    cdef dict framed
+    cdef tuple all_outputs
+    cdef dict wire
+    cdef list names
+    cdef dict index
+    cdef dict shapes
+    cdef public long long taken
+
+    @cython.locals(recent="long long", arrival="long long", start="long long",
+                   input_end="long long", infer_end="long long", end="long long",
+                   k=Py_ssize_t, feed=dict, outs=list, index=dict, wire=dict, binary=bint,
+                   framed=dict, names=list, values=list, proven=dict, hit=tuple,
+                   shape_key=list, fits=bint, key=tuple, size="long long", shape=object)
+    cpdef object run(self, object req)

@@ -1,0 +1,202 @@
+"""The single-request lane: one request of a model without batching, run on the loop at once.
+
+``DirectLane.run`` takes a request that the general path (``InferenceCore._run`` ->
+``DirectScheduler.enqueue`` -> ``Model.dispatch_one`` -> ``Model._run_one``) would run inline
+right away -- nothing queued, an instance idle and its ``InlinePolicy`` keeping runs on the
+loop -- and does what that path does, in one call: validation (a proven header's record; for
+a request no decoder proved, a request structure that passed ``validate.prepare`` whole before,
+with this request's arrays checked against their shapes; else ``validate.prepare``), the
+arrival stamp, the instance's bound session run on the request's own arrays, the response, the policy's sample, one statistics record (``ModelStats.record_one``)
+and the instance back to idle. Anything else returns None before any of it has happened
+(the request then takes the general path, which words every error): a queue, a busy
+instance, an instance off the loop or without a bound run, parameters, shared memory, a raw
+input, an ensemble step's timing hook, classification, a reshaped output. A run that raises,
+or an output the lane cannot frame, gives the instance back untouched and returns None too:
+the general path then runs the request again and answers as it always does (ONNX Runtime's
+own checks word the error).
+
+This is the pure twin; ``_lane_c.pxd`` types it for Cython (``lane.py`` picks).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from tritonlite.contracts import datatypes
+from tritonlite.contracts.datatypes import Misfit
+from tritonlite.contracts.timing import ExecTiming
+from tritonlite.contracts.types import InferOutput, InferRequest, InferResponse
+from tritonlite.core.tensors import validate
+
+_now = time.monotonic_ns
+_SHAPES_MAX = 256  # request structures remembered per lane; the record starts over when full
+
+
+class DirectLane:
+    """The lane of one loaded model version (``Model.lane``); see the module's docstring.
+
+    ``model`` is the ``Model`` (its ``idle`` instances, ``stats``, ``shm``, ``_release``),
+    ``scheduler`` its ``DirectScheduler``, ``inline_max_ns`` the policy's threshold: a run
+    goes on the loop while its instance's recent runs took less.
+    """
+
+    def __init__(self, model: Any, scheduler: Any, inline_max_ns: int) -> None:
+        sig = model.signature
+        self.model = model
+        self.scheduler = scheduler
+        self.sig = sig
+        self.sig_id = id(sig)
+        self.idle = model.idle
+        self.stats = model.stats
+        self.shm = model.shm
+        self.name: str = sig.name
+        self.version: str = model.version_str
+        self.inline_max_ns: int = inline_max_ns
+        # Outputs the lane frames: those without a reshape to undo (all, or None).
+        self.framed: dict[str, bool] = {n: s.reshape is None for n, s in sig.outputs.items()}
+        self.all_outputs: tuple[str, ...] | None = (
+            tuple(sig.outputs) if all(self.framed.values()) else None
+        )
+        self.wire: dict[Any, str] = dict(datatypes.NATIVE_WIRE)
+        self.names: list[str] | None = None  # the bound run's output names ``index`` is for
+        self.index: dict[str, int] = {}
+        # Request structures (inputs' names, datatypes and shapes; requested outputs' names)
+        # that passed ``validate.prepare`` whole, for requests no decoder proved (JSON bodies,
+        # gRPC): their batch size. Its checks read nothing else of such a request but its
+        # arrays' own shapes and kinds, which each request's arrays are checked for here.
+        self.shapes: dict[tuple[Any, ...], int] = {}
+        self.taken = 0  # requests this lane answered
+
+    def run(self, req: InferRequest) -> InferResponse | None:
+        """``req``'s response, or None with nothing done (see the module's docstring).
+
+        Raises what ``validate.prepare`` raises for a request that fails validation, as the
+        general path would, before anything else happened."""
+        scheduler = self.scheduler
+        if scheduler._queue or scheduler._passing:
+            return None
+        idle = self.idle
+        if not idle:
+            return None
+        inst = idle[0]
+        bound = inst.bound_run
+        policy = inst.policy
+        if bound is None or policy is None:
+            return None
+        recent: int = policy.recent_ns
+        if recent <= 0 or recent >= self.inline_max_ns:
+            return None
+        if req.parameters or req.raw_input is not None or req.on_timing is not None:
+            return None
+        if req.trace is not None:
+            return None
+        wanted = req.outputs
+        if wanted is not None:
+            framed = self.framed
+            for w in wanted:
+                if w.shm is not None or w.classification or not framed.get(w.name, False):
+                    return None
+        elif self.all_outputs is None:
+            return None
+        proven = req.proven
+        hit = proven.get(self.sig_id) if proven is not None else None
+        if hit is not None and hit[0] is self.sig:
+            req.batch_size = hit[1]
+        elif proven is None:
+            shape_key: list[Any] = []
+            fits = True
+            for inp in req.inputs:
+                data = inp.data
+                if data is None:  # shared memory: the general path holds its region
+                    return None
+                shape = inp.shape
+                if type(shape) is not tuple:  # (decoders give tuples: a key must be hashable)
+                    return None
+                if type(data) is Misfit or data.shape != shape:
+                    fits = False
+                shape_key.append((inp.name, inp.datatype, shape))
+            if wanted is not None:
+                for w in wanted:
+                    shape_key.append(w.name)
+                shape_key.append(len(wanted))
+            key = tuple(shape_key)
+            size = self.shapes.get(key, 0) if fits else 0
+            if size > 0:
+                req.batch_size = size
+            else:
+                proven = {}
+                req.proven = proven  # ``prepare`` records a request that passes whole
+                validate.prepare(self.sig, req, self.shm)
+                hit = proven.get(self.sig_id)
+                if hit is not None and hit[0] is self.sig:
+                    if len(self.shapes) >= _SHAPES_MAX:
+                        self.shapes.clear()
+                    self.shapes[key] = hit[1]
+        else:
+            for inp in req.inputs:
+                if inp.data is None:  # shared memory: the general path holds its region
+                    return None
+            validate.prepare(self.sig, req, self.shm)
+        arrival = _now()
+        req.arrival_ns = arrival
+        run, names = bound
+        if names is not self.names:
+            self.index = {n: k for k, n in enumerate(names)}
+            self.names = names
+        idle.popleft()
+        start = _now()
+        feed = {}
+        for inp in req.inputs:
+            feed[inp.name] = inp.data
+        input_end = _now()
+        try:
+            values = run(names, feed, None)
+        except Exception:
+            idle.appendleft(inst)
+            return None
+        infer_end = _now()
+        index = self.index
+        wire = self.wire
+        outs = []
+        if wanted is None:
+            binary = req.binary_data_output is True
+            for name in self.all_outputs:  # type: ignore[union-attr]
+                k = index.get(name, -1)
+                if k < 0:
+                    idle.appendleft(inst)
+                    return None
+                arr = values[k]
+                dt = wire.get(arr.dtype)
+                if dt is None:
+                    idle.appendleft(inst)
+                    return None
+                outs.append(InferOutput(name, dt, arr.shape, arr, None, binary))
+        else:
+            for w in wanted:
+                k = index.get(w.name, -1)
+                if k < 0:
+                    idle.appendleft(inst)
+                    return None
+                arr = values[k]
+                dt = wire.get(arr.dtype)
+                if dt is None:
+                    idle.appendleft(inst)
+                    return None
+                outs.append(InferOutput(w.name, dt, arr.shape, arr, None, w.binary is True))
+        resp = InferResponse(self.name, self.version, req.id, outs, {})
+        end = _now()
+        policy.record(end - start)
+        self.stats.record_one(
+            req.batch_size,
+            end - arrival,
+            start - arrival,
+            ExecTiming(start, input_end, infer_end, end),
+        )
+        model = self.model
+        if scheduler._queue or model._drained is not None:
+            model._release(inst)
+        else:
+            idle.append(inst)
+        self.taken += 1
+        return resp
