@@ -403,6 +403,10 @@ class ModelInstance:
             return
         self._pipe.popleft()
         self.busy -= 1
+        start = timing.start_ns
+        if start:  # a request held on the thread was queued until its run started, as in Triton
+            for p in batch:
+                p.dispatch_ns = start
         self._collected(model, gen, batch, requests, timing, collect)
 
     def _fail_pipe(self) -> None:
