@@ -25,9 +25,10 @@ on their instance thread (``execute``), one at a time. ``intra_op_thread_count``
 parallelism of a ``run`` as in Triton: that thread and ``intra_op_thread_count - 1`` pool
 threads share each operator. Measured on the 4 x 1024² MLP, 2 shared cores (bench/RESULTS.md,
 "Issue 31, round 3"): unbatched at concurrency 16, the instance thread that takes the next
-request served more than ``run_async`` on a pool one thread larger in 5 of 6 rounds, at less
-CPU per request; for batches, neither ``run`` on the instance thread nor that thread taking
-the next batch beat ``run_async``. Spinning stays off: with ``run`` on the instance thread it
+request served more than ``run_async`` on a pool one thread larger in 12 of 19 rounds (median
+1.12x; level or behind on the quietest), always at less loop CPU per request; for batches,
+neither ``run`` on the instance thread nor that thread taking the next batch beat
+``run_async``. Spinning stays off: with ``run`` on the instance thread it
 raised the CPU per request 1.5-2.2x and lowered throughput in every paired round.
 
 A run failure fails its batch; one that leaves the session unusable (``run_error``: an
