@@ -112,7 +112,10 @@ def start_triton(tdir: str, repo: Path, port: int) -> int:
     return int(out.stdout.split()[0])
 
 
-def perf(model: str, proto: str, conc: int, port: int, seconds_ms: int, out: Path) -> float:
+def perf(
+    model: str, proto: str, conc: int, port: int, seconds_ms: int, out: Path
+) -> tuple[float, float]:
+    """perf_analyzer's infer/s and p99 latency (µs) of its stable window (0, 0 if it failed)."""
     url = f"127.0.0.1:{port + 1 if proto == 'grpc' else port}"
     cmd = [
         os.environ["PERF_ANALYZER"], "-m", model, "-u", url, "-i", proto,
@@ -124,17 +127,17 @@ def perf(model: str, proto: str, conc: int, port: int, seconds_ms: int, out: Pat
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     if done.returncode or not out.exists():
         print(f"perf_analyzer failed ({done.returncode}): {done.stderr[-300:]}", file=sys.stderr)
-        return 0.0
+        return 0.0, 0.0
     with out.open() as f:
         row = next(csv.DictReader(f))
-    return float(row["Inferences/Second"])
+    return float(row["Inferences/Second"]), float(row["p99 latency"])
 
 
 def point(pid: int, port: int, model: str, proto: str, conc: int, tmp: Path) -> dict[str, Any]:
     perf(model, proto, conc, port, 1000, tmp / "warm.csv")
     s0, t0, load0 = stats(port, model), thread_ticks(pid), os.getloadavg()[0]
     w0 = time.monotonic()
-    rate = perf(model, proto, conc, port, 3000, tmp / "run.csv")
+    rate, p99 = perf(model, proto, conc, port, 3000, tmp / "run.csv")
     wall = time.monotonic() - w0
     s1, t1 = stats(port, model), thread_ticks(pid)
     n = s1["requests"] - s0["requests"]
@@ -149,7 +152,7 @@ def point(pid: int, port: int, model: str, proto: str, conc: int, tmp: Path) -> 
     us = {k: (t1[k] - t0.get(k, 0)) / HZ * 1e6 / n for k in t1} if n else {}
     cpu = sum(us.values())
     return {
-        "model": model, "proto": proto, "conc": conc, "req_s": round(rate),
+        "model": model, "proto": proto, "conc": conc, "req_s": round(rate), "p99_us": round(p99),
         "served_s": round(n / wall),
         "cpu_us": round(cpu, 1), "loop_us": round(us.get("loop", 0), 1),
         "other_us": round(us.get("other", 0), 1), "cores": round(cpu * n / wall / 1e6, 2),
@@ -202,14 +205,14 @@ def main() -> int:
                 else:
                     while Path(f"/proc/{pid}").exists():
                         time.sleep(0.2)
-    print("\n| point | round | server | req/s (served/s) | CPU µs/req (loop / rest) | cores | mean batch "
-          "| top sizes (size: executions) | compute µs/exec | load |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("\n| point | round | server | req/s (served/s) | p99 µs | CPU µs/req (loop / rest) | cores "
+          "| mean batch | top sizes (size: executions) | compute µs/exec | load |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         tops = ", ".join(f"{s}: {c}" for s, c in r["top_sizes"])
         print(
             f"| {r['model']} {r['proto']} c={r['conc']} | {r['round']} | {r['server']} | "
-            f"{r['req_s']:,} ({r['served_s']:,}) | {r['cpu_us']} ({r['loop_us']} / {r['other_us']}) | {r['cores']} | "
+            f"{r['req_s']:,} ({r['served_s']:,}) | {r['p99_us']:,} | {r['cpu_us']} ({r['loop_us']} / {r['other_us']}) | {r['cores']} | "
             f"{r['mean_batch']} | {tops} | {r['compute_us_per_exec']} | {r['load']} |"
         )
     return 0

@@ -1,10 +1,11 @@
 """How many intra-op threads the ONNX Runtime backend gives a session, configured and default.
 
-``intra_op_thread_count`` is the parallelism of a run, as in Triton. A session whose batches
-start with ``run_async`` runs the graph on one of its pool's threads rather than the caller's,
-so its pool is one thread larger; a session that runs on its instance thread (one thread asked
-for, ORT's own choice, string tensors) gets the count as it is. Real models in a real
-InferenceCore: the counts are read back from the live sessions' options, and each model answers.
+``intra_op_thread_count`` is the parallelism of a run, as in Triton, and the session's pool has
+that many threads whichever way its batches leave the loop: ``run_async`` (a model with a
+batcher), ``run`` on the instance thread that takes the next request (a model without), or
+``run`` on the instance thread one batch at a time (one thread asked for, ORT's own choice,
+string tensors). Real models in a real InferenceCore: the counts are read back from the live
+sessions' options, and each model answers.
 """
 
 from __future__ import annotations
@@ -38,48 +39,51 @@ def _cfg() -> Any:
     return text_format.Parse('name: "m"\nplatform: "onnxruntime_onnx"\n', pb.ModelConfig())
 
 
-# model -> (config extra, datatype, live intra_op_num_threads, starts batches with run_async)
-def _cases() -> dict[str, tuple[str, str, int, bool]]:
+# model -> (config extra, datatype, live intra_op_num_threads, run_async, takes the next)
+def _cases() -> dict[str, tuple[str, str, int, bool, bool]]:
     default = ortb.default_intra_op_threads(ortb.available_cores())
     return {
-        "default": (ONE, "FP32", default + 1, True),
-        "asked_2": (ONE + _intra(2), "FP32", 3, True),
-        "asked_3": (ONE + _intra(3), "FP32", 4, True),
-        # a batcher keeps the loop busy while a run goes: no extra pool thread there
-        "batched_default": (ONE + BATCHING, "FP32", default, True),
-        "batched_2": (ONE + _intra(2) + BATCHING, "FP32", 2, True),
-        "asked_1": (ONE + _intra(1) + BATCHING, "FP32", 1, False),
-        "ort_choice": (ONE + _intra(0) + BATCHING, "FP32", 0, False),
-        "strings": (ONE + _intra(2) + BATCHING, "BYTES", 2, False),
-        "strings_default": (ONE + BATCHING, "BYTES", default, False),
+        "default": (ONE, "FP32", default, False, True),
+        "asked_2": (ONE + _intra(2), "FP32", 2, False, True),
+        "asked_3": (ONE + _intra(3), "FP32", 3, False, True),
+        "batched_default": (ONE + BATCHING, "FP32", default, True, False),
+        "batched_2": (ONE + _intra(2) + BATCHING, "FP32", 2, True, False),
+        "asked_1": (ONE + _intra(1) + BATCHING, "FP32", 1, False, False),
+        "unbatched_1": (ONE + _intra(1), "FP32", 1, False, False),
+        "ort_choice": (ONE + _intra(0) + BATCHING, "FP32", 0, False, False),
+        "strings": (ONE + _intra(2) + BATCHING, "BYTES", 2, False, False),
+        "strings_unbatched": (ONE + _intra(2), "BYTES", 2, False, False),
+        "strings_default": (ONE + BATCHING, "BYTES", default, False, False),
     }
 
 
-def test_pool_threads_adds_the_runner_only_to_run_async_sessions() -> None:
-    assert [ortb.pool_threads(n, True) for n in (0, 1, 2, 3, 7)] == [0, 1, 3, 4, 8]
-    assert [ortb.pool_threads(n, False) for n in (0, 1, 2, 3, 7)] == [0, 1, 2, 3, 7]
+def test_the_session_options_carry_the_count_asked_for() -> None:
     s = ortb.session_settings(_cfg(), cores=2)
-    assert s.intra_op_threads == 2  # the setting stays the parallelism asked for
+    assert s.intra_op_threads == 2  # the setting is the parallelism asked for
     assert ortb.session_options(s).intra_op_num_threads == 2
-    assert ortb.session_options(s, starts_async=True).intra_op_num_threads == 3
 
 
-def test_live_sessions_get_the_parallelism_plus_the_run_async_runner(tmp_path: Path) -> None:
+def test_live_sessions_get_the_parallelism_asked_for(tmp_path: Path) -> None:
     cases = _cases()
     repo = tmp_path / "repo"
-    for name, (extra, dtype, _, _) in cases.items():
+    for name, (extra, dtype, _, _, _) in cases.items():
         write_identity(repo, name, dtype, [-1], 8, extra)
 
     async def main() -> None:
         core = InferenceCore(ServerOptions(model_repositories=(repo,)))
         assert await core.start() == []
         try:
-            for name, (_, dtype, threads, starts_async) in cases.items():
+            for name, (_, dtype, threads, starts_async, takes_next) in cases.items():
                 (inst,) = core.repository.get(name).instances
                 live = inst.impl._session.get_session_options()
                 assert (name, live.intra_op_num_threads) == (name, threads)
                 assert (name, inst.impl.runs_async) == (name, starts_async)
-                inst.allow_inline(False)  # the batch leaves the loop: run_async where it can
+                assert (name, inst.impl.takes_next, inst.depth) == (
+                    name,
+                    takes_next,
+                    2 if takes_next else 1,
+                )
+                inst.policy.recent_ns = 10**9  # the request leaves the loop, in the mode tested
                 if dtype == "BYTES":
                     data: Any = np.array([[b"a", b"bc"]], dtype=object)
                 else:

@@ -59,12 +59,13 @@ def _req(model: str, value: float) -> InferRequest:
 
 def test_the_mode_follows_the_backend_and_the_timeout(tmp_path: Path) -> None:
     async def inline(core: InferenceCore) -> None:
-        assert core.repository.get("pooled").instances[0].mode == "inline|async"
+        # no batcher: off the loop the instance thread runs it and takes the next itself
+        assert core.repository.get("pooled").instances[0].mode == "inline|thread+next"
         assert core.repository.get("single").instances[0].mode == "inline|thread"
 
     async def timed(core: InferenceCore) -> None:
         # a hung batch on the loop could not be cut off: never inline, no policy
-        for name, mode in (("pooled", "async"), ("single", "thread")):
+        for name, mode in (("pooled", "thread"), ("single", "thread")):
             inst = core.repository.get(name).instances[0]
             assert inst.mode == mode and inst.policy is None
             r = await core.infer(_req(name, 2.0))

@@ -188,6 +188,16 @@ class RunsBound(Protocol):
 
 
 @runtime_checkable
+class TakesNext(Protocol):
+    """An instance whose thread may hold the next request while one runs (``takes_next``): the
+    core hands it one more, and the thread starts it as the run before ends, with no loop turn
+    between the two runs. Only for a model with no batcher, whose requests run one at a time."""
+
+    @property
+    def takes_next(self) -> bool: ...
+
+
+@runtime_checkable
 class Readiness(Protocol):
     """An instance with its own readiness probe (Triton's python ``is_ready``)."""
 

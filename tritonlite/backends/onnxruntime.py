@@ -10,27 +10,34 @@ default to off here (ORT's default is on) so that idle ORT threads do not compet
 event loop for a core; ``tritonlite tune`` measures both ways. A value that does not parse fails
 the load with Triton's wording, naming the parameter (``session_settings``).
 
-A batch that does not run on the event loop starts there with ``run_async`` and runs on an ORT
-intra-op thread (``start``); sessions that cannot (one intra-op thread, string or BF16 tensors,
-a GPU provider) run it on their instance thread (``execute``).
+How a batch leaves the event loop, for sessions on the CPU provider alone with an intra-op
+pool (``intra_op_thread_count`` >= 2) and tensors numpy hands over as they are:
 
-``intra_op_thread_count`` is the parallelism of a run, as in Triton (whose backend calls ``Run``
-on its own thread: that thread and ``intra_op_thread_count - 1`` pool threads share each
-operator). ``run_async`` runs the graph on one of the pool's threads instead of the caller's,
-so a session whose batches start that way and whose model has no dynamic or sequence batcher
-gets a pool one thread larger (``pool_threads``): ``intra_op_num_threads`` is
-``intra_op_thread_count + 1`` there, and the count itself elsewhere. Measured on the 4 x 1024²
-MLP, 2 cores (bench/RESULTS.md, "the MLP and the second core"): one request a run gained 5-34 %
-in 7 of 8 rounds; batched runs lost ~10 % in 9 of 14 (a batcher keeps the event loop busy
-forming the next batch while a run goes, and the third thread competes with it).
+* a model with a dynamic or sequence batcher starts its batches there with ``run_async``; they
+  run on an ORT intra-op thread (``start``) and their responses are built on the loop;
+* a model with neither runs each request with ``run`` on its instance thread, which holds the
+  next request while one runs and starts it as that run returns (``takes_next``): no loop turn
+  between two runs, and the run is split evenly over the instance thread and the pool's other
+  thread, as in Triton (whose backend calls ``Run`` on its instance thread, one at a time).
+
+Other sessions (one intra-op thread, string or BF16 tensors, a GPU provider) run their batches
+on their instance thread (``execute``), one at a time. ``intra_op_thread_count`` is the
+parallelism of a ``run`` as in Triton: that thread and ``intra_op_thread_count - 1`` pool
+threads share each operator. Measured on the 4 x 1024² MLP, 2 shared cores (bench/RESULTS.md,
+"Issue 31, round 3"): unbatched at concurrency 16, the instance thread that takes the next
+request served more than ``run_async`` on a pool one thread larger in 12 of 19 rounds (median
+1.12x; level or behind on the quietest), always at less loop CPU per request; for batches,
+neither ``run`` on the instance thread nor that thread taking the next batch beat
+``run_async``. Spinning stays off: with ``run`` on the instance thread it
+raised the CPU per request 1.5-2.2x and lowered throughput in every paired round.
 
 A run failure fails its batch; one that leaves the session unusable (``run_error``: an
 execution-provider failure, a CUDA error) is a ``BackendFatalError``, so the instance is
 rebuilt with a new session.
 
 Past 500 lines because the session settings and the instance decide together how a batch runs
-(the pool's size follows whether batches start with ``run_async``); the settings half is the
-piece to split out next.
+(whether batches start with ``run_async`` follows the tensors, the provider and the pool); the
+settings half is the piece to split out next.
 """
 
 from __future__ import annotations
@@ -123,13 +130,6 @@ def default_intra_op_threads(cores: int) -> int:
     return max(2, cores - 1)
 
 
-def pool_threads(parallelism: int, starts_async: bool) -> int:
-    """``intra_op_num_threads`` for a session whose runs should split over ``parallelism``
-    threads: one more where the batches start with ``run_async``, which takes a pool thread to
-    run the graph on (the caller of ``run`` is that thread otherwise)."""
-    return parallelism + 1 if starts_async and parallelism >= 2 else parallelism
-
-
 def _int_setting(cfg: Any, key: str) -> int | None:
     text = _param(cfg, key)
     if text is None:
@@ -177,13 +177,12 @@ def session_settings(cfg: Any, cores: int | None = None) -> SessionSettings:
     )
 
 
-def session_options(settings: SessionSettings, starts_async: bool = False) -> Any:
-    """An ``onnxruntime.SessionOptions`` carrying ``settings``, for a session whose batches
-    start with ``run_async`` if ``starts_async`` (its pool gets a thread more: ``pool_threads``)."""
+def session_options(settings: SessionSettings) -> Any:
+    """An ``onnxruntime.SessionOptions`` carrying ``settings``."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
-    opts.intra_op_num_threads = pool_threads(settings.intra_op_threads, starts_async)
+    opts.intra_op_num_threads = settings.intra_op_threads
     opts.inter_op_num_threads = settings.inter_op_threads
     if settings.parallel:
         opts.execution_mode = ort.ExecutionMode.ORT_PARALLEL
@@ -308,15 +307,17 @@ class OnnxRuntimeInstance:
         cfg = ctx.config
         settings = settings or session_settings(cfg)
         providers = providers_for(cfg, spec.kind, spec.device_id, ort.get_available_providers())
-        # Whether batches will start with ``run_async`` decides the pool's size, so it is
-        # decided before the session exists; ``runs_async`` below confirms it on the session.
-        starts_async = (
+        # How batches leave the event loop (confirmed on the session below): for tensors numpy
+        # hands over as they are, on the CPU provider alone, with an intra-op pool, a batch of a
+        # batcher starts with ``run_async``; with no batcher, requests run one at a time with
+        # ``run`` on the instance's thread, which takes the next one itself (``takes_next``).
+        off_loop = (
             plain_io
             and settings.intra_op_threads >= 2
             and [p for p, _ in providers] == ["CPUExecutionProvider"]
         )
         batcher = cfg.HasField("dynamic_batching") or cfg.HasField("sequence_batching")
-        opts = session_options(settings, starts_async and not batcher)
+        opts = session_options(settings)
         path = model_path(ctx)
         try:
             self._session = ort.InferenceSession(
@@ -351,9 +352,6 @@ class OnnxRuntimeInstance:
             t.type.startswith("tensor(") and t.type != "tensor(string)"
             for t in (*self._session.get_inputs(), *self._session.get_outputs())
         )
-        # A batch that goes off the event loop starts with ``session.run_async`` on ORT's own
-        # intra-op thread (see ``start``) when ORT can: on the CPU provider alone, with an
-        # intra-op pool (RunAsync needs one), for tensors numpy hands over as they are.
         # One request with plain tensors needs neither staging nor conversion (``execute_one``).
         self.executes_one = self._plain and not self._bf16 and self._ragged is None
         # The core's single-request lane calls the bound session itself: ``InferenceSession.run``
@@ -364,12 +362,13 @@ class OnnxRuntimeInstance:
             bound = getattr(self._session, "_sess", None)
             if bound is not None:
                 self.bound_run = (bound.run, list(self._outputs))
-        self.runs_async = (
-            starts_async
-            and self._plain
+        cpu_plain = (
+            self._plain
             and not self._bf16
             and self._session.get_providers() == ["CPUExecutionProvider"]
         )
+        self.runs_async = off_loop and batcher and cpu_plain
+        self.takes_next = off_loop and not batcher and cpu_plain
 
     def execute_one(self, request: InferRequest, timing: ExecTiming) -> Result:
         """One request alone (``executes_one`` sessions): its own arrays go to the session and

@@ -6,14 +6,15 @@ right away -- nothing queued, an instance idle and its ``InlinePolicy`` keeping 
 loop -- and does what that path does, in one call: validation (a proven header's record; for
 a request no decoder proved, a request structure that passed ``validate.prepare`` whole before,
 with this request's arrays checked against their shapes; else ``validate.prepare``), the
-arrival stamp, the instance's bound session run on the request's own arrays, the response, the policy's sample, one statistics record (``ModelStats.record_one``)
-and the instance back to idle. Anything else returns None before any of it has happened
-(the request then takes the general path, which words every error): a queue, a busy
-instance, an instance off the loop or without a bound run, parameters, shared memory, a raw
-input, an ensemble step's timing hook, classification, a reshaped output. A run that raises,
-or an output the lane cannot frame, gives the instance back untouched and returns None too:
-the general path then runs the request again and answers as it always does (ONNX Runtime's
-own checks word the error).
+arrival stamp, the instance's bound session run on the request's own arrays, the response,
+the policy's sample, one statistics record (``ModelStats.record_one``) and the instance back
+to idle. Anything else returns None before any of it has happened (the request then takes the
+general path, which words every error): a queue, a busy instance (one with a run out on its
+thread, ``ModelInstance.busy``), an instance off the loop or without a bound run, parameters,
+shared memory, a raw input, an ensemble step's timing hook, classification, a reshaped output.
+A run that raises, or an output the lane cannot frame, gives the instance back untouched and
+returns None too: the general path then runs the request again and answers as it always does
+(ONNX Runtime's own checks word the error).
 
 This is the pure twin; ``_lane_c.pxd`` types it for Cython (``lane.py`` picks).
 """
@@ -82,7 +83,7 @@ class DirectLane:
         inst = idle[0]
         bound = inst.bound_run
         policy = inst.policy
-        if bound is None or policy is None:
+        if bound is None or policy is None or inst.busy:  # busy: a run is out on its thread
             return None
         recent: int = policy.recent_ns
         if recent <= 0 or recent >= self.inline_max_ns:

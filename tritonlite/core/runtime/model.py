@@ -8,10 +8,12 @@ Execution design (the one way a batch runs):
   idle instances.
 * **An instance's execution mode is picked once**, when the instance (or its rebuild) is made,
   from what the backend declares (``backends/base.py``): ``async`` (``StartsAsync.runs_async``:
-  started from the loop, runs on the backend's own thread -- ONNX Runtime's ``run_async``) or
-  ``thread`` (on the instance's thread) for batches off the loop, and whether batches may run
-  ``inline`` on the loop at all (``RunsOnLoop.thread_agnostic``, and no execution timeout).
-  Nothing about the mode is re-derived per batch.
+  started from the loop, runs on the backend's own thread -- ONNX Runtime's ``run_async``),
+  ``thread`` (on the instance's thread) or ``thread+next`` (``TakesNext``: the instance's thread
+  holds the next request while one runs and starts it as that run returns, with no loop turn
+  between) for batches off the loop, and whether batches may run ``inline`` on the loop at all
+  (``RunsOnLoop.thread_agnostic``, and no execution timeout). Nothing about the mode is
+  re-derived per batch.
 * **A policy object owns the measured switching** (``InlinePolicy``): for an instance that may
   run inline, it says per batch, from the batches' measured times, whether this one runs on
   the loop or goes to the instance's off-loop mode. No other code decides.
@@ -51,6 +53,7 @@ from tritonlite.backends.base import (
     RunsBound,
     RunsOnLoop,
     StartsAsync,
+    TakesNext,
 )
 from tritonlite.contracts.errors import (
     ErrorCode,
@@ -230,6 +233,13 @@ class ModelInstance:
         self.execute_one: Callable[[InferRequest, ExecTiming], Any] | None = None
         self.bound_run: tuple[Callable[..., list[Any]], list[str]] | None = None
         self.mode = ""
+        # ``depth`` batches at once: 2 where the thread takes the next itself (``TakesNext``);
+        # ``_pipe`` holds those handed to the thread and not yet back, oldest first, and
+        # ``busy`` counts them (a batch runs on the loop only while none is out).
+        self.depth = 1
+        self.busy = 0
+        self._pipe: deque[tuple[Model, list[Pending]]] = deque()
+        self._broken_gen = -1  # set on the thread: a run of that generation broke the session
         self._choose_mode()
 
     def allow_inline(self, allowed: bool) -> None:
@@ -258,6 +268,16 @@ class ModelInstance:
         )
         self.policy = InlinePolicy() if inline else None
         off_loop = "async" if self._start_async is not None else "thread"
+        # With an execution timeout (no inline) each batch has its own watch: one at a time.
+        self.depth = 1
+        if (
+            off_loop == "thread"
+            and self._inline_allowed
+            and isinstance(impl, TakesNext)
+            and impl.takes_next
+        ):
+            self.depth = 2
+            off_loop = "thread+next"
         self.mode = f"inline|{off_loop}" if inline else off_loop
 
     @property
@@ -281,6 +301,9 @@ class ModelInstance:
         start = self._start_async
         if start is not None and self.runner is None:  # a runner wraps ``execute`` only
             self._start(start, model, batch, loop, gen)
+            return
+        if self.depth > 1 and self.runner is None:
+            self._hand_next(model, batch, loop, gen)
             return
 
         def job() -> None:
@@ -326,6 +349,81 @@ class ModelInstance:
                 raise failed
 
             loop.call_soon(self._collected, model, gen, batch, requests, timing, fail)
+
+    def _hand_next(
+        self, model: Model, batch: list[Pending], loop: asyncio.AbstractEventLoop, gen: int
+    ) -> None:
+        """Queue ``batch`` on the thread, which may still be running the one before: the thread
+        starts it as soon as that run returns, and the loop builds the responses of each
+        (``_piped``) while the next runs."""
+        self._pipe.append((model, batch))
+        self.busy += 1
+        impl = self.impl
+        one = self.execute_one if len(batch) == 1 else None
+        requests = [p.request for p in batch]
+        timing = ExecTiming()
+
+        def job() -> None:
+            # Abandoned, or the run before broke the session: the loop fails this batch when
+            # it takes the instance out.
+            if gen != self.generation or gen == self._broken_gen:
+                return
+            timing.start_ns = time.monotonic_ns()  # when it starts, not when it was queued
+            try:
+                out = (
+                    [one(requests[0], timing)]
+                    if one is not None
+                    else impl.execute(requests, timing)
+                )
+                err: BaseException | None = None
+            except BaseException as exc:  # never lose a batch: fail it instead
+                out, err = [], exc
+                if isinstance(exc, BackendFatalError):
+                    self._broken_gen = gen
+
+            def collect() -> list[Any]:
+                if err is not None:
+                    raise err
+                return out
+
+            try:
+                loop.call_soon_threadsafe(self._piped, model, gen, batch, requests, timing, collect)
+            except RuntimeError:  # the loop is closed: the server is gone
+                return
+
+        self._worker.work.put(job)
+
+    def _piped(
+        self,
+        model: Model,
+        gen: int,
+        batch: list[Pending],
+        requests: list[InferRequest],
+        timing: ExecTiming,
+        collect: Callable[[], list[Any]],
+    ) -> None:
+        """On the loop: a batch queued by ``_hand_next`` ended (the thread runs them in order).
+        From an abandoned thread it was failed already, when the instance was taken out."""
+        if gen != self.generation:
+            return
+        self._pipe.popleft()
+        self.busy -= 1
+        start = timing.start_ns
+        if start:  # a request held on the thread was queued until its run started, as in Triton
+            for p in batch:
+                p.dispatch_ns = start
+        self._collected(model, gen, batch, requests, timing, collect)
+
+    def _fail_pipe(self) -> None:
+        """The batches handed to an abandoned thread fail now (their results are dropped when
+        they come back); the one whose result took the instance out is no longer among them."""
+        pipe = self._pipe
+        self._pipe = deque()
+        self.busy = 0
+        msg = f"model instance '{self.spec.name}' was taken out of rotation"
+        for model, batch in pipe:
+            model.take_idle(self)  # before a completion lets the scheduler dispatch again
+            model._complete(self, batch, [unavailable(msg)] * len(batch), None, False)
 
     def _collected(
         self,
@@ -406,6 +504,8 @@ class ModelInstance:
             self._watch.cancel()
             self._watch = None
         self._worker.stop()
+        if self._pipe:
+            self._fail_pipe()
 
     def restart(self) -> None:
         """Make a new backend instance on a new thread (blocking; call on a worker thread).
@@ -518,13 +618,16 @@ class Model:
         self.instances = instances
         self.shm = shm
         self.stats = ModelStats(latency() if latency is not None else None)
-        self.idle: deque[ModelInstance] = deque(instances)
+        # One entry per batch an instance may take now: ``depth`` of them when it is free.
+        self.idle: deque[ModelInstance] = deque()
         self.executing = 0
         self._loop = asyncio.get_running_loop()
         self.scheduler = make_scheduler(self)
         self.health = InstanceHealth(self, health or HealthSettings(), warmup)
         for inst in instances:
             inst.allow_inline(self.health.inline_ok)
+        for _ in range(max((i.depth for i in instances), default=1)):
+            self.idle.extend(i for i in instances if i.depth > _)
         # The single-request lane (core/runtime/lane.py): for a direct scheduler only; each
         # request then checks what may change (queue, idle instance, its policy, the request).
         self.lane: DirectLane | None = None
@@ -562,7 +665,7 @@ class Model:
         policy = chosen.policy
         if policy is None or self.signature.decoupled:
             self.run_batch(chosen, [p], True)
-        elif policy.inline():  # asked once per batch: the policy counts the asks
+        elif not chosen.busy and policy.inline():  # asked once per batch: it counts the asks
             self._run_one(chosen, p, True)
         else:
             self._submit(chosen, [p])
@@ -596,16 +699,16 @@ class Model:
     def take_idle(self, instance: ModelInstance) -> bool:
         """Take ``instance`` out of ``idle`` (health's probes and failover); False if it was
         not idle."""
-        try:
-            self.idle.remove(instance)
-        except ValueError:
+        if instance not in self.idle:
             return False
+        while instance in self.idle:  # each of its entries (``depth``)
+            self.idle.remove(instance)
         return True
 
     def return_idle(self, instance: ModelInstance) -> None:
         """Put ``instance`` back in ``idle`` (after a probe or a rebuild); the scheduler is
         told by the caller."""
-        self.idle.append(instance)
+        self.idle.extend([instance] * instance.depth)
 
     def run_batch(
         self, instance: ModelInstance, batch: list[Pending], direct: bool = False
@@ -621,7 +724,7 @@ class Model:
         on the loop when they come back.
         """
         policy = instance.policy
-        if policy is not None and policy.inline():
+        if policy is not None and not instance.busy and policy.inline():
             if (
                 len(batch) == 1
                 and instance.runner is None
