@@ -370,13 +370,19 @@ def test_models_and_states_the_lane_does_not_cover_fall_back(tmp_path: Path) -> 
             assert core.infer_now(copy.deepcopy(r)) is None
             await core.infer(copy.deepcopy(r))
         # no idle instance (all taken out, as health probes take them)
-        taken = list(model.idle)
+        taken = list(dict.fromkeys(model.idle))  # an instance has an entry per request it takes
         for inst in taken:
             assert model.take_idle(inst)
         assert core.infer_now(_req("direct")) is None
         for inst in taken:
             model.return_idle(inst)
         await _warm(core, lambda: _req("direct"))
+        # a run of the instance out on its thread (``busy``): nothing runs on the loop beside it
+        inst = model.idle[0]
+        inst.busy += 1
+        assert core.infer_now(_req("direct")) is None
+        inst.busy -= 1
+        assert core.infer_now(_req("direct")) is not None
         # the server is stopping
         core.exiting = True
         assert core.infer_now(_req("direct")) is None
