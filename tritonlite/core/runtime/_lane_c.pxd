@@ -22,6 +22,7 @@ cdef class DirectLane:
     cdef long long inline_max_ns
     cdef dict framed
     cdef tuple all_outputs
+    cdef tuple every
     cdef dict wire
     cdef list names
     cdef dict index
@@ -31,6 +32,6 @@ cdef class DirectLane:
     @cython.locals(recent="long long", arrival="long long", start="long long",
                    input_end="long long", infer_end="long long", end="long long",
                    k=Py_ssize_t, feed=dict, outs=list, index=dict, wire=dict, binary=bint,
-                   framed=dict, names=list, values=list, proven=dict, hit=tuple,
+                   name=str, framed=dict, names=list, values=list, proven=dict, hit=tuple,
                    shape_key=list, fits=bint, key=tuple, size="long long", shape=object)
     cpdef object run(self, object req)

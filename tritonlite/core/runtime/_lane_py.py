@@ -59,6 +59,13 @@ class DirectLane:
         self.all_outputs: tuple[str, ...] | None = (
             tuple(sig.outputs) if all(self.framed.values()) else None
         )
+        # Every output, as (name, binary) for a request that names none: by its
+        # ``binary_data_output`` (True: binary; anything else: JSON).
+        every = self.all_outputs or ()
+        self.every: tuple[tuple[tuple[str, bool], ...], ...] = (
+            tuple((n, False) for n in every),
+            tuple((n, True) for n in every),
+        )
         self.wire: dict[Any, str] = dict(datatypes.NATIVE_WIRE)
         self.names: list[str] | None = None  # the bound run's output names ``index`` is for
         self.index: dict[str, int] = {}
@@ -159,32 +166,22 @@ class DirectLane:
         infer_end = _now()
         index = self.index
         wire = self.wire
-        outs = []
         if wanted is None:
-            binary = req.binary_data_output is True
-            for name in self.all_outputs:  # type: ignore[union-attr]
-                k = index.get(name, -1)
-                if k < 0:
-                    idle.appendleft(inst)
-                    return None
-                arr = values[k]
-                dt = wire.get(arr.dtype)
-                if dt is None:
-                    idle.appendleft(inst)
-                    return None
-                outs.append(InferOutput(name, dt, arr.shape, arr, None, binary))
+            pairs: Any = self.every[req.binary_data_output is True]
         else:
-            for w in wanted:
-                k = index.get(w.name, -1)
-                if k < 0:
-                    idle.appendleft(inst)
-                    return None
-                arr = values[k]
-                dt = wire.get(arr.dtype)
-                if dt is None:
-                    idle.appendleft(inst)
-                    return None
-                outs.append(InferOutput(w.name, dt, arr.shape, arr, None, w.binary is True))
+            pairs = [(w.name, w.binary is True) for w in wanted]
+        outs = []
+        for name, binary in pairs:
+            k = index.get(name, -1)
+            if k < 0:
+                idle.appendleft(inst)
+                return None
+            arr = values[k]
+            dt = wire.get(arr.dtype)
+            if dt is None:
+                idle.appendleft(inst)
+                return None
+            outs.append(InferOutput(name, dt, arr.shape, arr, None, binary))
         resp = InferResponse(self.name, self.version, req.id, outs, {})
         end = _now()
         policy.record(end - start)
