@@ -33,6 +33,7 @@ A server a test forgets to stop is stopped when the test process exits.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import gc
 import os
@@ -46,8 +47,9 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from onnx_models import build_onnx_repo
@@ -199,6 +201,23 @@ def wait_until(pred: Callable[[], object], timeout: float) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached in time")
         time.sleep(0.05)
+
+
+def run_core(repo: Path, body: Callable[[Any], Awaitable[None]], **options: Any) -> None:
+    """Run ``body(core)`` in a fresh event loop on an in-process ``InferenceCore`` serving
+    ``repo`` (more ``ServerOptions`` in ``options``), started first and stopped after."""
+    from tritonlite.core.core import InferenceCore
+    from tritonlite.options import ServerOptions
+
+    async def main() -> None:
+        core = InferenceCore(ServerOptions(model_repositories=(repo,), **options))
+        assert await core.start() == []
+        try:
+            await body(core)
+        finally:
+            await core.stop()
+
+    asyncio.run(main())
 
 
 def _free_port() -> int:

@@ -10,7 +10,6 @@ real clients: tests/compat/test_http_lane.py.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import run_core
 from onnx_models import add_sub, config_for, config_text, failing, identity, write_model
 
 from tritonlite.contracts.errors import TritonliteError
@@ -30,7 +30,6 @@ from tritonlite.contracts.types import (
 )
 from tritonlite.core.core import InferenceCore
 from tritonlite.core.runtime import lane as lane_mod
-from tritonlite.options import ServerOptions
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -71,15 +70,7 @@ def _repo(root: Path) -> Path:
 
 
 def _run(root: Path, body: Callable[[InferenceCore], Awaitable[None]], **opts: Any) -> None:
-    async def main() -> None:
-        core = InferenceCore(ServerOptions(model_repositories=(root,), **opts))
-        assert await core.start() == []
-        try:
-            await body(core)
-        finally:
-            await core.stop()
-
-    asyncio.run(main())
+    run_core(root, body, **opts)
 
 
 def _req(model: str, batch: bool = True, **kw: Any) -> InferRequest:

@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
+from conftest import run_core
 from onnx import TensorProto, helper
 
 from tritonlite.contracts.errors import ErrorCode, TritonliteError
 from tritonlite.contracts.types import InferInput, InferRequest
 from tritonlite.core.core import InferenceCore
-from tritonlite.options import ServerOptions
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compat"))
 from repos import write_identity  # noqa: E402
@@ -122,15 +122,7 @@ def _req(model: str, n: int = 3, value: float = 1.0, **kw: Any) -> InferRequest:
 
 
 def run(tmp_path: Path, body: Callable[[InferenceCore], Awaitable[None]]) -> None:
-    async def main() -> None:
-        core = InferenceCore(ServerOptions(model_repositories=(_repo(tmp_path),)))
-        assert await core.start() == []
-        try:
-            await body(core)
-        finally:
-            await core.stop()
-
-    asyncio.run(main())
+    run_core(_repo(tmp_path), body)
 
 
 class Held:

@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import run_core
 
 from tritonlite.contracts.types import InferInput, InferRequest
 from tritonlite.core.core import InferenceCore
 from tritonlite.core.runtime.model import INLINE_MAX_NS, PROBE_FIRST, InlinePolicy
-from tritonlite.options import ServerOptions
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compat"))
 from repos import write_identity  # noqa: E402
@@ -38,18 +38,7 @@ def _repo(tmp_path: Path) -> Path:
 
 
 def run(tmp_path: Path, body: Any, timeout_s: float = 0.0) -> None:
-    async def main() -> None:
-        opts = ServerOptions(
-            model_repositories=(_repo(tmp_path),), backend_execution_timeout_s=timeout_s
-        )
-        core = InferenceCore(opts)
-        assert await core.start() == []
-        try:
-            await body(core)
-        finally:
-            await core.stop()
-
-    asyncio.run(main())
+    run_core(_repo(tmp_path), body, backend_execution_timeout_s=timeout_s)
 
 
 def _req(model: str, value: float) -> InferRequest:

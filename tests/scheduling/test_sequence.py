@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
+from conftest import run_core
 from onnx import TensorProto, helper
 
 from tritonlite.contracts.errors import ErrorCode, TritonliteError
@@ -261,15 +262,7 @@ def _repo(tmp_path: Path) -> Path:
 
 
 def run(tmp_path: Path, body: Callable[[InferenceCore], Awaitable[None]]) -> None:
-    async def main() -> None:
-        core = InferenceCore(ServerOptions(model_repositories=(_repo(tmp_path),)))
-        assert await core.start() == []
-        try:
-            await body(core)
-        finally:
-            await core.stop()
-
-    asyncio.run(main())
+    run_core(_repo(tmp_path), body)
 
 
 class Held:
