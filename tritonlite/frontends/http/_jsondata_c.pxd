@@ -9,6 +9,7 @@ cdef int _MAX_DEPTH
 cdef Py_ssize_t _FAST_MAX
 cdef double _F32_MAX
 cdef double _F16_MAX
+cdef double _F64_MAX
 cdef int _K_F32
 cdef int _K_F64
 cdef int _K_F16
@@ -16,19 +17,21 @@ cdef int _K_I32
 cdef int _K_I64
 cdef int _K_BOOL
 
-@cython.locals(x=object, v=double)
-cdef Py_ssize_t _f32(list data, float[::1] buf, Py_ssize_t pos, Py_ssize_t n, int depth) except -2
+ctypedef fused reals:
+    float[::1]
+    double[::1]
+
+ctypedef fused ints:
+    int[::1]
+    long long[::1]
 
 @cython.locals(x=object, v=double)
-cdef Py_ssize_t _f64(list data, double[::1] buf, Py_ssize_t pos, Py_ssize_t n, int depth,
-                     double limit) except -2
+cdef Py_ssize_t _reals(list data, reals buf, Py_ssize_t pos, Py_ssize_t n, int depth,
+                       double limit) except -2
 
 @cython.locals(x=object, v="long long")
-cdef Py_ssize_t _i32(list data, int[::1] buf, Py_ssize_t pos, Py_ssize_t n, int depth) except -2
-
-@cython.locals(x=object, v="long long")
-cdef Py_ssize_t _i64(list data, long long[::1] buf, Py_ssize_t pos, Py_ssize_t n, int depth,
-                     long long lo, long long hi) except -2
+cdef Py_ssize_t _ints(list data, ints buf, Py_ssize_t pos, Py_ssize_t n, int depth,
+                      long long lo, long long hi) except -2
 
 @cython.locals(x=object, v="unsigned char")
 cdef Py_ssize_t _bools(list data, unsigned char[::1] buf, Py_ssize_t pos, Py_ssize_t n,
@@ -37,7 +40,8 @@ cdef Py_ssize_t _bools(list data, unsigned char[::1] buf, Py_ssize_t pos, Py_ssi
 @cython.locals(x=object, total=Py_ssize_t, k=Py_ssize_t)
 cdef Py_ssize_t _count(list data, Py_ssize_t n, int depth) except -2
 
-@cython.locals(n=Py_ssize_t, d=object, kind=int, lo="long long", hi="long long")
+@cython.locals(n=Py_ssize_t, d=object, kind=int, lo="long long", hi="long long",
+               f32="float[::1]", f64="double[::1]", i32="int[::1]", i64="long long[::1]")
 cpdef object data_array(datatype, shape, data)
 
 @cython.locals(name=object, datatype=object, shape=object, data=object, d=object, dims=tuple)

@@ -36,6 +36,7 @@ _MAX_DEPTH = 100  # the general path's limit on nesting
 _FAST_MAX = 1 << 26  # elements; a larger tensor takes the general path
 _F32_MAX = 3.4028234663852886e38  # beyond: numpy's cast to inf (with a warning) decides
 _F16_MAX = 65504.0
+_F64_MAX = 1.7976931348623157e308
 _EXACT = 9007199254740992  # 2**53: an integer converts to a double exactly up to here
 
 # Kinds of fill: which typed loop writes the elements.
@@ -66,8 +67,9 @@ _FLOAT64 = np.dtype(np.float64)
 _UINT8 = np.dtype(np.uint8)
 
 
-def _f32(data: list[Any], buf: Any, pos: int, n: int, depth: int) -> int:
-    """Write ``data``'s numbers into ``buf`` from ``pos``; the next position, or -1."""
+def _reals(data: list[Any], buf: Any, pos: int, n: int, depth: int, limit: float) -> int:
+    """Write ``data``'s numbers into ``buf`` (float or double) from ``pos``, each within
+    ``limit`` (FP16 goes to doubles before its cast); the next position, or -1."""
     if depth > _MAX_DEPTH:
         return -1
     for x in data:
@@ -78,32 +80,7 @@ def _f32(data: list[Any], buf: Any, pos: int, n: int, depth: int) -> int:
                 return -1
             v = float(x)
         elif type(x) is list:
-            pos = _f32(x, buf, pos, n, depth + 1)
-            if pos < 0:
-                return -1
-            continue
-        else:
-            return -1
-        if pos >= n or v > _F32_MAX or v < -_F32_MAX:
-            return -1
-        buf[pos] = v
-        pos += 1
-    return pos
-
-
-def _f64(data: list[Any], buf: Any, pos: int, n: int, depth: int, limit: float) -> int:
-    """``_f32`` for doubles (FP64, and FP16 before its cast: ``limit`` its largest value)."""
-    if depth > _MAX_DEPTH:
-        return -1
-    for x in data:
-        if type(x) is float:
-            v = x
-        elif type(x) is int:
-            if x > _EXACT or x < -_EXACT:
-                return -1
-            v = float(x)
-        elif type(x) is list:
-            pos = _f64(x, buf, pos, n, depth + 1, limit)
+            pos = _reals(x, buf, pos, n, depth + 1, limit)
             if pos < 0:
                 return -1
             continue
@@ -116,8 +93,9 @@ def _f64(data: list[Any], buf: Any, pos: int, n: int, depth: int, limit: float) 
     return pos
 
 
-def _i32(data: list[Any], buf: Any, pos: int, n: int, depth: int) -> int:
-    """``_f32`` for INT32: integers only (not booleans), within range."""
+def _ints(data: list[Any], buf: Any, pos: int, n: int, depth: int, lo: int, hi: int) -> int:
+    """``_reals`` for integers (int or long long): integers only (not booleans), within
+    ``lo``..``hi``."""
     if depth > _MAX_DEPTH:
         return -1
     for x in data:
@@ -126,35 +104,12 @@ def _i32(data: list[Any], buf: Any, pos: int, n: int, depth: int) -> int:
                 v = int(x)
             except OverflowError:  # the compiled twin's conversion to a C long long
                 return -1
-            if pos >= n or v > 2147483647 or v < -2147483648:
-                return -1
-            buf[pos] = v
-            pos += 1
-        elif type(x) is list:
-            pos = _i32(x, buf, pos, n, depth + 1)
-            if pos < 0:
-                return -1
-        else:
-            return -1
-    return pos
-
-
-def _i64(data: list[Any], buf: Any, pos: int, n: int, depth: int, lo: int, hi: int) -> int:
-    """``_i32`` for int64 storage, within ``lo``..``hi``."""
-    if depth > _MAX_DEPTH:
-        return -1
-    for x in data:
-        if type(x) is int:
-            try:
-                v = int(x)
-            except OverflowError:
-                return -1
             if pos >= n or v > hi or v < lo:
                 return -1
             buf[pos] = v
             pos += 1
         elif type(x) is list:
-            pos = _i64(x, buf, pos, n, depth + 1, lo, hi)
+            pos = _ints(x, buf, pos, n, depth + 1, lo, hi)
             if pos < 0:
                 return -1
         else:
@@ -163,7 +118,7 @@ def _i64(data: list[Any], buf: Any, pos: int, n: int, depth: int, lo: int, hi: i
 
 
 def _bools(data: list[Any], buf: Any, pos: int, n: int, depth: int) -> int:
-    """``_f32`` for BOOL: ``true``/``false`` only, written as bytes 1/0."""
+    """``_reals`` for BOOL: ``true``/``false`` only, written as bytes 1/0."""
     if depth > _MAX_DEPTH:
         return -1
     for x in data:
@@ -222,26 +177,28 @@ def data_array(datatype: str, shape: tuple[int, ...], data: Any) -> Any:
     if len(data) != n and _count(data, n, 0) != n:
         return None  # allocate only as many elements as the request holds
     kind, dt, lo, hi = spec
+    # Each kind fills through a view typed for its loop (``_jsondata_c.pxd``): ``f32``, ``f64``,
+    # ``i32``, ``i64`` pick the compiled loop's specialization; in the pure twin they are ``arr``.
     if kind == _K_F32:
-        arr = np.empty(n, dt)
-        if _f32(data, arr, 0, n, 0) != n:
+        arr = f32 = np.empty(n, dt)
+        if _reals(data, f32, 0, n, 0, _F32_MAX) != n:
             return None
     elif kind == _K_I32:
-        arr = np.empty(n, dt)
-        if _i32(data, arr, 0, n, 0) != n:
+        arr = i32 = np.empty(n, dt)
+        if _ints(data, i32, 0, n, 0, lo, hi) != n:
             return None
     elif kind == _K_F64:
-        arr = np.empty(n, dt)
-        if _f64(data, arr, 0, n, 0, 1.7976931348623157e308) != n:
+        arr = f64 = np.empty(n, dt)
+        if _reals(data, f64, 0, n, 0, _F64_MAX) != n:
             return None
     elif kind == _K_F16:
-        arr = np.empty(n, _FLOAT64)
-        if _f64(data, arr, 0, n, 0, _F16_MAX) != n:
+        arr = f64 = np.empty(n, _FLOAT64)
+        if _reals(data, f64, 0, n, 0, _F16_MAX) != n:
             return None
         arr = arr.astype(dt)
     elif kind == _K_I64:
-        arr = np.empty(n, _INT64)
-        if _i64(data, arr, 0, n, 0, lo, hi) != n:
+        arr = i64 = np.empty(n, _INT64)
+        if _ints(data, i64, 0, n, 0, lo, hi) != n:
             return None
         if datatype != "INT64":
             arr = arr.astype(dt)
