@@ -86,6 +86,15 @@ class Gate:
         self.go.set()
 
 
+def _round(m: Any, rnd: int) -> tuple[Any, Gate, float]:
+    """Round ``rnd`` on ``m``'s first instance: a gate in front of its runs, its runs measured
+    off the loop (as a fresh instance's are), and the round's first input value."""
+    inst = m.instances[0]
+    gate = Gate(inst)
+    inst.policy.recent_ns = 0
+    return inst, gate, 10.0 * rnd
+
+
 async def _until(pred: Any, timeout_s: float = 30.0) -> None:
     deadline = asyncio.get_running_loop().time() + timeout_s
     while not pred():
@@ -130,10 +139,7 @@ def test_the_thread_holds_the_next_and_runs_them_in_order(tmp_path: Path) -> Non
     async def body(core: InferenceCore) -> None:
         m = core.repository.get("next")
         for rnd in range(REPEAT):
-            inst = m.instances[0]
-            gate = Gate(inst)
-            inst.policy.recent_ns = 0  # measured off the loop, as a fresh instance is
-            base = 10.0 * rnd
+            inst, gate, base = _round(m, rnd)
             futs = [m.scheduler.enqueue(_req("next", base + i)) for i in range(4)]
             # one runs, one is held on the thread, two wait in the scheduler
             assert (inst.busy, m.executing, m.scheduler.inflight()) == (2, 2, 4)
@@ -176,10 +182,7 @@ def test_a_failing_run_fails_its_request_alone(tmp_path: Path, failing: int) -> 
     async def body(core: InferenceCore) -> None:
         m = core.repository.get("next")
         for rnd in range(REPEAT):
-            inst = m.instances[0]
-            gate = Gate(inst)
-            inst.policy.recent_ns = 0
-            base = 10.0 * rnd
+            inst, gate, base = _round(m, rnd)
             gate.fail[base + failing] = RuntimeError("boom")
             futs = [m.scheduler.enqueue(_req("next", base + i)) for i in range(3)]
             assert inst.busy == 2
@@ -209,10 +212,7 @@ def test_a_fatal_run_fails_what_the_thread_holds_and_the_instance_is_rebuilt(
         m = core.repository.get("next")
         m.health.settings = HealthSettings(rebuild_backoff_s=0.01)
         for rnd in range(REPEAT):
-            inst = m.instances[0]
-            gate = Gate(inst)
-            inst.policy.recent_ns = 0
-            base = 10.0 * rnd
+            inst, gate, base = _round(m, rnd)
             gate.fail[base + fatal] = BackendFatalError("onnx runtime error: CUDA failure 700")
             futs = [m.scheduler.enqueue(_req("next", base + i)) for i in range(3)]
             assert inst.busy == 2 and m.scheduler.inflight() == 3
@@ -249,10 +249,7 @@ def test_cancelled_on_the_thread_or_in_the_queue(tmp_path: Path) -> None:
     async def body(core: InferenceCore) -> None:
         m = core.repository.get("next")
         for rnd in range(REPEAT):
-            inst = m.instances[0]
-            gate = Gate(inst)
-            inst.policy.recent_ns = 0
-            base = 10.0 * rnd
+            inst, gate, base = _round(m, rnd)
             futs = [m.scheduler.enqueue(_req("next", base + i)) for i in range(4)]
             assert inst.busy == 2
             futs[1].cancel()  # held on the thread: it runs, its answer is dropped
