@@ -220,6 +220,16 @@ def run_core(repo: Path, body: Callable[[Any], Awaitable[None]], **options: Any)
     asyncio.run(main())
 
 
+def counts_only(stats: Any) -> Any:
+    """A statistics document (or part of one) without its durations and times: what two
+    servers, or two paths of one, must agree on exactly."""
+    if isinstance(stats, dict):
+        return {k: counts_only(v) for k, v in stats.items() if k not in ("ns", "last_inference")}
+    if isinstance(stats, list):
+        return [counts_only(v) for v in stats]
+    return stats
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from conftest import Server, start_server
+from conftest import Server, counts_only, start_server
 from onnx_models import add_sub, config_for, failing, write_model
 from tritonclient.utils import InferenceServerException
 
@@ -59,15 +59,7 @@ def _stats(server: Server, model: str) -> dict[str, Any]:
 
 def _counts(server: Server, model: str) -> Any:
     """The model's statistics without durations and times."""
-
-    def strip(d: Any) -> Any:
-        if isinstance(d, dict):
-            return {k: strip(v) for k, v in d.items() if k not in ("ns", "last_inference")}
-        if isinstance(d, list):
-            return [strip(v) for v in d]
-        return d
-
-    return strip(_stats(server, model))
+    return counts_only(_stats(server, model))
 
 
 class _Clients:

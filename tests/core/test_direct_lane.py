@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import run_core
+from conftest import counts_only, run_core
 from onnx_models import add_sub, config_for, config_text, failing, identity, write_model
 
 from tritonlite.contracts.errors import TritonliteError
@@ -102,16 +102,7 @@ async def _warm(core: InferenceCore, make: Callable[[], InferRequest]) -> None:
 
 def _counts(core: InferenceCore, model: str) -> dict[str, Any]:
     """The model's statistics with the durations' ns left out (counts only)."""
-    st = core.statistics(model)["model_stats"][0]
-
-    def strip(d: Any) -> Any:
-        if isinstance(d, dict):
-            return {k: strip(v) for k, v in d.items() if k not in ("ns", "last_inference")}
-        if isinstance(d, list):
-            return [strip(v) for v in d]
-        return d
-
-    return strip(st)  # type: ignore[no-any-return]
+    return counts_only(core.statistics(model)["model_stats"][0])  # type: ignore[no-any-return]
 
 
 def _same(a: InferResponse, b: InferResponse) -> None:
