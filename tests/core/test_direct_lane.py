@@ -361,9 +361,9 @@ def test_models_and_states_the_lane_does_not_cover_fall_back(tmp_path: Path) -> 
         await _warm(core, lambda: _req("direct"))
         # a run of the instance out on its thread (``busy``): nothing runs on the loop beside it
         inst = model.idle[0]
-        inst.busy += 1
+        inst.pipe.append((model, []))
         assert core.infer_now(_req("direct")) is None
-        inst.busy -= 1
+        inst.pipe.pop()
         assert core.infer_now(_req("direct")) is not None
         # the server is stopping
         core.exiting = True

@@ -10,7 +10,7 @@ arrival stamp, the instance's bound session run on the request's own arrays, the
 the policy's sample, one statistics record (``ModelStats.record_one``) and the instance back
 to idle. Anything else returns None before any of it has happened (the request then takes the
 general path, which words every error): a queue, a busy instance (one with a run out on its
-thread, ``ModelInstance.busy``), an instance off the loop or without a bound run, parameters,
+thread, ``ModelInstance.pipe``), an instance off the loop or without a bound run, parameters,
 shared memory, a raw input, an ensemble step's timing hook, classification, a reshaped output.
 A run that raises, or an output the lane cannot frame, gives the instance back untouched and
 returns None too: the general path then runs the request again and answers as it always does
@@ -90,7 +90,7 @@ class DirectLane:
         inst = idle[0]
         bound = inst.bound_run
         policy = inst.policy
-        if bound is None or policy is None or inst.busy:  # busy: a run is out on its thread
+        if bound is None or policy is None or inst.pipe:  # a run is out on its thread
             return None
         recent: int = policy.recent_ns
         if recent <= 0 or recent >= self.inline_max_ns:

@@ -234,13 +234,18 @@ class ModelInstance:
         self.bound_run: tuple[Callable[..., list[Any]], list[str]] | None = None
         self.mode = ""
         # ``depth`` batches at once: 2 where the thread takes the next itself (``TakesNext``);
-        # ``_pipe`` holds those handed to the thread and not yet back, oldest first, and
-        # ``busy`` counts them (a batch runs on the loop only while none is out).
+        # ``pipe`` holds those handed to the thread and not yet back, oldest first (``busy``:
+        # how many; a batch runs on the loop only while none is out).
         self.depth = 1
-        self.busy = 0
-        self._pipe: deque[tuple[Model, list[Pending]]] = deque()
+        self.pipe: deque[tuple[Model, list[Pending]]] = deque()
         self._broken_gen = -1  # set on the thread: a run of that generation broke the session
         self._choose_mode()
+
+    @property
+    def busy(self) -> int:
+        """How many batches are out on the instance's thread (``thread+next``); the hot paths
+        test ``pipe`` itself."""
+        return len(self.pipe)
 
     def allow_inline(self, allowed: bool) -> None:
         """Whether the model lets batches run on the loop at all (not with an execution
@@ -356,8 +361,7 @@ class ModelInstance:
         """Queue ``batch`` on the thread, which may still be running the one before: the thread
         starts it as soon as that run returns, and the loop builds the responses of each
         (``_piped``) while the next runs."""
-        self._pipe.append((model, batch))
-        self.busy += 1
+        self.pipe.append((model, batch))
         impl = self.impl
         one = self.execute_one if len(batch) == 1 else None
         requests = [p.request for p in batch]
@@ -406,8 +410,7 @@ class ModelInstance:
         From an abandoned thread it was failed already, when the instance was taken out."""
         if gen != self.generation:
             return
-        self._pipe.popleft()
-        self.busy -= 1
+        self.pipe.popleft()
         start = timing.start_ns
         if start:  # a request held on the thread was queued until its run started, as in Triton
             for p in batch:
@@ -417,9 +420,8 @@ class ModelInstance:
     def _fail_pipe(self) -> None:
         """The batches handed to an abandoned thread fail now (their results are dropped when
         they come back); the one whose result took the instance out is no longer among them."""
-        pipe = self._pipe
-        self._pipe = deque()
-        self.busy = 0
+        pipe = self.pipe
+        self.pipe = deque()
         msg = f"model instance '{self.spec.name}' was taken out of rotation"
         for model, batch in pipe:
             model.take_idle(self)  # before a completion lets the scheduler dispatch again
@@ -504,7 +506,7 @@ class ModelInstance:
             self._watch.cancel()
             self._watch = None
         self._worker.stop()
-        if self._pipe:
+        if self.pipe:
             self._fail_pipe()
 
     def restart(self) -> None:
@@ -665,7 +667,7 @@ class Model:
         policy = chosen.policy
         if policy is None or self.signature.decoupled:
             self.run_batch(chosen, [p], True)
-        elif not chosen.busy and policy.inline():  # asked once per batch: it counts the asks
+        elif not chosen.pipe and policy.inline():  # asked once per batch: it counts the asks
             self._run_one(chosen, p, True)
         else:
             self._submit(chosen, [p])
@@ -724,7 +726,7 @@ class Model:
         on the loop when they come back.
         """
         policy = instance.policy
-        if policy is not None and not instance.busy and policy.inline():
+        if policy is not None and not instance.pipe and policy.inline():
             if (
                 len(batch) == 1
                 and instance.runner is None
