@@ -118,15 +118,16 @@ def run_perf_analyzer(
     protocol: str,
     *args: str,
     stability: int = 500,
-    max_trials: int = 5,
+    max_trials: int = 10,
     timeout: float = 150,
-    retry_unstable: bool = False,
 ) -> str:
     """Run perf_analyzer on ``model`` at ``url`` with 1 s windows and ``args``; its output.
 
     ``stability`` is ``--stability-percentage``, wide by default: perf_analyzer shares the CPU
-    with the server. ``retry_unstable`` runs it once more when it found no stable measurement
-    (never on any other failure). Asserts that it exited 0.
+    with the server, and these tests check that it runs, not how steady the machine is. Its
+    stability test compares the fastest and slowest of the last windows, so one window in which
+    the whole machine paused fails it at any percentage: when it found no stable measurement it
+    runs once more (never on any other failure). Asserts that it exited 0.
     """
     cmd = [
         binary,
@@ -144,7 +145,7 @@ def run_perf_analyzer(
         str(max_trials),
         *args,
     ]
-    for _ in range(2 if retry_unstable else 1):
+    for _ in range(2):
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         out = proc.stdout + proc.stderr
         if proc.returncode == 0 or "stable measurement" not in out:

@@ -281,9 +281,7 @@ def test_perf_analyzer_streams_a_decoupled_model(
         "--input-data",
         str(data),
         stability=80,
-        max_trials=10,
         timeout=50,
-        retry_unstable=True,  # the machine's noise, not the server: once more (repos.py)
     )
     assert "Detected decoupled model" in out, out
     # three responses per request: the response throughput is about three times the requests'

@@ -275,9 +275,7 @@ def test_perf_analyzer_profiles_the_ensemble(
         protocol,
         "--shape",
         "X:4",
-        max_trials=10,
         timeout=80,
-        retry_unstable=True,  # the machine's noise, not the server: once more (repos.py)
     )
     assert throughput(out) > 0, out
     # perf_analyzer read the composing models' configs and statistics

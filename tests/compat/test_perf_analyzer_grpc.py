@@ -37,9 +37,7 @@ def run_pa(binary: str, server: Any, *args: str) -> str:
         server.grpc_url,
         "grpc",
         *args,
-        max_trials=10,
         timeout=80,
-        retry_unstable=True,
     )
 
 
