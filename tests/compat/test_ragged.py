@@ -5,12 +5,14 @@ ONNX models built here, driven with tritonclient over HTTP and gRPC.
 The models echo what they receive the way Triton's QA models do: ``BATCH_AND_SIZE_INPUT`` (one
 value per request) gives the output its batch dim, and each ``*_OUTPUT`` row repeats the whole
 1-D input, so every request reads back the batch's ragged input and batch inputs. Requests are
-sent together; the batcher waits up to 2 s and the batch leaves as soon as it is full, and the
-statistics say it formed one batch of 4.
+sent in order (gRPC: one stream; HTTP: each once the server queues the one before); the batcher
+waits up to 2 s and the batch leaves as soon as it is full, and the statistics say it formed one
+batch of 4.
 """
 
 from __future__ import annotations
 
+import http.client
 import queue
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -18,7 +20,9 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
+import tritonclient.http as httpclient
 from conftest import Server, start_server
+from hook_schedules import Urls, wait_pending
 from onnx import TensorProto, helper
 from onnx_models import write_model
 from repos import client_for
@@ -179,7 +183,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     repo = tmp_path_factory.mktemp("ragged")
     for name, (model, config) in _models().items():
         write_model(repo, name, model, config.replace('name: "x"', f'name: "{name}"'))
-    s = start_server(repo, "--allow-metrics=false")
+    s = start_server(repo)  # metrics: the pending count orders HTTP requests (_http_in_order)
     yield s
     s.stop()
 
@@ -198,37 +202,64 @@ def _infer_together(
     output: str,
     input_name: str = "RAGGED_INPUT",
 ) -> list[np.ndarray]:
-    """Send one request per array at once, in order (HTTP: async requests; gRPC: one stream);
-    each request's ``output``, in send order."""
+    """Send one request per array at once, in order (HTTP: one connection each, written one
+    after another; gRPC: one stream); each request's ``output``, in send order."""
     _, mod = client_for(server, protocol)
-    if protocol == "http":
-        client = mod.InferenceServerClient(server.http_url, concurrency=len(arrays))
-    else:
-        client = mod.InferenceServerClient(server.grpc_url)
     requests = []
     for a in arrays:
         inp = mod.InferInput(input_name, list(a.shape), "BYTES" if a.dtype == object else "FP32")
         inp.set_data_from_numpy(a)
         requests.append(([inp], [mod.InferRequestedOutput(output)]))
     if protocol == "http":
-        pending = [client.async_infer(model, i, outputs=o) for i, o in requests]
-        results = [p.get_result(timeout=30) for p in pending]
-    else:
-        # One stream keeps the send order (separate unary calls may overtake each other).
-        done: queue.Queue[tuple[Any, Any]] = queue.Queue()
-        client.start_stream(callback=lambda result, error: done.put((result, error)))
-        for k, (i, o) in enumerate(requests):
-            client.async_stream_infer(model, i, outputs=o, request_id=str(k))
-        got: dict[int, Any] = {}
-        for _ in requests:
-            result, error = done.get(timeout=30)
-            if error is not None:
-                raise error
-            got[int(result.get_response().id)] = result
-        client.stop_stream()
-        results = [got[k] for k in range(len(requests))]
+        return [r.as_numpy(output) for r in _http_in_order(server, model, requests)]
+    client = mod.InferenceServerClient(server.grpc_url)
+    # One stream keeps the send order (separate unary calls may overtake each other).
+    done: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    client.start_stream(callback=lambda result, error: done.put((result, error)))
+    for k, (i, o) in enumerate(requests):
+        client.async_stream_infer(model, i, outputs=o, request_id=str(k))
+    got: dict[int, Any] = {}
+    for _ in requests:
+        result, error = done.get(timeout=30)
+        if error is not None:
+            raise error
+        got[int(result.get_response().id)] = result
+    client.stop_stream()
+    results = [got[k] for k in range(len(requests))]
     client.close()
     return [r.as_numpy(output) for r in results]
+
+
+def _http_in_order(
+    server: Server, model: str, requests: list[tuple[list[Any], list[Any]]]
+) -> list[Any]:
+    """POST each request on its own connection, the next only once the server holds the one
+    before in its queue (its pending count), then read the answers: the batch takes them in
+    that order. (Separate connections alone keep no order: tritonclient's ``async_infer`` and
+    requests written one after another both came out of order under load.)"""
+    conns = [http.client.HTTPConnection(server.http_url, timeout=30) for _ in requests]
+    for conn in conns:
+        conn.connect()
+    urls = Urls(server.http_url, server.grpc_url, server.metrics_url)
+    for k, (conn, (inputs, outputs)) in enumerate(zip(conns, requests)):
+        if k:
+            wait_pending(urls, model, k)
+        body, json_size = httpclient.InferenceServerClient.generate_request_body(inputs, outputs)
+        headers = {} if json_size is None else {"Inference-Header-Content-Length": str(json_size)}
+        conn.request("POST", f"/v2/models/{model}/infer", body, headers)
+    results = []
+    for conn in conns:
+        response = conn.getresponse()
+        content = response.read()
+        assert response.status == 200, content
+        length = response.getheader("Inference-Header-Content-Length")
+        results.append(
+            httpclient.InferenceServerClient.parse_response_body(
+                content, header_length=None if length is None else int(length)
+            )
+        )
+        conn.close()
+    return results
 
 
 def _full(shapes: list[tuple[int, ...]], value: Any = None) -> list[np.ndarray]:
