@@ -1,10 +1,11 @@
 """How many intra-op threads the ONNX Runtime backend gives a session, configured and default.
 
 ``intra_op_thread_count`` is the parallelism of a run, as in Triton, and the session's pool has
-that many threads whichever way its batches leave the loop: ``run_async`` (a model with a
-batcher), ``run`` on the instance thread that takes the next request (a model without), or
-``run`` on the instance thread one batch at a time (one thread asked for, ORT's own choice,
-string tensors). Real models in a real InferenceCore: the counts are read back from the live
+that many threads whichever way its batches leave the loop: ``run`` on the instance thread
+one batch at a time with the loop building the responses (``thread+batch``: a model with a
+batcher), ``run`` on the instance thread that takes the next request (``thread+next``: a
+model without), or ``run`` on the instance thread building its responses there (``thread``:
+one thread asked for, ORT's own choice, string tensors). Real models in a real InferenceCore: the counts are read back from the live
 sessions' options, and each model answers.
 """
 
@@ -39,21 +40,21 @@ def _cfg() -> Any:
     return text_format.Parse('name: "m"\nplatform: "onnxruntime_onnx"\n', pb.ModelConfig())
 
 
-# model -> (config extra, datatype, live intra_op_num_threads, run_async, takes the next)
-def _cases() -> dict[str, tuple[str, str, int, bool, bool]]:
+# model -> (config extra, datatype, live intra_op_num_threads, off-loop mode)
+def _cases() -> dict[str, tuple[str, str, int, str]]:
     default = ortb.default_intra_op_threads(ortb.available_cores())
     return {
-        "default": (ONE, "FP32", default, False, True),
-        "asked_2": (ONE + _intra(2), "FP32", 2, False, True),
-        "asked_3": (ONE + _intra(3), "FP32", 3, False, True),
-        "batched_default": (ONE + BATCHING, "FP32", default, True, False),
-        "batched_2": (ONE + _intra(2) + BATCHING, "FP32", 2, True, False),
-        "asked_1": (ONE + _intra(1) + BATCHING, "FP32", 1, False, False),
-        "unbatched_1": (ONE + _intra(1), "FP32", 1, False, False),
-        "ort_choice": (ONE + _intra(0) + BATCHING, "FP32", 0, False, False),
-        "strings": (ONE + _intra(2) + BATCHING, "BYTES", 2, False, False),
-        "strings_unbatched": (ONE + _intra(2), "BYTES", 2, False, False),
-        "strings_default": (ONE + BATCHING, "BYTES", default, False, False),
+        "default": (ONE, "FP32", default, "thread+next"),
+        "asked_2": (ONE + _intra(2), "FP32", 2, "thread+next"),
+        "asked_3": (ONE + _intra(3), "FP32", 3, "thread+next"),
+        "batched_default": (ONE + BATCHING, "FP32", default, "thread+batch"),
+        "batched_2": (ONE + _intra(2) + BATCHING, "FP32", 2, "thread+batch"),
+        "asked_1": (ONE + _intra(1) + BATCHING, "FP32", 1, "thread"),
+        "unbatched_1": (ONE + _intra(1), "FP32", 1, "thread"),
+        "ort_choice": (ONE + _intra(0) + BATCHING, "FP32", 0, "thread"),
+        "strings": (ONE + _intra(2) + BATCHING, "BYTES", 2, "thread"),
+        "strings_unbatched": (ONE + _intra(2), "BYTES", 2, "thread"),
+        "strings_default": (ONE + BATCHING, "BYTES", default, "thread"),
     }
 
 
@@ -66,22 +67,21 @@ def test_the_session_options_carry_the_count_asked_for() -> None:
 def test_live_sessions_get_the_parallelism_asked_for(tmp_path: Path) -> None:
     cases = _cases()
     repo = tmp_path / "repo"
-    for name, (extra, dtype, _, _, _) in cases.items():
+    for name, (extra, dtype, _, _) in cases.items():
         write_identity(repo, name, dtype, [-1], 8, extra)
 
     async def main() -> None:
         core = InferenceCore(ServerOptions(model_repositories=(repo,)))
         assert await core.start() == []
         try:
-            for name, (_, dtype, threads, starts_async, takes_next) in cases.items():
+            for name, (_, dtype, threads, mode) in cases.items():
                 (inst,) = core.repository.get(name).instances
                 live = inst.impl._session.get_session_options()
                 assert (name, live.intra_op_num_threads) == (name, threads)
-                assert (name, inst.impl.runs_async) == (name, starts_async)
-                assert (name, inst.impl.takes_next, inst.depth) == (
+                assert (name, inst.mode, inst.depth) == (
                     name,
-                    takes_next,
-                    2 if takes_next else 1,
+                    f"inline|{mode}",
+                    2 if mode == "thread+next" else 1,
                 )
                 inst.policy.recent_ns = 10**9  # the request leaves the loop, in the mode tested
                 if dtype == "BYTES":

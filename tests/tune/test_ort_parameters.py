@@ -164,7 +164,7 @@ def test_a_real_load_spins_when_asked_and_refuses_a_bad_value(tmp_path: Path) ->
             # The live session carries them (ORT reads them back from its own options).
             (inst,) = core.repository.get("spinning").instances
             live = inst.impl._session.get_session_options()
-            assert live.intra_op_num_threads == 2  # batched: no extra run_async runner
+            assert live.intra_op_num_threads == 2  # batched: the parallelism of a run
             assert entry(live, ortb.INTRA_OP_SPINNING) == "1"
             assert entry(live, ortb.INTER_OP_SPINNING) == "0"
             data = np.arange(4, dtype=np.float32).reshape(1, 4)

@@ -7,9 +7,9 @@ instance declares ``RunsOnLoop`` (its execute may run on any thread, one call at
 core then runs its short batches on the event loop itself. The core owns requests; an instance
 borrows a batch for the duration of ``execute`` only and keeps no reference to it afterwards
 (outputs it returns may view its own buffers until the responses are encoded). The optional
-capabilities are protocols the core checks once per instance: ``RunsOnLoop``, ``StartsAsync``
-(a batch starts from the loop without blocking: ONNX Runtime's ``run_async``) and
-``Readiness`` (its own probe, which the model-ready endpoints consult).
+capabilities are protocols the core checks once per instance: ``RunsOnLoop``, ``TakesNext``
+(its runs leave the interpreter lock and the loop builds their responses: ONNX Runtime on the
+CPU) and ``Readiness`` (its own probe, which the model-ready endpoints consult).
 
 Request errors and fatal errors: anything ``execute`` raises or returns fails requests and
 nothing more, except ``BackendFatalError``, which says the *instance* can no longer serve (its
@@ -142,25 +142,6 @@ class RunsOnLoop(Protocol):
 
 
 @runtime_checkable
-class StartsAsync(Protocol):
-    """An instance that starts a batch without blocking the caller when ``runs_async``."""
-
-    @property
-    def runs_async(self) -> bool: ...
-
-    def start(
-        self,
-        requests: list[InferRequest],
-        timing: ExecTiming,
-        done: Callable[[Callable[[], list[Result]]], None],
-    ) -> None:
-        """Start ``execute``'s work; ``done(collect)`` is called once, on any thread, when it
-        ends, and ``collect()`` (on the loop) returns what ``execute`` would have returned or
-        raises what it would have raised. Raises at once if the batch cannot start."""
-        ...
-
-
-@runtime_checkable
 class ExecutesOne(Protocol):
     """An instance with a lane for one request alone: ``execute_one(request, timing)`` returns
     what ``execute([request], timing)[0]`` would (its ``Result``), without the batch's lists.
@@ -189,9 +170,11 @@ class RunsBound(Protocol):
 
 @runtime_checkable
 class TakesNext(Protocol):
-    """An instance whose thread may hold the next request while one runs (``takes_next``): the
-    core hands it one more, and the thread starts it as the run before ends, with no loop turn
-    between the two runs. Only for a model with no batcher, whose requests run one at a time."""
+    """An instance whose runs leave the interpreter lock and whose responses the loop may build
+    from what ``execute`` returned (``takes_next``). With no batcher the core hands its thread
+    one more request while one runs, and the thread starts it as the run before ends, with no
+    loop turn between the two runs (``thread+next``); under a batcher the thread runs one batch
+    at a time and the batcher forms the next when the instance frees (``thread+batch``)."""
 
     @property
     def takes_next(self) -> bool: ...

@@ -11,33 +11,27 @@ event loop for a core; ``tritonlite tune`` measures both ways. A value that does
 the load with Triton's wording, naming the parameter (``session_settings``).
 
 How a batch leaves the event loop, for sessions on the CPU provider alone with an intra-op
-pool (``intra_op_thread_count`` >= 2) and tensors numpy hands over as they are:
-
-* a model with a dynamic or sequence batcher starts its batches there with ``run_async``; they
-  run on an ORT intra-op thread (``start``) and their responses are built on the loop;
-* a model with neither runs each request with ``run`` on its instance thread, which holds the
-  next request while one runs and starts it as that run returns (``takes_next``): no loop turn
-  between two runs, and the run is split evenly over the instance thread and the pool's other
-  thread, as in Triton (whose backend calls ``Run`` on its instance thread, one at a time).
+pool (``intra_op_thread_count`` >= 2) and tensors numpy hands over as they are
+(``takes_next``): each batch runs with ``run`` on the instance thread, split evenly over that
+thread and the pool's other threads as in Triton (whose backend calls ``Run`` on its instance
+thread, one batch at a time), and its responses are built on the loop from the arrays the run
+returned. With no batcher the thread also holds the next request and starts it as a run
+returns (the core's ``thread+next``); under a dynamic or sequence batcher it runs one batch at
+a time and the batcher forms the next when it frees (``thread+batch``).
 
 Other sessions (one intra-op thread, string or BF16 tensors, a GPU provider) run their batches
 on their instance thread (``execute``), one at a time. ``intra_op_thread_count`` is the
 parallelism of a ``run`` as in Triton: that thread and ``intra_op_thread_count - 1`` pool
 threads share each operator. Measured on the 4 x 1024² MLP, 2 shared cores (bench/RESULTS.md,
-"Issue 31, round 3"): unbatched at concurrency 16, the instance thread that takes the next
-request served more than ``run_async`` on a pool one thread larger in 12 of 19 rounds (median
-1.12x; level or behind on the quietest), always at less loop CPU per request; for batches,
-neither ``run`` on the instance thread nor that thread taking the next batch beat
-``run_async``. Spinning stays off: with ``run`` on the instance thread it
-raised the CPU per request 1.5-2.2x and lowered throughput in every paired round.
+"Issue 31, round 3" and "round 4"): ``run_async``, which batched models used before, runs the
+graph on one pool thread without the intra-op split: a batch of 8 took 1,020 µs there against
+574 µs with ``run`` (in process), and in the server the compute per batch fell by a third to a
+half. Spinning stays off: with ``run`` on the instance thread it raised the CPU per request
+1.5-2.2x and lowered throughput in every paired round.
 
 A run failure fails its batch; one that leaves the session unusable (``run_error``: an
 execution-provider failure, a CUDA error) is a ``BackendFatalError``, so the instance is
 rebuilt with a new session.
-
-Past 500 lines because the session settings and the instance decide together how a batch runs
-(whether batches start with ``run_async`` follows the tensors, the provider and the pool); the
-settings half is the piece to split out next.
 """
 
 from __future__ import annotations
@@ -46,7 +40,6 @@ import ctypes
 import logging
 import math
 import os
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -66,7 +59,6 @@ from tritonlite.contracts.types import InferRequest
 from tritonlite.memory import StagingPool
 
 log = logging.getLogger("tritonlite")
-_CLOSE_WAIT_S = 60.0  # how long close() waits for a run started with start() to end
 
 _ONNX_BFLOAT16 = 16  # onnx.TensorProto.BFLOAT16
 try:
@@ -126,7 +118,7 @@ def available_cores() -> int:
 
 def default_intra_op_threads(cores: int) -> int:
     """Intra-op threads when ``intra_op_thread_count`` is unset: every core but the event
-    loop's, and at least 2 (``run_async``, how a batch leaves the loop, needs an intra-op pool)."""
+    loop's, and at least 2 (a run on the instance thread shares each operator with the pool)."""
     return max(2, cores - 1)
 
 
@@ -308,15 +300,14 @@ class OnnxRuntimeInstance:
         settings = settings or session_settings(cfg)
         providers = providers_for(cfg, spec.kind, spec.device_id, ort.get_available_providers())
         # How batches leave the event loop (confirmed on the session below): for tensors numpy
-        # hands over as they are, on the CPU provider alone, with an intra-op pool, a batch of a
-        # batcher starts with ``run_async``; with no batcher, requests run one at a time with
-        # ``run`` on the instance's thread, which takes the next one itself (``takes_next``).
+        # hands over as they are, on the CPU provider alone, with an intra-op pool, each batch
+        # runs with ``run`` on the instance's thread and the loop builds its responses
+        # (``takes_next``; the core holds the next batch there only with no batcher).
         off_loop = (
             plain_io
             and settings.intra_op_threads >= 2
             and [p for p, _ in providers] == ["CPUExecutionProvider"]
         )
-        batcher = cfg.HasField("dynamic_batching") or cfg.HasField("sequence_batching")
         opts = session_options(settings)
         path = model_path(ctx)
         try:
@@ -342,11 +333,8 @@ class OnnxRuntimeInstance:
         bf16 = pb.DataType.values_by_name["TYPE_BF16"].number
         self._bf16_outputs = {o.name for o in cfg.output if o.data_type == bf16}
         self._bf16 = bool(self._bf16_outputs) or any(t.data_type == bf16 for t in cfg.input)
-        self._model = ctx.name
         self._staging = StagingPool()
         self._ragged = batch_io.RaggedIO.for_config(cfg)  # None: no ragged or batch IO
-        self._idle = threading.Event()  # no run started by ``start`` is going
-        self._idle.set()
         # No string tensor on either side: inputs go to ORT and outputs come back as they are.
         self._plain = all(
             t.type.startswith("tensor(") and t.type != "tensor(string)"
@@ -367,8 +355,7 @@ class OnnxRuntimeInstance:
             and not self._bf16
             and self._session.get_providers() == ["CPUExecutionProvider"]
         )
-        self.runs_async = off_loop and batcher and cpu_plain
-        self.takes_next = off_loop and not batcher and cpu_plain
+        self.takes_next = off_loop and cpu_plain
 
     def execute_one(self, request: InferRequest, timing: ExecTiming) -> Result:
         """One request alone (``executes_one`` sessions): its own arrays go to the session and
@@ -399,47 +386,6 @@ class OnnxRuntimeInstance:
         finally:
             _release(feed, leases)
         return self._results(values, requests)
-
-    def start(
-        self,
-        requests: list[InferRequest],
-        timing: ExecTiming,
-        done: Callable[[Callable[[], list[Result]]], None],
-    ) -> None:
-        """``execute`` without blocking the caller (``runs_async`` instances only).
-
-        ``done(collect)`` is called once, on an ORT thread, when the run ends; ``collect()``
-        (on the caller's thread) releases the staging buffers and returns what ``execute``
-        would have returned, or raises what it would have raised. Raises at once if the run
-        cannot start.
-        """
-        feed: dict[str, Any] = {}
-        leases: list[Any] = []
-
-        def collect(values: list[Any] | None, err: str) -> list[Result]:
-            _release(feed, leases)  # the arrays ORT read from live until the run has ended
-            if err:
-                raise run_error(RuntimeError(err))
-            return self._results(values or [], requests)
-
-        def finished(values: list[Any] | None, _: Any, err: str) -> None:
-            timing.infer_end_ns = time.monotonic_ns()
-            try:
-                done(lambda: collect(values, err))
-            finally:
-                self._idle.set()
-
-        try:
-            self._feed(requests, feed, leases)
-            timing.input_end_ns = time.monotonic_ns()
-            self._idle.clear()
-            self._session.run_async(self._outputs, feed, finished, None)
-        except Exception as exc:  # ORT raises its own exception types
-            self._idle.set()
-            _release(feed, leases)
-            if isinstance(exc, TritonliteError):
-                raise
-            raise run_error(exc) from None
 
     def _feed(self, requests: list[InferRequest], feed: dict[str, Any], leases: list[Any]) -> None:
         """Fill ``feed`` with the run's inputs: one request's arrays as they are, or each input
@@ -513,10 +459,6 @@ class OnnxRuntimeInstance:
         return values
 
     def close(self) -> None:
-        # A run started with ``start`` may still be going: the session must outlive it.
-        if not self._idle.wait(_CLOSE_WAIT_S):
-            log.warning("model '%s': closing while a run is still going", self._model)
-            return  # leave the session to the garbage collector rather than free it under ORT
         self._session = None  # closed: a later run fails
         self.bound_run = None
         self._staging.close()

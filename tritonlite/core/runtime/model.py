@@ -7,13 +7,16 @@ Execution design (the one way a batch runs):
   them an instance is free again with ``Scheduler.instance_free``. Only this module touches the
   idle instances.
 * **An instance's execution mode is picked once**, when the instance (or its rebuild) is made,
-  from what the backend declares (``backends/base.py``): ``async`` (``StartsAsync.runs_async``:
-  started from the loop, runs on the backend's own thread -- ONNX Runtime's ``run_async``),
-  ``thread`` (on the instance's thread) or ``thread+next`` (``TakesNext``: the instance's thread
-  holds the next request while one runs and starts it as that run returns, with no loop turn
-  between) for batches off the loop, and whether batches may run ``inline`` on the loop at all
-  (``RunsOnLoop.thread_agnostic``, and no execution timeout). Nothing about the mode is
-  re-derived per batch.
+  from what the backend declares (``backends/base.py``) and whether the model has a batcher:
+  ``thread`` (on the instance's thread, which builds the responses), and for ``TakesNext``
+  backends (their run leaves the interpreter lock; the loop builds the responses from what the
+  run returned) ``thread+next`` with no batcher (the instance's thread holds the next request while one runs
+  and starts it as that run returns, with no loop turn between) or ``thread+batch`` with one
+  (one batch at a time; the instance frees one loop turn after its batch ends, so that what
+  arrived during the run is queued before the batcher forms the next batch, as Triton's
+  front-end threads queue requests while an instance runs); and whether batches may run
+  ``inline`` on the loop at all (``RunsOnLoop.thread_agnostic``, and no execution timeout).
+  Nothing about the mode is re-derived per batch.
 * **A policy object owns the measured switching** (``InlinePolicy``): for an instance that may
   run inline, it says per batch, from the batches' measured times, whether this one runs on
   the loop or goes to the instance's off-loop mode. No other code decides.
@@ -52,7 +55,6 @@ from tritonlite.backends.base import (
     ModelContext,
     RunsBound,
     RunsOnLoop,
-    StartsAsync,
     TakesNext,
 )
 from tritonlite.contracts.errors import (
@@ -229,10 +231,13 @@ class ModelInstance:
         self.padding = 0
         self._inline_allowed = True
         self.policy: InlinePolicy | None = None
-        self._start_async: Callable[..., None] | None = None
         self.execute_one: Callable[[InferRequest, ExecTiming], Any] | None = None
         self.bound_run: tuple[Callable[..., list[Any]], list[str]] | None = None
         self.mode = ""
+        # Whether the model's scheduler forms batches (a dynamic or sequence batcher): set by
+        # the model before it picks the mode; a batcher's batches are not held on the thread.
+        self.batcher = False
+        self._frees_later = False  # ``thread+batch``: free one loop turn after a batch ends
         # ``depth`` batches at once: 2 where the thread takes the next itself (``TakesNext``);
         # ``pipe`` holds those handed to the thread and not yet back, oldest first (``busy``:
         # how many; a batch runs on the loop only while none is out).
@@ -255,15 +260,10 @@ class ModelInstance:
 
     def _choose_mode(self) -> None:
         """The execution mode, from what ``impl`` declares (backends/base.py): picked once per
-        backend instance, never per batch.
-
-        ``start`` is bound here once: an isinstance of a runtime-checked Protocol walks its
-        members on every call, about 2 us of the loop's time per batch.
+        backend instance, never per batch (an isinstance of a runtime-checked Protocol walks
+        its members on every call, about 2 us of the loop's time).
         """
         impl = self.impl
-        self._start_async = None
-        if isinstance(impl, StartsAsync) and impl.runs_async:
-            self._start_async = impl.start
         self.execute_one = None
         if isinstance(impl, ExecutesOne) and impl.executes_one:
             self.execute_one = impl.execute_one
@@ -272,42 +272,30 @@ class ModelInstance:
             self._inline_allowed and isinstance(impl, RunsOnLoop) and bool(impl.thread_agnostic)
         )
         self.policy = InlinePolicy() if inline else None
-        off_loop = "async" if self._start_async is not None else "thread"
-        # With an execution timeout (no inline) each batch has its own watch: one at a time.
+        off_loop = "thread"
         self.depth = 1
-        if (
-            off_loop == "thread"
-            and self._inline_allowed
-            and isinstance(impl, TakesNext)
-            and impl.takes_next
-        ):
+        takes_next = isinstance(impl, TakesNext) and bool(impl.takes_next)
+        self._frees_later = takes_next and self.batcher
+        if self._frees_later:
+            off_loop = "thread+batch"
+        elif takes_next and self._inline_allowed:
+            # With an execution timeout (no inline) each batch has its own watch: one at a time.
             self.depth = 2
             off_loop = "thread+next"
         self.mode = f"inline|{off_loop}" if inline else off_loop
 
-    @property
-    def async_ok(self) -> bool:
-        """Whether batches off the loop start with the backend's ``start``."""
-        return self._start_async is not None
-
     def submit(self, model: Model, batch: list[Pending], loop: asyncio.AbstractEventLoop) -> None:
-        """Run ``batch`` off the loop; ``model._complete`` gets the results.
+        """Run ``batch`` on this instance's thread; ``model._complete`` gets the results.
 
-        A backend instance that can start a batch without blocking (``runs_async``: ONNX
-        Runtime's ``run_async``) is started from the loop, and its results are turned into
-        responses on the loop: the batch does not wait for this instance's thread to get the
-        GIL from a busy loop before it starts (measured on the MLP at concurrency 16: 1.4 ms
-        on average). Any other batch runs on this instance's thread.
+        ``thread+next`` and ``thread+batch`` hand it over with ``_hand_next`` (the loop builds
+        the responses); ``thread`` builds them on the thread too.
         """
         gen = self.generation
         timeout = model.health.settings.execution_timeout_s
         if timeout > 0:
             self._watch = loop.call_later(timeout, self._timed_out, model, gen, batch)
-        start = self._start_async
-        if start is not None and self.runner is None:  # a runner wraps ``execute`` only
-            self._start(start, model, batch, loop, gen)
-            return
-        if self.depth > 1 and self.runner is None:
+        if (self.depth > 1 or self._frees_later) and self.runner is None:  # a runner wraps
+            # ``execute``, which then runs with it on the thread
             self._hand_next(model, batch, loop, gen)
             return
 
@@ -326,41 +314,13 @@ class ModelInstance:
 
         self._worker.work.put(job)
 
-    def _start(
-        self,
-        start: Callable[..., None],
-        model: Model,
-        batch: list[Pending],
-        loop: asyncio.AbstractEventLoop,
-        gen: int,
-    ) -> None:
-        requests = [p.request for p in batch]
-        timing = ExecTiming(start_ns=time.monotonic_ns())
-
-        def done(collect: Callable[[], list[Any]]) -> None:  # on a backend thread
-            try:
-                loop.call_soon_threadsafe(
-                    self._collected, model, gen, batch, requests, timing, collect
-                )
-            except RuntimeError:  # the loop is closed: the server is gone
-                return
-
-        try:
-            start(requests, timing, done)
-        except Exception as exc:
-            failed = exc  # a batch that could not start completes one loop turn later
-
-            def fail() -> list[Any]:
-                raise failed
-
-            loop.call_soon(self._collected, model, gen, batch, requests, timing, fail)
-
     def _hand_next(
         self, model: Model, batch: list[Pending], loop: asyncio.AbstractEventLoop, gen: int
     ) -> None:
-        """Queue ``batch`` on the thread, which may still be running the one before: the thread
-        starts it as soon as that run returns, and the loop builds the responses of each
-        (``_piped``) while the next runs."""
+        """Queue ``batch`` on the thread, which may still be running the one before
+        (``thread+next``): the thread starts it as soon as that run returns, and the loop builds
+        the responses of each (``_piped``) while the next runs. In ``thread+batch`` the thread
+        runs one batch at a time and the loop builds its responses."""
         self.pipe.append((model, batch))
         impl = self.impl
         one = self.execute_one if len(batch) == 1 else None
@@ -415,7 +375,7 @@ class ModelInstance:
         if start:  # a request held on the thread was queued until its run started, as in Triton
             for p in batch:
                 p.dispatch_ns = start
-        self._collected(model, gen, batch, requests, timing, collect)
+        self._collected(model, gen, batch, requests, timing, collect, self._frees_later)
 
     def _fail_pipe(self) -> None:
         """The batches handed to an abandoned thread fail now (their results are dropped when
@@ -435,15 +395,17 @@ class ModelInstance:
         requests: list[InferRequest],
         timing: ExecTiming,
         collect: Callable[[], list[Any]],
+        release_later: bool = False,
     ) -> None:
-        """On the loop: a batch started by ``_start`` ended; build its responses."""
+        """On the loop: a batch handed to the thread by ``_hand_next`` ended; build its
+        responses. ``release_later``: the instance frees one loop turn later (``thread+batch``)."""
         try:
             results = self._responses(model, requests, timing, collect)
         except BaseException as exc:  # never lose a batch: fail it instead
             err = internal(f"instance {self.spec.name} failed: {exc}")
-            self.finished(model, gen, batch, [err] * len(batch), None, False)
+            self.finished(model, gen, batch, [err] * len(batch), None, False, release_later)
             return
-        self.finished(model, gen, batch, results, timing, True)
+        self.finished(model, gen, batch, results, timing, True, release_later)
 
     def call_soon(self, fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
         """Run ``fn`` on this instance's thread (after the current batch); its future."""
@@ -494,6 +456,7 @@ class ModelInstance:
             f"execution timed out after {timeout:g} s on model instance '{self.spec.name}'; "
             "the instance was taken out of rotation"
         )
+        self.pipe.clear()  # ``thread+batch``: this batch, failed here rather than with the pipe
         model.health.take_out(self, msg)
         model._complete(self, batch, [unavailable(msg)] * len(batch), None, True)
 
@@ -626,7 +589,9 @@ class Model:
         self._loop = asyncio.get_running_loop()
         self.scheduler = make_scheduler(self)
         self.health = InstanceHealth(self, health or HealthSettings(), warmup)
+        batcher = type(self.scheduler) is not DirectScheduler
         for inst in instances:
+            inst.batcher = batcher
             inst.allow_inline(self.health.inline_ok)
         for _ in range(max((i.depth for i in instances), default=1)):
             self.idle.extend(i for i in instances if i.depth > _)

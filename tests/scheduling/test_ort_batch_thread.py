@@ -1,10 +1,12 @@
-"""ONNX Runtime batches that leave the event loop start with ``run_async`` on ORT's own thread.
+"""Batched ONNX Runtime models run each batch with ``run`` on the instance thread.
 
-Real ONNX models in a real InferenceCore. An instance whose session has an intra-op pool
-(``intra_op_thread_count`` >= 2) starts its off-loop batches from the loop and builds their
-responses on the loop; one without (count 1) keeps running them on its instance thread. The
-tests keep batches off the loop (``allow_inline(False)``) and hold the instances so that batch
-formation is deterministic.
+Real ONNX models in a real InferenceCore, under a dynamic batcher. An instance whose session
+has an intra-op pool (``intra_op_thread_count`` >= 2) and plain tensors runs its off-loop
+batches on its thread with the pool sharing each run, and its responses are built on the loop
+(``thread+batch``); one without (count 1, or string tensors) runs them on its thread and builds
+them there (``thread``). The tests keep batches off the loop (``allow_inline(False)``) and hold
+the instances so that batch formation is deterministic. Gated states (a batch running while
+others queue, failures, cancellation, unload) are in test_thread_batch.py.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tritonlite.contracts.errors import TritonliteError
 from tritonlite.contracts.types import InferInput, InferRequest
 from tritonlite.core.core import InferenceCore
 from tritonlite.options import ServerOptions
@@ -70,31 +71,45 @@ def run(tmp_path: Path, body: Any) -> None:
     asyncio.run(main())
 
 
+async def idle(core: InferenceCore, name: str, timeout_s: float = 30.0) -> None:
+    """Wait until every instance of ``name`` is idle again."""
+    model = core.repository.get(name)
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while len(model.idle) < len(model.instances):
+        assert asyncio.get_running_loop().time() < deadline, "instances never came back idle"
+        await asyncio.sleep(0.001)
+
+
 def _req(model: str, value: float, n: int = 3) -> InferRequest:
     data = np.full((1, n), value, dtype=np.float32)
     return InferRequest(model_name=model, inputs=[InferInput("INPUT0", "FP32", (1, n), data)])
 
 
-def test_only_a_session_with_an_intra_op_pool_and_plain_tensors_starts_async(
+def test_only_a_session_with_an_intra_op_pool_and_plain_tensors_runs_thread_batch(
     tmp_path: Path,
 ) -> None:
     async def body(core: InferenceCore) -> None:
-        flags = {
-            name: core.repository.get(name).instances[0].async_ok
+        modes = {
+            name: core.repository.get(name).instances[0].mode
             for name in ("pooled", "single", "strings", "gather", "mlp")
         }
-        assert flags == {
-            "pooled": True,
-            "single": False,
-            "strings": False,
-            "gather": True,
-            "mlp": True,
+        assert modes == {
+            "pooled": "thread+batch",
+            "single": "thread",
+            "strings": "thread",
+            "gather": "thread+batch",
+            "mlp": "thread+batch",
         }
+        # one batch at a time under a batcher: the thread holds no second one
+        assert core.repository.get("pooled").instances[0].depth == 1
+        # the instance thread and one pool thread share a run, as Triton's Run
+        live = core.repository.get("mlp").instances[0].impl._session.get_session_options()
+        assert live.intra_op_num_threads == 2
 
     run(tmp_path, body)
 
 
-def test_async_batches_answer_each_request_and_never_use_the_instance_thread(
+def test_batches_run_on_the_instance_thread_and_answer_each_request(
     tmp_path: Path,
 ) -> None:
     async def body(core: InferenceCore) -> None:
@@ -102,12 +117,18 @@ def test_async_batches_answer_each_request_and_never_use_the_instance_thread(
         inst = model.instances[0]
         on_thread: list[str] = []
         sync_execute = inst.impl.execute
+        sync_one = inst.execute_one
 
         def execute(*args: Any) -> Any:
             on_thread.append(threading.current_thread().name)
             return sync_execute(*args)
 
+        def execute_one(*args: Any) -> Any:
+            on_thread.append(threading.current_thread().name)
+            return sync_one(*args)
+
         inst.impl.execute = execute  # type: ignore[method-assign]
+        inst.execute_one = execute_one
         held = Held(core, "pooled")
         tasks = [asyncio.ensure_future(core.infer(_req("pooled", i))) for i in range(5)]
         await asyncio.sleep(0)
@@ -119,7 +140,8 @@ def test_async_batches_answer_each_request_and_never_use_the_instance_thread(
         for i in range(3):
             r = await core.infer(_req("pooled", 10 + i, n=2))
             assert r.outputs[0].data.tolist() == [[10.0 + i] * 2]
-        assert on_thread == []
+        assert on_thread == [inst.spec.name] * 4
+        assert inst.spec.name != threading.current_thread().name
         stats = model.stats
         assert stats.success.count == 8 and stats.execution_count == 4
         assert stats.compute_infer.ns > 0 and stats.compute_output.ns > 0
@@ -127,7 +149,7 @@ def test_async_batches_answer_each_request_and_never_use_the_instance_thread(
     run(tmp_path, body)
 
 
-def test_a_real_model_batched_async_matches_one_at_a_time(tmp_path: Path) -> None:
+def test_a_real_model_batched_on_the_thread_matches_one_at_a_time(tmp_path: Path) -> None:
     async def body(core: InferenceCore) -> None:
         rng = np.random.default_rng(0)
         xs = [rng.standard_normal((1, 256), dtype=np.float32) for _ in range(6)]
@@ -138,6 +160,7 @@ def test_a_real_model_batched_async_matches_one_at_a_time(tmp_path: Path) -> Non
             )
 
         alone = [(await core.infer(req(x))).outputs[0].data for x in xs]
+        await idle(core, "mlp")  # an instance frees one loop turn after its batch answered
         held = Held(core, "mlp")
         tasks = [asyncio.ensure_future(core.infer(req(x))) for x in xs]
         await asyncio.sleep(0)
@@ -150,29 +173,12 @@ def test_a_real_model_batched_async_matches_one_at_a_time(tmp_path: Path) -> Non
     run(tmp_path, body)
 
 
-def test_a_failing_async_batch_fails_exactly_its_requests(tmp_path: Path) -> None:
+def test_a_failing_batch_on_the_thread_fails_exactly_its_requests(tmp_path: Path) -> None:
     async def body(core: InferenceCore) -> None:
         results = await check_failing_batch(core)
         assert "onnx runtime error" in str(results[1])
         # the instance is still in rotation and serves the next request
         r = await core.infer(gather_req(0))
         assert float(r.outputs[0].data[0, 0]) == 0.0
-
-    run(tmp_path, body)
-
-
-def test_close_waits_for_a_run_that_is_still_going(tmp_path: Path) -> None:
-    async def body(core: InferenceCore) -> None:
-        from tritonlite.contracts.timing import ExecTiming
-
-        impl = core.repository.get("mlp").instances[0].impl
-        x = np.ones((8, 256), dtype=np.float32)
-        request = InferRequest(model_name="mlp", inputs=[InferInput("INPUT0", "FP32", (8, 256), x)])
-        ended: list[Any] = []
-        impl.start([request], ExecTiming(), ended.append)  # type: ignore[attr-defined]
-        await asyncio.to_thread(impl.close)  # must not free the session under the run
-        assert len(ended) == 1
-        with pytest.raises(TritonliteError):  # closed: the session is gone
-            impl.execute([request], ExecTiming())
 
     run(tmp_path, body)
