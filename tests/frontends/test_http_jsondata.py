@@ -63,11 +63,13 @@ def test_twins_are_what_they_claim() -> None:
     if os.environ.get("TRITONLITE_NO_EXTENSIONS") == "1":
         assert not jsondata.ACCELERATED and "pure Python" in jsondata.describe()
         assert jsondata.data_array is None and jsondata.plain_input is None
+        assert jsondata.plain_inputs is _jsondata_py.plain_inputs  # the JSON lane's, always
         return
     if COMPILED is None:
         pytest.skip(NOT_BUILT)
     assert COMPILED.COMPILED is True and COMPILED.__file__ != _jsondata_py.__file__
     assert jsondata.ACCELERATED and jsondata.data_array is COMPILED.data_array
+    assert jsondata.plain_inputs is COMPILED.plain_inputs
     assert "compiled" in jsondata.describe()
 
 
@@ -299,6 +301,55 @@ def test_fuzz_plain_inputs_decode_as_the_general_path(
             assert a[:3] == b[:3] and a[4:] == b[4:], body
             _same(a[3], b[3])
     assert plain > 50  # the fuzz reaches the fast path
+
+
+def test_fuzz_plain_inputs_are_what_the_general_path_decodes(J: Any) -> None:
+    """``plain_inputs`` (the JSON lane's reader of a whole ``inputs`` list) answers only where
+    every input is plain, each name once, and then with the general decode's names,
+    datatypes, shapes and arrays, in order."""
+    rng = random.Random(SEED + 2)
+    deadline = time.monotonic() + TIME_LIMIT_S / 2
+    answered = 0
+    for i in range(ITERATIONS // 4):
+        if time.monotonic() > deadline:
+            break
+        items: list[Any] = []
+        for k in range(rng.randint(0, 3)):
+            datatype = rng.choice(NUMERIC + ("BYTES", 7))
+            shape, data = _shape_and_data(rng, datatype if datatype in NUMERIC else "FP32")
+            name: Any = f"IN{k}" if rng.random() < 0.9 else "IN0"  # a name twice, now and then
+            item: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(shape)}
+            item["data"] = data
+            r = rng.random()
+            if r < 0.04:
+                item["parameters"] = {}
+            elif r < 0.08:
+                item["shape"] = [-1]
+            elif r < 0.1:
+                item["shape"] = [True]
+            elif r < 0.12:
+                item = [item]  # type: ignore[assignment]
+            items.append(item)
+        try:
+            body = orjson.dumps({"inputs": items})
+        except orjson.JSONEncodeError:
+            continue
+        got = J.plain_inputs(orjson.loads(body)["inputs"])
+        if got is None:
+            continue
+        answered += 1
+        ref = _decode(body)
+        where = f"seed {SEED + 2} iteration {i}: {body!r}"
+        assert not isinstance(ref, str), where  # answered only what decodes
+        key, feed = got
+        assert type(key) is tuple and list(feed) == [r[0] for r in ref], where
+        assert key == tuple((r[0], r[1], r[2]) for r in ref), where
+        assert all(r[4] == {} and r[5] is None for r in ref), where
+        for r in ref:
+            _same(feed[r[0]], r[3])
+    assert answered > 50  # the fuzz reaches the answers, not only the refusals
+    assert J.plain_inputs([]) is None and J.plain_inputs({"name": "x"}) is None
+    assert J.plain_inputs(None) is None
 
 
 # -- end to end: raw HTTP to a real server ------------------------------------------------------
