@@ -40,14 +40,8 @@ def answer(core: CoreAPI, doc: Any, name: str, version: int) -> bytes | None:
     if got is None:
         return None
     model_name, model_version, outs = got
-    return orjson.dumps(
-        {
-            "model_name": model_name,
-            "model_version": model_version,
-            "outputs": [
-                {"name": o, "datatype": dt, "shape": list(arr.shape), "data": json_data(o, arr)}
-                for o, dt, arr in outs
-            ],
-        },
-        option=_NUMPY,
-    )
+    written = []
+    for o, dt, arr in outs:  # (a shape tuple is written as the list encode_infer makes)
+        written.append({"name": o, "datatype": dt, "shape": arr.shape, "data": json_data(o, arr)})
+    doc = {"model_name": model_name, "model_version": model_version, "outputs": written}
+    return orjson.dumps(doc, option=_NUMPY)
