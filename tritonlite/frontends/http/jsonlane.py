@@ -3,6 +3,8 @@ and response objects.
 
 The commonest JSON client sends ``{"inputs": [{"name", "datatype", "shape", "data"}, ...]}``
 and nothing else (no id, parameters or requested outputs: every output comes back as JSON).
+The ``infer`` handler asks ``answer`` for such a body unless headers are forwarded as
+parameters (``--http-header-forward-pattern``).
 ``answer`` reads such a document's inputs straight into arrays (``jsondata.plain_inputs``),
 hands them to the model's single-request lane (``CoreAPI.infer_plain``: taken only once
 that lane has seen the same input structure pass validation, so nothing here raises for a
