@@ -13,8 +13,9 @@ general path, which words every error): a queue, a busy instance (one with a run
 thread, ``ModelInstance.pipe``), an instance off the loop or without a bound run, parameters,
 shared memory, a raw input, an ensemble step's timing hook, classification, a reshaped output.
 A run that raises, or an output the lane cannot frame, gives the instance back untouched and
-returns None too: the general path then runs the request again and answers as it always does
-(ONNX Runtime's own checks word the error).
+returns None too (``run_plain``: False, so that its caller skips every lane): the general path
+then runs the request once more and answers as it always does (ONNX Runtime's own checks word
+the error) -- a request is run in one lane at most.
 
 ``DirectLane.run_plain`` is ``run`` for a request that is only its inputs' arrays (the HTTP
 JSON lane's: no request object, no response objects): taken only for an input structure
@@ -169,7 +170,7 @@ class DirectLane:
         else:
             pairs = [(w.name, w.binary is True) for w in wanted]
         outs = self._execute(inst, feed, pairs, req.batch_size, arrival, start, True)
-        if outs is None:
+        if outs is False:
             return None
         return InferResponse(self.name, self.version, req.id, outs, {})
 
@@ -178,9 +179,11 @@ class DirectLane:
         outputs: every output, as JSON), given as ``key`` -- its inputs' ``(name, datatype,
         shape)`` in order, the structure ``run`` records -- and ``feed``, their arrays by
         name, each of its declared shape: ``(model name, version, [(output name, datatype,
-        array), ...])``, or None with nothing done. Only a structure that passed
-        ``validate.prepare`` whole before is taken (so nothing here raises); the statistics
-        are ``run``'s."""
+        array), ...])``, or None with nothing done, or False when the run raised or gave an
+        output the lane cannot frame (nothing recorded: the caller takes the general path at
+        once, not ``run``, so that no request is run twice in a lane). Only a structure that
+        passed ``validate.prepare`` whole before is taken (so nothing here raises); the
+        statistics are ``run``'s."""
         size = self.shapes.get(key, 0)
         if size <= 0 or self.all_outputs is None:
             return None
@@ -190,8 +193,8 @@ class DirectLane:
         arrival = _now()
         start = _now()
         outs = self._execute(inst, feed, self.every[0], size, arrival, start, False)
-        if outs is None:
-            return None
+        if outs is False:
+            return False
         return (self.name, self.version, outs)
 
     def _execute(
@@ -206,7 +209,7 @@ class DirectLane:
     ) -> Any:
         """Run ``feed`` on ``inst`` (the idle instance ``_ready`` gave), then record: the
         outputs ``pairs`` names, as ``InferOutput`` (``objects``) or ``(name, datatype,
-        array)``; None, with the instance given back and nothing recorded, when the run
+        array)``; False, with the instance given back and nothing recorded, when the run
         raises or an output cannot be framed."""
         idle = self.idle
         run, names = inst.bound_run
@@ -219,7 +222,7 @@ class DirectLane:
             values = run(names, feed, None)
         except Exception:
             idle.appendleft(inst)
-            return None
+            return False
         infer_end = _now()
         index = self.index
         wire = self.wire
@@ -228,12 +231,12 @@ class DirectLane:
             k = index.get(name, -1)
             if k < 0:
                 idle.appendleft(inst)
-                return None
+                return False
             arr = values[k]
             dt = wire.get(arr.dtype)
             if dt is None:
                 idle.appendleft(inst)
-                return None
+                return False
             if objects:
                 outs.append(InferOutput(name, dt, arr.shape, arr, None, binary))
             else:

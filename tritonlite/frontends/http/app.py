@@ -162,6 +162,7 @@ async def infer(
             raise invalid_arg(f"invalid Inference-Header-Content-Length '{header}'") from None
     else:
         header_len = None
+    ran = False  # the JSON lane ran it and the run failed: the general path at once
     if header_len == 0 or (header_len is None and not body):
         # Triton reads an empty body as a raw input of 0 bytes, not as JSON, header or not
         req = codec.raw_binary_request(name, version, body)
@@ -172,7 +173,9 @@ async def infer(
             doc = None  # decode_infer words it
         plain = jsonlane.answer(core, doc, name, version)
         if plain is not None:
-            return _plain_response(plain, fields.get("Accept-Encoding"))
+            if plain is not False:
+                return _plain_response(plain, fields.get("Accept-Encoding"))
+            ran = True
         if doc is None:
             req = codec.decode_infer(body, header_len, name, version)
         else:
@@ -181,7 +184,8 @@ async def infer(
         req = codec.decode_infer(body, header_len, name, version)
     if forward is not None:
         forward.http(fields, req.parameters)
-    resp = core.infer_now(req)  # the commonest request, answered at once; None: not covered
+    # the commonest request, answered at once; None: not covered
+    resp = None if ran else core.infer_now(req)
     if resp is None:
         resp = await core.infer(req, _DECOUPLED)
     parts, head_len, has_binary = codec.encode_infer(resp)

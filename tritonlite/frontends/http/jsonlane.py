@@ -12,11 +12,13 @@ bad request) and writes the response document from the output arrays -- the byte
 ``codec.encode_infer`` writes for the same response. Anything else (another form, an error
 to word, a structure not seen yet, a lane that would not answer now) is None with nothing
 done: the handler then decodes the same document into a request and takes the general path.
+False: the lane ran the request and the run failed; the handler then takes ``CoreAPI.infer``
+at once (not ``infer_now``), so that the request is run once more at most.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
@@ -30,17 +32,17 @@ _plain_inputs = jsondata.plain_inputs
 _NUMPY = orjson.OPT_SERIALIZE_NUMPY
 
 
-def answer(core: CoreAPI, doc: Any, name: str, version: int) -> bytes | None:
+def answer(core: CoreAPI, doc: Any, name: str, version: int) -> bytes | Literal[False] | None:
     """The response body of ``doc`` (a parsed JSON request body) for model ``name``
-    ``version``, or None (see the module's docstring)."""
+    ``version``, or None, or False (see the module's docstring)."""
     if type(doc) is not dict or len(doc) != 1:
         return None
     plain = _plain_inputs(doc.get("inputs"))
     if plain is None:
         return None
     got = core.infer_plain(name, version, plain[0], plain[1])
-    if got is None:
-        return None
+    if got is None or got is False:
+        return got
     model_name, model_version, outs = got
     written = []
     for o, dt, arr in outs:  # (a shape tuple is written as the list encode_infer makes)
