@@ -1,12 +1,14 @@
 """The single-request lane through real servers and real clients: a model without batching
 answers, counts and fails the same on a server where the lane serves it (HTTP and gRPC ask
-``InferenceCore.infer_now`` first) as on one where every request takes the general path
+``InferenceCore.infer_now`` first; a JSON body of inputs alone, ``InferenceCore.infer_plain``) as on one where every request takes the general path
 (tracing on turns the lane off). In-process checks of each fallback condition:
 tests/core/test_direct_lane.py.
 """
 
 from __future__ import annotations
 
+import gzip
+import http.client
 import json
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -187,3 +189,94 @@ def test_errors_match_the_general_path(clients: tuple[_Clients, _Clients], proto
         lane, general = (_counts(side.server, model) for side in clients)
         assert lane == general, model
     assert _stats(clients[0].server, "fails")["inference_stats"]["fail"]["count"] >= 1
+
+
+def _raw_json(server: Server, path: str, body: bytes, **headers: str) -> tuple[int, Any, bytes]:
+    """POST ``body`` as JSON: (status, the response's headers that say what it is, body)."""
+    host, port = server.http_url.split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        conn.request(
+            "POST", path, body=body, headers={"Content-Type": "application/json", **headers}
+        )
+        resp = conn.getresponse()
+        data = resp.read()
+        kept = {
+            k: resp.getheader(k) for k in ("Content-Type", "Content-Length", "Content-Encoding")
+        }
+        return resp.status, kept, data
+    finally:
+        conn.close()
+
+
+def _json_input(name: str, datatype: str, shape: list[int], data: Any) -> dict[str, Any]:
+    return {"name": name, "datatype": datatype, "shape": shape, "data": data}
+
+
+def test_plain_json_bodies_match_the_general_path(clients: tuple[_Clients, _Clients]) -> None:
+    """A JSON body of inputs alone (wrk's, curl's): the JSON lane's answer is the general
+    path's, byte for byte, and so are the errors and the statistics."""
+    a, b = A.ravel().tolist(), B.ravel().tolist()
+    plain = {
+        "inputs": [
+            _json_input("INPUT0", "FP32", [1, 16], a),
+            _json_input("INPUT1", "FP32", [1, 16], b),
+        ]
+    }
+    nested = {
+        "inputs": [_json_input(n, "FP32", [1, 16], [d]) for n, d in (("INPUT0", a), ("INPUT1", b))]
+    }
+    ints = [_json_input("INPUT0", "FP32", [1, 16], list(range(16))), plain["inputs"][1]]
+    short = [_json_input("INPUT0", "FP32", [1, 16], a[:15]), plain["inputs"][1]]
+    narrow = [_json_input(n, "FP32", [1, 8], a[:8]) for n in ("INPUT0", "INPUT1")]
+    direct = "/v2/models/direct/infer"
+    cases: list[tuple[str, bytes]] = [
+        (direct, json.dumps(plain).encode()),
+        (direct, json.dumps(plain).encode()),
+        (direct, json.dumps(nested).encode()),
+        (direct, json.dumps({"inputs": ints}).encode()),
+        (direct, json.dumps({"inputs": plain["inputs"][::-1]}).encode()),
+        (direct, json.dumps({"inputs": short}).encode()),
+        (direct, json.dumps({"inputs": narrow}).encode()),
+        (direct, json.dumps({"inputs": plain["inputs"][:1]}).encode()),
+        (direct, json.dumps({"inputs": [plain["inputs"][0]] * 2}).encode()),
+        (direct, json.dumps({"inputs": []}).encode()),
+        (direct, json.dumps({**plain, "id": "j-1"}).encode()),
+        (direct, b'{"inputs": [}'),
+        ("/v2/models/nope/infer", json.dumps(plain).encode()),
+        ("/v2/models/direct/versions/7/infer", json.dumps(plain).encode()),
+        (
+            "/v2/models/fails/infer",
+            json.dumps({"inputs": [_json_input("INPUT0", "INT64", [1, 1], [[99]])]}).encode(),
+        ),
+        (
+            "/v2/models/fails/infer",
+            json.dumps({"inputs": [_json_input("INPUT0", "INT64", [1, 1], [[1]])]}).encode(),
+        ),
+    ]
+    for side in clients:
+        for _ in range(_WARM):
+            side.add_sub("http")
+            side.fails("http", 1)
+    for path, body in cases:
+        for _ in range(3):  # a structure's first request proves it; the next take the lane
+            lane, general = (_raw_json(side.server, path, body) for side in clients)
+            assert lane == general, (path, body)
+        if path == direct and body == cases[0][1]:
+            assert lane[0] == 200
+            doc = json.loads(lane[2])
+            assert doc["outputs"][0]["data"] == (A + B).ravel().tolist()
+    # compressed: the same document (gzip's own header holds a time, so compare inflated)
+    lane, general = (
+        _raw_json(side.server, direct, cases[0][1], **{"Accept-Encoding": "gzip"})
+        for side in clients
+    )
+    assert lane[0] == general[0] == 200 and lane[1]["Content-Encoding"] == "gzip"
+    assert (lane[1]["Content-Type"], lane[1]["Content-Encoding"]) == (
+        general[1]["Content-Type"],
+        general[1]["Content-Encoding"],
+    )
+    assert gzip.decompress(lane[2]) == gzip.decompress(general[2])
+    for model in ("direct", "fails"):
+        lane_counts, general_counts = (_counts(side.server, model) for side in clients)
+        assert lane_counts == general_counts, model

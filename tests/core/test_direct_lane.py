@@ -418,3 +418,143 @@ def test_the_selector_binds_one_twin() -> None:
     else:
         assert lane_mod.DirectLane is _lane_py.DirectLane
         assert "pure Python" in lane_mod.describe()
+
+
+_KEY = (("INPUT0", "FP32", (1, 16)), ("INPUT1", "FP32", (1, 16)))
+
+
+def _feed() -> dict[str, Any]:
+    r = _req("direct")
+    return {i.name: i.data for i in r.inputs}
+
+
+def test_a_plain_request_is_answered_as_infer_answers_it(tmp_path: Path) -> None:
+    """``infer_plain`` (the JSON lane's call): the outputs ``infer`` gives for the same
+    inputs, and the statistics of one more request, taken only for a structure that passed
+    validation before (``_warm``'s requests have this one)."""
+
+    async def body(core: InferenceCore) -> None:
+        assert core.infer_plain("direct", -1, _KEY, _feed()) is None  # not seen yet: nothing
+        assert _counts(core, "direct")["inference_stats"]["success"]["count"] == 0
+        await _warm(core, lambda: _req("direct"))
+        lane = core.repository.get("direct").lane
+        assert lane is not None
+        stats = core.statistics("direct")["model_stats"][0]
+        taken = lane.taken
+        got = core.infer_plain("direct", -1, _KEY, _feed())
+        assert got is not None and lane.taken == taken + 1
+        name, version, outs = got
+        ref = await core.infer(_req("direct"))
+        assert (name, version) == (ref.model_name, ref.model_version)
+        assert [(o, dt, a.shape) for o, dt, a in outs] == [
+            (o.name, o.datatype, o.shape) for o in ref.outputs
+        ]
+        for (_, _, a), o in zip(outs, ref.outputs):
+            assert o.data is not None and a.dtype == o.data.dtype
+            np.testing.assert_array_equal(a, o.data)
+        after = core.statistics("direct")["model_stats"][0]
+        assert after["execution_count"] == stats["execution_count"] + 2
+        inf, inf0 = after["inference_stats"], stats["inference_stats"]
+        for k in ("success", "queue", "compute_input", "compute_infer", "compute_output"):
+            assert inf[k]["count"] == inf0[k]["count"] + 2, k
+        assert inf["fail"] == inf0["fail"]
+
+    _run(_repo(tmp_path), body)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        (("INPUT0", "FP32", (1, 8)), ("INPUT1", "FP32", (1, 8))),  # never passed validation
+        (("INPUT1", "FP32", (1, 16)), ("INPUT0", "FP32", (1, 16))),  # another order
+        (("INPUT0", "FP32", (1, 16)),),
+        (("INPUT0", "FP32", (1, 16)), ("INPUT1", "FP32", (1, 16)), "OUTPUT0", 1),
+    ],
+    ids=["shape", "order", "missing", "outputs"],
+)
+def test_a_plain_request_of_a_structure_not_proven_is_left_alone(
+    tmp_path: Path, key: tuple[Any, ...]
+) -> None:
+    async def body(core: InferenceCore) -> None:
+        await _warm(core, lambda: _req("direct"))
+        lane = core.repository.get("direct").lane
+        assert lane is not None
+        before, taken = _counts(core, "direct"), lane.taken
+        assert core.infer_plain("direct", -1, key, _feed()) is None
+        assert _counts(core, "direct") == before and lane.taken == taken
+
+    _run(_repo(tmp_path), body)
+
+
+def test_a_plain_request_falls_back_where_infer_now_does(tmp_path: Path) -> None:
+    async def body(core: InferenceCore) -> None:
+        await _warm(core, lambda: _req("direct"))
+        assert core.infer_plain("direct", -1, _KEY, _feed()) is not None
+        with pytest.raises(TritonliteError):
+            core.infer_plain("nope", -1, _KEY, _feed())  # infer's error for it
+        assert core.infer_plain("batched", -1, _KEY, _feed()) is None  # no lane
+        model = core.repository.get("direct")
+        inst = model.idle[0]
+        inst.pipe.append((model, []))  # a run out on its thread
+        assert core.infer_plain("direct", -1, _KEY, _feed()) is None
+        inst.pipe.pop()
+        core.exiting = True
+        assert core.infer_plain("direct", -1, _KEY, _feed()) is None
+        core.exiting = False
+        assert core.infer_plain("direct", -1, _KEY, _feed()) is not None
+
+    _run(_repo(tmp_path), body)
+
+
+def test_the_http_handler_answers_a_plain_json_body_through_the_lane(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The HTTP ``infer`` handler gives a body of inputs alone to ``jsonlane.answer``: once
+    the structure passed, the lane answers it, with the general path's bytes."""
+    import orjson
+
+    from tritonlite.frontends.http import app, jsonlane
+    from tritonlite.frontends.wire._http1_py import Headers
+
+    answered: list[bytes] = []
+    real = jsonlane.answer
+
+    def spy(*a: Any) -> Any:
+        got = real(*a)
+        if got is not None:
+            answered.append(got)
+        return got
+
+    monkeypatch.setattr(jsonlane, "answer", spy)
+    a = np.arange(16, dtype=np.float32).reshape(1, 16)
+    doc = {
+        "inputs": [
+            {"name": "INPUT0", "datatype": "FP32", "shape": [1, 16], "data": a.ravel().tolist()},
+            {"name": "INPUT1", "datatype": "FP32", "shape": [1, 16], "data": [2.0] * 16},
+        ]
+    }
+
+    class Req:
+        method, path, query, version, peer = "POST", "/v2/models/direct/infer", "", (1, 1), None
+        headers = Headers({"content-type": "application/json"})
+
+        def __init__(self, body: bytes) -> None:
+            self.body = body
+
+        async def read(self) -> bytes:
+            return self.body
+
+        def disconnected(self) -> bool:
+            return False
+
+    async def body(core: InferenceCore) -> None:
+        await _warm(core, lambda: _req("direct"))
+        dispatch = app.make_dispatch(core)
+        resp = await dispatch(Req(orjson.dumps(doc)))
+        assert answered and resp.status == 200 and b"".join(resp.body) == answered[-1]
+        # the general path's bytes for the same request (an id sends it there)
+        general = await dispatch(Req(orjson.dumps({**doc, "id": ""})))
+        assert len(answered) == 1 and b"".join(general.body) == answered[0]
+        assert (resp.content_type, resp.headers) == (general.content_type, general.headers)
+
+    _run(_repo(tmp_path), body)

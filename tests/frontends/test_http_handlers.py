@@ -105,6 +105,9 @@ class StandInCore:
     def infer_now(self, request: InferRequest) -> InferResponse | None:
         return None  # no single-request lane here: every request takes ``infer``
 
+    def infer_plain(self, name: str, version: int, key: Any, feed: Any) -> Any:
+        return None  # nor a JSON lane
+
     async def infer(self, request: InferRequest, decoupled_message: str = "") -> InferResponse:
         self.requests.append(request)
         if request.model_name == "missing":

@@ -63,11 +63,13 @@ def test_twins_are_what_they_claim() -> None:
     if os.environ.get("TRITONLITE_NO_EXTENSIONS") == "1":
         assert not jsondata.ACCELERATED and "pure Python" in jsondata.describe()
         assert jsondata.data_array is None and jsondata.plain_input is None
+        assert jsondata.plain_inputs is _jsondata_py.plain_inputs  # the JSON lane's, always
         return
     if COMPILED is None:
         pytest.skip(NOT_BUILT)
     assert COMPILED.COMPILED is True and COMPILED.__file__ != _jsondata_py.__file__
     assert jsondata.ACCELERATED and jsondata.data_array is COMPILED.data_array
+    assert jsondata.plain_inputs is COMPILED.plain_inputs
     assert "compiled" in jsondata.describe()
 
 
@@ -301,6 +303,55 @@ def test_fuzz_plain_inputs_decode_as_the_general_path(
     assert plain > 50  # the fuzz reaches the fast path
 
 
+def test_fuzz_plain_inputs_are_what_the_general_path_decodes(J: Any) -> None:
+    """``plain_inputs`` (the JSON lane's reader of a whole ``inputs`` list) answers only where
+    every input is plain, each name once, and then with the general decode's names,
+    datatypes, shapes and arrays, in order."""
+    rng = random.Random(SEED + 2)
+    deadline = time.monotonic() + TIME_LIMIT_S / 2
+    answered = 0
+    for i in range(ITERATIONS // 4):
+        if time.monotonic() > deadline:
+            break
+        items: list[Any] = []
+        for k in range(rng.randint(0, 3)):
+            datatype = rng.choice(NUMERIC + ("BYTES", 7))
+            shape, data = _shape_and_data(rng, datatype if datatype in NUMERIC else "FP32")
+            name: Any = f"IN{k}" if rng.random() < 0.9 else "IN0"  # a name twice, now and then
+            item: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(shape)}
+            item["data"] = data
+            r = rng.random()
+            if r < 0.04:
+                item["parameters"] = {}
+            elif r < 0.08:
+                item["shape"] = [-1]
+            elif r < 0.1:
+                item["shape"] = [True]
+            elif r < 0.12:
+                item = [item]  # type: ignore[assignment]
+            items.append(item)
+        try:
+            body = orjson.dumps({"inputs": items})
+        except orjson.JSONEncodeError:
+            continue
+        got = J.plain_inputs(orjson.loads(body)["inputs"])
+        if got is None:
+            continue
+        answered += 1
+        ref = _decode(body)
+        where = f"seed {SEED + 2} iteration {i}: {body!r}"
+        assert not isinstance(ref, str), where  # answered only what decodes
+        key, feed = got
+        assert type(key) is tuple and list(feed) == [r[0] for r in ref], where
+        assert key == tuple((r[0], r[1], r[2]) for r in ref), where
+        assert all(r[4] == {} and r[5] is None for r in ref), where
+        for r in ref:
+            _same(feed[r[0]], r[3])
+    assert answered > 50  # the fuzz reaches the answers, not only the refusals
+    assert J.plain_inputs([]) is None and J.plain_inputs({"name": "x"}) is None
+    assert J.plain_inputs(None) is None
+
+
 # -- end to end: raw HTTP to a real server ------------------------------------------------------
 def _post(server: Any, model: str, doc: Any) -> tuple[int, Any]:
     host, port = server.http_url.split(":")
@@ -363,3 +414,83 @@ def test_bad_json_data_is_a_400_naming_it(
     assert status == 400 and words in doc["error"], doc
     inp = {"name": "INPUT0", "datatype": datatype, "shape": [2, 4], "data": _values(datatype)}
     assert _post(server, f"identity_{datatype.lower()}", {"inputs": [inp]})[0] == 200
+
+
+# -- the JSON lane's response: encode_infer's bytes ----------------------------------------------
+_LANE_OUTPUTS: list[list[tuple[str, str, Any]]] = [
+    [
+        ("OUTPUT0", "FP32", np.arange(16, dtype=np.float32).reshape(1, 16) + 0.1),
+        ("OUTPUT1", "FP32", -np.arange(16, dtype=np.float32).reshape(1, 16)),
+    ],
+    [("O", "INT8", np.arange(-2, 2, dtype=np.int8).reshape(2, 2))],
+    [("O", "UINT64", np.array([2**64 - 1, 0], np.uint64)), ("P", "BOOL", np.array([[True]]))],
+    [("O", "FP64", np.array([1e308, -0.0, 5e-324])), ("P", "FP16", np.array([0.1], np.float16))],
+    [("O", "BYTES", np.array([b"ab", "é".encode(), b""], dtype=object))],
+    [('Ø"\\x', "INT32", np.zeros((0, 3), np.int32))],
+    [],
+]
+
+
+class _PlainCore:
+    """A core whose ``infer_plain`` answers ``outs``."""
+
+    def __init__(self, outs: list[tuple[str, str, Any]], name: str = 'm"é') -> None:
+        self.outs, self.name = outs, name
+
+    def infer_plain(self, name: str, version: int, key: Any, feed: Any) -> Any:
+        return (self.name, "3", self.outs)
+
+
+@pytest.mark.parametrize("outs", _LANE_OUTPUTS, ids=range(len(_LANE_OUTPUTS)))
+def test_the_json_lane_writes_what_encode_infer_writes(outs: list[tuple[str, str, Any]]) -> None:
+    from tritonlite.contracts.types import InferOutput, InferResponse
+    from tritonlite.frontends.http import jsonlane
+
+    doc = {"inputs": [{"name": "a", "datatype": "FP32", "shape": [1], "data": [1.0]}]}
+    resp = InferResponse(
+        'm"é', "3", "", [InferOutput(o, d, a.shape, a, None, False) for o, d, a in outs]
+    )
+    ref = b"".join(codec.encode_infer(resp)[0])
+    for _ in range(2):  # the frame made, then reused
+        assert jsonlane.answer(_PlainCore(outs), doc, "m", -1) == ref  # type: ignore[arg-type]
+    # another shape of the same outputs gets its own frame
+    grown = [(o, d, np.concatenate([a, a]) if a.ndim else a) for o, d, a in outs]
+    resp.outputs = [InferOutput(o, d, a.shape, a, None, False) for o, d, a in grown]
+    ref = b"".join(codec.encode_infer(resp)[0])
+    assert jsonlane.answer(_PlainCore(grown), doc, "m", -1) == ref  # type: ignore[arg-type]
+
+
+def test_the_json_lane_words_an_unwritable_output_as_encode_infer_does() -> None:
+    from tritonlite.contracts.types import InferOutput, InferResponse
+    from tritonlite.frontends.http import jsonlane
+
+    outs = [("O", "BYTES", np.array([b"\xff"], dtype=object))]
+    doc = {"inputs": [{"name": "a", "datatype": "FP32", "shape": [1], "data": [1.0]}]}
+    with pytest.raises(TritonliteError) as ours:
+        jsonlane.answer(_PlainCore(outs), doc, "m", -1)  # type: ignore[arg-type]
+    resp = InferResponse("m", "3", "", [InferOutput("O", "BYTES", (1,), outs[0][2], None, False)])
+    with pytest.raises(TritonliteError) as general:
+        codec.encode_infer(resp)
+    assert ours.value.message == general.value.message
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        None,
+        [],
+        {"inputs": []},
+        {"inputs": [{"name": "a", "datatype": "FP32", "shape": [1], "data": [1.0]}], "id": ""},
+        {"inputs": [{"name": "a", "datatype": "FP32", "shape": [1], "data": ["x"]}]},
+        {"inputs": [{"name": "a", "datatype": "BYTES", "shape": [1], "data": ["x"]}]},
+        {"outputs": []},
+    ],
+)
+def test_the_json_lane_leaves_anything_else_alone(doc: Any) -> None:
+    from tritonlite.frontends.http import jsonlane
+
+    class NoCall:
+        def infer_plain(self, *a: Any) -> Any:
+            raise AssertionError("infer_plain asked")
+
+    assert jsonlane.answer(NoCall(), doc, "m", -1) is None  # type: ignore[arg-type]

@@ -13,6 +13,9 @@ from typing import Any, Protocol
 import numpy as np
 
 Params = dict[str, Any]  # values: bool | int | float | str
+# A response made of its outputs alone (``CoreAPI.infer_plain``): the model's name, its
+# version, and each output's (name, wire datatype, array), in the model's output order.
+PlainAnswer = tuple[str, str, list[tuple[str, str, np.ndarray[Any, Any]]]]
 
 
 class RequestTrace(Protocol):

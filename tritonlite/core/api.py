@@ -11,11 +11,11 @@ maps its code once (``frontends/base/*_errors.py``). The metrics read-model
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from tritonlite.contracts.errors import Refusal
 from tritonlite.contracts.stream import StreamResponse
-from tritonlite.contracts.types import InferRequest, InferResponse
+from tritonlite.contracts.types import InferRequest, InferResponse, PlainAnswer
 from tritonlite.core.observability.snapshot import (
     Buckets,
     CpuRow,
@@ -75,6 +75,14 @@ class CoreAPI(Protocol):
     # ``infer`` (nothing was done). Raises what ``infer`` raises for an unknown model or a
     # request that fails validation.
     def infer_now(self, request: InferRequest) -> InferResponse | None: ...
+
+    # ``infer_now`` for a request that is only its inputs' arrays (``key``: their (name,
+    # datatype, shape) in order; ``feed``: the arrays by name), once its model's lane has
+    # seen that structure pass validation; None: build the request (nothing was done);
+    # False: the lane's run failed, build the request and call ``infer`` (not ``infer_now``).
+    def infer_plain(
+        self, name: str, version: int, key: tuple[Any, ...], feed: dict[str, Any]
+    ) -> PlainAnswer | Literal[False] | None: ...
 
     # metrics (a read-model of plain rows) and the CPU/GPU samplers behind it
     def metrics_snapshot(self) -> MetricsSnapshot: ...

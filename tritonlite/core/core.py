@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import Any
+from typing import Any, Literal
 
 import tritonlite
 from tritonlite.backends.base import Readiness, ServerAccess
@@ -28,7 +28,7 @@ from tritonlite.contracts.errors import (
     unsupported,
 )
 from tritonlite.contracts.stream import StreamResponse
-from tritonlite.contracts.types import InferRequest, InferResponse
+from tritonlite.contracts.types import InferRequest, InferResponse, PlainAnswer
 from tritonlite.core.core_options import CoreOptions
 from tritonlite.core.models import lifecycle as lc
 from tritonlite.core.models.overrides import decode_override_file
@@ -275,6 +275,27 @@ class InferenceCore:
         if lane is None or (self.cache is not None and model.response_cache):
             return None
         return lane.run(request)
+
+    def infer_plain(
+        self, name: str, version: int, key: tuple[Any, ...], feed: dict[str, Any]
+    ) -> PlainAnswer | Literal[False] | None:
+        """``infer_now`` for a request that is only its inputs -- no id, parameters or
+        requested outputs: every output is answered -- given as ``key``, its inputs' ``(name,
+        datatype, shape)`` in order, and ``feed``, their arrays by name, each of its shape:
+        ``(model name, version, [(output name, datatype, array), ...])``. None, with nothing
+        done, when ``infer_now`` would not answer it or when its lane has not yet seen that
+        structure pass validation (the caller then builds the request and takes
+        ``infer_now``/``infer``, which word every error). False when the lane ran it and the
+        run failed (nothing recorded): the caller then takes ``infer`` at once, never
+        ``infer_now``, so that the request runs once more at most. Raises what ``infer``
+        raises for an unknown model."""
+        if self.exiting or self.trace.enabled:
+            return None
+        model = self.repository.get(name, version)
+        lane = model.lane
+        if lane is None or (self.cache is not None and model.response_cache):
+            return None
+        return lane.run_plain(key, feed)  # type: ignore[no-any-return]
 
     async def _infer_worded(self, request: InferRequest, refusal: Refusal) -> InferResponse:
         """``infer`` for a caller that words its refusals (``refusal``)."""

@@ -29,9 +29,19 @@ cdef class DirectLane:
     cdef dict shapes
     cdef public long long taken
 
-    @cython.locals(recent="long long", arrival="long long", start="long long",
-                   input_end="long long", infer_end="long long", end="long long",
-                   k=Py_ssize_t, feed=dict, outs=list, index=dict, wire=dict, binary=bint,
-                   name=str, framed=dict, names=list, values=list, proven=dict, hit=tuple,
-                   shape_key=list, fits=bint, key=tuple, size="long long", shape=object)
+    @cython.locals(recent="long long")
+    cdef object _ready(self)
+
+    @cython.locals(arrival="long long", start="long long", feed=dict,
+                   framed=dict, proven=dict, hit=tuple, shape_key=list, fits=bint, key=tuple,
+                   size="long long", shape=object)
     cpdef object run(self, object req)
+
+    @cython.locals(size="long long", arrival="long long", start="long long")
+    cpdef object run_plain(self, tuple key, dict feed)
+
+    @cython.locals(input_end="long long", infer_end="long long", end="long long",
+                   k=Py_ssize_t, outs=list, index=dict, wire=dict, binary=bint, name=str,
+                   names=list, values=list)
+    cdef object _execute(self, object inst, dict feed, object pairs, long long batch_size,
+                         long long arrival, long long start, bint objects)

@@ -13,8 +13,13 @@ general path, which words every error): a queue, a busy instance (one with a run
 thread, ``ModelInstance.pipe``), an instance off the loop or without a bound run, parameters,
 shared memory, a raw input, an ensemble step's timing hook, classification, a reshaped output.
 A run that raises, or an output the lane cannot frame, gives the instance back untouched and
-returns None too: the general path then runs the request again and answers as it always does
-(ONNX Runtime's own checks word the error).
+returns None too (``run_plain``: False, so that its caller skips every lane): the general path
+then runs the request once more and answers as it always does (ONNX Runtime's own checks word
+the error) -- a request is run in one lane at most.
+
+``DirectLane.run_plain`` is ``run`` for a request that is only its inputs' arrays (the HTTP
+JSON lane's: no request object, no response objects): taken only for an input structure
+``run`` recorded as passing ``validate.prepare`` whole, with the same run, sample and record.
 
 This is the pure twin; ``_lane_c.pxd`` types it for Cython (``lane.py`` picks).
 """
@@ -76,11 +81,10 @@ class DirectLane:
         self.shapes: dict[tuple[Any, ...], int] = {}
         self.taken = 0  # requests this lane answered
 
-    def run(self, req: InferRequest) -> InferResponse | None:
-        """``req``'s response, or None with nothing done (see the module's docstring).
-
-        Raises what ``validate.prepare`` raises for a request that fails validation, as the
-        general path would, before anything else happened."""
+    def _ready(self) -> Any:
+        """The idle instance the lane would run on now, or None (nothing taken): nothing
+        queued, an instance idle with a bound run and no run out on its thread, and its
+        policy keeping runs on the loop."""
         scheduler = self.scheduler
         if scheduler._queue or scheduler._passing:
             return None
@@ -88,12 +92,21 @@ class DirectLane:
         if not idle:
             return None
         inst = idle[0]
-        bound = inst.bound_run
         policy = inst.policy
-        if bound is None or policy is None or inst.pipe:  # a run is out on its thread
+        if inst.bound_run is None or policy is None or inst.pipe:  # a run out on its thread
             return None
         recent: int = policy.recent_ns
         if recent <= 0 or recent >= self.inline_max_ns:
+            return None
+        return inst
+
+    def run(self, req: InferRequest) -> InferResponse | None:
+        """``req``'s response, or None with nothing done (see the module's docstring).
+
+        Raises what ``validate.prepare`` raises for a request that fails validation, as the
+        general path would, before anything else happened."""
+        inst = self._ready()
+        if inst is None:
             return None
         if req.parameters or req.raw_input is not None or req.on_timing is not None:
             return None
@@ -148,53 +161,98 @@ class DirectLane:
             validate.prepare(self.sig, req, self.shm)
         arrival = _now()
         req.arrival_ns = arrival
-        run, names = bound
-        if names is not self.names:
-            self.index = {n: k for k, n in enumerate(names)}
-            self.names = names
-        idle.popleft()
         start = _now()
         feed = {}
         for inp in req.inputs:
             feed[inp.name] = inp.data
+        if wanted is None:
+            pairs: Any = self.every[req.binary_data_output is True]
+        else:
+            pairs = [(w.name, w.binary is True) for w in wanted]
+        outs = self._execute(inst, feed, pairs, req.batch_size, arrival, start, True)
+        if outs is False:
+            return None
+        return InferResponse(self.name, self.version, req.id, outs, {})
+
+    def run_plain(self, key: tuple[Any, ...], feed: dict[str, Any]) -> Any:
+        """``run`` for a request that is only its inputs (no id, parameters or requested
+        outputs: every output, as JSON), given as ``key`` -- its inputs' ``(name, datatype,
+        shape)`` in order, the structure ``run`` records -- and ``feed``, their arrays by
+        name, each of its declared shape: ``(model name, version, [(output name, datatype,
+        array), ...])``, or None with nothing done, or False when the run raised or gave an
+        output the lane cannot frame (nothing recorded: the caller takes the general path at
+        once, not ``run``, so that no request is run twice in a lane). Only a structure that
+        passed ``validate.prepare`` whole before is taken (so nothing here raises); the
+        statistics are ``run``'s."""
+        size = self.shapes.get(key, 0)
+        if size <= 0 or self.all_outputs is None:
+            return None
+        inst = self._ready()
+        if inst is None:
+            return None
+        arrival = _now()
+        start = _now()
+        outs = self._execute(inst, feed, self.every[0], size, arrival, start, False)
+        if outs is False:
+            return False
+        return (self.name, self.version, outs)
+
+    def _execute(
+        self,
+        inst: Any,
+        feed: dict[str, Any],
+        pairs: Any,
+        batch_size: Any,  # (``Any``: the .pxd types these three as C integers, the flag as
+        arrival: Any,  # a C int; Cython would read ``int`` as a Python int)
+        start: Any,
+        objects: Any,
+    ) -> Any:
+        """Run ``feed`` on ``inst`` (the idle instance ``_ready`` gave), then record: the
+        outputs ``pairs`` names, as ``InferOutput`` (``objects``) or ``(name, datatype,
+        array)``; False, with the instance given back and nothing recorded, when the run
+        raises or an output cannot be framed."""
+        idle = self.idle
+        run, names = inst.bound_run
+        if names is not self.names:
+            self.index = {n: k for k, n in enumerate(names)}
+            self.names = names
+        idle.popleft()
         input_end = _now()
         try:
             values = run(names, feed, None)
         except Exception:
             idle.appendleft(inst)
-            return None
+            return False
         infer_end = _now()
         index = self.index
         wire = self.wire
-        if wanted is None:
-            pairs: Any = self.every[req.binary_data_output is True]
-        else:
-            pairs = [(w.name, w.binary is True) for w in wanted]
-        outs = []
+        outs: list[Any] = []
         for name, binary in pairs:
             k = index.get(name, -1)
             if k < 0:
                 idle.appendleft(inst)
-                return None
+                return False
             arr = values[k]
             dt = wire.get(arr.dtype)
             if dt is None:
                 idle.appendleft(inst)
-                return None
-            outs.append(InferOutput(name, dt, arr.shape, arr, None, binary))
-        resp = InferResponse(self.name, self.version, req.id, outs, {})
+                return False
+            if objects:
+                outs.append(InferOutput(name, dt, arr.shape, arr, None, binary))
+            else:
+                outs.append((name, dt, arr))
         end = _now()
-        policy.record(end - start)
+        inst.policy.record(end - start)
         self.stats.record_one(
-            req.batch_size,
+            batch_size,
             end - arrival,
             start - arrival,
             ExecTiming(start, input_end, infer_end, end),
         )
         model = self.model
-        if scheduler._queue or model._drained is not None:
+        if self.scheduler._queue or model._drained is not None:
             model._release(inst)
         else:
             idle.append(inst)
         self.taken += 1
-        return resp
+        return outs

@@ -45,4 +45,10 @@ cdef Py_ssize_t _count(list data, Py_ssize_t n, int depth) except -2
 cpdef object data_array(datatype, shape, data)
 
 @cython.locals(name=object, datatype=object, shape=object, data=object, d=object, dims=tuple)
+cdef object _plain_parts(object item)
+
+@cython.locals(parts=tuple)
 cpdef object plain_input(item)
+
+@cython.locals(key=list, feed=dict, parts=tuple, name=object)
+cpdef object plain_inputs(items)

@@ -210,10 +210,9 @@ def data_array(datatype: str, shape: tuple[int, ...], data: Any) -> Any:
     return arr.reshape(shape)
 
 
-def plain_input(item: Any) -> Any:
-    """The common JSON input, ``{"name": str, "datatype": str, "shape": [...], "data": [...]}``
-    with exactly these keys and a plain ``data`` list, as an ``InferInput``; None when the
-    general path must decide (any other form, or any error to word)."""
+def _plain_parts(item: Any) -> Any:
+    """``(name, datatype, shape, array)`` of the common JSON input (``plain_input``), or
+    None."""
     if type(item) is not dict or len(item) != 4:
         return None
     name = item.get("name")
@@ -229,4 +228,35 @@ def plain_input(item: Any) -> Any:
     arr = data_array(datatype, dims, data)
     if arr is None:
         return None
-    return InferInput(name, datatype, dims, arr, None, {})
+    return (name, datatype, dims, arr)
+
+
+def plain_input(item: Any) -> Any:
+    """The common JSON input, ``{"name": str, "datatype": str, "shape": [...], "data": [...]}``
+    with exactly these keys and a plain ``data`` list, as an ``InferInput``; None when the
+    general path must decide (any other form, or any error to word)."""
+    parts = _plain_parts(item)
+    if parts is None:
+        return None
+    return InferInput(parts[0], parts[1], parts[2], parts[3], None, {})
+
+
+def plain_inputs(items: Any) -> Any:
+    """A request's ``inputs`` list when every entry is the common JSON input
+    (``plain_input``), each name once: ``(key, feed)``, ``key`` the inputs' ``(name,
+    datatype, shape)`` in order and ``feed`` their arrays by name; None otherwise (an empty
+    list too)."""
+    if type(items) is not list or not items:
+        return None
+    key = []
+    feed = {}
+    for item in items:
+        parts = _plain_parts(item)
+        if parts is None:
+            return None
+        name = parts[0]
+        if name in feed:
+            return None
+        key.append((name, parts[1], parts[2]))
+        feed[name] = parts[3]
+    return (tuple(key), feed)

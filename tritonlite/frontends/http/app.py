@@ -33,7 +33,7 @@ from tritonlite.frontends.base.http_call import (
     HttpStream,
 )
 from tritonlite.frontends.base.http_errors import STATUS, error
-from tritonlite.frontends.http import codec
+from tritonlite.frontends.http import codec, jsonlane
 from tritonlite.frontends.http import generate as gen
 from tritonlite.frontends.http import openai as oai
 from tritonlite.frontends.http.tracing import traced
@@ -162,14 +162,30 @@ async def infer(
             raise invalid_arg(f"invalid Inference-Header-Content-Length '{header}'") from None
     else:
         header_len = None
+    ran = False  # the JSON lane ran it and the run failed: the general path at once
     if header_len == 0 or (header_len is None and not body):
         # Triton reads an empty body as a raw input of 0 bytes, not as JSON, header or not
         req = codec.raw_binary_request(name, version, body)
+    elif header_len is None and forward is None:
+        try:
+            doc = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            doc = None  # decode_infer words it
+        plain = jsonlane.answer(core, doc, name, version)
+        if plain is not None:
+            if plain is not False:
+                return _plain_response(plain, fields.get("Accept-Encoding"))
+            ran = True
+        if doc is None:
+            req = codec.decode_infer(body, header_len, name, version)
+        else:
+            req = codec.decode_json(doc, body, name, version)
     else:
         req = codec.decode_infer(body, header_len, name, version)
     if forward is not None:
         forward.http(fields, req.parameters)
-    resp = core.infer_now(req)  # the commonest request, answered at once; None: not covered
+    # the commonest request, answered at once; None: not covered
+    resp = None if ran else core.infer_now(req)
     if resp is None:
         resp = await core.infer(req, _DECOUPLED)
     parts, head_len, has_binary = codec.encode_infer(resp)
@@ -190,6 +206,17 @@ async def infer(
     if req.trace is not None:
         return traced(out, req.trace, (recv_start, recv_end))
     return out
+
+
+def _plain_response(body: bytes, accept: str | None) -> HttpResponse:
+    """``infer``'s response for the JSON lane's body (``jsonlane.answer``)."""
+    if accept is not None:
+        picked = codec.pick_encoding(accept)
+        if picked is not None:
+            return HttpResponse(
+                200, [codec.compress(body, picked)], _JSON, {"Content-Encoding": picked}
+            )
+    return HttpResponse(200, [body], _JSON)
 
 
 async def generate(request: Request, core: CoreAPI, m: re.Match[str]) -> HttpResponse:

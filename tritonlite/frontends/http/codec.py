@@ -327,11 +327,18 @@ def decode_infer(
     return req
 
 
+def decode_json(doc: Any, body: bytes, model_name: str, version: int) -> InferRequest:
+    """``decode_infer`` of a JSON body (no binary tail) that orjson has already parsed into
+    ``doc``: the same request, the same errors."""
+    return _decode_infer(memoryview(body), None, model_name, version, doc)[0]
+
+
 def _decode_infer(
-    mv: memoryview, header_length: int | None, model_name: str, version: int
+    mv: memoryview, header_length: int | None, model_name: str, version: int, doc: Any = None
 ) -> tuple[InferRequest, list[int]]:
     """The parse itself: the request, and the tail offset of each input read from the tail (in
-    input order, for as long as every input so far came from the tail)."""
+    input order, for as long as every input so far came from the tail). ``doc``: the header
+    already parsed (None: parse it here)."""
     spans: list[int] = []
     if header_length is None:
         head, tail = mv, mv[len(mv) :]
@@ -341,10 +348,11 @@ def _decode_infer(
                 f"inference header size should be in range (0, {len(mv)}), got: {header_length}"
             )
         head, tail = mv[:header_length], mv[header_length:]
-    try:
-        doc = orjson.loads(head)
-    except orjson.JSONDecodeError as exc:
-        raise invalid_arg(f"failed to parse the request JSON buffer: {exc}") from None
+    if doc is None:
+        try:
+            doc = orjson.loads(head)
+        except orjson.JSONDecodeError as exc:
+            raise invalid_arg(f"failed to parse the request JSON buffer: {exc}") from None
     if not isinstance(doc, dict):
         raise invalid_arg("failed to parse the request JSON buffer: expected a JSON object")
     req = InferRequest(model_name=model_name, model_version=version)
@@ -483,7 +491,7 @@ def _decode_output(item: Any, default_binary: bool) -> RequestedOutput:
     return out
 
 
-def _json_data(name: str, arr: np.ndarray[Any, Any]) -> Any:
+def json_data(name: str, arr: np.ndarray[Any, Any]) -> Any:
     kind = arr.dtype.kind
     if kind in "biuf":
         return arr.ravel()  # flat and C-contiguous, as orjson writes arrays: a view if it can be
@@ -565,7 +573,7 @@ def _encode_infer(resp: InferResponse) -> tuple[list[bytes | memoryview], int, b
             if len(raw):
                 tails.append(raw)
         else:
-            d["data"] = _json_data(o.name, o.data)
+            d["data"] = json_data(o.name, o.data)
         outs.append(d)
     doc: dict[str, Any] = {}
     if resp.id:

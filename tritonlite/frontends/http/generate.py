@@ -185,7 +185,7 @@ def decode(core: CoreAPI, body: bytes, name: str, version: int) -> InferRequest:
 
 
 def _value(name: str, arr: Any) -> Any:
-    data = codec._json_data(name, arr)
+    data = codec.json_data(name, arr)
     values = data if isinstance(data, list) else data.tolist()
     return values[0] if len(values) == 1 else values
 

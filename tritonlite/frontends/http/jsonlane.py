@@ -1,0 +1,51 @@
+"""The JSON lane: a JSON infer request that is only its inputs, answered without the request
+and response objects.
+
+The commonest JSON client sends ``{"inputs": [{"name", "datatype", "shape", "data"}, ...]}``
+and nothing else (no id, parameters or requested outputs: every output comes back as JSON).
+The ``infer`` handler asks ``answer`` for such a body unless headers are forwarded as
+parameters (``--http-header-forward-pattern``).
+``answer`` reads such a document's inputs straight into arrays (``jsondata.plain_inputs``),
+hands them to the model's single-request lane (``CoreAPI.infer_plain``: taken only once
+that lane has seen the same input structure pass validation, so nothing here raises for a
+bad request) and writes the response document from the output arrays -- the bytes
+``codec.encode_infer`` writes for the same response. Anything else (another form, an error
+to word, a structure not seen yet, a lane that would not answer now) is None with nothing
+done: the handler then decodes the same document into a request and takes the general path.
+False: the lane ran the request and the run failed; the handler then takes ``CoreAPI.infer``
+at once (not ``infer_now``), so that the request is run once more at most.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import orjson
+
+from tritonlite.core.api import CoreAPI
+from tritonlite.frontends.http import jsondata
+from tritonlite.frontends.http.codec import json_data
+
+__all__ = ["answer"]
+
+_plain_inputs = jsondata.plain_inputs
+_NUMPY = orjson.OPT_SERIALIZE_NUMPY
+
+
+def answer(core: CoreAPI, doc: Any, name: str, version: int) -> bytes | Literal[False] | None:
+    """The response body of ``doc`` (a parsed JSON request body) for model ``name``
+    ``version``, or None, or False (see the module's docstring)."""
+    if type(doc) is not dict or len(doc) != 1:
+        return None
+    plain = _plain_inputs(doc.get("inputs"))
+    if plain is None:
+        return None
+    got = core.infer_plain(name, version, plain[0], plain[1])
+    if got is None or got is False:
+        return got
+    model_name, model_version, outs = got
+    written = []
+    for o, dt, arr in outs:  # (a shape tuple is written as the list encode_infer makes)
+        written.append({"name": o, "datatype": dt, "shape": arr.shape, "data": json_data(o, arr)})
+    doc = {"model_name": model_name, "model_version": model_version, "outputs": written}
+    return orjson.dumps(doc, option=_NUMPY)
