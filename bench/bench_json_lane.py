@@ -14,8 +14,10 @@ CPU µs per request of:
 * ``dispatch``: ``make_dispatch``'s handler on a request object (everything but the wire);
 * ``wire``: the native ``Http1Protocol`` (the compiled twin when built) fed wrk's request
   bytes, answered with a fixed response of the same bytes by a handler that does no work;
-* ``wire + dispatch``: the protocol fed the same bytes, serving the real handler: all of a
-  JSON request's Python, one request per ``data_received``.
+* ``wire + dispatch``: the protocol fed the same bytes, serving the real handler (and the
+  JSON infer call, ``app.make_json_infer``, where the checkout has one, as the server wires
+  it): all of a JSON request's Python, one request per ``data_received``;
+* ``wire + dispatch, no json_infer``: the same with every request through ``dispatch``.
 
 Also the Python-level calls one request makes (``sys.setprofile``: Python functions and the C
 functions they call; compiled code's own calls are not seen). The event loop, the sockets and
@@ -168,9 +170,20 @@ async def _measure(repo: Path, model: str, n: int, rounds: int) -> dict[str, Any
     assert await core.start() == []
     try:
         dispatch = make_dispatch(core, opts)
-        proto = HttpService(dispatch, HttpLimits()).protocol()
+        service = HttpService(dispatch, HttpLimits())
+        try:  # the JSON infer call, as the server wires it (a checkout that has one)
+            from tritonlite.frontends.http.app import make_json_infer
+
+            service.json_infer = make_json_infer(core, opts)
+        except ImportError:
+            pass
+        proto = service.protocol()
         t = _Transport()
         proto.connection_made(t)
+        # the same without the JSON infer call: every request through ``dispatch``
+        slow = HttpService(dispatch, HttpLimits()).protocol()
+        st = _Transport()
+        slow.connection_made(st)
         for i in range(300):  # until the instance's policy keeps runs on the loop
             proto.data_received(wire)
             while t.writes < i + 1:
@@ -224,6 +237,7 @@ async def _measure(repo: Path, model: str, n: int, rounds: int) -> dict[str, Any
             "dispatch": await _best_async(lambda: dispatch(req), n, rounds),
             "wire": await _best_async(fed(bare, bt), n, rounds),
             "wire + dispatch": await _best_async(fed(proto, t), n, rounds),
+            "wire + dispatch, no json_infer": await _best_async(fed(slow, st), n, rounds),
             "python calls per request": sum(calls.values()) / 100,
         }
     finally:

@@ -23,7 +23,7 @@ from tritonlite.frontends.base.sockets import (
     raise_nofile_limit,
 )
 from tritonlite.frontends.grpc.servicer import methods
-from tritonlite.frontends.http.app import make_dispatch
+from tritonlite.frontends.http.app import make_dispatch, make_json_infer
 from tritonlite.frontends.tls import grpc_tls, http_tls
 from tritonlite.frontends.wire.busypoll import BusyPoll
 from tritonlite.frontends.wire.detect import DETECT_TIMEOUT_S, Detect, DetectPool
@@ -197,6 +197,7 @@ async def start_native(core: CoreAPI, opts: ServerOptions) -> NativeFrontends:
     blocks = SendBlocks()  # and one pool of send copies (wire/sendbuf.py)
     if opts.shared_port:
         http = HttpService(make_dispatch(core, opts), http_limits(opts, nofile))
+        http.json_infer = make_json_infer(core, opts)
         grpc = grpc_server(core, opts, nofile)
         http.busy = grpc.busy = busy
         http.inflater = grpc.inflater = inflater
@@ -248,6 +249,7 @@ async def start_native(core: CoreAPI, opts: ServerOptions) -> NativeFrontends:
             busy=busy,
         )
         out._http = server.service
+        server.service.json_infer = make_json_infer(core, opts)
         server.service.inflater = inflater
         server.service.send_blocks = blocks
         out._listeners.append((server._server, server.service.protocol, http_ctx))

@@ -109,6 +109,10 @@ class HttpStream:
 
 
 Dispatch = Callable[[HttpRequest], Awaitable[HttpResponse | HttpStream]]
+# ``app.make_json_infer``: a transport may ask it first for a complete POST body, given the
+# path, the headers (lower-case names) and the body: ``dispatch``'s response, or None
+# (nothing answered: ``dispatch`` as always)
+JsonInfer = Callable[[str, dict[str, str], Any], HttpResponse | None]
 
 
 def too_large(limit: int) -> str:

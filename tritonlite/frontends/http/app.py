@@ -5,7 +5,9 @@ is 404 ``{"error":"Not Found"}`` and a wrong method 405. Handlers are written ag
 interface (``frontends/base/http_call.py``), not a framework: ``make_dispatch`` is what both
 transports run, aiohttp's low-level server (``aio.py``) and the native HTTP/1.1 layer
 (``frontends/wire/http1.py``). ``Expect: 100-continue`` is the transport's (sent on the first
-``read()``); an unknown expectation is 417 here.
+``read()``); an unknown expectation is 417 here. The native layer also asks
+``make_json_infer``'s call first for a complete POST body: the JSON lane's answer to an
+infer request, without the request's coroutines (anything else goes to ``dispatch``).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from tritonlite.frontends.base.http_call import (
     HttpRequest,
     HttpResponse,
     HttpStream,
+    JsonInfer,
 )
 from tritonlite.frontends.base.http_errors import STATUS, error
 from tritonlite.frontends.http import codec, jsonlane
@@ -167,11 +170,16 @@ async def infer(
         # Triton reads an empty body as a raw input of 0 bytes, not as JSON, header or not
         req = codec.raw_binary_request(name, version, body)
     elif header_len is None and forward is None:
-        try:
-            doc = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            doc = None  # decode_infer words it
-        plain = jsonlane.answer(core, doc, name, version)
+        parsed = _PARSED
+        if body is parsed.body:  # ``json_infer`` parsed it and asked the lane: left to us
+            doc, plain = parsed.doc, parsed.plain
+            parsed.body = parsed.doc = None
+        else:
+            try:
+                doc = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                doc = None  # decode_infer words it
+            plain = jsonlane.answer(core, doc, name, version)
         if plain is not None:
             if plain is not False:
                 return _plain_response(plain, fields.get("Accept-Encoding"))
@@ -206,6 +214,66 @@ async def infer(
     if req.trace is not None:
         return traced(out, req.trace, (recv_start, recv_end))
     return out
+
+
+class _Parsed:
+    """A body ``json_infer`` parsed and did not answer, for the ``infer`` handler that takes
+    it next on the same loop turn: the body (identity: the same bytes object), its document
+    and what ``jsonlane.answer`` said (None, or False: its run failed)."""
+
+    __slots__ = ("body", "doc", "plain")
+
+    def __init__(self) -> None:
+        self.body: Any = None
+        self.doc: Any = None
+        self.plain: Any = None
+
+
+_PARSED = _Parsed()
+_SKIP = ("expect", "content-encoding", "inference-header-content-length")
+
+
+def make_json_infer(core: CoreAPI, options: ServerOptions | None = None) -> JsonInfer | None:
+    """The native HTTP/1.1 transport's call for a complete POST body before ``dispatch``:
+    ``json_infer(path, headers, body)`` is ``dispatch``'s response for an infer request whose
+    JSON body the JSON lane answers (``jsonlane.answer``), without the request's coroutines
+    and header mapping; None, with nothing answered, for anything else (``dispatch`` then
+    takes it as before; a document it parsed goes along, ``_PARSED``). ``headers``: the
+    request's, lower-case names. None (no such call) where headers are forwarded as
+    parameters or an API is restricted."""
+    if options is not None and (restrict.http_restrictions(options) or http_forward(options)):
+        return None
+    parsed = _PARSED
+
+    def json_infer(path: str, headers: dict[str, str], body: Any) -> HttpResponse | None:
+        if type(body) is not bytes or not body:
+            return None
+        for key in _SKIP:
+            if key in headers:
+                return None
+        found = _match(path)
+        if found is None or found[1].get("POST") is not infer:
+            return None
+        m = found[0]
+        name = m.group(1)
+        if "%" in name:
+            name = unquote(name)
+        v = m.group(2)
+        try:
+            version = parse_version(v) if v is not None else -1
+            try:
+                doc = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                doc = None
+            plain = jsonlane.answer(core, doc, name, version)
+        except TritonliteError:
+            return None  # nothing done: ``dispatch`` words it
+        if plain is None or plain is False:
+            parsed.body, parsed.doc, parsed.plain = body, doc, plain
+            return None
+        return _plain_response(plain, headers.get("accept-encoding"))
+
+    return json_infer
 
 
 def _plain_response(body: bytes, accept: str | None) -> HttpResponse:

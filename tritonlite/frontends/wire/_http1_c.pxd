@@ -43,6 +43,7 @@ cdef class Request:
     cdef public object _error
     cdef public object _refusal
     cdef public bint _admitted
+    cdef public bint _asked
 
 
 @cython.final
@@ -54,6 +55,7 @@ cdef class _ChunkWriter:
 cdef class Http1Protocol:
     cdef public object _service
     cdef public object _dispatch
+    cdef public object _json_infer
     cdef public Py_ssize_t _max_body
     cdef public Py_ssize_t _max_header_bytes
     cdef public Py_ssize_t _max_headers

@@ -150,6 +150,7 @@ class Request:
         self._error: Any = None  # what read() raises (body too large, timed out, lost)
         self._refusal: Any = None  # answered with this instead of being dispatched
         self._admitted = False  # begun before the server started draining: served, not 503
+        self._asked = False  # ``json_infer`` was asked for it (``Http1Protocol._answer_json``)
 
     async def read(self) -> Any:
         if not self._complete and self._error is None:
@@ -211,7 +212,8 @@ class _ChunkWriter:
 class Http1Protocol:
     """One HTTP/1.1 connection (an ``asyncio.Protocol`` by its methods).
 
-    ``service`` gives what connections share: ``dispatch`` (``call.Dispatch``), ``limits``
+    ``service`` gives what connections share: ``dispatch`` (``call.Dispatch``),
+    ``json_infer`` (``call.JsonInfer``, asked first for a complete POST body; or None), ``limits``
     (``http1.HttpLimits``), ``draining`` and ``register(proto) -> bool`` / ``unregister``.
     A one-port detector may create it, call ``connection_made`` and then ``data_received``
     with the bytes it has already read.
@@ -221,6 +223,7 @@ class Http1Protocol:
         limits = service.limits
         self._service = service
         self._dispatch = service.dispatch
+        self._json_infer = service.json_infer  # ``call.JsonInfer`` or None
         self._max_body = limits.max_body
         self._max_header_bytes = limits.max_header_bytes
         self._max_headers = limits.max_headers
@@ -483,7 +486,10 @@ class Http1Protocol:
     def _begin(self) -> None:
         """Serve the queue: its first steps run right here (``eager.begin``), and a task
         takes over only if it has to wait (a body still arriving, a model's result, a full
-        send buffer)."""
+        send buffer). The JSON infer requests at its head that ``json_infer`` answers are
+        answered first, with no coroutine (``_answer_json``)."""
+        if self._json_infer is not None and self._answer_json():
+            return
         try:
             task = begin(self._loop, self._serve())
         except Exception:  # _serve's finally has set _task back to None
@@ -494,6 +500,57 @@ class Http1Protocol:
             self._task = task
         # else: answered; _serve has set _task back to None
 
+    def _answer_json(self) -> bool:
+        """``_serve``'s steps for the complete POST requests at the queue's head that
+        ``json_infer`` answers, with no coroutine: True when that ended serving (the queue
+        answered, or the connection closed), False when ``_serve`` goes on from the head
+        (a request ``json_infer`` left to ``dispatch`` is marked ``_asked``: not asked
+        twice). Nothing here waits: a full send buffer leaves the rest to ``_serve``."""
+        queue = self._queue
+        fast = self._json_infer
+        while queue and self._transport is not None and not self._write_paused:
+            req: Request = queue[0]
+            if req._refusal is not None or not req._complete or req.method != "POST":
+                return False
+            req._asked = True
+            try:
+                resp = fast(req.path, req._headers, req._body)
+            except Exception as exc:  # as ``_serve`` answers a dispatch that raised
+                log.exception("unexpected error handling %s %s", req.method, req.path)
+                resp = error(500, f"internal error: {type(exc).__name__}: {exc}")
+                req._close = True
+            if resp is None:
+                return False
+            queue.popleft()
+            if (
+                self._read_paused
+                and len(queue) <= self._max_pipeline // 2
+                and not self._closing
+                and self._transport is not None
+            ):
+                self._read_paused = False
+                self._transport.resume_reading()
+            close = (
+                req._close
+                or not req._keep_alive
+                or (self._closing and not queue)
+                or (self._service.draining and not queue and self._state == _IDLE)
+            )
+            self._send(req, resp, close)
+            if close:
+                self._task = None
+                self._close_now()
+                return True
+        if queue and self._transport is not None:
+            return False  # a full send buffer (``_serve`` drains) or more to serve
+        self._task = None
+        if self._state == _IDLE and self._transport is not None:
+            if self._service.draining:
+                self._close_now()
+            else:
+                self._deadline = self._loop.time() + self._keepalive_timeout
+        return True
+
     async def _serve(self) -> None:
         queue = self._queue
         try:
@@ -502,7 +559,17 @@ class Http1Protocol:
                 resp = req._refusal
                 if resp is None:
                     try:
-                        resp = await self._dispatch(req)
+                        fast = self._json_infer
+                        if (
+                            fast is not None
+                            and not req._asked
+                            and req._complete
+                            and req.method == "POST"
+                        ):
+                            req._asked = True
+                            resp = fast(req.path, req._headers, req._body)
+                        if resp is None:
+                            resp = await self._dispatch(req)
                     except Exception as exc:  # a dispatch should map its own errors
                         log.exception("unexpected error handling %s %s", req.method, req.path)
                         resp = error(500, f"internal error: {type(exc).__name__}: {exc}")

@@ -4,9 +4,10 @@ This is the one module that knows ``Http1Protocol`` has a Cython twin; it asks
 ``tritonlite._twins`` (one rule for every twin: ``TRITONLITE_NO_EXTENSIONS``,
 ``TRITONLITE_REQUIRE_EXTENSIONS``) whether to swap in the compiled one.
 
-``HttpService`` is what the connections of one HTTP front end share (the handler, the limits,
-the open connections, the timeout sweep, the drain); a listener of its own
-(``start_http_native``) or a one-port detector creates protocols with ``service.protocol``.
+``HttpService`` is what the connections of one HTTP front end share (the handler and its JSON
+infer call, the limits, the open connections, the timeout sweep, the drain); a listener of its
+own (``start_http_native``) or a one-port detector creates protocols with
+``service.protocol``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tritonlite import _twins
-from tritonlite.frontends.base.http_call import Dispatch
+from tritonlite.frontends.base.http_call import Dispatch, JsonInfer
 from tritonlite.frontends.wire import _http1_py
 from tritonlite.frontends.wire.inflate import Inflater
 from tritonlite.frontends.wire.sendbuf import SendBlocks
@@ -86,6 +87,7 @@ class HttpService:
         self, dispatch: Dispatch, limits: HttpLimits, *, protocol_class: Any = None
     ) -> None:
         self.dispatch = dispatch
+        self.json_infer: JsonInfer | None = None  # asked before ``dispatch`` (``call.JsonInfer``)
         self.limits = limits
         self.draining = False
         self.busy: Any = None  # a BusyPoll (busypoll.py) its connections touch on input
