@@ -26,6 +26,7 @@ from tritonlite.contracts.errors import TritonliteError
 from tritonlite.contracts.types import InferInput, InferRequest
 from tritonlite.core.core import InferenceCore
 from tritonlite.core.runtime.health import HealthSettings
+from tritonlite.core.runtime.model import InlinePolicy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compat"))
 from repos import write_identity  # noqa: E402
@@ -286,5 +287,96 @@ def test_unload_while_the_thread_holds_two(tmp_path: Path) -> None:
             with pytest.raises(TritonliteError):
                 core.repository.get("next")
             await core.repository.load("next")
+
+    run(tmp_path, body)
+
+
+class OnWhichThread:
+    """Stands in for an instance's ``execute_one`` and notes, per run, whether it ran on the
+    loop's thread."""
+
+    def __init__(self, inst: Any) -> None:
+        self.real = inst.execute_one
+        self.loop_thread = threading.get_ident()
+        self.on_loop: list[bool] = []
+        inst.execute_one = self
+
+    def __call__(self, request: InferRequest, timing: Any) -> Any:
+        self.on_loop.append(threading.get_ident() == self.loop_thread)
+        return self.real(request, timing)
+
+
+def test_a_fast_model_whose_first_runs_went_to_its_thread_comes_back_under_load(
+    tmp_path: Path,
+) -> None:
+    """A fresh instance's first run is measured off the loop, and the requests that arrive
+    meanwhile are handed to its thread; under load that never lets up, the thread always has
+    a run out. The policy is still asked for each request, and a request it keeps on the loop
+    waits for the run out and runs on the loop: the model does not stay on its thread."""
+
+    async def body(core: InferenceCore) -> None:
+        m = core.repository.get("next")
+        inst = m.instances[0]
+
+        async def client(k: int) -> None:
+            for i in range(30):
+                r = await core.infer(_req("next", float(1000 * k + i)))
+                assert _value(r) == 1000 * k + i
+
+        for _ in range(REPEAT):
+            inst.policy = InlinePolicy()  # fresh: its first run goes to the thread
+            where = OnWhichThread(inst)
+            await asyncio.gather(*(client(k) for k in range(16)))
+            inst.execute_one = where.real
+            assert where.on_loop[0] is False  # measured off the loop, as a fresh one is
+            assert len(where.on_loop) == 16 * 30
+            # back on the loop once the policy saw its runs, and there to the end
+            assert where.on_loop[-1] and sum(where.on_loop) > len(where.on_loop) // 2
+            await _until(lambda: m.executing == 0)
+            _clean(m, inst)
+
+    run(tmp_path, body)
+
+
+@pytest.mark.parametrize("fatal", [False, True])
+def test_a_request_kept_on_the_loop_waits_for_the_run_out_on_the_thread(
+    tmp_path: Path, fatal: bool
+) -> None:
+    """The policy keeps runs on the loop, but a run is out on the thread: the next request is
+    held for the loop (not handed to the thread) and runs there as that run comes back; a run
+    out that breaks the session fails the held one with the instance."""
+
+    async def body(core: InferenceCore) -> None:
+        m = core.repository.get("next")
+        m.health.settings = HealthSettings(rebuild_backoff_s=0.01)
+        for rnd in range(REPEAT):
+            inst, gate, base = _round(m, rnd)
+            if fatal:
+                gate.fail[base] = BackendFatalError("onnx runtime error: CUDA failure 700")
+            first = m.scheduler.enqueue(_req("next", base))  # measured off the loop
+            inst.policy.recent_ns = 1_000  # ... and found fast meanwhile
+            futs = [first] + [m.scheduler.enqueue(_req("next", base + i)) for i in (1, 2)]
+            # one out on the thread, one held for the loop, one in the scheduler's queue
+            assert inst.busy == 1 and inst.held is not None and inst.held[1].future is futs[1]
+            assert (m.executing, m.scheduler.inflight(), _slots(m, inst)) == (2, 3, 0)
+            where = OnWhichThread(inst)  # the held run calls it on the loop; the gate is
+            inst.execute_one = where  # already handed to the thread with the first
+            gate.open()
+            done = await asyncio.gather(*futs, return_exceptions=True)
+            if fatal:
+                assert gate.ran == [base]
+                assert isinstance(done[0], TritonliteError) and "CUDA failure" in str(done[0])
+                assert isinstance(done[1], TritonliteError)
+                assert "taken out of rotation" in str(done[1])
+                await _until(lambda: m.instances[0].healthy)
+                assert _value(done[2]) == base + 2  # on the rebuilt instance
+            else:
+                assert [_value(r) for r in done] == [base, base + 1, base + 2]
+                assert gate.ran == [base, base + 1, base + 2]
+                assert where.on_loop == [True, True]  # the held one, then the queued one
+                inst.execute_one = gate.real
+            assert inst.held is None
+            await _until(lambda: m.executing == 0)
+            _clean(m, inst)
 
     run(tmp_path, body)

@@ -243,6 +243,9 @@ class ModelInstance:
         # how many; a batch runs on the loop only while none is out).
         self.depth = 1
         self.pipe: deque[tuple[Model, list[Pending]]] = deque()
+        # A request its policy keeps on the loop, taken while a run was out on the thread: it
+        # runs on the loop when that run is back (``_piped``), not on the thread after it.
+        self.held: tuple[Model, Pending] | None = None
         self._broken_gen = -1  # set on the thread: a run of that generation broke the session
         self._choose_mode()
 
@@ -382,6 +385,10 @@ class ModelInstance:
         they come back); the one whose result took the instance out is no longer among them."""
         pipe = self.pipe
         self.pipe = deque()
+        held = self.held
+        if held is not None:  # counted in ``executing`` already: fails as a batch
+            self.held = None
+            pipe.append((held[0], [held[1]]))
         msg = f"model instance '{self.spec.name}' was taken out of rotation"
         for model, batch in pipe:
             model.take_idle(self)  # before a completion lets the scheduler dispatch again
@@ -469,7 +476,7 @@ class ModelInstance:
             self._watch.cancel()
             self._watch = None
         self._worker.stop()
-        if self.pipe:
+        if self.pipe or self.held is not None:
             self._fail_pipe()
 
     def restart(self) -> None:
@@ -632,8 +639,16 @@ class Model:
         policy = chosen.policy
         if policy is None or self.signature.decoupled:
             self.run_batch(chosen, [p], True)
-        elif not chosen.pipe and policy.inline():  # asked once per batch: it counts the asks
-            self._run_one(chosen, p, True)
+        elif policy.inline():  # asked once per batch, a run out or not: it counts the asks
+            if not chosen.pipe:
+                self._run_one(chosen, p, True)
+            else:
+                # A run is out on the thread (``thread+next``): this one waits for it and runs
+                # on the loop as it comes back (``_release``). Handed to the thread instead, a model whose first
+                # runs went there would stay there while requests keep coming, the policy
+                # never asked again.
+                self.executing += 1
+                chosen.held = (self, p)
         else:
             self._submit(chosen, [p])
 
@@ -845,7 +860,17 @@ class Model:
             self._release(instance)
 
     def _release(self, instance: ModelInstance) -> None:
-        """``instance`` is done with its batch: back to ``idle``, and the next batch goes."""
+        """``instance`` is done with its batch: back to ``idle``, and the next batch goes --
+        first the request held for the loop while a run was out (``dispatch_one``), run here
+        before the scheduler hears of the instance."""
+        held = instance.held
+        if held is not None and not instance.pipe and instance.healthy:
+            # (out of rotation, ``abandon`` failed it with the batches on the thread)
+            instance.held = None
+            self.idle.append(instance)  # this batch's entry; the held one's comes back at its end
+            self.executing -= 1  # counted while held; ``_run_one`` counts it again
+            self._run_one(instance, held[1], True)
+            return
         if instance.healthy:  # one taken out of rotation comes back when rebuilt
             self.idle.append(instance)
         self.scheduler.instance_free()
