@@ -23,7 +23,7 @@ from conftest import counts_only, run_core
 from onnx_models import add_sub, config_for, failing, write_model
 
 from tritonlite.core.core import InferenceCore
-from tritonlite.frontends.http import app
+from tritonlite.frontends.http import app, jsonlane
 from tritonlite.frontends.wire.http1 import HttpLimits, HttpService
 
 pytestmark = pytest.mark.timeout(180)
@@ -241,10 +241,10 @@ def test_headers_that_change_a_request_are_left_to_dispatch(tmp_path: Path) -> N
             for _ in range(20):
                 headers = {f"x-{rng.randrange(99)}": "1", key: rng.choice(["", "gzip", "7"])}
                 assert fast(_INFER, headers, _PLAIN) is None
-                assert app._PARSED.body is None
+                assert jsonlane.PARSED.body is None
         assert fast(_INFER, {}, bytearray(_PLAIN)) is None  # a body in pieces: dispatch's
         assert fast("/v2/models/direct/ready", {}, _PLAIN) is None
-        assert app._PARSED.body is None
+        assert jsonlane.PARSED.body is None
 
     run_core(_repo(tmp_path), body)
 

@@ -170,7 +170,7 @@ async def infer(
         # Triton reads an empty body as a raw input of 0 bytes, not as JSON, header or not
         req = codec.raw_binary_request(name, version, body)
     elif header_len is None and forward is None:
-        parsed = _PARSED
+        parsed = jsonlane.PARSED
         if body is parsed.body:  # ``json_infer`` parsed it and asked the lane: left to us
             doc, plain = parsed.doc, parsed.plain
             parsed.body = parsed.doc = None
@@ -182,7 +182,7 @@ async def infer(
             plain = jsonlane.answer(core, doc, name, version)
         if plain is not None:
             if plain is not False:
-                return _plain_response(plain, fields.get("Accept-Encoding"))
+                return jsonlane.response(plain, fields.get("Accept-Encoding"))
             ran = True
         if doc is None:
             req = codec.decode_infer(body, header_len, name, version)
@@ -216,20 +216,6 @@ async def infer(
     return out
 
 
-class _Parsed:
-    """A body ``json_infer`` parsed and did not answer, for the ``infer`` handler that takes
-    it next on the same loop turn: the body (identity: the same bytes object), its document
-    and what ``jsonlane.answer`` said (None, or False: its run failed)."""
-
-    __slots__ = ("body", "doc", "plain")
-
-    def __init__(self) -> None:
-        self.body: Any = None
-        self.doc: Any = None
-        self.plain: Any = None
-
-
-_PARSED = _Parsed()
 _SKIP = ("expect", "content-encoding", "inference-header-content-length")
 
 
@@ -238,12 +224,12 @@ def make_json_infer(core: CoreAPI, options: ServerOptions | None = None) -> Json
     ``json_infer(path, headers, body)`` is ``dispatch``'s response for an infer request whose
     JSON body the JSON lane answers (``jsonlane.answer``), without the request's coroutines
     and header mapping; None, with nothing answered, for anything else (``dispatch`` then
-    takes it as before; a document it parsed goes along, ``_PARSED``). ``headers``: the
+    takes it as before; a document it parsed goes along, ``jsonlane.PARSED``). ``headers``: the
     request's, lower-case names. None (no such call) where headers are forwarded as
     parameters or an API is restricted."""
     if options is not None and (restrict.http_restrictions(options) or http_forward(options)):
         return None
-    parsed = _PARSED
+    parsed = jsonlane.PARSED
 
     def json_infer(path: str, headers: dict[str, str], body: Any) -> HttpResponse | None:
         if type(body) is not bytes or not body:
@@ -271,20 +257,9 @@ def make_json_infer(core: CoreAPI, options: ServerOptions | None = None) -> Json
         if plain is None or plain is False:
             parsed.body, parsed.doc, parsed.plain = body, doc, plain
             return None
-        return _plain_response(plain, headers.get("accept-encoding"))
+        return jsonlane.response(plain, headers.get("accept-encoding"))
 
     return json_infer
-
-
-def _plain_response(body: bytes, accept: str | None) -> HttpResponse:
-    """``infer``'s response for the JSON lane's body (``jsonlane.answer``)."""
-    if accept is not None:
-        picked = codec.pick_encoding(accept)
-        if picked is not None:
-            return HttpResponse(
-                200, [codec.compress(body, picked)], _JSON, {"Content-Encoding": picked}
-            )
-    return HttpResponse(200, [body], _JSON)
 
 
 async def generate(request: Request, core: CoreAPI, m: re.Match[str]) -> HttpResponse:

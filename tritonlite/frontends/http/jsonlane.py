@@ -23,13 +23,15 @@ from typing import Any, Literal
 import orjson
 
 from tritonlite.core.api import CoreAPI
-from tritonlite.frontends.http import jsondata
+from tritonlite.frontends.base.http_call import HttpResponse
+from tritonlite.frontends.http import codec, jsondata
 from tritonlite.frontends.http.codec import json_data
 
-__all__ = ["answer"]
+__all__ = ["PARSED", "answer", "response"]
 
 _plain_inputs = jsondata.plain_inputs
 _NUMPY = orjson.OPT_SERIALIZE_NUMPY
+_JSON = "application/json"
 
 
 def answer(core: CoreAPI, doc: Any, name: str, version: int) -> bytes | Literal[False] | None:
@@ -49,3 +51,30 @@ def answer(core: CoreAPI, doc: Any, name: str, version: int) -> bytes | Literal[
         written.append({"name": o, "datatype": dt, "shape": arr.shape, "data": json_data(o, arr)})
     doc = {"model_name": model_name, "model_version": model_version, "outputs": written}
     return orjson.dumps(doc, option=_NUMPY)
+
+
+def response(body: bytes, accept: str | None) -> HttpResponse:
+    """``infer``'s response for ``answer``'s body, compressed as ``accept`` asks."""
+    if accept is not None:
+        picked = codec.pick_encoding(accept)
+        if picked is not None:
+            return HttpResponse(
+                200, [codec.compress(body, picked)], _JSON, {"Content-Encoding": picked}
+            )
+    return HttpResponse(200, [body], _JSON)
+
+
+class Parsed:
+    """A body ``json_infer`` parsed and did not answer, for the ``infer`` handler that takes
+    it next on the same loop turn: the body (identity: the same bytes object), its document
+    and what ``answer`` said (None, or False: its run failed)."""
+
+    __slots__ = ("body", "doc", "plain")
+
+    def __init__(self) -> None:
+        self.body: Any = None
+        self.doc: Any = None
+        self.plain: Any = None
+
+
+PARSED = Parsed()  # one: the native transport and the handler run on one loop
