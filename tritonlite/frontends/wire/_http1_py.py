@@ -521,21 +521,7 @@ class Http1Protocol:
                 req._close = True
             if resp is None:
                 return False
-            queue.popleft()
-            if (
-                self._read_paused
-                and len(queue) <= self._max_pipeline // 2
-                and not self._closing
-                and self._transport is not None
-            ):
-                self._read_paused = False
-                self._transport.resume_reading()
-            close = (
-                req._close
-                or not req._keep_alive
-                or (self._closing and not queue)
-                or (self._service.draining and not queue and self._state == _IDLE)
-            )
+            close = self._taken(req)
             self._send(req, resp, close)
             if close:
                 self._task = None
@@ -574,25 +560,7 @@ class Http1Protocol:
                         log.exception("unexpected error handling %s %s", req.method, req.path)
                         resp = error(500, f"internal error: {type(exc).__name__}: {exc}")
                         req._close = True
-                queue.popleft()
-                if (
-                    self._read_paused
-                    and len(queue) <= self._max_pipeline // 2
-                    and not self._closing
-                    and self._transport is not None
-                ):
-                    self._read_paused = False
-                    self._transport.resume_reading()
-                if not req._complete:
-                    # answered without its whole body (a refusal, or a handler that did not
-                    # read it): what follows on the connection cannot be framed any more
-                    self._stop_reading()
-                close = (
-                    req._close
-                    or not req._keep_alive
-                    or (self._closing and not queue)
-                    or (self._service.draining and not queue and self._state == _IDLE)
-                )
+                close = self._taken(req)
                 if type(resp) is HttpResponse:
                     self._send(req, resp, close)
                 elif isinstance(resp, HttpStream):
@@ -614,6 +582,31 @@ class Http1Protocol:
                 self._close_now()
             else:
                 self._deadline = self._loop.time() + self._keepalive_timeout
+
+    def _taken(self, req: Request) -> bool:
+        """``req``, at the queue's head, is answered: off the queue, reading resumed once the
+        queue is down to half the pipeline cap; whether the connection closes after its
+        response."""
+        queue = self._queue
+        queue.popleft()
+        if (
+            self._read_paused
+            and len(queue) <= self._max_pipeline // 2
+            and not self._closing
+            and self._transport is not None
+        ):
+            self._read_paused = False
+            self._transport.resume_reading()
+        if not req._complete:
+            # answered without its whole body (a refusal, or a handler that did not read it):
+            # what follows on the connection cannot be framed any more
+            self._stop_reading()
+        return bool(
+            req._close
+            or not req._keep_alive
+            or (self._closing and not queue)
+            or (self._service.draining and not queue and self._state == _IDLE)
+        )
 
     def _send(self, req: Request, resp: HttpResponse, close: bool) -> None:
         on_sent = resp.on_sent
