@@ -40,6 +40,7 @@ from tritonlite.core.observability.snapshot import MetricsSnapshot, snapshot
 from tritonlite.core.observability.sysinfo import Samplers
 from tritonlite.core.request.cache import ResponseCache
 from tritonlite.core.request.stream import ResponseStream, is_decoupled
+from tritonlite.core.runtime.lane import DirectLane
 from tritonlite.core.runtime.model import Model
 from tritonlite.core.runtime.split import SplitModel
 from tritonlite.core.tensors import validate
@@ -268,13 +269,8 @@ class InferenceCore:
         nothing queued); None when the request must take ``infer`` (tracing, the response
         cache, anything the lane does not cover), with nothing done. Raises what ``infer``
         raises for an unknown model or a request that fails validation."""
-        if self.exiting or self.trace.enabled:
-            return None
-        model = self.repository.get(request.model_name, request.model_version)
-        lane = model.lane
-        if lane is None or (self.cache is not None and model.response_cache):
-            return None
-        return lane.run(request)
+        lane = self._lane(request.model_name, request.model_version)
+        return None if lane is None else lane.run(request)
 
     def infer_plain(
         self, name: str, version: int, key: tuple[Any, ...], feed: dict[str, Any]
@@ -289,13 +285,20 @@ class InferenceCore:
         run failed (nothing recorded): the caller then takes ``infer`` at once, never
         ``infer_now``, so that the request runs once more at most. Raises what ``infer``
         raises for an unknown model."""
+        lane = self._lane(name, version)
+        return None if lane is None else lane.run_plain(key, feed)
+
+    def _lane(self, name: str, version: int) -> DirectLane | None:
+        """The single-request lane of model ``name`` ``version`` when a request may take it
+        (not while exiting or tracing, nor for a model whose responses are cached), else None.
+        Raises what ``infer`` raises for an unknown model."""
         if self.exiting or self.trace.enabled:
             return None
         model = self.repository.get(name, version)
         lane = model.lane
         if lane is None or (self.cache is not None and model.response_cache):
             return None
-        return lane.run_plain(key, feed)  # type: ignore[no-any-return]
+        return lane
 
     async def _infer_worded(self, request: InferRequest, refusal: Refusal) -> InferResponse:
         """``infer`` for a caller that words its refusals (``refusal``)."""
