@@ -175,11 +175,7 @@ async def infer(
             doc, plain = parsed.doc, parsed.plain
             parsed.body = parsed.doc = None
         else:
-            try:
-                doc = orjson.loads(body)
-            except orjson.JSONDecodeError:
-                doc = None  # decode_infer words it
-            plain = jsonlane.answer(core, doc, name, version)
+            doc, plain = jsonlane.ask(core, body, name, version)
         if plain is not None:
             if plain is not False:
                 return jsonlane.response(plain, fields.get("Accept-Encoding"))
@@ -247,11 +243,7 @@ def make_json_infer(core: CoreAPI, options: ServerOptions | None = None) -> Json
         v = m.group(2)
         try:
             version = parse_version(v) if v is not None else -1
-            try:
-                doc = orjson.loads(body)
-            except orjson.JSONDecodeError:
-                doc = None
-            plain = jsonlane.answer(core, doc, name, version)
+            doc, plain = jsonlane.ask(core, body, name, version)
         except TritonliteError:
             return None  # nothing done: ``dispatch`` words it
         if plain is None or plain is False:

@@ -27,7 +27,7 @@ from tritonlite.frontends.base.http_call import HttpResponse
 from tritonlite.frontends.http import codec, jsondata
 from tritonlite.frontends.http.codec import json_data
 
-__all__ = ["PARSED", "answer", "response"]
+__all__ = ["PARSED", "answer", "ask", "response"]
 
 _plain_inputs = jsondata.plain_inputs
 _NUMPY = orjson.OPT_SERIALIZE_NUMPY
@@ -51,6 +51,16 @@ def answer(core: CoreAPI, doc: Any, name: str, version: int) -> bytes | Literal[
         written.append({"name": o, "datatype": dt, "shape": arr.shape, "data": json_data(o, arr)})
     doc = {"model_name": model_name, "model_version": model_version, "outputs": written}
     return orjson.dumps(doc, option=_NUMPY)
+
+
+def ask(core: CoreAPI, body: bytes, name: str, version: int) -> tuple[Any, Any]:
+    """``body`` parsed (None where it is not JSON: the general decode words that) and
+    ``answer``'s verdict on it."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None, None
+    return doc, answer(core, doc, name, version)
 
 
 def response(body: bytes, accept: str | None) -> HttpResponse:
