@@ -530,11 +530,7 @@ class Http1Protocol:
         if queue and self._transport is not None:
             return False  # a full send buffer (``_serve`` drains) or more to serve
         self._task = None
-        if self._state == _IDLE and self._transport is not None:
-            if self._service.draining:
-                self._close_now()
-            else:
-                self._deadline = self._loop.time() + self._keepalive_timeout
+        self._served()
         return True
 
     async def _serve(self) -> None:
@@ -577,8 +573,14 @@ class Http1Protocol:
                     await self._drain()
         finally:
             self._task = None
+        self._served()
+
+    def _served(self) -> None:
+        """The queue is answered: an idle connection closes if the server is draining (the
+        signal came meanwhile), else waits for its next request until the keep-alive
+        timeout."""
         if self._state == _IDLE and self._transport is not None:
-            if self._service.draining:  # answered through a drain (the signal came meanwhile)
+            if self._service.draining:
                 self._close_now()
             else:
                 self._deadline = self._loop.time() + self._keepalive_timeout
