@@ -244,7 +244,8 @@ class ModelInstance:
         self.depth = 1
         self.pipe: deque[tuple[Model, list[Pending]]] = deque()
         # A request its policy keeps on the loop, taken while a run was out on the thread: it
-        # runs on the loop when that run is back (``_piped``), not on the thread after it.
+        # runs on the loop when that run is back (``Model._release``), not on the thread after
+        # it. With its model, which fails it if the instance is taken out first.
         self.held: tuple[Model, Pending] | None = None
         self._broken_gen = -1  # set on the thread: a run of that generation broke the session
         self._choose_mode()
@@ -605,7 +606,7 @@ class Model:
         # The single-request lane (core/runtime/lane.py): for a direct scheduler only; each
         # request then checks what may change (queue, idle instance, its policy, the request).
         self.lane: DirectLane | None = None
-        if type(self.scheduler) is DirectScheduler and not signature.decoupled:
+        if not batcher and not signature.decoupled:
             self.lane = DirectLane(self, self.scheduler, INLINE_MAX_NS)
         self._drained: asyncio.Event | None = None
         # Response cache (core/cache.py; used only when the server has one too). The salt, part
@@ -644,9 +645,9 @@ class Model:
                 self._run_one(chosen, p, True)
             else:
                 # A run is out on the thread (``thread+next``): this one waits for it and runs
-                # on the loop as it comes back (``_release``). Handed to the thread instead, a model whose first
-                # runs went there would stay there while requests keep coming, the policy
-                # never asked again.
+                # on the loop as it comes back (``_release``). Handed to the thread instead, a
+                # model whose first runs went there would stay there while requests keep
+                # coming, the policy never asked again.
                 self.executing += 1
                 chosen.held = (self, p)
         else:
