@@ -220,6 +220,26 @@ def run_core(repo: Path, body: Callable[[Any], Awaitable[None]], **options: Any)
     asyncio.run(main())
 
 
+class JsonPost:
+    """What the HTTP handlers (``app.make_dispatch``) read of a request, in process: a complete
+    JSON POST of ``body`` to ``path``, no headers of note, a client still there."""
+
+    method, query, version, peer = "POST", "", (1, 1), None
+
+    def __init__(self, path: str, body: bytes) -> None:
+        from tritonlite.frontends.wire._http1_py import Headers
+
+        self.path = path
+        self.body = body
+        self.headers = Headers({"content-type": "application/json"})
+
+    async def read(self) -> bytes:
+        return self.body
+
+    def disconnected(self) -> bool:
+        return False
+
+
 def counts_only(stats: Any) -> Any:
     """A statistics document (or part of one) without its durations and times: what two
     servers, or two paths of one, must agree on exactly."""

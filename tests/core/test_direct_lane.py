@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import counts_only, run_core
+from conftest import JsonPost, counts_only, run_core
 from onnx_models import add_sub, config_for, config_text, failing, identity, write_model
 
 from tritonlite.contracts.errors import TritonliteError
@@ -514,7 +514,6 @@ def test_the_http_handler_answers_a_plain_json_body_through_the_lane(
     import orjson
 
     from tritonlite.frontends.http import app, jsonlane
-    from tritonlite.frontends.wire._http1_py import Headers
 
     answered: list[bytes] = []
     real = jsonlane.answer
@@ -534,26 +533,15 @@ def test_the_http_handler_answers_a_plain_json_body_through_the_lane(
         ]
     }
 
-    class Req:
-        method, path, query, version, peer = "POST", "/v2/models/direct/infer", "", (1, 1), None
-        headers = Headers({"content-type": "application/json"})
-
-        def __init__(self, body: bytes) -> None:
-            self.body = body
-
-        async def read(self) -> bytes:
-            return self.body
-
-        def disconnected(self) -> bool:
-            return False
-
     async def body(core: InferenceCore) -> None:
         await _warm(core, lambda: _req("direct"))
         dispatch = app.make_dispatch(core)
-        resp = await dispatch(Req(orjson.dumps(doc)))
+        resp = await dispatch(JsonPost("/v2/models/direct/infer", orjson.dumps(doc)))
         assert answered and resp.status == 200 and b"".join(resp.body) == answered[-1]
         # the general path's bytes for the same request (an id sends it there)
-        general = await dispatch(Req(orjson.dumps({**doc, "id": ""})))
+        general = await dispatch(
+            JsonPost("/v2/models/direct/infer", orjson.dumps({**doc, "id": ""}))
+        )
         assert len(answered) == 1 and b"".join(general.body) == answered[0]
         assert (resp.content_type, resp.headers) == (general.content_type, general.headers)
 

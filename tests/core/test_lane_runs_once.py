@@ -17,14 +17,13 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
-from conftest import counts_only, run_core
+from conftest import JsonPost, counts_only, run_core
 from onnx_models import config_for, failing, write_model
 
 from tritonlite.contracts.errors import TritonliteError
 from tritonlite.contracts.types import InferInput, InferRequest
 from tritonlite.core.core import InferenceCore
 from tritonlite.frontends.http import app
-from tritonlite.frontends.wire._http1_py import Headers
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -56,20 +55,7 @@ def _body(value: int, **extra: Any) -> bytes:
     return orjson.dumps({"inputs": [inp], **extra})
 
 
-class _Req:
-    """The HTTP ``infer`` handler's request: a complete JSON body, no headers of note."""
-
-    method, path, query, version, peer = "POST", "/v2/models/fails/infer", "", (1, 1), None
-    headers = Headers({"content-type": "application/json"})
-
-    def __init__(self, body: bytes) -> None:
-        self.body = body
-
-    async def read(self) -> bytes:
-        return self.body
-
-    def disconnected(self) -> bool:
-        return False
+_PATH = "/v2/models/fails/infer"  # the HTTP infer handler's route for the model
 
 
 async def _warm(core: InferenceCore) -> list[int]:
@@ -114,15 +100,15 @@ def test_a_json_request_whose_run_fails_runs_twice_not_three_times(tmp_path: Pat
     async def body(core: InferenceCore) -> None:
         runs = await _warm(core)
         dispatch = app.make_dispatch(core)
-        good = await dispatch(_Req(_body(1)))
+        good = await dispatch(JsonPost(_PATH, _body(1)))
         assert good.status == 200 and runs[0] == 1
         for k in range(1, 4):
             before = runs[0]
-            resp = await dispatch(_Req(_body(99)))
+            resp = await dispatch(JsonPost(_PATH, _body(99)))
             assert runs[0] == before + 2, runs
             assert _fails(core) == 2 * k - 1
             # an id sends the same request to infer_now's lane first: once there, once general
-            general = await dispatch(_Req(_body(99, id="")))
+            general = await dispatch(JsonPost(_PATH, _body(99, id="")))
             assert runs[0] == before + 4, runs
             assert _fails(core) == 2 * k
             assert resp.status == general.status != 200
@@ -130,7 +116,7 @@ def test_a_json_request_whose_run_fails_runs_twice_not_three_times(tmp_path: Pat
             assert text == b"".join(general.body)
             assert b"out of data bounds" in text or b"indices" in text
         before = runs[0]
-        good = await dispatch(_Req(_body(1)))  # the instance came back to idle
+        good = await dispatch(JsonPost(_PATH, _body(1)))  # the instance came back to idle
         assert good.status == 200 and runs[0] == before + 1
 
     run_core(_repo(tmp_path), body)
