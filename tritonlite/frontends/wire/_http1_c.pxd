@@ -83,3 +83,13 @@ cdef class Http1Protocol:
     cdef public bint _begun
     cdef public object _busy
     cdef public object _held
+    cdef public object _scan
+
+    @cython.locals(n=Py_ssize_t, pos=Py_ssize_t, head=tuple, status=int, end=Py_ssize_t,
+                   minor=int, keep_alive=bint, length=Py_ssize_t, header_bytes=Py_ssize_t,
+                   req=Request)
+    cdef Py_ssize_t _parse_whole(self, bytes data) except -1
+    cdef Request _begin_message(self)
+    cdef _admit(self, Request req)
+    cdef _enqueue(self, Request req)
+    cdef _end_message(self, Request req)

@@ -5,10 +5,13 @@ is; setup.py also compiles it, with the C types of ``_http1_c.pxd``, into ``_htt
 ``http1.py`` is the one module that knows which of the two is in use.
 
 One ``Http1Protocol`` per connection. llhttp does the per-byte work and calls back per URL,
-header, body piece and message end; a request whose headers are complete joins the
-connection's queue, and one serving run answers the queue in order (pipelining: one
-request dispatched at a time, responses in request order; reading pauses while
-``max_pipeline`` requests wait). The run starts at the end of the ``data_received`` that
+header, body piece and message end -- except for whole, plain requests that arrive between
+requests, which ``_h1scan_py.scan`` reads in one pass (``_parse_whole``: the same steps, state
+and refusals, without a Python call per header; llhttp parses anything the scanner declines,
+and a differential test holds the two to the same result). A request whose headers are
+complete joins the connection's queue, and one serving run answers the queue in order
+(pipelining: one request dispatched at a time, responses in request order; reading pauses
+while ``max_pipeline`` requests wait). The run starts at the end of the ``data_received`` that
 queued the first request (``eager.begin``) and becomes a task only if a handler has to
 wait. A body is collected into one buffer sized by its Content-Length (kept as the very
 bytes object llhttp handed over when it came in one piece), so a handler's ``read()`` of a
@@ -251,6 +254,7 @@ class Http1Protocol:
         self._begun = False  # a request has begun on this connection
         self._busy = service.busy  # BusyPoll or None
         self._held: Any = None  # responses held for the end of a serving pass (flush_held)
+        self._scan = service.head_scan  # the fast path's ``_h1scan_py.scan``; None: llhttp only
 
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: Any) -> None:
@@ -280,6 +284,30 @@ class Http1Protocol:
         busy = self._busy
         if busy is not None:
             busy.touch()
+        try:
+            if self._state == _IDLE and self._scan is not None and type(data) is bytes:
+                try:
+                    used = self._parse_whole(data)
+                except Exception as exc:  # as a callback that raised: a bug, answered 500
+                    log.error("HTTP/1.1 protocol error", exc_info=exc)
+                    self._refuse(500, f"internal error: {exc!r}")
+                    return
+                if used:
+                    if used < len(data) and self._state == _IDLE:
+                        self._feed(data[used:], len(data))
+                    return
+            self._feed(data, len(data))
+        finally:
+            if self._task is _STARTING:
+                if busy is not None and busy.loaded():
+                    self._service.defer(self)  # served with the others of this loop turn
+                else:
+                    self._begin()
+
+    def _feed(self, data: bytes, size: int) -> None:
+        """llhttp parses ``data``, the last ``size`` bytes of this ``data_received`` or fewer:
+        what the fast path (``_parse_whole``) took before it is counted as llhttp would have
+        counted it, had it parsed all of them."""
         cur: Request | None = self._cur if self._state == _BODY else None
         size0 = cur._size if cur is not None else 0
         try:
@@ -298,7 +326,7 @@ class Http1Protocol:
         else:
             state = self._state
             if state == _HEAD:
-                self._head_pending += len(data)
+                self._head_pending += size
                 if self._head_pending > self._max_header_bytes:
                     self._refuse(431, "Request Header Fields Too Large")
             elif state == _BODY:
@@ -309,12 +337,71 @@ class Http1Protocol:
                     cur._framing += len(data) - (cur._size - size0)
                     if cur._framing > self._max_header_bytes + _FRAMING_PER_BYTE * cur._size:
                         self._refuse(400, "chunked framing too long (chunk extensions?)")
-        finally:
-            if self._task is _STARTING:
-                if busy is not None and busy.loaded():
-                    self._service.defer(self)  # served with the others of this loop turn
-                else:
-                    self._begin()
+
+    def _parse_whole(self, data: bytes) -> int:
+        """The fast path: the whole, plain requests at the start of ``data`` read by the
+        service's ``head_scan`` (``_h1scan_py.scan``) instead of llhttp, while the connection
+        is between requests; how many bytes they took. It stops at the first request
+        ``scan`` declines (llhttp parses it and what follows, from a clean message boundary:
+        llhttp has seen no byte of it), and before one that ends reading with more bytes
+        behind it (llhttp parses those: what it makes of them is its to decide). What it
+        takes goes through the steps llhttp's callbacks take (``_begin_message``, ``_admit``,
+        ``_enqueue``, ``_end_message``), with the same request state, limits and refusals;
+        only the parse deadlines are not set, as the request is complete when they would be
+        (``_end_message`` clears them)."""
+        scan = self._scan
+        n = len(data)
+        pos = 0
+        while pos < n and self._state == _IDLE:
+            head = scan(data, pos, self._max_header_bytes, self._max_headers)
+            if head is None:
+                break
+            (
+                status,
+                end,
+                method,
+                url,
+                path,
+                query,
+                headers,
+                minor,
+                keep_alive,
+                length,
+                header_bytes,
+                body,
+            ) = head
+            if end < n and (not keep_alive or self._overcap):
+                break
+            pos = end
+            req = self._begin_message()
+            req._url = url
+            req._header_bytes = header_bytes
+            req._headers = headers
+            if status == 414:
+                self._refuse(414, "URI Too Long")
+                break
+            if status:
+                self._refuse(431, "Request Header Fields Too Large")
+                break
+            req.headers = Headers(headers)
+            req.method = method
+            if minor == 0:
+                req.version = _V10
+            req._keep_alive = keep_alive
+            req.path = path
+            req.query = query
+            req._length = length
+            try:
+                self._admit(req)
+            except _Refuse as exc:
+                self._refuse(exc.status, exc.message)
+                break
+            self._enqueue(req)
+            if body is not None:
+                req._body = body
+                req._size = length
+            self._end_message(req)
+        return pos
 
     def eof_received(self) -> bool:
         # the client half-closed: answer what it sent, then close
@@ -350,13 +437,18 @@ class Http1Protocol:
 
     # -- llhttp callbacks ------------------------------------------------------------------
     def on_message_begin(self) -> None:
+        self._begin_message()
+        self._deadline = self._loop.time() + self._header_timeout
+
+    def _begin_message(self) -> Request:
+        """A request begins (llhttp's first byte of it, or the fast path's)."""
         req = self._cur = Request(self)
         if not self._begun:  # a connection's first request is served through a drain
             self._begun = True
             req._admitted = True
         self._state = _HEAD
         self._head_pending = 0
-        self._deadline = self._loop.time() + self._header_timeout
+        return req
 
     def on_url(self, url: bytes) -> None:
         req: Request = self._cur
@@ -408,10 +500,17 @@ class Http1Protocol:
                 # lenient_chunked_length), but the framing is suspect: close after answering
                 req._close = True
         elif length is not None:
-            n = int(length)  # llhttp has checked its digits
-            if n > self._max_body:
-                raise _Refuse(413, too_large(self._max_body))
-            req._length = n
+            req._length = int(length)  # llhttp has checked its digits
+        self._admit(req)
+        self._state = _BODY
+        self._deadline = self._loop.time() + self._body_timeout
+        self._enqueue(req)
+
+    def _admit(self, req: Request) -> None:
+        """The checks of a request whose headers are complete (``req._length``: its
+        Content-Length, -1 for none); raises ``_Refuse`` for one that is not served."""
+        if req._length > self._max_body:
+            raise _Refuse(413, too_large(self._max_body))
         if self._service.draining and not req._admitted:
             raise _Refuse(503, "Server is exiting")
         if self._overcap:
@@ -422,14 +521,16 @@ class Http1Protocol:
                     "too many open connections: the server's limit is "
                     f"{self._service.limits.max_connections}",
                 )
+        headers = req._headers
         expect = headers.get("expect")
         if expect is not None and req.version >= _V11 and expect.lower() == "100-continue":
             req._expect = True
         encoding = headers.get("content-encoding")
         if encoding is not None:
             req._encoding = encoding
-        self._state = _BODY
-        self._deadline = self._loop.time() + self._body_timeout
+
+    def _enqueue(self, req: Request) -> None:
+        """``req`` (its headers complete) joins the connection's queue."""
         queue = self._queue
         queue.append(req)
         if self._task is None:
@@ -463,7 +564,10 @@ class Http1Protocol:
         req._size = size + n
 
     def on_message_complete(self) -> None:
-        req: Request = self._cur
+        self._end_message(self._cur)
+
+    def _end_message(self, req: Request) -> None:
+        """``req`` has been read to its end."""
         self._cur = None
         self._state = _IDLE
         self._deadline = 0.0

@@ -1,8 +1,9 @@
 """The native HTTP/1.1 server: ``start_http_native``, and the protocol's compiled twin.
 
-This is the one module that knows ``Http1Protocol`` has a Cython twin; it asks
-``tritonlite._twins`` (one rule for every twin: ``TRITONLITE_NO_EXTENSIONS``,
-``TRITONLITE_REQUIRE_EXTENSIONS``) whether to swap in the compiled one.
+This is the one module that knows ``Http1Protocol`` and its fast path's scanner
+(``_h1scan_py.scan``) have Cython twins; it asks ``tritonlite._twins`` (one rule for every
+twin: ``TRITONLITE_NO_EXTENSIONS``, ``TRITONLITE_REQUIRE_EXTENSIONS``) whether to swap in the
+compiled ones.
 
 ``HttpService`` is what the connections of one HTTP front end share (the handler and its JSON
 infer call, the limits, the open connections, the timeout sweep, the drain); a listener of its
@@ -20,7 +21,7 @@ from typing import Any
 
 from tritonlite import _twins
 from tritonlite.frontends.base.http_call import Dispatch, JsonInfer
-from tritonlite.frontends.wire import _http1_py
+from tritonlite.frontends.wire import _h1scan_py, _http1_py
 from tritonlite.frontends.wire.inflate import Inflater
 from tritonlite.frontends.wire.sendbuf import SendBlocks
 
@@ -39,6 +40,8 @@ _compiled = _twins.compiled("tritonlite.frontends.wire._http1_c")
 if _compiled is not None:
     Http1Protocol = _compiled.Http1Protocol  # type: ignore[misc]
 ACCELERATED = _compiled is not None
+_scan_compiled = _twins.compiled("tritonlite.frontends.wire._h1scan_c")
+HEAD_SCAN: Any = _scan_compiled.scan if _scan_compiled is not None else _h1scan_py.scan
 
 
 def describe() -> str:
@@ -95,6 +98,11 @@ class HttpService:
         self.send_blocks = SendBlocks()  # copies of large response bodies being sent
         self.connections: dict[Any, None] = {}  # in the order they opened
         self._protocol_class = protocol_class if protocol_class is not None else Http1Protocol
+        # the protocols' fast path for whole, plain requests (None: llhttp parses every
+        # byte); the pure protocol twin reads with the pure scanner twin
+        self.head_scan: Any = (
+            _h1scan_py.scan if self._protocol_class is _http1_py.Http1Protocol else HEAD_SCAN
+        )
         self._sweeper: asyncio.TimerHandle | None = None
         self._interval = max(
             0.01,
