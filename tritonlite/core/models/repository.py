@@ -214,6 +214,10 @@ class ModelRepository:
         self.latency = latency
         self.shm = shm
         self.models: dict[str, ModelEntry] = {}
+        # One more at every change of the table of versions (a model added or dropped, a
+        # version's state replaced): what a lookup answered holds while it is the same and the
+        # answer's model stays ready (``InferenceCore._lane`` keeps lookups by it).
+        self.generation = 0
         # Explicit mode: models loaded only as some ensemble's composing models.
         self.loaded_for_ensembles: set[str] = set()
         self.health = HealthSettings(
@@ -362,6 +366,7 @@ class ModelRepository:
             entry = self.models.get(name)
             if entry is None:
                 entry = self.models[name] = ModelEntry(name)
+                self.generation += 1
             async with entry.lock:
                 if self.models.get(name) is not entry:
                     continue  # dropped by a failed load while this one waited: start over
@@ -391,6 +396,7 @@ class ModelRepository:
         except BaseException:
             if not entry.versions and self.models.get(name) is entry:
                 del self.models[name]
+                self.generation += 1
             raise
         try:
             await self._load_into(entry, name, model_dir, config_json)
@@ -457,6 +463,7 @@ class ModelRepository:
         config_text = model_config.render_json_bytes(cfg).decode()
         if first_load:
             entry.versions = {v: VersionState(lc.LOADING) for v in versions}
+            self.generation += 1
         built: dict[int, _Built] = {}
         errors: dict[int, str] = {}
 
@@ -524,6 +531,7 @@ class ModelRepository:
             if v not in new_states:
                 new_states[v] = VersionState(lc.UNAVAILABLE, lc.UNLOADED_REASON)
         entry.versions = new_states
+        self.generation += 1
         entry.fingerprint = _fingerprint(model_dir)
         for s in old.values():
             assert s.model is not None
@@ -533,15 +541,15 @@ class ModelRepository:
                 lc.load_failed_message(name, {v: lc.failed_reason(m) for v, m in errors.items()})
             )
 
-    @staticmethod
     def _fail_versions(
-        entry: ModelEntry, name: str, versions: list[int], reason: str, first_load: bool
+        self, entry: ModelEntry, name: str, versions: list[int], reason: str, first_load: bool
     ) -> TritonliteError:
         """Record a failure of every version in ``versions``; returns Triton's answer to raise.
         A failed reload leaves the serving versions as they are."""
         reasons = dict.fromkeys(versions, reason)
         if first_load:
             entry.versions = {v: VersionState(lc.UNAVAILABLE, r) for v, r in reasons.items()}
+            self.generation += 1
         return invalid_arg(lc.load_failed_message(name, reasons))
 
     def _poll_failure(
@@ -564,6 +572,7 @@ class ModelRepository:
         # A model whose config could not be read has no known versions: key -1 keeps the
         # failure (and its reason) visible in the index and in readiness.
         entry.versions = {-1: VersionState(lc.UNAVAILABLE, reason)}
+        self.generation += 1
 
     @staticmethod
     def _close_built(b: _Built) -> None:
@@ -589,10 +598,12 @@ class ModelRepository:
                 if s.model is not None:
                     models.append(s.model)
                     entry.versions[v] = VersionState(lc.UNLOADING, "", s.model)
+                    self.generation += 1
             await asyncio.gather(*(self._retire(m) for m in models))
             for v in list(entry.versions):
                 if entry.versions[v].model is not None or entry.versions[v].state == lc.UNLOADING:
                     entry.versions[v] = VersionState(lc.UNAVAILABLE, lc.UNLOADED_REASON)
+                    self.generation += 1
             if entry.override is not None:
                 remove_override_dir(entry.override)
                 entry.override = None
