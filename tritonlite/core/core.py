@@ -47,7 +47,7 @@ from tritonlite.core.tensors import validate
 from tritonlite.core.tensors.shm import SharedMemoryManager
 
 log = logging.getLogger("tritonlite")
-_LANES_MAX = 1024  # ``_lane``'s kept lookups; the record starts over when full
+_LANES_MAX = 1024  # lookups ``_lane`` keeps; the record starts over when full
 
 EXTENSIONS = (
     "classification",
@@ -131,8 +131,6 @@ class InferenceCore:
         )
         self.live = True
         self.exiting = False
-        # ``_lane``'s lookups: (name, version) -> (the repository's generation, model, lane).
-        self._lanes: dict[tuple[str, int], tuple[int, Model, DirectLane | None]] = {}
         self.stopping = False  # the stop signal came: not ready, though still admitting
         self.started = False
         # Decoupled requests still streaming after their execute returned: in flight until
@@ -299,20 +297,20 @@ class InferenceCore:
             return None
         repository = self.repository
         key = (name, version)
-        kept = self._lanes.get(key)
-        if kept is not None and kept[0] == repository.generation and kept[1].ready:
-            return kept[2]
+        kept = repository.kept.get(key)
+        if kept is not None and kept[0].ready:
+            return kept[1]
         model = repository.get(name, version)
         lane = model.lane
         if lane is None or (self.cache is not None and model.response_cache):
             lane = None
-        # Kept while the table of versions is the same and the model stays ready: then
-        # ``get`` answers the same. Not for the highest of several versions, which another
+        # Kept until the table of versions changes, and answered while the model is ready:
+        # then ``get`` answers the same. Not for the highest of several versions, which another
         # version's instances coming back to health would change without the table changing.
         if version >= 0 or len(repository.models[name].versions) == 1:
-            if len(self._lanes) >= _LANES_MAX:
-                self._lanes.clear()
-            self._lanes[key] = (repository.generation, model, lane)
+            if len(repository.kept) >= _LANES_MAX:
+                repository.kept.clear()
+            repository.kept[key] = (model, lane)
         return lane
 
     async def _infer_worded(self, request: InferRequest, refusal: Refusal) -> InferResponse:
