@@ -434,6 +434,7 @@ TWIN_PATHS = (
     "compat/test_compressed_requests.py",
     "compat/test_http_lane.py",
     "core/test_direct_lane.py",
+    "compat/test_lane_lookup.py",
 )
 _TESTS = Path(__file__).parent
 

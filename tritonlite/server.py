@@ -36,7 +36,7 @@ _CLOSE_GRACE_S = 1.0  # past --exit-timeout-secs, the longest a stop may take to
 
 def compiled_paths() -> str:
     """Which compiled paths are active, e.g. 'batcher=cython http1=cython http2=cython
-    hpack=cython jsondata=cython lane=cython kernels=numba'."""
+    hpack=cython jsondata=cython lane=cython policy=cython kernels=numba'."""
     parts = []
     for label, module in (
         ("batcher", "tritonlite.scheduling.batcher"),
@@ -45,6 +45,7 @@ def compiled_paths() -> str:
         ("hpack", "tritonlite.frontends.wire.hpack"),
         ("jsondata", "tritonlite.frontends.http.jsondata"),
         ("lane", "tritonlite.core.runtime.lane"),
+        ("policy", "tritonlite.core.runtime.policy"),
     ):
         try:
             accelerated = importlib.import_module(module).ACCELERATED

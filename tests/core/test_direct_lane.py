@@ -546,3 +546,35 @@ def test_the_http_handler_answers_a_plain_json_body_through_the_lane(
         assert (resp.content_type, resp.headers) == (general.content_type, general.headers)
 
     _run(_repo(tmp_path), body)
+
+
+def test_a_kept_lookup_ends_when_its_model_is_not_ready(tmp_path: Path) -> None:
+    """``_lane`` keeps its lookup until the repository's table changes; a model whose
+    instances are all out of rotation is refused at once, as ``get`` refuses it, and answered
+    again when one is back; an unload leaves no kept lookup of it (the real server's reloads
+    and unloads: test_lane_lookup.py)."""
+
+    async def body(core: InferenceCore) -> None:
+        await _warm(core, lambda: _req("direct"))
+        assert core.infer_plain("direct", -1, _KEY, _feed()) is not None
+        model = core.repository.get("direct")
+        for inst in model.instances:
+            inst.healthy = False
+        for version in (-1, 1):
+            with pytest.raises(TritonliteError) as refused:
+                core.infer_plain("direct", version, _KEY, _feed())
+            with pytest.raises(TritonliteError) as general:
+                await core.infer(_req("direct", model_version=version))
+            assert refused.value.message == general.value.message
+        for inst in model.instances:
+            inst.healthy = True
+        assert core.infer_plain("direct", -1, _KEY, _feed()) is not None
+        assert core.infer_plain("direct", 1, _KEY, _feed()) is not None
+        assert any(m is model for m, _ in core.repository.kept.values())
+        # unloaded: nothing kept holds the retired model, and requests are refused
+        await core.repository.unload("direct")
+        assert all(m is not model for m, _ in core.repository.kept.values())
+        with pytest.raises(TritonliteError):
+            core.infer_plain("direct", -1, _KEY, _feed())
+
+    _run(_repo(tmp_path), body)

@@ -46,3 +46,17 @@ def test_record_one_is_execution_plus_success(timing: ExecTiming, batch_size: in
     assert da == db
     assert one.seen == two.seen
     assert a.last_inference_ms > 0
+
+
+@pytest.mark.parametrize("timing", [ExecTiming(100, 130, 190, 200), ExecTiming(100, 0, 0, 250)])
+def test_record_spans_is_record_one_of_those_spans(timing: ExecTiming) -> None:
+    one, two = _Observer(), _Observer()
+    a, b = ModelStats(one), ModelStats(two)
+    for size in (1, 2, 1):
+        a.record_one(size, 1_000, 40, timing)
+        b.record_spans(size, 1_000, 40, *timing.spans())
+    da, db = a.to_dict("m", "1"), b.to_dict("m", "1")
+    da.pop("last_inference")
+    db.pop("last_inference")
+    assert da == db
+    assert one.seen == two.seen

@@ -17,7 +17,7 @@ from conftest import run_core
 
 from tritonlite.contracts.types import InferInput, InferRequest
 from tritonlite.core.core import InferenceCore
-from tritonlite.core.runtime.model import INLINE_MAX_NS, PROBE_FIRST, InlinePolicy
+from tritonlite.core.runtime.policy import INLINE_MAX_NS, PROBE_FIRST, InlinePolicy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compat"))
 from repos import write_identity  # noqa: E402

@@ -26,7 +26,7 @@ from tritonlite.contracts.errors import TritonliteError
 from tritonlite.contracts.types import InferInput, InferRequest
 from tritonlite.core.core import InferenceCore
 from tritonlite.core.runtime.health import HealthSettings
-from tritonlite.core.runtime.model import InlinePolicy
+from tritonlite.core.runtime.policy import InlinePolicy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compat"))
 from repos import write_identity  # noqa: E402

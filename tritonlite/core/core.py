@@ -47,6 +47,7 @@ from tritonlite.core.tensors import validate
 from tritonlite.core.tensors.shm import SharedMemoryManager
 
 log = logging.getLogger("tritonlite")
+_LANES_MAX = 1024  # lookups ``_lane`` keeps; the record starts over when full
 
 EXTENSIONS = (
     "classification",
@@ -294,10 +295,22 @@ class InferenceCore:
         Raises what ``infer`` raises for an unknown model."""
         if self.exiting or self.trace.enabled:
             return None
-        model = self.repository.get(name, version)
+        repository = self.repository
+        key = (name, version)
+        kept = repository.kept.get(key)
+        if kept is not None and kept[0].ready:
+            return kept[1]
+        model = repository.get(name, version)
         lane = model.lane
         if lane is None or (self.cache is not None and model.response_cache):
-            return None
+            lane = None
+        # Kept until the table of versions changes, and answered while the model is ready:
+        # then ``get`` answers the same. Not for the highest of several versions, which another
+        # version's instances coming back to health would change without the table changing.
+        if version >= 0 or len(repository.models[name].versions) == 1:
+            if len(repository.kept) >= _LANES_MAX:
+                repository.kept.clear()
+            repository.kept[key] = (model, lane)
         return lane
 
     async def _infer_worded(self, request: InferRequest, refusal: Refusal) -> InferResponse:

@@ -48,6 +48,7 @@ from tritonlite.core.models.overrides import (
 from tritonlite.core.observability.stats import LatencyFactory
 from tritonlite.core.runtime.ensemble import EnsembleBackend, EnsembleModel
 from tritonlite.core.runtime.health import HealthSettings
+from tritonlite.core.runtime.lane import DirectLane
 from tritonlite.core.runtime.model import Model, ModelInstance
 from tritonlite.core.runtime.split import SplitBackend, SplitModel
 from tritonlite.core.runtime.warmup import WarmupSample, build_samples, record_runs, run_samples
@@ -214,6 +215,11 @@ class ModelRepository:
         self.latency = latency
         self.shm = shm
         self.models: dict[str, ModelEntry] = {}
+        # Lookups kept by the core (``InferenceCore._lane``): (name, version) -> (model, its
+        # lane or None). Emptied at every change of the table of versions (``_changed``: a
+        # model added or dropped, a version's state replaced), so that one holds only while
+        # ``get`` would answer the same for a model still ready, and keeps no retired model.
+        self.kept: dict[tuple[str, int], tuple[Model, DirectLane | None]] = {}
         # Explicit mode: models loaded only as some ensemble's composing models.
         self.loaded_for_ensembles: set[str] = set()
         self.health = HealthSettings(
@@ -237,6 +243,10 @@ class ModelRepository:
                 if child.is_dir() and not child.name.startswith("."):
                     found[child.name] = None if child.name in found else child
         return found
+
+    def _changed(self) -> None:
+        """The table of versions changed: no kept lookup holds."""
+        self.kept.clear()
 
     # -- lookups (event loop) --------------------------------------------------------------
     def get(self, name: str, version: int = -1) -> Model:
@@ -362,6 +372,7 @@ class ModelRepository:
             entry = self.models.get(name)
             if entry is None:
                 entry = self.models[name] = ModelEntry(name)
+                self._changed()
             async with entry.lock:
                 if self.models.get(name) is not entry:
                     continue  # dropped by a failed load while this one waited: start over
@@ -391,6 +402,7 @@ class ModelRepository:
         except BaseException:
             if not entry.versions and self.models.get(name) is entry:
                 del self.models[name]
+                self._changed()
             raise
         try:
             await self._load_into(entry, name, model_dir, config_json)
@@ -457,6 +469,7 @@ class ModelRepository:
         config_text = model_config.render_json_bytes(cfg).decode()
         if first_load:
             entry.versions = {v: VersionState(lc.LOADING) for v in versions}
+            self._changed()
         built: dict[int, _Built] = {}
         errors: dict[int, str] = {}
 
@@ -524,6 +537,7 @@ class ModelRepository:
             if v not in new_states:
                 new_states[v] = VersionState(lc.UNAVAILABLE, lc.UNLOADED_REASON)
         entry.versions = new_states
+        self._changed()
         entry.fingerprint = _fingerprint(model_dir)
         for s in old.values():
             assert s.model is not None
@@ -533,15 +547,15 @@ class ModelRepository:
                 lc.load_failed_message(name, {v: lc.failed_reason(m) for v, m in errors.items()})
             )
 
-    @staticmethod
     def _fail_versions(
-        entry: ModelEntry, name: str, versions: list[int], reason: str, first_load: bool
+        self, entry: ModelEntry, name: str, versions: list[int], reason: str, first_load: bool
     ) -> TritonliteError:
         """Record a failure of every version in ``versions``; returns Triton's answer to raise.
         A failed reload leaves the serving versions as they are."""
         reasons = dict.fromkeys(versions, reason)
         if first_load:
             entry.versions = {v: VersionState(lc.UNAVAILABLE, r) for v, r in reasons.items()}
+            self._changed()
         return invalid_arg(lc.load_failed_message(name, reasons))
 
     def _poll_failure(
@@ -564,6 +578,7 @@ class ModelRepository:
         # A model whose config could not be read has no known versions: key -1 keeps the
         # failure (and its reason) visible in the index and in readiness.
         entry.versions = {-1: VersionState(lc.UNAVAILABLE, reason)}
+        self._changed()
 
     @staticmethod
     def _close_built(b: _Built) -> None:
@@ -589,10 +604,12 @@ class ModelRepository:
                 if s.model is not None:
                     models.append(s.model)
                     entry.versions[v] = VersionState(lc.UNLOADING, "", s.model)
+                    self._changed()
             await asyncio.gather(*(self._retire(m) for m in models))
             for v in list(entry.versions):
                 if entry.versions[v].model is not None or entry.versions[v].state == lc.UNLOADING:
                     entry.versions[v] = VersionState(lc.UNAVAILABLE, lc.UNLOADED_REASON)
+                    self._changed()
             if entry.override is not None:
                 remove_override_dir(entry.override)
                 entry.override = None

@@ -24,6 +24,8 @@ cdef class DirectLane:
     cdef tuple all_outputs
     cdef tuple every
     cdef dict wire
+    cdef object last_dtype
+    cdef str last_wire
     cdef list names
     cdef dict index
     cdef dict shapes
@@ -32,16 +34,16 @@ cdef class DirectLane:
     @cython.locals(recent="long long")
     cdef object _ready(self)
 
-    @cython.locals(arrival="long long", start="long long", feed=dict,
+    @cython.locals(start="long long", feed=dict,
                    framed=dict, proven=dict, hit=tuple, shape_key=list, fits=bint, key=tuple,
                    size="long long", shape=object)
     cpdef object run(self, object req)
 
-    @cython.locals(size="long long", arrival="long long", start="long long")
+    @cython.locals(size="long long")
     cpdef object run_plain(self, tuple key, dict feed)
 
     @cython.locals(input_end="long long", infer_end="long long", end="long long",
                    k=Py_ssize_t, outs=list, index=dict, wire=dict, binary=bint, name=str,
-                   names=list, values=list)
+                   names=list, values=list, kind=object, dt=str, named=object)
     cdef object _execute(self, object inst, dict feed, object pairs, long long batch_size,
-                         long long arrival, long long start, bint objects)
+                         long long start, bint objects)

@@ -31,7 +31,6 @@ from typing import Any
 
 from tritonlite.contracts import datatypes
 from tritonlite.contracts.datatypes import Misfit
-from tritonlite.contracts.timing import ExecTiming
 from tritonlite.contracts.types import InferOutput, InferRequest, InferResponse
 from tritonlite.core.tensors import validate
 
@@ -72,6 +71,8 @@ class DirectLane:
             tuple((n, True) for n in every),
         )
         self.wire: dict[Any, str] = dict(datatypes.NATIVE_WIRE)
+        self.last_dtype: Any = None  # the dtype last looked up in ``wire``, and its name
+        self.last_wire: str = ""
         self.names: list[str] | None = None  # the bound run's output names ``index`` is for
         self.index: dict[str, int] = {}
         # Request structures (inputs' names, datatypes and shapes; requested outputs' names)
@@ -159,9 +160,8 @@ class DirectLane:
                 if inp.data is None:  # shared memory: the general path holds its region
                     return None
             validate.prepare(self.sig, req, self.shm)
-        arrival = _now()
-        req.arrival_ns = arrival
-        start = _now()
+        start = _now()  # nothing queued: the request arrives at its execution's start
+        req.arrival_ns = start
         feed = {}
         for inp in req.inputs:
             feed[inp.name] = inp.data
@@ -169,7 +169,7 @@ class DirectLane:
             pairs: Any = self.every[req.binary_data_output is True]
         else:
             pairs = [(w.name, w.binary is True) for w in wanted]
-        outs = self._execute(inst, feed, pairs, req.batch_size, arrival, start, True)
+        outs = self._execute(inst, feed, pairs, req.batch_size, start, True)
         if outs is False:
             return None
         return InferResponse(self.name, self.version, req.id, outs, {})
@@ -190,9 +190,7 @@ class DirectLane:
         inst = self._ready()
         if inst is None:
             return None
-        arrival = _now()
-        start = _now()
-        outs = self._execute(inst, feed, self.every[0], size, arrival, start, False)
+        outs = self._execute(inst, feed, self.every[0], size, _now(), False)
         if outs is False:
             return False
         return (self.name, self.version, outs)
@@ -202,15 +200,15 @@ class DirectLane:
         inst: Any,
         feed: dict[str, Any],
         pairs: Any,
-        batch_size: Any,  # (``Any``: the .pxd types these three as C integers, the flag as
-        arrival: Any,  # a C int; Cython would read ``int`` as a Python int)
-        start: Any,
+        batch_size: Any,  # (``Any``: the .pxd types these two as C integers, the flag as a
+        start: Any,  # C int; Cython would read ``int`` as a Python int)
         objects: Any,
     ) -> Any:
-        """Run ``feed`` on ``inst`` (the idle instance ``_ready`` gave), then record: the
-        outputs ``pairs`` names, as ``InferOutput`` (``objects``) or ``(name, datatype,
-        array)``; False, with the instance given back and nothing recorded, when the run
-        raises or an output cannot be framed."""
+        """Run ``feed`` on ``inst`` (the idle instance ``_ready`` gave; ``start``: the
+        request's arrival, which is its execution's start), then record: the outputs
+        ``pairs`` names, as ``InferOutput`` (``objects``) or ``(name, datatype, array)``;
+        False, with the instance given back and nothing recorded, when the run raises or an
+        output cannot be framed."""
         idle = self.idle
         run, names = inst.bound_run
         if names is not self.names:
@@ -233,21 +231,25 @@ class DirectLane:
                 idle.appendleft(inst)
                 return False
             arr = values[k]
-            dt = wire.get(arr.dtype)
-            if dt is None:
-                idle.appendleft(inst)
-                return False
+            kind = arr.dtype
+            if kind is self.last_dtype:  # (a dtype's hash is dear; outputs mostly share one)
+                dt = self.last_wire
+            else:
+                named = wire.get(kind)
+                if named is None:
+                    idle.appendleft(inst)
+                    return False
+                dt = self.last_wire = named
+                self.last_dtype = kind
             if objects:
                 outs.append(InferOutput(name, dt, arr.shape, arr, None, binary))
             else:
                 outs.append((name, dt, arr))
         end = _now()
         inst.policy.record(end - start)
-        self.stats.record_one(
-            batch_size,
-            end - arrival,
-            start - arrival,
-            ExecTiming(start, input_end, infer_end, end),
+        # ``ExecTiming.spans`` of these clocks, read in order: none negative; no queue.
+        self.stats.record_spans(
+            batch_size, end - start, 0, input_end - start, infer_end - input_end, end - infer_end
         )
         model = self.model
         if self.scheduler._queue or model._drained is not None:

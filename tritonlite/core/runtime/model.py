@@ -70,6 +70,7 @@ from tritonlite.contracts.types import InferRequest, InferResponse
 from tritonlite.core.observability.stats import LatencyFactory, ModelStats
 from tritonlite.core.runtime.health import HealthSettings, InstanceHealth
 from tritonlite.core.runtime.lane import DirectLane
+from tritonlite.core.runtime.policy import INLINE_MAX_NS, InlinePolicy
 from tritonlite.core.runtime.warmup import WarmupSample
 from tritonlite.core.tensors.outputs import build_response
 from tritonlite.core.tensors.shm import SharedMemoryManager
@@ -81,68 +82,6 @@ log = logging.getLogger("tritonlite")
 
 
 _STOP = object()
-# A batch of a thread-agnostic backend whose recent batches took less than this runs on the
-# event loop: sending it off the loop and back costs thread wake-ups and GIL hand-offs, about
-# 90 us each on 2-core VMs, more than such a batch itself. ONNX add_sub at HTTP concurrency 16
-# (batches of ~6.5, 140-170 us on the loop) serves 19-20% more with 300 us than with 100 us
-# (bench/RESULTS.md §0); batches of milliseconds (the MLP) stay off the loop either way.
-INLINE_MAX_NS = 300_000
-# Spans measured on the instance thread include its waits for the GIL, which the busy loop holds:
-# a fast batch can look slow there and would never come back to the loop. So a thread-agnostic
-# instance whose recent spans are too long re-measures one batch on the loop now and then:
-# after PROBE_FIRST thread batches, doubling up to PROBE_MAX while the probes stay too long.
-PROBE_FIRST = 16
-PROBE_MAX = 4096
-
-
-class InlinePolicy:
-    """Per batch, whether an instance that may run on the loop runs this one there.
-
-    Owns the measured switching, and nothing else decides it: a batch runs inline while the
-    recent batches took less than INLINE_MAX_NS; the first batch is measured off the loop.
-    Spans measured off the loop include waits for the GIL that the busy loop holds, so after
-    PROBE_FIRST batches off the loop one is re-measured on it (doubling up to PROBE_MAX while
-    the probes stay too long).
-    """
-
-    __slots__ = ("recent_ns", "_probe_every", "_since_probe", "_probing")
-
-    def __init__(self) -> None:
-        self.recent_ns = 0  # moving average of one batch's execution time
-        self._probe_every = PROBE_FIRST
-        self._since_probe = 0  # batches off the loop since the last inline probe
-        self._probing = False
-
-    def inline(self) -> bool:
-        """Whether the next batch runs on the loop."""
-        recent = self.recent_ns
-        if recent == 0:
-            return False
-        if recent < INLINE_MAX_NS:
-            return True
-        self._since_probe += 1
-        if self._since_probe < self._probe_every:
-            return False
-        self._since_probe = 0
-        self._probing = True
-        return True
-
-    def record(self, span: int) -> None:
-        """Fold one batch's execution time into ``recent_ns``; a probe's replaces it.
-
-        A sample counts for at most twice INLINE_MAX_NS: one batch preempted on a busy machine
-        must not send a fast model to its thread (where GIL waits then keep its spans long).
-        """
-        if self._probing:
-            self._probing = False
-            self.recent_ns = span
-            self._probe_every = (
-                PROBE_FIRST if span < INLINE_MAX_NS else min(self._probe_every * 2, PROBE_MAX)
-            )
-            return
-        recent = self.recent_ns
-        span = min(span, 2 * INLINE_MAX_NS)
-        self.recent_ns = span if not recent else (recent * 7 + span) // 8
 
 
 class _Worker:

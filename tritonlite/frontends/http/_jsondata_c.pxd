@@ -16,6 +16,7 @@ cdef int _K_F16
 cdef int _K_I32
 cdef int _K_I64
 cdef int _K_BOOL
+cdef dict _KINDS
 
 ctypedef fused reals:
     float[::1]
@@ -40,11 +41,12 @@ cdef Py_ssize_t _bools(list data, unsigned char[::1] buf, Py_ssize_t pos, Py_ssi
 @cython.locals(x=object, total=Py_ssize_t, k=Py_ssize_t)
 cdef Py_ssize_t _count(list data, Py_ssize_t n, int depth) except -2
 
-@cython.locals(n=Py_ssize_t, d=object, kind=int, lo="long long", hi="long long",
+@cython.locals(spec=tuple, n=Py_ssize_t, d=object, kind=int, lo="long long", hi="long long",
                f32="float[::1]", f64="double[::1]", i32="int[::1]", i64="long long[::1]")
 cpdef object data_array(datatype, shape, data)
 
-@cython.locals(name=object, datatype=object, shape=object, data=object, d=object, dims=tuple)
+@cython.locals(fields=dict, name=object, datatype=object, shape=object, data=object, listed=list,
+               d=object, dims=tuple)
 cdef object _plain_parts(object item)
 
 @cython.locals(parts=tuple)

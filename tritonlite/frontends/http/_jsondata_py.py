@@ -215,16 +215,18 @@ def _plain_parts(item: Any) -> Any:
     None."""
     if type(item) is not dict or len(item) != 4:
         return None
-    name = item.get("name")
-    datatype = item.get("datatype")
-    shape = item.get("shape")
-    data = item.get("data")
+    fields = item  # (typed as a dict in the compiled twin: its own lookups, no method calls)
+    name = fields.get("name")
+    datatype = fields.get("datatype")
+    shape = fields.get("shape")
+    data = fields.get("data")
     if type(name) is not str or type(datatype) is not str or type(shape) is not list:
         return None
-    for d in shape:
+    listed = shape  # (a list: likewise)
+    for d in listed:
         if type(d) is not int or d < 0:
             return None
-    dims = tuple(shape)
+    dims = tuple(listed)
     arr = data_array(datatype, dims, data)
     if arr is None:
         return None

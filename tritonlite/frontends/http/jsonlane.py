@@ -46,11 +46,51 @@ def answer(core: CoreAPI, doc: Any, name: str, version: int) -> bytes | Literal[
     if got is None or got is False:
         return got
     model_name, model_version, outs = got
-    written = []
-    for o, dt, arr in outs:  # (a shape tuple is written as the list encode_infer makes)
-        written.append({"name": o, "datatype": dt, "shape": arr.shape, "data": json_data(o, arr)})
-    doc = {"model_name": model_name, "model_version": model_version, "outputs": written}
-    return orjson.dumps(doc, option=_NUMPY)
+    heads = _HEADS
+    top = heads.get((model_name, model_version))
+    if top is None:
+        top = _remember((model_name, model_version), _top(model_name, model_version))
+    parts = [top]
+    for o, dt, arr in outs:
+        frame = (o, dt, arr.shape)
+        head = heads.get(frame)
+        if head is None:
+            head = _remember(frame, _head(o, dt, arr.shape))
+        parts.append(head)
+        parts.append(orjson.dumps(json_data(o, arr), option=_NUMPY))
+        parts.append(b"},")
+    if outs:
+        parts[-1] = b"}]}"
+    else:
+        parts.append(b"]}")
+    return b"".join(parts)
+
+
+# The response document written in pieces, each by orjson (so each is the bytes it writes for
+# the whole document): the top up to the outputs' list, and each output's members but its
+# data, by model name and version or by output name, datatype and shape.
+_HEADS: dict[tuple[Any, ...], bytes] = {}
+_HEADS_MAX = 1024  # entries; the record starts over when full
+
+
+def _remember(key: tuple[Any, ...], piece: bytes) -> bytes:
+    if len(_HEADS) >= _HEADS_MAX:
+        _HEADS.clear()
+    _HEADS[key] = piece
+    return piece
+
+
+def _top(model_name: str, model_version: str) -> bytes:
+    """``{"model_name":..,"model_version":..,"outputs":[``."""
+    whole = orjson.dumps({"model_name": model_name, "model_version": model_version, "outputs": []})
+    return whole[:-2]  # (less its "]}")
+
+
+def _head(name: str, datatype: str, shape: tuple[int, ...]) -> bytes:
+    """``{"name":..,"datatype":..,"shape":[..],"data":`` (a shape tuple is written as the
+    list encode_infer makes)."""
+    whole = orjson.dumps({"name": name, "datatype": datatype, "shape": shape})
+    return whole[:-1] + b',"data":'
 
 
 def ask(core: CoreAPI, body: bytes, name: str, version: int) -> tuple[Any, Any]:
