@@ -11,7 +11,8 @@
 # without dynamic_batching). CPR is a tool that runs a load generator and prints one JSON line
 # of the server's CPU per request (--pid, --stats HOST:PORT, --model, -- command). Each tree's
 # server starts from inside that tree: `python -m` puts the working directory ahead of
-# PYTHONPATH.
+# PYTHONPATH. POINTS replaces the perf_analyzer points: "model:protocol:concurrency ..." (wrk's
+# JSON point always runs).
 set -u
 : "${BASE:?}" "${THIS:?}" "${REPO:?}" "${PA:?}" "${CPR:?}" "${TRITON:?}"
 PY=${PY:-python}
@@ -40,10 +41,11 @@ pa() { # name pid port model protocol concurrency
     --stability-percentage 50 2>/dev/null | tail -1)"
 }
 points() { # name pid port
-  for pt in "add_sub_nb http 16" "add_sub_nb grpc 16" "add_sub_nb http 4" "add_sub_nb grpc 4" \
-    "identity_4m grpc 4" "mlp http 16" "mlp_nb http 16" "mlp_nb grpc 16"; do
+  local pt
+  for pt in ${POINTS:-add_sub_nb:http:16 add_sub_nb:grpc:16 add_sub_nb:http:4 add_sub_nb:grpc:4 \
+    identity_4m:grpc:4 mlp:http:16 mlp_nb:http:16 mlp_nb:grpc:16}; do
     # shellcheck disable=SC2086
-    pa "$1" "$2" "$3" $pt
+    pa "$1" "$2" "$3" ${pt//:/ }
   done
   local url=http://127.0.0.1:$3/v2/models/add_sub_nb/infer
   wrk -t2 -c16 -d1s -s "$LUA" "$url" >/dev/null 2>&1
