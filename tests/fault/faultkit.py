@@ -114,11 +114,17 @@ def check_add_sub(status: int, body: bytes, a: list[float], b: list[float]) -> N
 
 
 class Http:
-    """One keep-alive HTTP/1.1 connection; reconnects when the server closed it."""
+    """One keep-alive HTTP/1.1 connection; reconnects when the server closed it.
+
+    A server may close an idle keep-alive connection at any time (RFC 9112 9.3), without having
+    said so in its last response (aiohttp does after some error answers): a request whose
+    sending fails on such a reused connection never reached the server, and is sent once more
+    on a new one, as pooled clients do. A failure after the request was sent is not retried."""
 
     def __init__(self, url: str, timeout: float = 20.0) -> None:
         host, port = url.rsplit(":", 1)
         self.conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
+        self.reused = False  # the open connection has answered a request before
 
     def request(
         self,
@@ -129,7 +135,13 @@ class Http:
     ) -> tuple[int, bytes]:
         hdrs = {"Content-Type": "application/json", **(headers or {})}
         try:
-            self.conn.request(method, path, body=body, headers=hdrs)
+            try:
+                self.conn.request(method, path, body=body, headers=hdrs)
+            except (BrokenPipeError, ConnectionResetError):
+                if not self.reused:
+                    raise
+                self.close()  # closed by the server while idle: never sent, so sent again
+                self.conn.request(method, path, body=body, headers=hdrs)
             resp = self.conn.getresponse()
             data = resp.read()
         except (ConnectionError, http.client.HTTPException, OSError):
@@ -137,11 +149,14 @@ class Http:
             raise
         if resp.will_close:
             self.close()
+        else:
+            self.reused = True
         return resp.status, data
 
     def close(self) -> None:
         """Close the socket; the next request opens a new one (http.client's auto_open)."""
         self.conn.close()
+        self.reused = False
 
     def __enter__(self) -> Http:
         return self
