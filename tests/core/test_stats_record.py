@@ -1,5 +1,6 @@
-"""``ModelStats.record_one`` (the single-request lane's one record) against the two records
-it stands for: every field of the statistics extension comes out the same."""
+"""``ModelStats.record_one`` (one request run alone) and ``record_spans`` (the single-request
+lane's record) against the two records they stand for: every field of the statistics
+extension comes out the same."""
 
 from __future__ import annotations
 

@@ -152,19 +152,8 @@ class ModelStats:
     def record_one(self, batch_size: int, total_ns: int, queue_ns: int, timing: ExecTiming) -> None:
         """A request executed alone that succeeded: ``record_execution`` of its batch and its
         ``record_success``, in one call (the general path's inline run of one request)."""
-        inp = timing.input_end_ns or timing.start_ns
-        inf = timing.infer_end_ns or timing.end_ns
-        ci = inp - timing.start_ns
-        cinf = inf - inp
-        co = timing.end_ns - inf
-        self.record_spans(
-            batch_size,
-            total_ns,
-            queue_ns,
-            ci if ci > 0 else 0,
-            cinf if cinf > 0 else 0,
-            co if co > 0 else 0,
-        )
+        ci, cinf, co = timing.spans()
+        self.record_spans(batch_size, total_ns, queue_ns, ci, cinf, co)
 
     def record_spans(
         self, batch_size: int, total_ns: int, queue_ns: int, ci: int, cinf: int, co: int

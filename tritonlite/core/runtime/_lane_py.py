@@ -7,7 +7,7 @@ loop -- and does what that path does, in one call: validation (a proven header's
 a request no decoder proved, a request structure that passed ``validate.prepare`` whole before,
 with this request's arrays checked against their shapes; else ``validate.prepare``), the
 arrival stamp, the instance's bound session run on the request's own arrays, the response,
-the policy's sample, one statistics record (``ModelStats.record_one``) and the instance back
+the policy's sample, one statistics record (``ModelStats.record_spans``) and the instance back
 to idle. Anything else returns None before any of it has happened (the request then takes the
 general path, which words every error): a queue, a busy instance (one with a run out on its
 thread, ``ModelInstance.pipe``), an instance off the loop or without a bound run, parameters,
