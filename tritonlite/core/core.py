@@ -47,7 +47,6 @@ from tritonlite.core.tensors import validate
 from tritonlite.core.tensors.shm import SharedMemoryManager
 
 log = logging.getLogger("tritonlite")
-_LANES_MAX = 1024  # lookups ``_lane`` keeps; the record starts over when full
 
 EXTENSIONS = (
     "classification",
@@ -304,13 +303,7 @@ class InferenceCore:
         lane = model.lane
         if lane is None or (self.cache is not None and model.response_cache):
             lane = None
-        # Kept until the table of versions changes, and answered while the model is ready:
-        # then ``get`` answers the same. Not for the highest of several versions, which another
-        # version's instances coming back to health would change without the table changing.
-        if version >= 0 or len(repository.models[name].versions) == 1:
-            if len(repository.kept) >= _LANES_MAX:
-                repository.kept.clear()
-            repository.kept[key] = (model, lane)
+        repository.keep(name, version, model, lane)
         return lane
 
     async def _infer_worded(self, request: InferRequest, refusal: Refusal) -> InferResponse:

@@ -59,6 +59,7 @@ from tritonlite.scheduling.ensemble import EnsembleGraph
 log = logging.getLogger("tritonlite")
 
 _KINDS = {0: "CPU", 1: "GPU", 2: "CPU", 3: "MODEL"}
+_KEPT_MAX = 1024  # lookups ``keep`` holds; the record starts over when full
 
 
 @dataclass(slots=True)
@@ -247,6 +248,18 @@ class ModelRepository:
     def _changed(self) -> None:
         """The table of versions changed: no kept lookup holds."""
         self.kept.clear()
+
+    def keep(self, name: str, version: int, model: Model, lane: DirectLane | None) -> None:
+        """Keep the core's lookup of ``name`` ``version`` (``get`` gave ``model``) in ``kept``,
+        until the table of versions changes; it is answered while the model is ready, when
+        ``get`` answers the same. Not for the highest of several versions, which another
+        version's instances coming back to health would change without the table changing."""
+        if version < 0 and len(self.models[name].versions) != 1:
+            return
+        kept = self.kept
+        if len(kept) >= _KEPT_MAX:
+            kept.clear()
+        kept[(name, version)] = (model, lane)
 
     # -- lookups (event loop) --------------------------------------------------------------
     def get(self, name: str, version: int = -1) -> Model:
