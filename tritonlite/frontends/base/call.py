@@ -8,10 +8,13 @@ both and neither holds behaviour of its own.
 gRPC contract
 -------------
 * A unary handler is ``async def h(request: bytes, call: GrpcCall) -> Message``: the serialized
-  request message in, the serialized response message out -- one ``bytes``, or a list of
-  buffers (``bytes`` / flat byte ``memoryview``) whose concatenation is the message, which the
-  transport writes without joining them when it can (a large response's tensors); the
-  buffers must not change until the call has ended.
+  request message in (``bytes``; on the native transport a message of 64 KiB or more is a
+  ``memoryview`` -- of the read it arrived in, or of the reused block it was assembled in,
+  ``wire/recvbuf.py`` -- which protobuf, numpy and zlib take as they take bytes; what a handler
+  keeps of it keeps that block lent), the serialized response message out -- one ``bytes``,
+  or a list of buffers (``bytes`` / flat byte ``memoryview``) whose concatenation is the
+  message, which the transport writes without joining them when it can (a large response's
+  tensors); the buffers must not change until the call has ended.
 * A streaming handler (``ModelStreamInfer``, health ``Watch``) is ``async def h(call) -> None``;
   it reads request messages with ``await call.read()`` (``None`` once the client half-closed)
   and sends responses with ``await call.write(message)``.
@@ -62,7 +65,8 @@ class GrpcCall(Protocol):
         ...
 
     async def read(self) -> bytes | None:
-        """Streaming calls: the next request message, None after the client half-closed."""
+        """Streaming calls: the next request message (bytes-like, as a unary request), None
+        after the client half-closed."""
         ...
 
     async def write(self, message: bytes) -> None:

@@ -16,7 +16,7 @@ cdef int S_HEADER_TABLE_SIZE, S_ENABLE_PUSH, S_MAX_CONCURRENT_STREAMS, S_INITIAL
 cdef int S_MAX_FRAME_SIZE, S_MAX_HEADER_LIST_SIZE
 cdef int GRPC_INTERNAL, GRPC_RESOURCE_EXHAUSTED
 cdef long long _MAX_WINDOW, _DEFAULT_WINDOW, _WU_PER_DATA
-cdef Py_ssize_t _RECENT_RESETS, _SMALL_PIECE, _COALESCED
+cdef Py_ssize_t _RECENT_RESETS, _SMALL_PIECE, _COALESCED, _BLOCK_AT, _BLOCK_MAX, _DIRECT_MIN
 cdef object _HDR, _PREFIX, _U32, _U32X2, _SETTING
 cdef frozenset _CONNECTION_SPECIFIC
 
@@ -52,6 +52,7 @@ cdef class _Stream:
     cdef public long long msg_len
     cdef public int msg_flag
     cdef public list chunks
+    cdef public object block
     cdef public long long got
     cdef public bint discard
 
@@ -59,7 +60,7 @@ cdef class _Stream:
 @cython.final
 cdef class H2Connection:
     cdef object _on_request, _on_message, _on_half_close, _on_grpc_error
-    cdef object _on_reset, _on_writable, _on_goaway, _on_ping
+    cdef object _on_reset, _on_writable, _on_goaway, _on_ping, _take
     cdef long long _max_streams, _stream_window, _max_frame, _max_header_list
     cdef long long _max_message, _max_buffered, _write_limit
     cdef double _flood_window
@@ -81,6 +82,9 @@ cdef class H2Connection:
     cdef _Stream _dst
     cdef int _dflags
     cdef Py_ssize_t _dlength, _dleft
+    cdef object _dview
+    cdef _Stream _dview_st
+    cdef long long _dview_got
     cdef list _hb
     cdef Py_ssize_t _hb_len
     cdef long long _hb_sid
@@ -94,6 +98,15 @@ cdef class H2Connection:
     cdef double _reset_tokens, _reset_t, _reset_rate
 
     cdef _keep(self, bytes rest, Py_ssize_t need)
+
+    @cython.locals(st=_Stream, k=cython.longlong)
+    cpdef recv_view(self)
+
+    @cython.locals(st=_Stream)
+    cpdef recv_done(self, Py_ssize_t n)
+
+    @cython.locals(flag=int)
+    cdef _complete(self, _Stream st)
 
     @cython.locals(pos=Py_ssize_t, n=Py_ssize_t, length=Py_ssize_t, ftype=int, flags=int,
                    sid=cython.longlong, now=double, buf=bytes)
@@ -120,7 +133,7 @@ cdef class H2Connection:
 
     cdef _ack_stream(self, _Stream st)
 
-    @cython.locals(flag=int, mlen=cython.longlong, take=Py_ssize_t, hdr=bytes, payload=bytes)
+    @cython.locals(flag=int, mlen=cython.longlong, take=Py_ssize_t, hdr=bytes)
     cdef _grpc_data(self, _Stream st, bytes buf, Py_ssize_t a, Py_ssize_t b)
 
     @cython.locals(other=_Stream, waiting=list)

@@ -11,7 +11,9 @@ the connection calls the handler once per event:
 
 * ``on_request(stream_id, headers)``: a valid request header list (``list[tuple[bytes,
   bytes]]``, pseudo-headers first) opened a stream;
-* ``on_message(stream_id, compressed, payload)``: one complete gRPC length-prefixed message;
+* ``on_message(stream_id, compressed, payload)``: one complete gRPC length-prefixed message
+  (``bytes``; a message of ``_BLOCK_AT`` bytes or more is a ``memoryview``: of the read it
+  arrived in whole, or of the block it was assembled in, see below);
 * ``on_half_close(stream_id)``: the client ended its side (after its last message);
 * ``on_grpc_error(stream_id, status, message)``: the request body broke gRPC's framing (a
   message over the size limit, a truncated message, a bad flag); the transport ends the call
@@ -32,6 +34,16 @@ and goes out as WINDOW_UPDATEs arrive; ``writable``, ``stalled`` and ``queued_by
 transport how much waits. ``set_reading(stream_id, False)`` stops refilling a stream's receive
 window (a slow reader of a streaming call).
 
+Large messages: a message of ``_BLOCK_AT`` to ``_BLOCK_MAX`` bytes that is not whole in one
+read is assembled in one writable block sized from its length prefix, from the handler's
+optional ``message_block(n)`` (a pool: ``wire.recvbuf``) or else anonymous memory of its own;
+each piece is copied in once, and nothing is joined. While a DATA frame's payload is arriving
+for such a message, ``recv_view()`` lends the part of the block its next bytes belong to, so a
+buffered transport reads the socket straight into it and reports the count with
+``recv_done(n)``: those bytes are never copied by this process. Flow control, limits and
+events are the same whichever way the bytes come in (the frame's checks ran when its header
+arrived).
+
 Connection errors send GOAWAY with the RFC 9113 code and set ``closed``; nothing is parsed
 after that, and the transport closes the socket once it wrote ``data_to_send()``. Stream
 errors send RST_STREAM and report ``on_reset``; the connection keeps serving.
@@ -47,6 +59,7 @@ modules, every handler would pay Python-level calls in the compiled twin.
 
 from __future__ import annotations
 
+import mmap
 import struct
 import time
 from typing import Any
@@ -125,6 +138,12 @@ _SETTING = struct.Struct(">HL")
 # to _COALESCED bytes (_keep_piece)
 _SMALL_PIECE = 1024
 _COALESCED = 1 << 16
+# messages of this many bytes up to _BLOCK_MAX are assembled in one block (module docstring);
+# a larger one in pieces joined at its end, so that no prefix reserves more than this
+_BLOCK_AT = 1 << 16
+_BLOCK_MAX = 256 << 20
+# recv_view lends no view shorter than this: a read that small costs more than its copy
+_DIRECT_MIN = 4096
 # the ids this connection reset lately, whose in-flight frames it ignores
 _RECENT_RESETS = 256
 
@@ -252,6 +271,12 @@ def _value_ok(value: bytes) -> bool:
     return not (c == 0x20 or c == 0x09)
 
 
+def _anonymous_block(n: int) -> Any:
+    """A writable view of ``n`` bytes of fresh anonymous memory: pages are mapped as they are
+    written, so a length prefix alone holds no memory."""
+    return memoryview(mmap.mmap(-1, n))
+
+
 def _keep_piece(chunks: list[Any], buf: bytes, a: int, b: int) -> None:
     """Keep ``buf[a:b]`` of a partial message. Small pieces (tiny DATA frames) are joined
     into one bytearray: a list slot each would cost eight times a one-byte payload. A piece
@@ -300,6 +325,7 @@ class _Stream:
         self.msg_len = -1
         self.msg_flag = 0
         self.chunks: list[bytes] = []
+        self.block: Any = None  # a large message's block (_grpc_data), or None
         self.got = 0
         self.discard = False
 
@@ -317,6 +343,7 @@ class H2Connection:
         self._on_writable = handler.on_writable
         self._on_goaway = handler.on_goaway
         self._on_ping = getattr(handler, "on_ping", None)
+        self._take = getattr(handler, "message_block", None) or _anonymous_block
         self._max_streams = lim.max_concurrent_streams
         self._stream_window = lim.stream_window
         self._max_frame = lim.max_frame_size
@@ -355,6 +382,10 @@ class H2Connection:
         self._dflags = 0
         self._dlength = 0
         self._dleft = 0
+        # the view recv_view lent last, the stream and message position it was lent for
+        self._dview: Any = None
+        self._dview_st: _Stream | None = None
+        self._dview_got = 0
         # an open header block (HEADERS without END_HEADERS, then CONTINUATIONs)
         self._hb: list[bytes] = []
         self._hb_len = 0
@@ -532,6 +563,61 @@ class H2Connection:
         self._pending.append(rest)
         self._pending_len = len(rest)
         self._need = need
+
+    def recv_view(self) -> Any:
+        """Where the socket's next bytes may be read to without a copy: a writable view of the
+        block of the large message whose DATA frame is arriving, as many bytes as both the
+        frame and the message still expect; None when the next bytes must go to ``receive``
+        (between frames, a small message, a short remainder). After reading into it, the
+        transport calls ``recv_done`` with the count before anything else."""
+        st = self._dst
+        if st is None or st.block is None or st.closed or self.closed:
+            return None
+        k = st.msg_len - st.got
+        if k > self._dleft:
+            k = self._dleft
+        if k < _DIRECT_MIN:
+            return None
+        view = st.block[st.got : st.got + k]
+        self._dview = view
+        self._dview_st = st
+        self._dview_got = st.got
+        return view
+
+    def recv_done(self, n: int) -> None:
+        """``n`` bytes from the socket were read into the start of the view ``recv_view``
+        lent last: they are taken as ``receive`` would take them, uncopied."""
+        view = self._dview
+        st = self._dview_st
+        self._dview = None
+        self._dview_st = None
+        if view is None or n <= 0:
+            return
+        if (
+            st is not self._dst
+            or st is None
+            or st.block is None
+            or st.closed
+            or self.closed
+            or st.got != self._dview_got
+            or n > len(view)
+        ):
+            # the connection moved on since the view was lent (no transport does this):
+            # the bytes are still the socket's next ones
+            self.receive(bytes(view[:n]))
+            return
+        self._dleft -= n
+        st.data_len += n
+        st.got += n
+        self._buffered += n
+        if st.got == st.msg_len:
+            self._complete(st)
+            if st.closed or self.closed:
+                st = self._dst = None
+        if self._dleft == 0:
+            self._dst = None
+            if st is not None:
+                self._data_end(st, self._dlength, self._dflags)
 
     # ---------------------------------------------------------------- frames in
 
@@ -721,32 +807,55 @@ class H2Connection:
                     )
                     return
                 if b - a >= mlen:
-                    self._on_message(st.sid, flag, buf[a : a + mlen])
+                    if mlen >= _BLOCK_AT and mlen << 2 >= len(buf):
+                        # a large message whole in this read: a view of it, uncopied (it
+                        # keeps at most four times its size alive)
+                        self._on_message(st.sid, flag, memoryview(buf)[a : a + mlen])
+                    else:
+                        self._on_message(st.sid, flag, buf[a : a + mlen])
                     if st.closed or st.discard:
                         return
                     a += mlen
                     continue
                 st.msg_len = mlen
                 st.msg_flag = flag
-                _keep_piece(st.chunks, buf, a, b)
+                if _BLOCK_AT <= mlen <= _BLOCK_MAX:
+                    block = self._take(mlen)
+                    block[0 : b - a] = memoryview(buf)[a:b]
+                    st.block = block
+                else:
+                    _keep_piece(st.chunks, buf, a, b)
                 st.got = b - a
                 self._buffered += b - a
                 return
             take = st.msg_len - st.got
             if take > b - a:
                 take = b - a
-            _keep_piece(st.chunks, buf, a, a + take)
+            block = st.block
+            if block is not None:
+                block[st.got : st.got + take] = memoryview(buf)[a : a + take]
+            else:
+                _keep_piece(st.chunks, buf, a, a + take)
             st.got += take
             self._buffered += take
             a += take
             if st.got == st.msg_len:
-                payload = b"".join(st.chunks)
-                self._release(st)
-                flag = st.msg_flag
-                st.msg_len = -1
-                self._on_message(st.sid, flag, payload)
+                self._complete(st)
                 if st.closed or st.discard:
                     return
+
+    def _complete(self, st: _Stream) -> None:
+        """The stream's message is all in: hand it up (its block, or its pieces joined)."""
+        block = st.block
+        if block is not None:
+            payload = block
+            st.block = None
+        else:
+            payload = b"".join(st.chunks)
+        self._release(st)
+        flag = st.msg_flag
+        st.msg_len = -1
+        self._on_message(st.sid, flag, payload)
 
     def _release(self, st: _Stream) -> None:
         """Drop a stream's partial message from the buffered total; acks deferred while the
@@ -754,6 +863,7 @@ class H2Connection:
         self._buffered -= st.got
         st.got = 0
         st.chunks = []
+        st.block = None
         if self._deferred and self._buffered <= self._max_buffered:
             waiting = self._deferred
             self._deferred = []
@@ -1080,6 +1190,7 @@ class H2Connection:
         self._streams.pop(st.sid, None)
         if st.got:
             self._release(st)
+        st.block = None
         st.out = []
         st.out_len = 0
         st.out_trailers = None

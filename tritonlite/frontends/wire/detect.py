@@ -27,7 +27,7 @@ DETECT_TIMEOUT_S = 10.0
 # connections a listener at its cap may still be telling apart at once
 _RESERVE = 64
 
-ProtocolFactory = Callable[[], asyncio.Protocol]
+ProtocolFactory = Callable[[], asyncio.Protocol | asyncio.BufferedProtocol]
 
 
 class DetectPool:
@@ -163,4 +163,23 @@ class Detect(asyncio.Protocol):
         transport.set_protocol(proto)
         proto.connection_made(transport)
         if first and not transport.is_closing():
-            proto.data_received(first)
+            _feed(proto, first, transport)
+
+
+def _feed(
+    proto: asyncio.Protocol | asyncio.BufferedProtocol,
+    data: bytes,
+    transport: asyncio.BaseTransport,
+) -> None:
+    """Hand ``data`` to ``proto`` as its transport would: a buffered protocol (the gRPC one)
+    through its own buffers."""
+    if not isinstance(proto, asyncio.BufferedProtocol):
+        proto.data_received(data)
+        return
+    view = memoryview(data)
+    while view and not transport.is_closing():
+        buf = memoryview(proto.get_buffer(len(view)))
+        n = min(len(buf), len(view))
+        buf[:n] = view[:n]
+        proto.buffer_updated(n)
+        view = view[n:]

@@ -6,6 +6,13 @@ call's handler as a task. It makes no assumption about who created it: a listene
 ``start_grpc_native`` or the one-port detector calling ``connection_made`` and then
 ``data_received(first_bytes)``.
 
+Input: the protocol is a ``BufferedProtocol``. While a large request message's DATA frame is
+arriving, the transport reads the socket straight into the block that message is assembled in
+(``H2Connection.recv_view``; blocks from ``wire.recvbuf``, reused once the request's last
+view is gone); every other read goes to a scratch buffer the server's connections share (their
+reads run one at a time on the loop) and is parsed from there. ``data_received`` still takes
+bytes (the one-port detector hands over the first ones that way).
+
 Ownership: a call's task owns the call until its handler returns; the protocol owns the stream
 and ends it (trailers), and cancels the task when the client resets the stream, the deadline
 passes or the connection is lost.
@@ -58,6 +65,7 @@ from tritonlite.frontends.wire.inflate import (
     grpc_wbits,
 )
 from tritonlite.frontends.wire.keepalive import Keepalive, KeepaliveSettings, ping_frame
+from tritonlite.frontends.wire.recvbuf import RecvBlocks
 from tritonlite.frontends.wire.sendbuf import SendBlocks
 
 log = logging.getLogger("tritonlite.grpc")
@@ -75,6 +83,8 @@ _HEAD = {
 }
 # streamed bytes that may wait for the end of a loop turn before they are written
 _FLUSH_AT = 1 << 18
+# the shared scratch buffer reads go to when they cannot go straight into a message's block
+_SCRATCH = 1 << 18
 _TRAILERS_OK = encode_headers([(b"grpc-status", b"0")])
 _TIMEOUT_UNITS = {
     ord("H"): 3600.0,
@@ -321,7 +331,7 @@ class _Call:
             w.set_result(None)
 
 
-class GrpcProtocol(asyncio.Protocol):
+class GrpcProtocol(asyncio.BufferedProtocol):
     """One gRPC connection over ``H2Connection``."""
 
     def __init__(
@@ -354,6 +364,9 @@ class GrpcProtocol(asyncio.Protocol):
         self._busy = server.busy if server is not None else None  # BusyPoll or None
         self.inflater = server.inflater if server is not None else Inflater()
         self.send_blocks = server.send_blocks if server is not None else SendBlocks()
+        self.recv_blocks = server.recv_blocks if server is not None else RecvBlocks()
+        self._scratch = server.scratch if server is not None else memoryview(bytearray(_SCRATCH))
+        self._direct = False  # the last get_buffer lent a view of a message's block
         self._max_inflated = min(self.limits.max_message_size, self.limits.max_decompressed_size)
 
     # ------------------------------------------------------------------ asyncio.Protocol
@@ -371,7 +384,33 @@ class GrpcProtocol(asyncio.Protocol):
                 self.conn.goaway()
         self.flush()
 
+    def get_buffer(self, sizehint: int) -> memoryview:
+        conn = self.conn
+        if conn is not None:
+            view = conn.recv_view()
+            if view is not None:
+                self._direct = True
+                return cast(memoryview, view)
+        self._direct = False
+        return self._scratch
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._direct:
+            self._direct = False
+            self._received(None, nbytes)
+        else:
+            self._received(self._scratch[:nbytes], 0)
+
     def data_received(self, data: bytes) -> None:
+        self._received(data, 0)
+
+    def message_block(self, n: int) -> memoryview:
+        """H2Connection's hook: the block a large request message is assembled in."""
+        return self.recv_blocks.take(n)
+
+    def _received(self, data: bytes | memoryview | None, direct: int) -> None:
+        """Bytes from the socket: ``data``, or (None) ``direct`` bytes read into the view of a
+        message's block that ``get_buffer`` lent."""
         conn = self.conn
         if conn is None:
             return
@@ -382,7 +421,10 @@ class GrpcProtocol(asyncio.Protocol):
             self.keepalive.received()
         self._receiving = True
         try:
-            conn.receive(data)
+            if data is None:
+                conn.recv_done(direct)
+            else:
+                conn.receive(data)
             ready = self._ready
             if ready:  # unary calls whose request is complete: run them now, in order
                 self._ready = []
@@ -864,6 +906,8 @@ class NativeGrpcServer:
         self.busy: Any = None  # a BusyPoll (busypoll.py) its connections touch on input
         self.inflater = Inflater()  # shared with the HTTP front end by the composition root
         self.send_blocks = SendBlocks()  # copies of large messages being sent (likewise)
+        self.recv_blocks = RecvBlocks()  # large request messages being assembled and used
+        self.scratch = memoryview(bytearray(_SCRATCH))  # see the module docstring: Input
         self._server: asyncio.base_events.Server | None = None
         self._protocols: set[GrpcProtocol] = set()
         self._stopping = False
