@@ -117,7 +117,8 @@ def feed(conn: Any, data: bytes, rng: random.Random, direct: bool) -> tuple[byte
             conn.recv_done(n)
             lent += n
         else:
-            n = rng.choice(READS)
+            hint = conn.recv_hint() if direct else 0
+            n = hint or rng.choice(READS)
             conn.receive(data[pos : pos + n])
         pos += n
         written.append(conn.data_to_send())

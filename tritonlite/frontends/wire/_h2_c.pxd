@@ -85,6 +85,7 @@ cdef class H2Connection:
     cdef object _dview
     cdef _Stream _dview_st
     cdef long long _dview_got
+    cdef Py_ssize_t _blocks
     cdef list _hb
     cdef Py_ssize_t _hb_len
     cdef long long _hb_sid
@@ -104,6 +105,10 @@ cdef class H2Connection:
 
     @cython.locals(st=_Stream)
     cpdef recv_done(self, Py_ssize_t n)
+
+    cpdef int recv_hint(self)
+
+    cdef _drop_block(self, _Stream st)
 
     @cython.locals(flag=int)
     cdef _complete(self, _Stream st)

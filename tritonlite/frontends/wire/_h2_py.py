@@ -40,7 +40,9 @@ optional ``message_block(n)`` (a pool: ``wire.recvbuf``) or else anonymous memor
 each piece is copied in once, and nothing is joined. While a DATA frame's payload is arriving
 for such a message, ``recv_view()`` lends the part of the block its next bytes belong to, so a
 buffered transport reads the socket straight into it and reports the count with
-``recv_done(n)``: those bytes are never copied by this process. Flow control, limits and
+``recv_done(n)``: those bytes are never copied by this process. Between such a message's
+frames ``recv_hint()`` asks for a read of the next frame header alone, so that the payload
+after it is read into the block rather than copied out of a larger read. Flow control, limits and
 events are the same whichever way the bytes come in (the frame's checks ran when its header
 arrived).
 
@@ -386,6 +388,7 @@ class H2Connection:
         self._dview: Any = None
         self._dview_st: _Stream | None = None
         self._dview_got = 0
+        self._blocks = 0  # streams assembling a message in a block
         # an open header block (HEADERS without END_HEADERS, then CONTINUATIONs)
         self._hb: list[bytes] = []
         self._hb_len = 0
@@ -583,6 +586,15 @@ class H2Connection:
         self._dview_st = st
         self._dview_got = st.got
         return view
+
+    def recv_hint(self) -> int:
+        """How many bytes the next read should take when ``recv_view`` lends nothing: 9 when a
+        message is being assembled in a block and the next bytes start a frame (its header
+        alone, so that a DATA payload after it is read into the block, not copied from a
+        larger read); else 0 (as many as there are)."""
+        if self._blocks > 0 and self._dleft == 0 and self._pending_len == 0 and not self.closed:
+            return 9
+        return 0
 
     def recv_done(self, n: int) -> None:
         """``n`` bytes from the socket were read into the start of the view ``recv_view``
@@ -823,6 +835,7 @@ class H2Connection:
                     block = self._take(mlen)
                     block[0 : b - a] = memoryview(buf)[a:b]
                     st.block = block
+                    self._blocks += 1
                 else:
                     _keep_piece(st.chunks, buf, a, b)
                 st.got = b - a
@@ -849,7 +862,7 @@ class H2Connection:
         block = st.block
         if block is not None:
             payload = block
-            st.block = None
+            self._drop_block(st)
         else:
             payload = b"".join(st.chunks)
         self._release(st)
@@ -863,7 +876,12 @@ class H2Connection:
         self._buffered -= st.got
         st.got = 0
         st.chunks = []
-        st.block = None
+        self._drop_block(st)
+
+    def _drop_block(self, st: _Stream) -> None:
+        if st.block is not None:
+            st.block = None
+            self._blocks -= 1
         if self._deferred and self._buffered <= self._max_buffered:
             waiting = self._deferred
             self._deferred = []
@@ -1190,7 +1208,7 @@ class H2Connection:
         self._streams.pop(st.sid, None)
         if st.got:
             self._release(st)
-        st.block = None
+        self._drop_block(st)
         st.out = []
         st.out_len = 0
         st.out_trailers = None

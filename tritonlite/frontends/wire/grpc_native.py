@@ -9,9 +9,11 @@ call's handler as a task. It makes no assumption about who created it: a listene
 Input: the protocol is a ``BufferedProtocol``. While a large request message's DATA frame is
 arriving, the transport reads the socket straight into the block that message is assembled in
 (``H2Connection.recv_view``; blocks from ``wire.recvbuf``, reused once the request's last
-view is gone); every other read goes to a scratch buffer the server's connections share (their
-reads run one at a time on the loop) and is parsed from there. ``data_received`` still takes
-bytes (the one-port detector hands over the first ones that way).
+view is gone), and between that message's frames only the next frame's header is read
+(``recv_hint``), so the payload after it lands in the block too; every other read goes to a
+scratch buffer the server's connections share (their reads run one at a time on the loop) and
+is parsed from there. ``data_received`` still takes bytes, for a transport that reads
+without buffers.
 
 Ownership: a call's task owns the call until its handler returns; the protocol owns the stream
 and ends it (trailers), and cancels the task when the client resets the stream, the deadline
@@ -366,6 +368,7 @@ class GrpcProtocol(asyncio.BufferedProtocol):
         self.send_blocks = server.send_blocks if server is not None else SendBlocks()
         self.recv_blocks = server.recv_blocks if server is not None else RecvBlocks()
         self._scratch = server.scratch if server is not None else memoryview(bytearray(_SCRATCH))
+        self._head = self._scratch[:9]  # a frame header alone (H2Connection.recv_hint)
         self._direct = False  # the last get_buffer lent a view of a message's block
         self._max_inflated = min(self.limits.max_message_size, self.limits.max_decompressed_size)
 
@@ -386,12 +389,14 @@ class GrpcProtocol(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         conn = self.conn
+        self._direct = False
         if conn is not None:
             view = conn.recv_view()
             if view is not None:
                 self._direct = True
                 return cast(memoryview, view)
-        self._direct = False
+            if conn.recv_hint():
+                return self._head
         return self._scratch
 
     def buffer_updated(self, nbytes: int) -> None:
