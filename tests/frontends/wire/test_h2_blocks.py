@@ -14,6 +14,7 @@ from typing import Any
 import hpack
 import pytest
 from test_h2_connection import COMPILED, NOT_BUILT
+from test_h2_fuzz import Answering, _mutate
 from test_h2_peer import (
     DATA,
     END_HEADERS,
@@ -212,3 +213,51 @@ def test_a_reset_or_a_broken_message_gives_its_block_back(H2C: Any) -> None:
     handler.events.clear()
     gc.collect()
     assert handler.pool.lent() == 0
+
+
+def _large_conversation(rng: random.Random) -> list[bytes]:
+    """Frames of 1-3 streams sending messages large enough for blocks, in DATA frames of
+    random sizes; each stream ends, or is reset."""
+    enc = hpack.Encoder()
+    frames = [PREFACE, settings()]
+    for k in range(rng.randint(1, 3)):
+        sid = 1 + 2 * k
+        frames.append(frame(HEADERS, END_HEADERS, sid, enc.encode(REQUEST)))
+        sizes = [rng.choice([70_000, 100_001, 200_000]) for _ in range(rng.randint(1, 2))]
+        body = b"".join(grpc_message(rng.randbytes(n)) for n in sizes)
+        while body:
+            n = min(len(body), rng.choice([9, 5000, 16384, 65536, 150_000]))
+            frames.append(frame(DATA, 0, sid, body[:n]))
+            body = body[n:]
+        if rng.random() < 0.8:
+            frames.append(frame(DATA, END_STREAM, sid, b""))
+        else:
+            frames.append(frame(RST_STREAM, 0, sid, struct.pack(">L", 8)))
+    return frames
+
+
+def _run_large(cls: Any, data: bytes, seed: int, direct: bool) -> tuple[bytes, list[Any], int]:
+    handler = Answering(seed)
+    conn = cls(handler, _h2_py.H2Limits(stream_write_buffer=1 << 20))
+    handler.conn = conn
+    out, lent = feed(conn, data, random.Random(seed), direct)
+    return out, handler.events, lent
+
+
+def test_fuzz_large_messages_read_into_blocks() -> None:
+    """Mutated conversations with large messages (the fuzz suite's mutations, an answering
+    handler): read into lent views or not, and on either twin, the same bytes and events."""
+    classes = [_h2_py.H2Connection] + ([COMPILED.H2Connection] if COMPILED is not None else [])
+    rng = random.Random(20261206)
+    corpus = [f for _ in range(20) for f in _large_conversation(rng)[1:]]
+    lent = 0
+    for case in range(150):
+        frames = _large_conversation(rng)
+        data = b"".join(frames) if rng.random() < 0.2 else _mutate(rng, frames, corpus)
+        plain = _run_large(classes[0], data, case, False)
+        for cls in classes:
+            got = _run_large(cls, data, case, True)
+            assert got[0] == plain[0], f"case {case}: {cls.__module__} wrote different bytes"
+            assert got[1] == plain[1], f"case {case}: {cls.__module__} reported other events"
+            lent += got[2]
+    assert lent > 0
