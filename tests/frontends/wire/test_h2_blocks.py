@@ -261,3 +261,19 @@ def test_fuzz_large_messages_read_into_blocks() -> None:
             assert got[1] == plain[1], f"case {case}: {cls.__module__} reported other events"
             lent += got[2]
     assert lent > 0
+
+
+@pytest.mark.parametrize("size", [16384, 262_144])
+def test_a_header_alone_is_asked_for_only_after_large_frames(H2C: Any, size: int) -> None:
+    """Between the frames of a message assembled in a block, the next header is read alone
+    only when the frames are large: after small ones the extra read costs more than it saves."""
+    conn = H2C(Blocks())
+    conn.receive(PREFACE + settings())
+    _open(conn, 1, hpack.Encoder())
+    body = grpc_message(bytes(1 << 20))
+    assert conn.recv_hint() == 0  # no block yet
+    conn.receive(frame(DATA, 0, 1, body[:size]))
+    assert conn.recv_hint() == (9 if size >= 65536 else 0)
+    conn.receive(_data_head(size, 1))
+    assert conn.recv_hint() == 0  # inside a frame: recv_view's turn
+    assert conn.recv_view() is not None

@@ -17,6 +17,7 @@ cdef int S_MAX_FRAME_SIZE, S_MAX_HEADER_LIST_SIZE
 cdef int GRPC_INTERNAL, GRPC_RESOURCE_EXHAUSTED
 cdef long long _MAX_WINDOW, _DEFAULT_WINDOW, _WU_PER_DATA
 cdef Py_ssize_t _RECENT_RESETS, _SMALL_PIECE, _COALESCED, _BLOCK_AT, _BLOCK_MAX, _DIRECT_MIN
+cdef Py_ssize_t _HINT_FRAME
 cdef object _HDR, _PREFIX, _U32, _U32X2, _SETTING
 cdef frozenset _CONNECTION_SPECIFIC
 
@@ -85,7 +86,7 @@ cdef class H2Connection:
     cdef object _dview
     cdef _Stream _dview_st
     cdef long long _dview_got
-    cdef Py_ssize_t _blocks
+    cdef Py_ssize_t _blocks, _last_data
     cdef list _hb
     cdef Py_ssize_t _hb_len
     cdef long long _hb_sid

@@ -146,6 +146,9 @@ _BLOCK_AT = 1 << 16
 _BLOCK_MAX = 256 << 20
 # recv_view lends no view shorter than this: a read that small costs more than its copy
 _DIRECT_MIN = 4096
+# recv_hint asks for a header alone only after DATA frames this large: for smaller ones the
+# extra read would cost more than the copy it saves
+_HINT_FRAME = 1 << 16
 # the ids this connection reset lately, whose in-flight frames it ignores
 _RECENT_RESETS = 256
 
@@ -389,6 +392,7 @@ class H2Connection:
         self._dview_st: _Stream | None = None
         self._dview_got = 0
         self._blocks = 0  # streams assembling a message in a block
+        self._last_data = 0  # the length of the last DATA frame that arrived
         # an open header block (HEADERS without END_HEADERS, then CONTINUATIONs)
         self._hb: list[bytes] = []
         self._hb_len = 0
@@ -589,10 +593,16 @@ class H2Connection:
 
     def recv_hint(self) -> int:
         """How many bytes the next read should take when ``recv_view`` lends nothing: 9 when a
-        message is being assembled in a block and the next bytes start a frame (its header
-        alone, so that a DATA payload after it is read into the block, not copied from a
-        larger read); else 0 (as many as there are)."""
-        if self._blocks > 0 and self._dleft == 0 and self._pending_len == 0 and not self.closed:
+        message is being assembled in a block, the next bytes start a frame and the last DATA
+        frame was large (its header alone, so that a DATA payload after it is read into the
+        block, not copied from a larger read); else 0 (as many as there are)."""
+        if (
+            self._blocks > 0
+            and self._last_data >= _HINT_FRAME
+            and self._dleft == 0
+            and self._pending_len == 0
+            and not self.closed
+        ):
             return 9
         return 0
 
@@ -711,6 +721,7 @@ class H2Connection:
         if length > self._recv_conn_window:
             self._fail(FLOW_CONTROL_ERROR, b"connection flow-control window exceeded")
             return None
+        self._last_data = length
         self._recv_conn_window -= length
         self._conn_unacked += length
         if self._conn_unacked >= self._conn_window_size >> 1:
