@@ -277,3 +277,23 @@ def test_a_header_alone_is_asked_for_only_after_large_frames(H2C: Any, size: int
     conn.receive(_data_head(size, 1))
     assert conn.recv_hint() == 0  # inside a frame: recv_view's turn
     assert conn.recv_view() is not None
+
+
+def test_prefixes_alone_reserve_at_most_sixteen_blocks(H2C: Any) -> None:
+    """Length prefixes with nothing after them map a block each for 16 streams; the rest are
+    assembled from their pieces, and every message still arrives whole."""
+    handler = Blocks()
+    conn = H2C(handler)
+    enc = hpack.Encoder()
+    conn.receive(PREFACE + settings())
+    bodies = {}
+    for k in range(20):
+        sid = 1 + 2 * k
+        _open(conn, sid, enc)
+        bodies[sid] = grpc_message(bytes([k]) * 100_000)
+        conn.receive(frame(DATA, 0, sid, bodies[sid][:10]))
+    assert handler.pool.lent() == 16
+    for sid, body in bodies.items():
+        conn.receive(frame(DATA, END_STREAM, sid, body[10:]))
+    got = {e[1]: e[3] for e in handler.events if e[0] == "message"}
+    assert got == {sid: body[5:] for sid, body in bodies.items()}

@@ -35,7 +35,8 @@ transport how much waits. ``set_reading(stream_id, False)`` stops refilling a st
 window (a slow reader of a streaming call).
 
 Large messages: a message of ``_BLOCK_AT`` to ``_BLOCK_MAX`` bytes that is not whole in one
-read is assembled in one writable block sized from its length prefix, from the handler's
+read is assembled in one writable block sized from its length prefix (on up to
+``_MAX_BLOCKS`` streams of a connection at once; others as pieces joined at the end), from the handler's
 optional ``message_block(n)`` (a pool: ``wire.recvbuf``) or else anonymous memory of its own;
 each piece is copied in once, and nothing is joined. While a DATA frame's payload is arriving
 for such a message, ``recv_view()`` lends the part of the block its next bytes belong to, so a
@@ -144,6 +145,9 @@ _COALESCED = 1 << 16
 # a larger one in pieces joined at its end, so that no prefix reserves more than this
 _BLOCK_AT = 1 << 16
 _BLOCK_MAX = 256 << 20
+# streams of one connection assembling in blocks at once: a block is mapped when a prefix
+# arrives (its pages only as they are written), so a flood of prefixes reserves no more
+_MAX_BLOCKS = 16
 # recv_view lends no view shorter than this: a read that small costs more than its copy
 _DIRECT_MIN = 4096
 # recv_hint asks for a header alone only after DATA frames this large: for smaller ones the
@@ -842,7 +846,7 @@ class H2Connection:
                     continue
                 st.msg_len = mlen
                 st.msg_flag = flag
-                if _BLOCK_AT <= mlen <= _BLOCK_MAX:
+                if _BLOCK_AT <= mlen <= _BLOCK_MAX and self._blocks < _MAX_BLOCKS:
                     block = self._take(mlen)
                     block[0 : b - a] = memoryview(buf)[a:b]
                     st.block = block
