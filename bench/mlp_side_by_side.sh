@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The MLP points of side_by_side.sh, with the dynamic batcher's batch sizes: two tritonlite trees
+# Points of side_by_side.sh with p99 and the dynamic batcher's batch sizes: two tritonlite trees
 # and the real Triton up at once, and for each point the three alternated (the order rotates by
-# point and round), so that the machine's load moves all three alike.
+# point and round), so that the machine's load moves all three alike. The MLP points by default;
+# POINTS may name any model of REPO (add_sub_nb, identity_4m too).
 #
 #   BASE=tree THIS=tree REPO=dir PA=perf_analyzer CPR=cpu-per-request \
 #   TRITON="triton-reference start INSTALL" ROUNDS=2 bench/mlp_side_by_side.sh > out.txt
@@ -33,14 +34,17 @@ wait_ready() {
   return 1
 }
 cell() { # name pid port model protocol concurrency
-  local name=$1 pid=$2 p=$3 m=$4 proto=$5 c=$6 u=127.0.0.1:$3
+  local name=$1 pid=$2 p=$3 m=$4 proto=$5 c=$6 u=127.0.0.1:$3 shape=""
   [ "$proto" = grpc ] && u=127.0.0.1:$(($p + 1))
+  [ "${m#mlp}" != "$m" ] && shape="--shape INPUT0:1024" # the MLP's batch dimension is -1
+  # shellcheck disable=SC2086
   $PA -m "$m" -u "$u" -i "$proto" --concurrency-range "$c" --measurement-interval 1000 \
-    --max-trials 2 --shape INPUT0:1024 >/dev/null 2>&1 # warm-up
+    --max-trials 2 $shape >/dev/null 2>&1 # warm-up
   curl -s "127.0.0.1:$p/v2/models/$m/stats" >"$TMP/s0"
+  # shellcheck disable=SC2086
   $CPR --pid "$pid" --stats "127.0.0.1:$p" --model "$m" -- $PA -m "$m" -u "$u" -i "$proto" \
     --concurrency-range "$c" --measurement-interval 3000 --max-trials 4 \
-    --stability-percentage 50 --shape INPUT0:1024 -f "$TMP/pa.csv" 2>/dev/null | tail -1 >"$TMP/cpr"
+    --stability-percentage 50 $shape -f "$TMP/pa.csv" 2>/dev/null | tail -1 >"$TMP/cpr"
   curl -s "127.0.0.1:$p/v2/models/$m/stats" >"$TMP/s1"
   $PY - "$name $m $proto c=$c load=$(cut -d' ' -f1 /proc/loadavg)" "$TMP" <<'EOF'
 import csv, json, os, sys

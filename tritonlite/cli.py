@@ -544,6 +544,15 @@ def _http_flags(a: Any) -> None:
         "0: off)",
     )
     a(
+        "--loop-slice-us",
+        type=int,
+        default=10_000,
+        metavar="US",
+        help="tritonlite: the CPU slice the event loop thread asks Linux for (6.12 on), so that "
+        "the clients its writes wake do not preempt it mid-pass (100-100000; 0: the kernel's "
+        "default)",
+    )
+    a(
         "--http-use-ssl",
         type=parse_bool,
         default=False,
@@ -583,6 +592,7 @@ def _http_options(ns: argparse.Namespace) -> dict[str, Any]:
         http_header_forward_pattern=ns.http_header_forward_pattern,
         frontend=ns.frontend,
         busy_poll_us=ns.busy_poll_us,
+        loop_slice_us=ns.loop_slice_us,
         http_use_ssl=ns.http_use_ssl or ns.http_use_ssl_mutual,
         http_use_ssl_mutual=ns.http_use_ssl_mutual,
         http_server_cert=ns.http_server_cert,

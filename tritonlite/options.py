@@ -125,6 +125,9 @@ class ServerOptions:
     # the native front ends keep the loop polling this long after input (frontends/wire/
     # busypoll.py); 0: the loop sleeps as soon as it is idle
     busy_poll_us: int = 200
+    # the event loop thread asks the kernel for this CPU slice (frontends/base/loopslice.py);
+    # 0: the kernel's default
+    loop_slice_us: int = 10_000
     # TLS on HTTP (tritonlite's; named after Triton's gRPC TLS flags)
     http_use_ssl: bool = False
     http_use_ssl_mutual: bool = False
@@ -209,6 +212,10 @@ class ServerOptions:
         if not 0 <= self.busy_poll_us <= 1_000_000:
             raise ValueError(
                 f"--busy-poll-us must be between 0 and 1000000, got {self.busy_poll_us}"
+            )
+        if self.loop_slice_us != 0 and not 100 <= self.loop_slice_us <= 100_000:
+            raise ValueError(
+                f"--loop-slice-us must be 0 or between 100 and 100000, got {self.loop_slice_us}"
             )
         if self.log_format not in ("default", "ISO8601"):
             raise ValueError("--log-format must be 'default' or 'ISO8601'")

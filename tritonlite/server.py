@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import tritonlite
 from tritonlite.core.core import InferenceCore
+from tritonlite.frontends.base import loopslice
 from tritonlite.frontends.base.call import InFlight
 from tritonlite.frontends.base.sockets import bind, close_keeping_backlog
 from tritonlite.frontends.tls import http_tls
@@ -99,6 +100,12 @@ class Server:
 
     async def start(self) -> None:
         opts = self.options
+        if opts.loop_slice_us:
+            # first, so that no thread the models start inherits it (the request resets on fork)
+            try:
+                loopslice.request_slice(opts.loop_slice_us)
+            except OSError as exc:
+                log.info("the event loop thread keeps the kernel's CPU slice: %s", exc)
         log.info(
             "tritonlite %s (Triton %s API); compiled paths: %s",
             tritonlite.__version__,
