@@ -127,7 +127,7 @@ class ServerOptions:
     busy_poll_us: int = 200
     # the event loop thread asks the kernel for this CPU slice (frontends/base/loopslice.py);
     # 0: the kernel's default
-    loop_slice_us: int = 10_000
+    loop_slice_us: int = 0
     # TLS on HTTP (tritonlite's; named after Triton's gRPC TLS flags)
     http_use_ssl: bool = False
     http_use_ssl_mutual: bool = False

@@ -1,6 +1,7 @@
 """``--loop-slice-us``: the event loop thread asks Linux for a longer CPU slice
 (frontends/base/loopslice.py). Only that thread gets it, the threads a model starts keep the
-kernel's default, the server serves the same with it off, and bad values are refused at start.
+kernel's default, the server serves the same with it off (the default), a policy chosen by
+whoever started the server is kept, and bad values are refused at start.
 
 Reading another thread's slice needs a kernel that keeps one per task (Linux 6.12 on); elsewhere
 the thread checks skip, after checking here that the kernel ignores the request."""
@@ -78,9 +79,12 @@ def test_only_the_loop_thread_gets_the_slice(tmp_path: Path) -> None:
         s.stop()
 
 
-def test_zero_leaves_the_kernels_slice_and_serves(tmp_path: Path) -> None:
+@pytest.mark.parametrize("args", [("--loop-slice-us", "0"), ()], ids=["zero", "default"])
+def test_zero_and_the_default_leave_the_kernels_slice_and_serve(
+    tmp_path: Path, args: tuple[str, ...]
+) -> None:
     write_add_sub(tmp_path, "add_sub", 8)
-    s = start_server(tmp_path, "--loop-slice-us", "0", transport=False)
+    s = start_server(tmp_path, *args, transport=False)
     try:
         _serve_a_few(s.http_url)
         if _kernel_keeps_slices():

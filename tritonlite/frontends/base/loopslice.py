@@ -1,22 +1,30 @@
-"""The event loop thread's CPU slice: a longer one, so that the loop reads more per wake-up.
+"""The event loop thread's CPU slice (``--loop-slice-us``, off by default): a longer one, so that
+the loop reads more per wake-up.
 
 One thread serves every connection. Under Linux's EEVDF scheduler (6.6 on) a task's slice sets
 how soon its virtual deadline comes: a woken task with a shorter slice than the running one
 takes its CPU at once (PREEMPT_SHORT), one with a longer slice waits for the running task's
-turn. With the kernel's default slice the loop cuts in whenever bytes arrive, wherever it
-runs: into a batched model's ONNX Runtime threads, into the clients it just answered, and it
-wakes, reads one request and sleeps again. With a longer slice it gives way to those threads
-and, when it runs, finds several requests waiting. Measured with perf_analyzer over HTTP at
-concurrency 4 on a batched ONNX MLP (2-CPU VM): per request the loop slept 0.79-0.93 times
-with the default slice and 0.25-0.36 times with 10 ms (it was preempted more: 0.5-0.65 against
-1.6-1.7), the dynamic batcher's mean batch went from 1.9 to 3.8 and the throughput up 1.5x
-(bench/RESULTS.md, issue 31 round 6). On an idle CPU nothing changes: the loop gets it at once.
+turn. With a longer slice than the kernel's default the loop gives way to the model's threads
+and to the clients it answers, and wakes less often, finding several requests waiting when it
+runs. Measured on a 2-CPU VM (bench/RESULTS.md, issue 31 round 6), 10 ms against the default:
+
+* a dynamically batched ONNX MLP over HTTP at concurrency 4 (perf_analyzer): the loop slept
+  0.24-0.47 times per request instead of 0.72-1.06, the batcher's mean batch went from 1.7-2.1
+  to 3.0-3.9, throughput 1.2-1.9x, p99 lower;
+* add_sub without batching, run on the loop itself, over HTTP at concurrency 16: 9-12% fewer
+  requests per second (the woken loop waits behind the clients), the same CPU per request;
+  wrk's JSON at concurrency 16 level.
+
+Asking for it only while a batched run is off the loop kept neither gain nor loss (the loop's
+own writes and reads around the run are where it counts), so it is a choice for a deployment
+whose traffic is mostly dynamically batched, and off unless asked for.
 
 Since Linux 6.12 a task may ask for its own slice (``sched_setattr``'s ``sched_runtime`` for a
 SCHED_OTHER task, 0.1-100 ms, no privilege needed). The request carries
 SCHED_FLAG_RESET_ON_FORK, so threads started later (a model's instance thread, ONNX Runtime's
 pool) keep the default slice. Older kernels accept the call and ignore the slice; where the
-call is refused (another OS or architecture, a seccomp filter) nothing changes but a log line.
+call is refused (another OS or architecture, a seccomp filter, a policy other than SCHED_OTHER
+chosen by whoever started the server) nothing changes but a log line.
 """
 
 from __future__ import annotations
@@ -61,7 +69,8 @@ def request_slice(us: int) -> None:
     if not MIN_US <= us <= MAX_US:
         raise ValueError(f"a slice is {MIN_US}-{MAX_US} µs, got {us}")
     set_nr, _ = _numbers()
-    policy = os.sched_getscheduler(0)
+    # (an earlier request of ours shows as SCHED_RESET_ON_FORK set on the policy)
+    policy = os.sched_getscheduler(0) & ~getattr(os, "SCHED_RESET_ON_FORK", 0)
     if policy != os.SCHED_OTHER:  # chosen by whoever started the server (chrt): kept
         raise OSError(f"the thread runs under scheduling policy {policy}, not SCHED_OTHER")
     attr = ctypes.create_string_buffer(
