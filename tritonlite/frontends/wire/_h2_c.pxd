@@ -135,6 +135,8 @@ cdef class H2Connection:
     @cython.locals(st=_Stream)
     cdef _data_more(self, bytes buf, Py_ssize_t a, Py_ssize_t b)
 
+    cdef _data_done(self, _Stream st)
+
     cdef _data_end(self, _Stream st, Py_ssize_t length, int flags)
 
     cdef _ack_stream(self, _Stream st)

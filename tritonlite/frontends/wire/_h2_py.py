@@ -641,9 +641,7 @@ class H2Connection:
             if st.closed or self.closed:
                 st = self._dst = None
         if self._dleft == 0:
-            self._dst = None
-            if st is not None:
-                self._data_end(st, self._dlength, self._dflags)
+            self._data_done(st)
 
     # ---------------------------------------------------------------- frames in
 
@@ -775,9 +773,14 @@ class H2Connection:
                     if st.closed or self.closed:
                         st = self._dst = None
         if self._dleft == 0:
-            self._dst = None
-            if st is not None:
-                self._data_end(st, self._dlength, self._dflags)
+            self._data_done(st)
+
+    def _data_done(self, st: _Stream | None) -> None:
+        """The DATA frame being received has all its bytes (``_data_more``, ``recv_done``):
+        its end, for its stream unless that closed meanwhile (None)."""
+        self._dst = None
+        if st is not None:
+            self._data_end(st, self._dlength, self._dflags)
 
     def _data_end(self, st: _Stream, length: int, flags: int) -> None:
         if flags & END_STREAM:
