@@ -101,7 +101,7 @@ class Server:
     async def start(self) -> None:
         opts = self.options
         if opts.loop_slice_us:
-            # first, so that no thread the models start inherits it (the request resets on fork)
+            # on the loop thread: only this thread gets it (the request resets on fork)
             try:
                 loopslice.request_slice(opts.loop_slice_us)
             except OSError as exc:
