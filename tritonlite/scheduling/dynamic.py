@@ -175,7 +175,7 @@ class DynamicBatchScheduler:
         return len(self._slots) + self._model.executing
 
     def stop(self) -> None:
-        self._wakeup.cancel()
+        self._wakeup.close()
         for slot, p in list(self._slots.items()):
             self._queue.remove(slot)
             if not p.future.done():

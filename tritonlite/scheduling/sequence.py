@@ -472,7 +472,7 @@ class SequenceBatchScheduler:
         return self._queued + self._model.executing
 
     def stop(self) -> None:
-        self._wakeup.cancel()
+        self._wakeup.close()
         self._reap_at = None
         err = unavailable(f"model '{self._model.name}' is unloading")
         seqs = [s.seq for b in self._batchers for s in b.slots if s.seq is not None]

@@ -1,0 +1,225 @@
+"""The schedulers' wake-up (``scheduling/wakeup.py``) on asyncio's loop and on uvloop.
+
+With a timerfd (Linux) the wake-up never fires before the time it was armed for, whatever the
+delay: uvloop's own timers count whole milliseconds, so a batcher's 0.1-1.5 ms delay would fire
+early or up to 0.5 ms late. Without one (``_LIBC`` gone) the loop's timer is used, and after
+``close`` too. Every assertion is about order and "not before", never about how soon.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+import uvloop
+
+from tritonlite.scheduling import wakeup as wakeup_mod
+from tritonlite.scheduling.wakeup import Wakeup
+
+pytestmark = pytest.mark.timeout(60)
+
+LOOPS = {"asyncio": asyncio.run, "uvloop": uvloop.run}
+
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def run(request: pytest.FixtureRequest) -> Callable[[Callable[[], Awaitable[None]]], Any]:
+    return lambda body: LOOPS[request.param](body())
+
+
+@pytest.fixture(params=["timerfd", "loop timer"])
+def backing(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "loop timer":
+        monkeypatch.setattr(wakeup_mod, "_LIBC", None)
+    elif wakeup_mod._LIBC is None:
+        pytest.skip("no timerfd on this platform")
+    return str(request.param)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.at: list[int] = []
+        self.event = asyncio.Event()
+
+    def __call__(self) -> None:
+        self.at.append(time.monotonic_ns())
+        self.event.set()
+
+    async def wait(self, timeout: float = 5.0) -> None:
+        await asyncio.wait_for(self.event.wait(), timeout)
+        self.event.clear()
+
+
+@pytest.mark.parametrize("delay_us", [0, 50, 100, 300, 600, 800, 1500, 2000])
+def test_fires_once_and_never_early_on_a_timerfd(run: Any, delay_us: int) -> None:
+    if wakeup_mod._LIBC is None:
+        pytest.skip("no timerfd on this platform")
+
+    async def body() -> None:
+        rec = Recorder()
+        w = Wakeup(asyncio.get_running_loop(), rec)
+        for _ in range(5):
+            when = time.monotonic_ns() + delay_us * 1000
+            w.arm(when)
+            assert w.armed
+            await rec.wait()
+            assert not w.armed
+            assert rec.at[-1] >= when
+        await asyncio.sleep(0.005)
+        assert len(rec.at) == 5
+        w.close()
+
+    run(body)
+
+
+def test_the_earliest_time_wins(run: Any, backing: str) -> None:
+    async def body() -> None:
+        rec = Recorder()
+        w = Wakeup(asyncio.get_running_loop(), rec)
+        now = time.monotonic_ns()
+        w.arm(now + 10_000_000_000)  # 10 s
+        w.arm(now + 2_000_000)  # sooner: replaces it
+        w.arm(now + 5_000_000_000)  # later than the pending one: kept as it is
+        await rec.wait()
+        assert len(rec.at) == 1 and rec.at[0] >= now + (2_000_000 if backing == "timerfd" else 0)
+        assert not w.armed
+        await asyncio.sleep(0.02)
+        assert len(rec.at) == 1
+        w.close()
+
+    run(body)
+
+
+def test_cancel_and_minus_one_stop_it(run: Any, backing: str) -> None:
+    async def body() -> None:
+        rec = Recorder()
+        w = Wakeup(asyncio.get_running_loop(), rec)
+        w.arm(time.monotonic_ns() + 1_000_000)
+        w.cancel()
+        assert not w.armed
+        w.arm(time.monotonic_ns() + 1_000_000)
+        w.arm(-1)
+        assert not w.armed
+        await asyncio.sleep(0.02)
+        assert rec.at == []
+        w.arm(time.monotonic_ns() + 1_000_000)  # usable again
+        await rec.wait()
+        assert len(rec.at) == 1
+        w.close()
+
+    run(body)
+
+
+def test_a_firing_the_loop_has_not_run_yet_is_dropped_by_cancel(run: Any, backing: str) -> None:
+    """Armed in the past and cancelled before the loop turns: the callback never runs, and a
+    wake-up armed after it still does."""
+
+    async def body() -> None:
+        rec = Recorder()
+        w = Wakeup(asyncio.get_running_loop(), rec)
+        w.arm(1)  # long past: due at once
+        time.sleep(0.002)  # the timer has expired; the loop has not polled
+        w.cancel()
+        await asyncio.sleep(0.01)
+        assert rec.at == []
+        w.arm(time.monotonic_ns())
+        await rec.wait()
+        assert len(rec.at) == 1
+        w.close()
+
+    run(body)
+
+
+def test_rearming_sooner_after_a_due_firing_fires_once(run: Any, backing: str) -> None:
+    async def body() -> None:
+        rec = Recorder()
+        w = Wakeup(asyncio.get_running_loop(), rec)
+        w.arm(time.monotonic_ns() + 1_000)
+        time.sleep(0.002)  # due, not yet seen by the loop
+        w.arm(time.monotonic_ns() - 1)  # sooner still: replaces it, due as well
+        await rec.wait()
+        await asyncio.sleep(0.01)
+        assert len(rec.at) == 1
+        w.close()
+
+    run(body)
+
+
+def test_the_callback_may_rearm(run: Any, backing: str) -> None:
+    """The batcher's pattern: a pass that finds its delay not over arms again from inside."""
+
+    async def body() -> None:
+        loop = asyncio.get_running_loop()
+        done = asyncio.Event()
+        times: list[int] = []
+
+        def again() -> None:
+            times.append(time.monotonic_ns())
+            if len(times) < 20:
+                w.arm(time.monotonic_ns() + 200_000)
+            else:
+                done.set()
+
+        w = Wakeup(loop, again)
+        w.arm(time.monotonic_ns() + 200_000)
+        await asyncio.wait_for(done.wait(), 10)
+        assert len(times) == 20 and not w.armed
+        w.close()
+
+    run(body)
+
+
+def test_close_gives_the_fd_back_and_falls_back_to_the_loop_timer(run: Any) -> None:
+    if wakeup_mod._LIBC is None:
+        pytest.skip("no timerfd on this platform")
+
+    async def body() -> None:
+        rec = Recorder()
+        w = Wakeup(asyncio.get_running_loop(), rec)
+        w.arm(time.monotonic_ns() + 100_000)
+        await rec.wait()
+        fd = w._timer.fd if w._timer is not None else -1
+        assert fd >= 0
+        w.arm(time.monotonic_ns() + 50_000_000)
+        w.close()  # cancels, and closes the fd
+        assert not w.armed
+        with pytest.raises(OSError):
+            os.fstat(fd)
+        await asyncio.sleep(0.08)
+        assert len(rec.at) == 1
+        w.arm(time.monotonic_ns() + 1_000_000)  # a scheduler stopped by health, then rebuilt
+        await rec.wait()
+        assert len(rec.at) == 2 and w._timer is None
+        w.close()
+        w.close()
+
+    run(body)
+
+
+def test_fds_are_made_lazily_and_not_leaked(run: Any) -> None:
+    if wakeup_mod._LIBC is None:
+        pytest.skip("no timerfd on this platform")
+
+    def fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    async def body() -> None:
+        loop = asyncio.get_running_loop()
+        before = fds()
+        never = [Wakeup(loop, lambda: None) for _ in range(50)]
+        assert fds() == before  # nothing made until armed
+        for _ in range(3):
+            ws = [Wakeup(loop, lambda: None) for _ in range(50)]
+            for w in ws:
+                w.arm(time.monotonic_ns() + 1_000_000_000)
+            assert fds() == before + 50
+            for w in ws:
+                w.close()
+            assert fds() == before
+        for w in never:
+            w.close()
+
+    run(body)
