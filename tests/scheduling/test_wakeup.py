@@ -1,9 +1,10 @@
 """The schedulers' wake-up (``scheduling/wakeup.py``) on asyncio's loop and on uvloop.
 
-With a timerfd (Linux) the wake-up never fires before the time it was armed for, whatever the
-delay: uvloop's own timers count whole milliseconds, so a batcher's 0.1-1.5 ms delay would fire
-early or up to 0.5 ms late. Without one (``_LIBC`` gone) the loop's timer is used, and after
-``close`` too. Every assertion is about order and "not before", never about how soon.
+The wake-up never fires before the time it was armed for, whatever the wait: a short one polls
+the clock once per loop turn, a long one is a timerfd on Linux (uvloop's own timers count whole
+milliseconds, and fire early as well as late). Without a timerfd (``_LIBC`` gone) the loop's
+timer is used, and after ``close`` too. Every assertion is about order and "not before", never
+about how soon.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pytest
 import uvloop
 
 from tritonlite.scheduling import wakeup as wakeup_mod
-from tritonlite.scheduling.wakeup import Wakeup
+from tritonlite.scheduling.wakeup import SPIN_NS, Wakeup
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -53,11 +54,8 @@ class Recorder:
         self.event.clear()
 
 
-@pytest.mark.parametrize("delay_us", [0, 50, 100, 300, 600, 800, 1500, 2000])
-def test_fires_once_and_never_early_on_a_timerfd(run: Any, delay_us: int) -> None:
-    if wakeup_mod._LIBC is None:
-        pytest.skip("no timerfd on this platform")
-
+@pytest.mark.parametrize("delay_us", [0, 50, 100, 300, 499, 600, 800, 1500, 2000])
+def test_fires_once_and_never_early(run: Any, backing: str, delay_us: int) -> None:
     async def body() -> None:
         rec = Recorder()
         w = Wakeup(asyncio.get_running_loop(), rec)
@@ -70,6 +68,40 @@ def test_fires_once_and_never_early_on_a_timerfd(run: Any, delay_us: int) -> Non
             assert rec.at[-1] >= when
         await asyncio.sleep(0.005)
         assert len(rec.at) == 5
+        w.close()
+
+    run(body)
+
+
+def test_a_short_wait_polls_and_makes_no_fd(run: Any) -> None:
+    async def body() -> None:
+        rec = Recorder()
+        w = Wakeup(asyncio.get_running_loop(), rec)
+        when = time.monotonic_ns() + SPIN_NS // 2
+        w.arm(when)
+        await rec.wait()
+        assert rec.at == [rec.at[0]] and rec.at[0] >= when
+        assert w._timer is None
+        w.close()
+
+    run(body)
+
+
+def test_a_short_wait_after_a_long_one_disarms_the_fd(run: Any, backing: str) -> None:
+    async def body() -> None:
+        rec = Recorder()
+        w = Wakeup(asyncio.get_running_loop(), rec)
+        w.arm(time.monotonic_ns() + 30_000_000)  # 30 ms: the timerfd (or the loop's timer)
+        when = time.monotonic_ns() + 100_000
+        w.arm(when)  # sooner, and short: polled
+        await rec.wait()
+        assert rec.at[0] >= when
+        await asyncio.sleep(0.05)  # past the 30 ms: it does not fire again
+        assert len(rec.at) == 1 and not w.armed
+        w.arm(time.monotonic_ns() + 100_000)
+        w.cancel()  # a cancelled poll stops polling
+        await asyncio.sleep(0.01)
+        assert len(rec.at) == 1
         w.close()
 
     run(body)
@@ -179,7 +211,7 @@ def test_close_gives_the_fd_back_and_falls_back_to_the_loop_timer(run: Any) -> N
     async def body() -> None:
         rec = Recorder()
         w = Wakeup(asyncio.get_running_loop(), rec)
-        w.arm(time.monotonic_ns() + 100_000)
+        w.arm(time.monotonic_ns() + 2 * SPIN_NS)
         await rec.wait()
         fd = w._timer.fd if w._timer is not None else -1
         assert fd >= 0

@@ -1,12 +1,17 @@
 """One re-armable wake-up per scheduler: the earliest time it must decide again.
 
-A dynamic batcher's ``max_queue_delay_microseconds`` is often well under a millisecond, and
-uvloop's timers count whole milliseconds: a delay under 0.5 ms fires at the next loop turn (the
-batcher, finding its delay not yet over, re-arms and keeps the loop spinning for the rest of
-it), 0.8 ms fires anywhere from at once to 1.07 ms, 1.5 ms at 2.06 ms. On Linux the wake-up is
-a timerfd instead, watched by the loop like a socket: armed at an absolute CLOCK_MONOTONIC time
-(``time.monotonic_ns``'s clock), it fires within microseconds of it, and the loop sleeps until
-then. Where there is no timerfd the loop's own timer is used.
+A dynamic batcher's ``max_queue_delay_microseconds`` is often around a millisecond, and
+uvloop's timers count whole milliseconds: 0.8 ms fired anywhere from at once to 1.07 ms
+later, 1.5 ms at 2.06 ms. On Linux a wait of ``SPIN_NS`` or more is a timerfd the loop watches
+like a socket, armed at an absolute CLOCK_MONOTONIC time (``time.monotonic_ns``'s clock): it
+fires within microseconds of it, and the loop sleeps until then. Where there is no timerfd
+the loop's own timer is used.
+
+A shorter wait is not slept: the wake-up looks at the clock once per loop turn until it is due,
+and the loop, polling its sockets between turns without blocking, reads requests as they come
+(what uvloop's timers did for a wait under 0.5 ms). Sleeping that long on a busy machine has
+the loop wake behind other threads: the MLP with a 0.1 ms delay at 16 clients formed smaller
+batches asleep than polling (bench/RESULTS.md, issue 31 round 7).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ _CLOCK_MONOTONIC = 1
 _TFD_CLOEXEC = os.O_CLOEXEC
 _TFD_NONBLOCK = os.O_NONBLOCK
 _TFD_TIMER_ABSTIME = 1
+SPIN_NS = 500_000  # a shorter wait polls once per loop turn instead of sleeping
 
 
 class _Timespec(ctypes.Structure):
@@ -114,7 +120,8 @@ class Wakeup:
         self._callback = callback
         self._handle: asyncio.TimerHandle | None = None
         self._at = -1  # the pending wake-up's monotonic ns; -1: none
-        self._timer: _TimerFd | None = None  # made at the first ``arm``
+        self._timer: _TimerFd | None = None  # made at the first ``arm`` of a long wait
+        self._fd_armed = False  # whether the pending wake-up is the timerfd's
         self._fd_ok = True  # False once closed, or where there is no timerfd
 
     def arm(self, when_ns: int) -> None:
@@ -125,16 +132,26 @@ class Wakeup:
         if self._at >= 0 and self._at <= when_ns:
             return
         self._at = when_ns
+        wait = when_ns - time.monotonic_ns()
+        if wait < SPIN_NS:  # the next loop turn, and again until it is due
+            if self._fd_armed:
+                self._fd_armed = False
+                if self._timer is not None:
+                    self._timer.set(0)
+            if self._handle is None:
+                self._handle = self._loop.call_soon(self._fire)
+            return
         if self._timer is None and self._fd_ok:
             self._timer = _timerfd(self._loop, self._ready)
             self._fd_ok = self._timer is not None
-        if self._timer is not None:
-            self._timer.set(max(when_ns, 1))
-            return
         if self._handle is not None:
             self._handle.cancel()
-        delay = max(0.0, (when_ns - time.monotonic_ns()) / 1e9)
-        self._handle = self._loop.call_later(delay, self._fire)
+            self._handle = None
+        if self._timer is not None:
+            self._timer.set(when_ns)
+            self._fd_armed = True
+            return
+        self._handle = self._loop.call_later(wait / 1e9, self._fire)
 
     @property
     def armed(self) -> bool:
@@ -145,9 +162,11 @@ class Wakeup:
         if self._at < 0:
             return
         self._at = -1
-        if self._timer is not None:
-            self._timer.set(0)
-        elif self._handle is not None:
+        if self._fd_armed:
+            self._fd_armed = False
+            if self._timer is not None:
+                self._timer.set(0)
+        if self._handle is not None:
             self._handle.cancel()
             self._handle = None
 
@@ -163,12 +182,16 @@ class Wakeup:
 
     def _ready(self) -> None:
         timer = self._timer
-        if timer is None or not timer.clear() or self._at < 0:
+        if timer is None or not timer.clear() or not self._fd_armed:
             return  # cancelled or re-armed after the loop saw the firing
+        self._fd_armed = False
         self._at = -1
         self._callback()
 
     def _fire(self) -> None:
         self._handle = None
+        if self._at > time.monotonic_ns():  # a turn before a short wait is over: poll again
+            self._handle = self._loop.call_soon(self._fire)
+            return
         self._at = -1
         self._callback()
