@@ -70,12 +70,14 @@ from tritonlite.contracts.types import InferRequest, InferResponse
 from tritonlite.core.observability.stats import LatencyFactory, ModelStats
 from tritonlite.core.runtime.health import HealthSettings, InstanceHealth
 from tritonlite.core.runtime.lane import DirectLane
+from tritonlite.core.runtime.pacing import AnswerPacing
 from tritonlite.core.runtime.policy import INLINE_MAX_NS, InlinePolicy
 from tritonlite.core.runtime.warmup import WarmupSample
 from tritonlite.core.tensors.outputs import build_response
 from tritonlite.core.tensors.shm import SharedMemoryManager
 from tritonlite.scheduling.base import BatchRunner, Pending
 from tritonlite.scheduling.direct import DirectScheduler
+from tritonlite.scheduling.dynamic import DynamicBatchScheduler
 from tritonlite.scheduling.factory import make_scheduler
 
 log = logging.getLogger("tritonlite")
@@ -132,6 +134,16 @@ class _Worker:
 
     def stop(self) -> None:
         self.work.put(_STOP)
+
+
+def _answer(fut: asyncio.Future[InferResponse], res: InferResponse | TritonliteError) -> None:
+    """A request's outcome to its future (unless it was cancelled meanwhile)."""
+    if fut.done():
+        return
+    if isinstance(res, TritonliteError):
+        fut.set_exception(res)
+    else:
+        fut.set_result(res)
 
 
 class ModelInstance:
@@ -535,6 +547,12 @@ class Model:
         self.executing = 0
         self._loop = asyncio.get_running_loop()
         self.scheduler = make_scheduler(self)
+        # How a batch's answers go out (core/runtime/pacing.py): a dynamic batcher's only.
+        self.pacing = (
+            AnswerPacing(int(self.config.dynamic_batching.max_queue_delay_microseconds) * 1000)
+            if isinstance(self.scheduler, DynamicBatchScheduler)
+            else None
+        )
         self.health = InstanceHealth(self, health or HealthSettings(), warmup)
         batcher = type(self.scheduler) is not DirectScheduler
         for inst in instances:
@@ -777,8 +795,6 @@ class Model:
                     stats.record_success(
                         total, p.dispatch_ns - p.enqueue_ns, timing, req.batch_size, spans
                     )
-                if not p.future.done():
-                    p.future.set_exception(res)
                 continue
             if streaming is None or not streaming.defer(p):
                 stats.record_success(
@@ -786,8 +802,19 @@ class Model:
                 )
             if req.on_timing is not None and timing is not None:
                 req.on_timing(timing)
-            if not p.future.done():
-                p.future.set_result(res)
+        pacing = self.pacing
+        if (
+            pacing is not None
+            and streaming is None
+            and pacing.paced(len(batch), self.scheduler.inflight() > self.executing)
+        ):
+            # the answers still to go count as executing (a drain waits for them)
+            self.executing += len(batch) - 1
+            _answer(batch[0].future, results[0])
+            self._loop.call_soon(self._answer_paced, batch, results, 1, now)
+        else:
+            for p, res in zip(batch, results):
+                _answer(p.future, res)
         if streaming is not None:
             streaming.executed()
         done = instance.on_done
@@ -798,6 +825,24 @@ class Model:
             self._loop.call_soon(self._release, instance)
         else:
             self._release(instance)
+
+    def _answer_paced(
+        self,
+        batch: list[Pending],
+        results: list[InferResponse | TritonliteError],
+        i: int,
+        start_ns: int,
+    ) -> None:
+        """Answer ``batch[i]``, and the next one a loop turn later (``core/runtime/pacing.py``)."""
+        self.executing -= 1
+        _answer(batch[i].future, results[i])
+        if i + 1 < len(batch):
+            self._loop.call_soon(self._answer_paced, batch, results, i + 1, start_ns)
+            return
+        if self.pacing is not None:
+            self.pacing.took(len(batch), time.monotonic_ns() - start_ns)
+        if self._drained is not None and self.scheduler.inflight() == 0:
+            self._drained.set()
 
     def _release(self, instance: ModelInstance) -> None:
         """``instance`` is done with its batch: back to ``idle``, and the next batch goes --
