@@ -118,7 +118,7 @@ class Wakeup:
     def __init__(self, loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
         self._loop = loop
         self._callback = callback
-        self._handle: asyncio.TimerHandle | None = None
+        self._handle: asyncio.Handle | None = None  # a TimerHandle, or a turn's poll
         self._at = -1  # the pending wake-up's monotonic ns; -1: none
         self._timer: _TimerFd | None = None  # made at the first ``arm`` of a long wait
         self._fd_armed = False  # whether the pending wake-up is the timerfd's
