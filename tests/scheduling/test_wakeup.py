@@ -107,6 +107,25 @@ def test_a_short_wait_after_a_long_one_disarms_the_fd(run: Any, backing: str) ->
     run(body)
 
 
+def test_a_short_wait_replaces_a_long_one_at_once(run: Any, backing: str) -> None:
+    """Armed for 10 s, then for 0.1 ms: it fires for the 0.1 ms (``rec.wait`` gives up after
+    5 s), once."""
+
+    async def body() -> None:
+        rec = Recorder()
+        w = Wakeup(asyncio.get_running_loop(), rec)
+        w.arm(time.monotonic_ns() + 10_000_000_000)
+        when = time.monotonic_ns() + 100_000
+        w.arm(when)
+        await rec.wait()
+        assert rec.at[0] >= when and not w.armed
+        await asyncio.sleep(0.01)
+        assert len(rec.at) == 1
+        w.close()
+
+    run(body)
+
+
 def test_the_earliest_time_wins(run: Any, backing: str) -> None:
     async def body() -> None:
         rec = Recorder()

@@ -138,8 +138,9 @@ class Wakeup:
                 self._fd_armed = False
                 if self._timer is not None:
                     self._timer.set(0)
-            if self._handle is None:
-                self._handle = self._loop.call_soon(self._fire)
+            if self._handle is not None:  # (a poll already, or the loop's timer for later)
+                self._handle.cancel()
+            self._handle = self._loop.call_soon(self._fire)
             return
         if self._timer is None and self._fd_ok:
             self._timer = _timerfd(self._loop, self._ready)
