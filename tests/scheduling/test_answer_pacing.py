@@ -58,6 +58,7 @@ def _repo(tmp_path: Path) -> Path:
         ONE + "dynamic_batching { max_queue_delay_microseconds: 100 }\n",
     )
     write_identity(repo, "direct", "FP32", [-1], 8, ONE)
+    write_identity(repo, "nodelay", "FP32", [-1], 8, ONE + "dynamic_batching { }\n")
     return repo
 
 
@@ -202,9 +203,10 @@ def test_a_drain_waits_for_the_answers_still_to_go(tmp_path: Path, after: int) -
     run(tmp_path, body)
 
 
-def test_one_request_and_no_batcher_are_never_paced(tmp_path: Path) -> None:
+def test_one_request_no_batcher_and_no_delay_are_never_paced(tmp_path: Path) -> None:
     async def body(core: InferenceCore) -> None:
         assert core.repository.get("direct").pacing is None
+        assert core.repository.get("nodelay").pacing is None  # no delay: never paced
         tasks, turns, ticker = await _batch(core, "waits", 1)
         assert _values(await asyncio.gather(*tasks)) == [0]
         ticker.stop()

@@ -547,10 +547,12 @@ class Model:
         self.executing = 0
         self._loop = asyncio.get_running_loop()
         self.scheduler = make_scheduler(self)
-        # How a batch's answers go out (core/runtime/pacing.py): a dynamic batcher's only.
+        # How a batch's answers go out (core/runtime/pacing.py): only a dynamic batcher's that
+        # waits (with no delay, nothing is ever paced: no decision on each batch).
+        delay_us = int(self.config.dynamic_batching.max_queue_delay_microseconds)
         self.pacing = (
-            AnswerPacing(int(self.config.dynamic_batching.max_queue_delay_microseconds) * 1000)
-            if isinstance(self.scheduler, DynamicBatchScheduler)
+            AnswerPacing(delay_us * 1000)
+            if isinstance(self.scheduler, DynamicBatchScheduler) and delay_us > 0
             else None
         )
         self.health = InstanceHealth(self, health or HealthSettings(), warmup)
@@ -806,12 +808,12 @@ class Model:
         if (
             pacing is not None
             and streaming is None
+            and len(batch) > 1
             and pacing.paced(len(batch), self.scheduler.inflight() > self.executing)
         ):
             # the answers still to go count as executing (a drain waits for them)
-            self.executing += len(batch) - 1
-            _answer(batch[0].future, results[0])
-            self._loop.call_soon(self._answer_paced, batch, results, 1, now)
+            self.executing += len(batch)
+            self._answer_paced(batch, results, 0, now)
         else:
             for p, res in zip(batch, results):
                 _answer(p.future, res)
@@ -841,8 +843,7 @@ class Model:
             return
         if self.pacing is not None:
             self.pacing.took(len(batch), time.monotonic_ns() - start_ns)
-        if self._drained is not None and self.scheduler.inflight() == 0:
-            self._drained.set()
+        self._check_drained()
 
     def _release(self, instance: ModelInstance) -> None:
         """``instance`` is done with its batch: back to ``idle``, and the next batch goes --
@@ -859,6 +860,10 @@ class Model:
         if instance.healthy:  # one taken out of rotation comes back when rebuilt
             self.idle.append(instance)
         self.scheduler.instance_free()
+        self._check_drained()
+
+    def _check_drained(self) -> None:
+        """A ``drain`` waiting ends once nothing is queued or executing."""
         if self._drained is not None and self.scheduler.inflight() == 0:
             self._drained.set()
 
