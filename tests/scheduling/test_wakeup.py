@@ -274,3 +274,36 @@ def test_fds_are_made_lazily_and_not_leaked(run: Any) -> None:
             w.close()
 
     run(body)
+
+
+class _NoReaders:
+    """A loop that cannot watch file descriptors (as asyncio's proactor loop): ``add_reader``
+    raises NotImplementedError; everything else is the real loop's."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    def add_reader(self, *_: Any) -> None:
+        raise NotImplementedError
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loop, name)
+
+
+def test_a_loop_that_cannot_watch_an_fd_uses_its_own_timer(run: Any) -> None:
+    def fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    async def body() -> None:
+        rec = Recorder()
+        before = fds()
+        w = Wakeup(_NoReaders(asyncio.get_running_loop()), rec)  # type: ignore[arg-type]
+        for delay_ns in (2 * SPIN_NS, 5_000_000):
+            when = time.monotonic_ns() + delay_ns
+            w.arm(when)
+            await rec.wait()
+            assert rec.at[-1] >= when
+        assert w._timer is None and fds() == before  # the timerfd it tried was closed
+        w.close()
+
+    run(body)

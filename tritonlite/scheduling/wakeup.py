@@ -59,16 +59,20 @@ def _libc() -> ctypes.CDLL | None:
 _LIBC = _libc()
 
 
+def _checked(result: int) -> int:
+    """A C library call's result; OSError from errno where it failed (-1)."""
+    if result < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return result
+
+
 class _TimerFd:
     """A non-blocking CLOCK_MONOTONIC timerfd, armed at absolute nanoseconds or disarmed."""
 
     def __init__(self) -> None:
         assert _LIBC is not None
-        fd = _LIBC.timerfd_create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC)
-        if fd < 0:
-            err = ctypes.get_errno()
-            raise OSError(err, os.strerror(err))
-        self.fd = fd
+        self.fd = _checked(_LIBC.timerfd_create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC))
         self._spec = _ITimerspec()
         self._settime = _LIBC.timerfd_settime
         self._ref = ctypes.byref(self._spec)
@@ -77,9 +81,7 @@ class _TimerFd:
         """Fire at monotonic ``when_ns`` (at once if past); 0 disarms (and clears a firing)."""
         value = self._spec.it_value
         value.tv_sec, value.tv_nsec = divmod(when_ns, 1_000_000_000)
-        if self._settime(self.fd, _TFD_TIMER_ABSTIME, self._ref, None) < 0:
-            err = ctypes.get_errno()
-            raise OSError(err, os.strerror(err))
+        _checked(self._settime(self.fd, _TFD_TIMER_ABSTIME, self._ref, None))
 
     def clear(self) -> bool:
         """Consume a firing; False where there was none (disarmed after the loop saw it)."""
@@ -102,7 +104,10 @@ def _timerfd(loop: asyncio.AbstractEventLoop, ready: Callable[[], None]) -> _Tim
         return None
     try:
         loop.add_reader(timer.fd, ready)
-    except (NotImplementedError, OSError, ValueError):  # e.g. Windows' proactor loop
+    except (NotImplementedError, OSError, ValueError):
+        # a loop that cannot watch a file descriptor (asyncio's proactor loop raises
+        # NotImplementedError): the loop's own timer serves instead, as where there is no
+        # timerfd (``Wakeup.arm``)
         timer.close()
         return None
     return timer
