@@ -11,6 +11,9 @@ CONTROL_MODES = ("none", "poll", "explicit")
 SHM_POLICIES = ("local", "true", "false")
 FRONTENDS = ("native", "aio")
 GRPC_COMPRESSION_LEVELS = ("none", "low", "medium", "high")
+# the kernel's bounds for a SCHED_OTHER task's own slice (``--loop-slice-us``)
+LOOP_SLICE_MIN_US = 100
+LOOP_SLICE_MAX_US = 100_000
 # Triton's default summary quantiles, (quantile, allowed error)
 DEFAULT_SUMMARY_QUANTILES = ((0.5, 0.05), (0.9, 0.01), (0.95, 0.001), (0.99, 0.001), (0.999, 0.001))
 
@@ -213,9 +216,12 @@ class ServerOptions:
             raise ValueError(
                 f"--busy-poll-us must be between 0 and 1000000, got {self.busy_poll_us}"
             )
-        if self.loop_slice_us != 0 and not 100 <= self.loop_slice_us <= 100_000:
+        if self.loop_slice_us != 0 and not (
+            LOOP_SLICE_MIN_US <= self.loop_slice_us <= LOOP_SLICE_MAX_US
+        ):
             raise ValueError(
-                f"--loop-slice-us must be 0 or between 100 and 100000, got {self.loop_slice_us}"
+                f"--loop-slice-us must be 0 or between {LOOP_SLICE_MIN_US} and "
+                f"{LOOP_SLICE_MAX_US}, got {self.loop_slice_us}"
             )
         if self.log_format not in ("default", "ISO8601"):
             raise ValueError("--log-format must be 'default' or 'ISO8601'")

@@ -34,10 +34,12 @@ import os
 import platform
 import struct
 
+from tritonlite.options import LOOP_SLICE_MAX_US, LOOP_SLICE_MIN_US
+
 __all__ = ["MAX_US", "MIN_US", "current_slice_us", "request_slice"]
 
-MIN_US = 100  # the kernel's bounds for a SCHED_OTHER task's slice
-MAX_US = 100_000
+MIN_US = LOOP_SLICE_MIN_US  # the kernel's bounds for a SCHED_OTHER task's slice
+MAX_US = LOOP_SLICE_MAX_US
 
 # sched_setattr / sched_getattr: no libc wrapper before glibc 2.41, so the raw syscalls
 _SYSCALLS = {"x86_64": (314, 315), "aarch64": (274, 275)}
