@@ -161,6 +161,19 @@ def throughput(out: str) -> float:
     return float(found[-1])
 
 
+def refused_at_start(repo: Path, *args: str) -> str:
+    """Start ``python -m tritonlite --model-repository repo *args``; assert that it exits
+    non-zero, and return what it printed on stderr."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "tritonlite", "--model-repository", str(repo), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    return proc.stderr
+
+
 # -- python models and ensembles ---------------------------------------------------------------
 SCALE_MODEL = """
 import numpy as np
