@@ -34,18 +34,17 @@ and goes out as WINDOW_UPDATEs arrive; ``writable``, ``stalled`` and ``queued_by
 transport how much waits. ``set_reading(stream_id, False)`` stops refilling a stream's receive
 window (a slow reader of a streaming call).
 
-Large messages: a message of ``_BLOCK_AT`` to ``_BLOCK_MAX`` bytes that is not whole in one
-read is assembled in one writable block sized from its length prefix (on up to
-``_MAX_BLOCKS`` streams of a connection at once; others as pieces joined at the end), from the handler's
-optional ``message_block(n)`` (a pool: ``wire.recvbuf``) or else anonymous memory of its own;
-each piece is copied in once, and nothing is joined. While a DATA frame's payload is arriving
-for such a message, ``recv_view()`` lends the part of the block its next bytes belong to, so a
-buffered transport reads the socket straight into it and reports the count with
-``recv_done(n)``: those bytes are never copied by this process. Between such a message's
-frames ``recv_hint()`` asks for a read of the next frame header alone, so that the payload
-after it is read into the block rather than copied out of a larger read. Flow control, limits and
-events are the same whichever way the bytes come in (the frame's checks ran when its header
-arrived).
+Large messages: a message of ``_BLOCK_AT`` to ``_BLOCK_MAX`` bytes that is not whole in one read is
+assembled in one writable block sized from its length prefix (on up to ``_MAX_BLOCKS`` streams of a
+connection at once; others as pieces joined at the end), from the handler's optional
+``message_block(n)`` (a pool: ``wire.recvbuf``) or else anonymous memory of its own; each piece is
+copied in once, and nothing is joined. While a DATA frame's payload is arriving for such a message,
+``recv_view()`` lends the part of the block its next bytes belong to, so a buffered transport reads
+the socket straight into it and reports the count with ``recv_done(n)``: those bytes are never
+copied by this process. Between such a message's frames ``recv_hint()`` asks for a read of the next
+frame header alone, so that the payload after it is read into the block rather than copied out of a
+larger read. Flow control, limits and events are the same whichever way the bytes come in (the
+frame's checks ran when its header arrived).
 
 Connection errors send GOAWAY with the RFC 9113 code and set ``closed``; nothing is parsed
 after that, and the transport closes the socket once it wrote ``data_to_send()``. Stream
