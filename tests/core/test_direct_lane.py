@@ -10,6 +10,7 @@ real clients: tests/compat/test_http_lane.py.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -18,7 +19,15 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import JsonPost, counts_only, run_core
-from onnx_models import add_sub, config_for, config_text, failing, identity, write_model
+from onnx_models import (
+    add_sub,
+    config_for,
+    config_text,
+    failing,
+    identity,
+    model_tensors,
+    write_model,
+)
 
 from tritonlite.contracts.errors import TritonliteError
 from tritonlite.contracts.types import (
@@ -30,6 +39,7 @@ from tritonlite.contracts.types import (
 )
 from tritonlite.core.core import InferenceCore
 from tritonlite.core.runtime import lane as lane_mod
+from tritonlite.scheduling import delay_hooks
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -45,6 +55,23 @@ def _repo(root: Path) -> Path:
         "batched",
         add_sub(),
         config_for(add_sub(), max_batch_size=8, name="batched", dynamic_batching=True),
+    )
+    write_model(
+        root,
+        "delayed",
+        add_sub(),
+        config_for(add_sub(), max_batch_size=8, name="delayed", max_queue_delay_us=100),
+    )
+    write_model(
+        root,
+        "ordered",
+        add_sub(),
+        config_text(
+            *model_tensors(add_sub(), batch=True),
+            max_batch_size=8,
+            name="ordered",
+            extra="dynamic_batching { preserve_ordering: true }",
+        ),
     )
     write_model(root, "fails", failing(), config_for(failing(), max_batch_size=8, name="fails"))
     write_model(
@@ -122,7 +149,9 @@ def _same(a: InferResponse, b: InferResponse) -> None:
 
 
 @pytest.mark.parametrize(
-    ("model", "batch"), [("direct", True), ("direct_nb", False)], ids=["batch8", "nobatch"]
+    ("model", "batch"),
+    [("direct", True), ("direct_nb", False), ("batched", True)],
+    ids=["batch8", "nobatch", "batcher"],
 )
 @pytest.mark.parametrize(
     "outputs",
@@ -339,9 +368,10 @@ def test_models_and_states_the_lane_does_not_cover_fall_back(tmp_path: Path) -> 
         await _warm(core, lambda: _req("direct"))
         model = core.repository.get("direct")
         assert model.lane is not None
-        # a dynamic batcher: no lane at all
-        assert core.repository.get("batched").lane is None
-        assert core.infer_now(_req("batched")) is None
+        # a dynamic batcher that waits, or keeps the order: no lane at all
+        for name in ("delayed", "ordered"):
+            assert core.repository.get(name).lane is None
+            assert core.infer_now(_req(name)) is None
         # an output reshaped by the config: the general path undoes it
         r = InferRequest(
             "reshaped", inputs=[InferInput("INPUT0", "FP32", (1, 4), np.ones((1, 4), np.float32))]
@@ -369,6 +399,68 @@ def test_models_and_states_the_lane_does_not_cover_fall_back(tmp_path: Path) -> 
         core.exiting = True
         assert core.infer_now(_req("direct")) is None
         core.exiting = False
+
+    _run(_repo(tmp_path), body)
+
+
+async def _until(cond: Callable[[], bool]) -> None:
+    for _ in range(1000):
+        if cond():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("never")
+
+
+def test_a_batcher_with_a_request_queued_falls_back(tmp_path: Path) -> None:
+    """A request queued in a dynamic batcher (no instance was idle) goes first: the lane
+    leaves the next one to the batcher while it waits, and takes requests again after."""
+
+    async def body(core: InferenceCore) -> None:
+        await _warm(core, lambda: _req("batched"))
+        model = core.repository.get("batched")
+        lane = model.lane
+        assert lane is not None
+        # every instance back (one whose run went to its thread frees a loop turn later)
+        await _until(lambda: set(model.idle) == set(model.instances))
+        out = list(dict.fromkeys(model.idle))
+        for inst in out:
+            assert model.take_idle(inst)
+        queued = asyncio.ensure_future(core.infer(_req("batched", id="queued")))
+        await _until(lambda: model.scheduler.inflight() == 1)
+        for inst in out:
+            model.return_idle(inst)
+        before, taken = _counts(core, "batched"), lane.taken
+        assert core.infer_now(_req("batched")) is None  # the queued one first
+        assert _counts(core, "batched") == before and lane.taken == taken
+        model.scheduler.instance_free()
+        assert (await queued).id == "queued"
+        await _warm(core, lambda: _req("batched"))
+
+    _run(_repo(tmp_path), body)
+
+
+def test_a_held_batcher_falls_back_until_it_lets_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Triton's test hook (TRITONSERVER_DELAY_SCHEDULER=2): no request skips the batcher's
+    hold through the lane; once two are queued and run, the lane takes requests."""
+    monkeypatch.setenv(delay_hooks.DELAY_ENV, "2")
+
+    async def body(core: InferenceCore) -> None:
+        model = core.repository.get("batched")
+        lane = model.lane
+        assert lane is not None
+        assert not model.scheduler.at_once()  # nothing queued, but held
+        first = asyncio.ensure_future(core.infer(_req("batched", id="1")))
+        await _until(lambda: model.scheduler.inflight() == 1)
+        for _ in range(20):
+            assert core.infer_now(_req("batched")) is None
+            await asyncio.sleep(0)
+        assert not first.done() and lane.taken == 0
+        second = await core.infer(_req("batched", id="2"))
+        assert (await first).id == "1" and second.id == "2"
+        assert model.scheduler.at_once()
+        await _warm(core, lambda: _req("batched"))
 
     _run(_repo(tmp_path), body)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from tritonlite.backends.base import BackendInstance, ModelContext, Result
 from tritonlite.contracts.errors import TritonliteError, rejected, unavailable
@@ -50,6 +50,22 @@ class Scheduler(Protocol):
 
     def stop(self) -> None:
         """Fail every queued (not yet executing) request with UNAVAILABLE."""
+        ...
+
+
+@runtime_checkable
+class GoesStraight(Protocol):
+    """A scheduler that may hand a request straight to an idle instance, alone (the direct
+    scheduler; a dynamic batcher with no delay). The model's single-request lane
+    (core/runtime/lane.py) then runs such a request itself, in the scheduler's place."""
+
+    #: Whether it ever does (fixed for the scheduler's life): the model makes a lane only then.
+    goes_straight: bool
+
+    def at_once(self) -> bool:
+        """Whether a request enqueued now, an instance being idle, would be dispatched at once
+        and alone: nothing queued or being dispatched ahead of it, and nothing to wait for.
+        Also asked as a run ends: False says the scheduler must hear of the freed instance."""
         ...
 
 

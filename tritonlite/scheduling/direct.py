@@ -26,6 +26,10 @@ class DirectScheduler:
         self._queue: deque[Pending] = deque()
         self._loop = asyncio.get_running_loop()
         self._passing = False  # inside ``instance_free``'s dispatch loop
+        self.goes_straight = True  # (``GoesStraight``: every request, when an instance is idle)
+
+    def at_once(self) -> bool:
+        return not self._queue and not self._passing
 
     def enqueue(self, request: InferRequest) -> asyncio.Future[InferResponse]:
         fut: asyncio.Future[InferResponse] = self._loop.create_future()

@@ -58,6 +58,7 @@ class DynamicBatchScheduler:
         # are queued, then 0 for good.
         self._hold = delay_hooks.count(delay_hooks.DELAY_ENV)
         self._direct_after_hold = self._direct_ok
+        self.goes_straight = self._direct_ok  # (``GoesStraight``: see ``at_once``)
         if self._hold:
             delay_hooks.announce(model.name, "queued requests", self._hold)
             self._direct_ok = False
@@ -66,6 +67,11 @@ class DynamicBatchScheduler:
         )
 
     # -- intake ---------------------------------------------------------------------------------
+    def at_once(self) -> bool:
+        """A request would be a batch of its own at once (``enqueue``'s direct case): no delay,
+        nothing queued, no ordering to keep, no test hold."""
+        return self._direct_ok and not len(self._queue)
+
     def _shape_key(self, req: InferRequest) -> int:
         key = tuple((i.name, None if i.name in self._ragged else i.shape[1:]) for i in req.inputs)
         found = self._shape_keys.get(key)

@@ -11,7 +11,7 @@ cdef Py_ssize_t _SHAPES_MAX
 @cython.final
 cdef class DirectLane:
     cdef object model
-    cdef object scheduler
+    cdef object at_once
     cdef object sig
     cdef Py_ssize_t sig_id
     cdef object idle

@@ -1,9 +1,10 @@
-"""The single-request lane: one request of a model without batching, run on the loop at once.
+"""The single-request lane: one request that is its own execution, run on the loop at once.
 
-``DirectLane.run`` takes a request that the general path (``InferenceCore._run`` ->
-``DirectScheduler.enqueue`` -> ``Model.dispatch_one`` -> ``Model._run_one``) would run inline
-right away -- nothing queued, an instance idle and its ``InlinePolicy`` keeping runs on the
-loop -- and does what that path does, in one call: validation (a proven header's record; for
+``DirectLane.run`` takes a request that the general path (``InferenceCore._run`` -> the
+scheduler's ``enqueue`` -> ``Model._run_one``) would run inline right away, alone -- a model
+without batching, or a dynamic batcher with no delay (``scheduling.base.GoesStraight``);
+nothing queued, an instance idle and its ``InlinePolicy`` keeping runs on the loop -- and does
+what that path does, in one call: validation (a proven header's record; for
 a request no decoder proved, a request structure that passed ``validate.prepare`` whole before,
 with this request's arrays checked against their shapes; else ``validate.prepare``), the
 arrival stamp, the instance's bound session run on the request's own arrays, the response,
@@ -42,14 +43,14 @@ class DirectLane:
     """The lane of one loaded model version (``Model.lane``); see the module's docstring.
 
     ``model`` is the ``Model`` (its ``idle`` instances, ``stats``, ``shm``, ``_release``),
-    ``scheduler`` its ``DirectScheduler``, ``inline_max_ns`` the policy's threshold: a run
+    ``scheduler`` its scheduler (a ``GoesStraight``), ``inline_max_ns`` the policy's threshold: a run
     goes on the loop while its instance's recent runs took less.
     """
 
     def __init__(self, model: Any, scheduler: Any, inline_max_ns: int) -> None:
         sig = model.signature
         self.model = model
-        self.scheduler = scheduler
+        self.at_once = scheduler.at_once
         self.sig = sig
         self.sig_id = id(sig)
         self.idle = model.idle
@@ -86,8 +87,7 @@ class DirectLane:
         """The idle instance the lane would run on now, or None (nothing taken): nothing
         queued, an instance idle with a bound run and no run out on its thread, and its
         policy keeping runs on the loop."""
-        scheduler = self.scheduler
-        if scheduler._queue or scheduler._passing:
+        if not self.at_once():
             return None
         idle = self.idle
         if not idle:
@@ -252,8 +252,8 @@ class DirectLane:
             batch_size, end - start, 0, input_end - start, infer_end - input_end, end - infer_end
         )
         model = self.model
-        if self.scheduler._queue or model._drained is not None:
-            model._release(inst)
+        if model._drained is not None or not self.at_once():
+            model._release(inst)  # (the scheduler hears of the instance)
         else:
             idle.append(inst)
         self.taken += 1

@@ -75,7 +75,7 @@ from tritonlite.core.runtime.policy import INLINE_MAX_NS, InlinePolicy
 from tritonlite.core.runtime.warmup import WarmupSample
 from tritonlite.core.tensors.outputs import build_response
 from tritonlite.core.tensors.shm import SharedMemoryManager
-from tritonlite.scheduling.base import BatchRunner, Pending
+from tritonlite.scheduling.base import BatchRunner, GoesStraight, Pending
 from tritonlite.scheduling.direct import DirectScheduler
 from tritonlite.scheduling.dynamic import DynamicBatchScheduler
 from tritonlite.scheduling.factory import make_scheduler
@@ -562,11 +562,13 @@ class Model:
             inst.allow_inline(self.health.inline_ok)
         for _ in range(max((i.depth for i in instances), default=1)):
             self.idle.extend(i for i in instances if i.depth > _)
-        # The single-request lane (core/runtime/lane.py): for a direct scheduler only; each
+        # The single-request lane (core/runtime/lane.py): for a scheduler that may hand a
+        # request straight to an instance (no batching; a dynamic batcher with no delay); each
         # request then checks what may change (queue, idle instance, its policy, the request).
         self.lane: DirectLane | None = None
-        if not batcher and not signature.decoupled:
-            self.lane = DirectLane(self, self.scheduler, INLINE_MAX_NS)
+        sched = self.scheduler
+        if isinstance(sched, GoesStraight) and sched.goes_straight and not signature.decoupled:
+            self.lane = DirectLane(self, sched, INLINE_MAX_NS)
         self._drained: asyncio.Event | None = None
         # Response cache (core/cache.py; used only when the server has one too). The salt, part
         # of every key, keeps a reload of this version off its predecessor's entries.
