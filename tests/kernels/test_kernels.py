@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
+import sys
+import threading
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -301,3 +306,66 @@ def test_encode_bytes_accepts_arrays_and_text(ks: KernelSet) -> None:
     fixed = np.array([b"ab", b"c"], dtype="S2")
     assert ks.encode_bytes(fixed) == _ref_encode([b"ab", b"c"])
     assert ks.encode_bytes(np.array(["hi"])) == _ref_encode([b"hi"])
+
+
+class _Ticker:
+    """A thread that counts while it holds the GIL, letting it go after each count: its count
+    moves while the caller is inside a call only if that call let the GIL go."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.stop = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop:
+            self.count += 1
+            time.sleep(0)
+
+
+@contextlib.contextmanager
+def _ticking() -> Iterator[_Ticker]:
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(10.0)  # no forced switch: the ticker runs only where the GIL is let go
+    ticker = _Ticker()
+    ticker.thread.start()
+    try:
+        while ticker.count == 0:
+            time.sleep(0.001)
+        yield ticker
+    finally:
+        ticker.stop = True
+        sys.setswitchinterval(old)
+        ticker.thread.join()
+
+
+def test_small_calls_hold_the_gil_and_big_gathers_let_it_go() -> None:
+    """A request-sized gather (a dynamic batch of small tensors) and the batch's split hold the
+    GIL: an instance thread that let it go would wait behind the event loop to take it back. A
+    gather of ``GATHER_NOGIL_MIN`` bytes or more lets it go, so the loop runs meanwhile."""
+    from tritonlite.kernels.api import GATHER_NOGIL_MIN
+
+    ks = _numba()
+    ks.warmup()
+    width = 1024
+    small = np.empty((16, width), np.float32)
+    assert small.nbytes < GATHER_NOGIL_MIN
+    small_parts = [np.ones((1, width), np.float32) for _ in range(16)]
+    rows = GATHER_NOGIL_MIN // (4 * width) * 64  # 64 x the threshold: milliseconds of copying
+    big = np.empty((rows, width), np.float32)
+    big_parts = [np.ones((rows // 4, width), np.float32) for _ in range(4)]
+    with _ticking() as ticker:
+        before = ticker.count
+        for _ in range(200):
+            ks.gather_into(small, small_parts)
+            ks.split_views(small, [1] * 16)
+            ks.shape_prefix_len(np.zeros((16, 2), np.int64))
+        held = ticker.count - before
+        before = ticker.count
+        for _ in range(5):
+            ks.gather_into(big, big_parts)
+        moved = ticker.count - before
+    assert held == 0
+    assert moved > 0
+    np.testing.assert_array_equal(big, 1.0)
+    np.testing.assert_array_equal(small, 1.0)

@@ -1,7 +1,11 @@
 """Numba kernels with plain-Python twins: shape grouping, gather, scatter, BYTES (de)serialization.
 
 The kernels are written once, as plain functions in ``_plain``; this module is the one place
-that wraps them with ``njit(cache=True, nogil=True)``. ``TRITONLITE_NO_NUMBA=1`` (or Numba
+that wraps them with ``njit(cache=True)``: with ``nogil=True`` where a call can move much data,
+holding the GIL where its work is a few ints (``_HOLDS_GIL``), and ``gather_list`` both ways
+(``KernelSet.gather_into`` picks by size, ``api.GATHER_NOGIL_MIN``). A thread that releases the
+GIL waits to take it back behind whatever the event loop is doing: for a small call that wait,
+tens of microseconds on a busy loop, is many times the work. ``TRITONLITE_NO_NUMBA=1`` (or Numba
 failing to import) runs the plain functions instead. Call ``warmup()`` at model load so that
 no request ever waits for a compilation.
 
@@ -15,7 +19,9 @@ Public API (bound to the active twin; ``JIT`` and ``PLAIN`` give either explicit
 from __future__ import annotations
 
 import os
-from types import SimpleNamespace
+from collections.abc import Callable
+from types import FunctionType, SimpleNamespace
+from typing import Any
 
 from tritonlite.kernels import _plain, _raw
 from tritonlite.kernels.api import BytesFormatError, KernelSet, pack_shapes
@@ -41,6 +47,22 @@ __all__ = [
 _LAYOUT = _raw.probe_layout()
 
 
+# Kernels whose work is a few ints: compiled holding the GIL.
+_HOLDS_GIL = frozenset({"shape_prefix_len", "shape_group_ids", "batch_offsets"})
+
+
+def _renamed(fn: Callable[..., Any], suffix: str) -> Callable[..., Any]:
+    """``fn`` under another name. Numba's cache keys a compiled function by its name and code,
+    not by its ``nogil`` flag: a GIL-holding build of a function also built without the GIL
+    must be cached as another function."""
+    twin = FunctionType(
+        fn.__code__, fn.__globals__, fn.__name__ + suffix, fn.__defaults__, fn.__closure__
+    )
+    twin.__qualname__ = fn.__qualname__ + suffix
+    twin.__module__ = fn.__module__
+    return twin
+
+
 def _compile() -> SimpleNamespace | None:
     if os.environ.get("TRITONLITE_NO_NUMBA") == "1":
         return None
@@ -49,13 +71,23 @@ def _compile() -> SimpleNamespace | None:
     except ImportError:
         return None
     _raw.register_numba()
-    jit = numba.njit(cache=True, nogil=True)
-    return SimpleNamespace(**{fn.__name__: jit(fn) for fn in _plain.KERNELS})
+    free = numba.njit(cache=True, nogil=True)
+    held = numba.njit(cache=True)
+    impl = {
+        fn.__name__: held(_renamed(fn, "_held")) if fn.__name__ in _HOLDS_GIL else free(fn)
+        for fn in _plain.KERNELS
+    }
+    impl["gather_list_held"] = held(_renamed(_plain.gather_list, "_held"))
+    return SimpleNamespace(**impl)
 
 
 _JIT_IMPL = _compile()
 PLAIN = KernelSet(
-    SimpleNamespace(**{fn.__name__: fn for fn in _plain.KERNELS}), jitted=False, layout=_LAYOUT
+    SimpleNamespace(
+        **{fn.__name__: fn for fn in _plain.KERNELS}, gather_list_held=_plain.gather_list
+    ),
+    jitted=False,
+    layout=_LAYOUT,
 )
 JIT: KernelSet | None = (
     None if _JIT_IMPL is None else KernelSet(_JIT_IMPL, jitted=True, layout=_LAYOUT)

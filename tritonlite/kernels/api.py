@@ -20,6 +20,10 @@ Array = np.ndarray[Any, Any]
 I64 = np.ndarray[Any, np.dtype[np.int64]]
 
 _EMPTY_I64 = np.zeros(0, dtype=np.int64)
+# From this many bytes ``gather_into`` copies without the GIL (``impl.gather_list``); below, it
+# holds it (``impl.gather_list_held``): about 25-50 us of copying, which is what a thread that
+# lets the GIL go may wait to take it back while the event loop is busy.
+GATHER_NOGIL_MIN = 256 * 1024
 _MAX_ELEMENT = 0xFFFFFFFF
 
 
@@ -63,7 +67,8 @@ class KernelSet:
     Parameters
     ----------
     impl
-        Namespace of the raw kernels (``_plain``'s functions or their ``njit`` twins).
+        Namespace of the raw kernels (``_plain``'s functions or their ``njit`` twins), and
+        ``gather_list_held``: ``gather_list`` holding the GIL (the same function, plain).
     jitted
         Whether ``impl`` is compiled; used to pick the fastest path where plain Python would be
         slower than numpy.
@@ -141,7 +146,9 @@ class KernelSet:
         # Our own list: the kernel reads it without the GIL, so no one else may hold it.
         items = list(parts)
         if self._raw_gather and isinstance(out, np.ndarray) and not out.dtype.hasobject:
-            rows = self.impl.gather_list(id(items), id(out), out.itemsize, self._layout)
+            impl = self.impl
+            gather = impl.gather_list if out.nbytes >= GATHER_NOGIL_MIN else impl.gather_list_held
+            rows = gather(id(items), id(out), out.itemsize, self._layout)
             if rows >= 0:
                 return int(rows)
         return _gather_numpy(out, items)
@@ -245,7 +252,8 @@ class KernelSet:
         if self._layout is not None:
             # the kernel reads the list by address: it must stay alive across the call
             no_parts: list[Array] = []
-            self.impl.gather_list(id(no_parts), id(out), out.itemsize, self._layout)
+            for gather in (self.impl.gather_list, self.impl.gather_list_held):
+                gather(id(no_parts), id(out), out.itemsize, self._layout)
             del no_parts
         self.split_views(out, [1, 2])
         encoded = self.encode_bytes([b"ab", b""])
