@@ -203,9 +203,15 @@ def wait_until(pred: Callable[[], object], timeout: float) -> None:
         time.sleep(0.05)
 
 
-def run_core(repo: Path, body: Callable[[Any], Awaitable[None]], **options: Any) -> None:
-    """Run ``body(core)`` in a fresh event loop on an in-process ``InferenceCore`` serving
-    ``repo`` (more ``ServerOptions`` in ``options``), started first and stopped after."""
+def run_core(
+    repo: Path,
+    body: Callable[[Any], Awaitable[None]],
+    runner: Callable[[Any], Any] = asyncio.run,
+    **options: Any,
+) -> None:
+    """Run ``body(core)`` in a fresh event loop (``runner``: ``asyncio.run``, or ``uvloop.run``
+    as the server runs) on an in-process ``InferenceCore`` serving ``repo`` (more
+    ``ServerOptions`` in ``options``), started first and stopped after."""
     from tritonlite.core.core import InferenceCore
     from tritonlite.options import ServerOptions
 
@@ -217,7 +223,7 @@ def run_core(repo: Path, body: Callable[[Any], Awaitable[None]], **options: Any)
         finally:
             await core.stop()
 
-    asyncio.run(main())
+    runner(main())
 
 
 class JsonPost:

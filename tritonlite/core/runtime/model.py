@@ -12,9 +12,10 @@ Execution design (the one way a batch runs):
   backends (their run leaves the interpreter lock; the loop builds the responses from what the
   run returned) ``thread+next`` with no batcher (the instance's thread holds the next request while one runs
   and starts it as that run returns, with no loop turn between) or ``thread+batch`` with one
-  (one batch at a time; the instance frees one loop turn after its batch ends, so that what
-  arrived during the run is queued before the batcher forms the next batch, as Triton's
-  front-end threads queue requests while an instance runs); and whether batches may run
+  (one batch at a time; the instance frees ``CATCH_UP_TURNS`` loop turns after its batch
+  ends, so that what arrived during the run and while its answers were written is queued
+  before the batcher forms the next batch, as Triton's front-end threads queue requests while
+  an instance runs); and whether batches may run
   ``inline`` on the loop at all (``RunsOnLoop.thread_agnostic``, and no execution timeout).
   Nothing about the mode is re-derived per batch.
 * **A policy object owns the measured switching** (``InlinePolicy``): for an instance that may
@@ -84,6 +85,15 @@ log = logging.getLogger("tritonlite")
 
 
 _STOP = object()
+
+# ``thread+batch``: the loop turn after a batch's, on which its instance frees. The batch's
+# answers wake their handlers, which write them, on turn 1; the loop then polls its sockets, and
+# what arrived meanwhile (clients answered first send again at once) starts its handlers, which
+# queue their requests on turn 2; the instance frees on turn 3. The batcher then forms the
+# next batch from what reached the server while it answered -- what Triton's front-end threads
+# would have queued -- not from what the loop had read before it answered (on turn 1, that was
+# often one request: the batches alternated between one request and all the others).
+CATCH_UP_TURNS = 3
 
 
 class _Worker:
@@ -188,7 +198,7 @@ class ModelInstance:
         # Whether the model's scheduler forms batches (a dynamic or sequence batcher): set by
         # the model before it picks the mode; a batcher's batches are not held on the thread.
         self.batcher = False
-        self._frees_later = False  # ``thread+batch``: free one loop turn after a batch ends
+        self._frees_later = False  # ``thread+batch``: free ``CATCH_UP_TURNS`` after a batch
         # ``depth`` batches at once: 2 where the thread takes the next itself (``TakesNext``);
         # ``pipe`` holds those handed to the thread and not yet back, oldest first (``busy``:
         # how many; a batch runs on the loop only while none is out).
@@ -330,7 +340,9 @@ class ModelInstance:
         if start:  # a request held on the thread was queued until its run started, as in Triton
             for p in batch:
                 p.dispatch_ns = start
-        self._collected(model, gen, batch, requests, timing, collect, self._frees_later)
+        self._collected(
+            model, gen, batch, requests, timing, collect, CATCH_UP_TURNS if self._frees_later else 0
+        )
 
     def _fail_pipe(self) -> None:
         """The batches handed to an abandoned thread fail now (their results are dropped when
@@ -354,17 +366,18 @@ class ModelInstance:
         requests: list[InferRequest],
         timing: ExecTiming,
         collect: Callable[[], list[Any]],
-        release_later: bool = False,
+        release_turns: int = 0,
     ) -> None:
         """On the loop: a batch handed to the thread by ``_hand_next`` ended; build its
-        responses. ``release_later``: the instance frees one loop turn later (``thread+batch``)."""
+        responses. ``release_turns``: the instance frees that many loop turns later
+        (``CATCH_UP_TURNS`` in ``thread+batch``)."""
         try:
             results = self._responses(model, requests, timing, collect)
         except BaseException as exc:  # never lose a batch: fail it instead
             err = internal(f"instance {self.spec.name} failed: {exc}")
-            self.finished(model, gen, batch, [err] * len(batch), None, False, release_later)
+            self.finished(model, gen, batch, [err] * len(batch), None, False, release_turns)
             return
-        self.finished(model, gen, batch, results, timing, True, release_later)
+        self.finished(model, gen, batch, results, timing, True, release_turns)
 
     def call_soon(self, fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
         """Run ``fn`` on this instance's thread (after the current batch); its future."""
@@ -389,7 +402,7 @@ class ModelInstance:
         results: list[InferResponse | TritonliteError],
         timing: ExecTiming | None,
         executed: bool,
-        release_later: bool = False,
+        release_turns: int = 0,
     ) -> None:
         """On the loop: a batch came back. A fatal error takes the instance out first."""
         if gen != self.generation:
@@ -404,7 +417,7 @@ class ModelInstance:
             if isinstance(r, BackendFatalError):
                 model.health.take_out(self, r.message)
                 break
-        model._complete(self, batch, results, timing, executed, release_later)
+        model._complete(self, batch, results, timing, executed, release_turns)
 
     def _timed_out(self, model: Model, gen: int, batch: list[Pending]) -> None:
         if gen != self.generation:
@@ -685,7 +698,7 @@ class Model:
             self.executing += len(batch)
             results, timing, executed = instance.run(self, requests)
             instance.finished(
-                self, instance.generation, batch, results, timing, executed, not direct
+                self, instance.generation, batch, results, timing, executed, 0 if direct else 1
             )
             return
         self._submit(instance, batch)
@@ -765,7 +778,7 @@ class Model:
         results: list[InferResponse | TritonliteError],
         timing: ExecTiming | None,
         executed: bool,
-        release_later: bool = False,
+        release_turns: int = 0,
     ) -> None:
         self.executing -= len(batch)
         policy = instance.policy
@@ -825,8 +838,15 @@ class Model:
         if done is not None:
             instance.on_done = None
             done()
-        if release_later:
-            self._loop.call_soon(self._release, instance)
+        if release_turns:
+            self._loop.call_soon(self._release_after, instance, release_turns)
+        else:
+            self._release(instance)
+
+    def _release_after(self, instance: ModelInstance, turns: int) -> None:
+        """``_release`` on the loop turn ``turns`` (this being the first) after the batch's."""
+        if turns > 1:
+            self._loop.call_soon(self._release_after, instance, turns - 1)
         else:
             self._release(instance)
 
