@@ -28,17 +28,13 @@ from repos import write_identity  # noqa: E402
 pytestmark = pytest.mark.timeout(60)
 
 
+# one instance, a dynamic batcher with no delay
+CONFIG = "instance_group [{count: 1 kind: KIND_CPU}]\ndynamic_batching { }\n"
+
+
 def _repo(tmp_path: Path) -> Path:
-    repo = tmp_path / "repo"
-    write_identity(
-        repo,
-        "nodelay",
-        "FP32",
-        [-1],
-        8,
-        "instance_group [{count: 1 kind: KIND_CPU}]\ndynamic_batching { }\n",
-    )
-    return repo
+    write_identity(tmp_path / "repo", "nodelay", "FP32", [-1], 8, CONFIG)
+    return tmp_path / "repo"
 
 
 def _req(value: float) -> InferRequest:
