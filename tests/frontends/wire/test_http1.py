@@ -444,6 +444,31 @@ def test_headers_over_the_size_limit_are_431(serve: Serve) -> None:
         assert c.response().status == 431
 
 
+def test_pipelined_requests_past_the_header_limit_then_a_partial_head_are_served(
+    serve: Serve,
+) -> None:
+    """The header limit counts the head being read, not the requests before it in the same
+    read: llhttp parses them all (the first is chunked, so the fast path leaves the rest to
+    it), and the last head arrives in two parts."""
+    port = serve(max_header_bytes=2048).port
+    chunked = (
+        b"POST /c HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n"
+    )
+    gets = b"".join(_get(f"/g{i}", b"X-Pad: " + b"p" * 80 + b"\r\n") for i in range(40))
+    assert len(gets) > 2 * 2048
+    with Conn(port) as c:
+        c.send(chunked + gets + b"GET /last HTTP/1.1\r\nHost: t\r\nX-A: ")
+        paths = [_json(c.response())["path"] for _ in range(41)]  # (the head is half read)
+        assert paths == ["/c"] + [f"/g{i}" for i in range(40)]
+        c.send(b"b\r\n\r\n")
+        assert _json(c.response())["path"] == "/last"
+    with Conn(port) as c:  # a head that never ends after them is still refused: its open
+        # line counts in the read it began in
+        c.send(chunked + gets + b"GET /last HTTP/1.1\r\nX-Endless: " + b"v" * 3000)
+        statuses = [c.response().status for _ in range(42)]
+        assert statuses == [200] * 41 + [431]
+
+
 def test_too_many_headers_are_431(serve: Serve) -> None:
     with Conn(serve(max_headers=10).port) as c:
         c.send(_get("/h", b"".join(b"X-%d: v\r\n" % i for i in range(20))))

@@ -72,6 +72,7 @@ cdef class Http1Protocol:
     cdef public object _task
     cdef public int _state
     cdef public Py_ssize_t _head_pending
+    cdef public bint _head_began
     cdef public double _deadline
     cdef public bint _closing
     cdef public bint _read_paused

@@ -243,6 +243,7 @@ class Http1Protocol:
         self._task: Any = None  # the task serving the queue, None while it is empty
         self._state = _IDLE
         self._head_pending = 0  # bytes fed while the current head is incomplete
+        self._head_began = False  # a head began in the bytes ``_feed`` is feeding
         self._deadline = 0.0  # loop.time() at which the current state times out; 0: none
         self._closing = False  # reading stopped: close once the queue is answered
         self._read_paused = False
@@ -310,6 +311,7 @@ class Http1Protocol:
         counted it, had it parsed all of them."""
         cur: Request | None = self._cur if self._state == _BODY else None
         size0 = cur._size if cur is not None else 0
+        self._head_began = False
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -326,7 +328,16 @@ class Http1Protocol:
         else:
             state = self._state
             if state == _HEAD:
-                self._head_pending += size
+                if self._head_began:
+                    # The head began in these bytes, after the requests before it in them. Its
+                    # share is at least what its callbacks counted (the URL, whole header
+                    # lines) and at least the line still open, after the last LF: the larger
+                    # (an open request line is both). The reads after it count whole.
+                    tail = memoryview(data).tobytes() if type(data) is not bytes else data
+                    open_line = len(tail) - 1 - tail.rfind(b"\n")
+                    self._head_pending = max(self._cur._header_bytes, open_line)
+                else:
+                    self._head_pending += size
                 if self._head_pending > self._max_header_bytes:
                     self._refuse(431, "Request Header Fields Too Large")
             elif state == _BODY:
@@ -448,6 +459,7 @@ class Http1Protocol:
             req._admitted = True
         self._state = _HEAD
         self._head_pending = 0
+        self._head_began = True
         return req
 
     def on_url(self, url: bytes) -> None:
