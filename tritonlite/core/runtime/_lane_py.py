@@ -43,8 +43,8 @@ class DirectLane:
     """The lane of one loaded model version (``Model.lane``); see the module's docstring.
 
     ``model`` is the ``Model`` (its ``idle`` instances, ``stats``, ``shm``, ``_release``),
-    ``scheduler`` its scheduler (a ``GoesStraight``), ``inline_max_ns`` the policy's threshold: a run
-    goes on the loop while its instance's recent runs took less.
+    ``scheduler`` its scheduler (a ``GoesStraight``), ``inline_max_ns`` the policy's
+    threshold: a run goes on the loop while its instance's recent runs took less.
     """
 
     def __init__(self, model: Any, scheduler: Any, inline_max_ns: int) -> None:
