@@ -203,6 +203,15 @@ def wait_until(pred: Callable[[], object], timeout: float) -> None:
         time.sleep(0.05)
 
 
+async def until(pred: Callable[[], object], timeout_s: float = 30.0) -> None:
+    """``wait_until`` on the running event loop: poll ``pred`` every 5 ms, letting the loop
+    run; AssertionError after ``timeout_s`` seconds."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not pred():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.005)
+
+
 def run_core(
     repo: Path,
     body: Callable[[Any], Awaitable[None]],

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import JsonPost, counts_only, run_core
+from conftest import JsonPost, counts_only, run_core, until
 from onnx_models import (
     add_sub,
     config_for,
@@ -403,14 +403,6 @@ def test_models_and_states_the_lane_does_not_cover_fall_back(tmp_path: Path) -> 
     _run(_repo(tmp_path), body)
 
 
-async def _until(cond: Callable[[], bool]) -> None:
-    for _ in range(1000):
-        if cond():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("never")
-
-
 def test_a_batcher_with_a_request_queued_falls_back(tmp_path: Path) -> None:
     """A request queued in a dynamic batcher (no instance was idle) goes first: the lane
     leaves the next one to the batcher while it waits, and takes requests again after."""
@@ -421,12 +413,12 @@ def test_a_batcher_with_a_request_queued_falls_back(tmp_path: Path) -> None:
         lane = model.lane
         assert lane is not None
         # every instance back (one whose run went to its thread frees a loop turn later)
-        await _until(lambda: set(model.idle) == set(model.instances))
+        await until(lambda: set(model.idle) == set(model.instances))
         out = list(dict.fromkeys(model.idle))
         for inst in out:
             assert model.take_idle(inst)
         queued = asyncio.ensure_future(core.infer(_req("batched", id="queued")))
-        await _until(lambda: model.scheduler.inflight() == 1)
+        await until(lambda: model.scheduler.inflight() == 1)
         for inst in out:
             model.return_idle(inst)
         before, taken = _counts(core, "batched"), lane.taken
@@ -452,7 +444,7 @@ def test_a_held_batcher_falls_back_until_it_lets_go(
         assert lane is not None
         assert not model.scheduler.at_once()  # nothing queued, but held
         first = asyncio.ensure_future(core.infer(_req("batched", id="1")))
-        await _until(lambda: model.scheduler.inflight() == 1)
+        await until(lambda: model.scheduler.inflight() == 1)
         for _ in range(20):
             assert core.infer_now(_req("batched")) is None
             await asyncio.sleep(0)

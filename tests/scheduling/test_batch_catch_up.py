@@ -3,8 +3,8 @@
 A real ONNX identity model with a dynamic batcher and no delay, in a real InferenceCore, with
 an execution timeout so that every batch runs on the instance's thread (``thread+batch``). Each
 client of the first batch sends its next request as a socket client answered first would
-(``_client``). What the test reads is the batch
-sizes the model's statistics counted, never the clock.
+(``_client``). What the test reads is the batch sizes the model's statistics counted, never
+the clock.
 """
 
 from __future__ import annotations

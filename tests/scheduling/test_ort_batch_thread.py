@@ -160,7 +160,7 @@ def test_a_real_model_batched_on_the_thread_matches_one_at_a_time(tmp_path: Path
             )
 
         alone = [(await core.infer(req(x))).outputs[0].data for x in xs]
-        await idle(core, "mlp")  # an instance frees one loop turn after its batch answered
+        await idle(core, "mlp")  # an instance frees CATCH_UP_TURNS after its batch answered
         held = Held(core, "mlp")
         tasks = [asyncio.ensure_future(core.infer(req(x))) for x in xs]
         await asyncio.sleep(0)

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import run_core
+from conftest import run_core, until
 
 from tritonlite.backends.base import BackendFatalError
 from tritonlite.contracts.errors import TritonliteError
@@ -96,13 +96,6 @@ def _round(m: Any, rnd: int) -> tuple[Any, Gate, float]:
     return inst, gate, 10.0 * rnd
 
 
-async def _until(pred: Any, timeout_s: float = 30.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not pred():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.005)
-
-
 def _slots(m: Any, inst: Any) -> int:
     return list(m.idle).count(inst)
 
@@ -169,7 +162,7 @@ def test_many_at_once_each_answered(tmp_path: Path, model: str) -> None:
             vals = [float(100 * rnd + i) for i in range(64)]
             results = await asyncio.gather(*(core.infer(_req(model, v)) for v in vals))
             assert [_value(r) for r in results] == vals
-            await _until(lambda: m.executing == 0)
+            await until(lambda: m.executing == 0)
             assert [list(m.idle).count(i) for i in m.instances] == [2] * len(m.instances)
             assert all(i.busy == 0 for i in m.instances)
         assert m.stats.success.count == 64 * REPEAT
@@ -237,9 +230,9 @@ def test_a_fatal_run_fails_what_the_thread_holds_and_the_instance_is_rebuilt(
                     assert gate.ran == [base, base + 1]
                 else:
                     assert _value(done[2]) == base + 2
-            await _until(lambda: m.instances[0].healthy)  # rebuilt (nothing may wait for it)
+            await until(lambda: m.instances[0].healthy)  # rebuilt (nothing may wait for it)
             assert inst.rebuilds == rnd + 1 and inst.execute_one is not gate
-            await _until(lambda: m.executing == 0)
+            await until(lambda: m.executing == 0)
             _clean(m, inst)
             r = await core.infer(_req("next", -1.0))
             assert _value(r) == -1.0
@@ -258,7 +251,7 @@ def test_cancelled_on_the_thread_or_in_the_queue(tmp_path: Path) -> None:
             futs[2].cancel()  # in the scheduler's queue: it never runs
             gate.open()
             assert _value(await futs[0]) == base and _value(await futs[3]) == base + 3
-            await _until(lambda: m.executing == 0)
+            await until(lambda: m.executing == 0)
             assert gate.ran == [base, base + 1, base + 3]
             assert futs[1].cancelled() and futs[2].cancelled()
             inst.execute_one = gate.real
@@ -332,7 +325,7 @@ def test_a_fast_model_whose_first_runs_went_to_its_thread_comes_back_under_load(
             assert len(where.on_loop) == 16 * 30
             # back on the loop once the policy saw its runs, and there to the end
             assert where.on_loop[-1] and sum(where.on_loop) > len(where.on_loop) // 2
-            await _until(lambda: m.executing == 0)
+            await until(lambda: m.executing == 0)
             _clean(m, inst)
 
     run(tmp_path, body)
@@ -368,7 +361,7 @@ def test_a_request_kept_on_the_loop_waits_for_the_run_out_on_the_thread(
                 assert isinstance(done[0], TritonliteError) and "CUDA failure" in str(done[0])
                 assert isinstance(done[1], TritonliteError)
                 assert "taken out of rotation" in str(done[1])
-                await _until(lambda: m.instances[0].healthy)
+                await until(lambda: m.instances[0].healthy)
                 assert _value(done[2]) == base + 2  # on the rebuilt instance
             else:
                 assert [_value(r) for r in done] == [base, base + 1, base + 2]
@@ -376,7 +369,7 @@ def test_a_request_kept_on_the_loop_waits_for_the_run_out_on_the_thread(
                 assert where.on_loop == [True, True]  # the held one, then the queued one
                 inst.execute_one = gate.real
             assert inst.held is None
-            await _until(lambda: m.executing == 0)
+            await until(lambda: m.executing == 0)
             _clean(m, inst)
 
     run(tmp_path, body)

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import run_core
+from conftest import run_core, until
 
 from tritonlite.backends.base import BackendFatalError
 from tritonlite.contracts.errors import TritonliteError
@@ -96,19 +96,12 @@ class Gate:
         self.inst.impl.execute = self.real
 
 
-async def _until(pred: Any, timeout_s: float = 30.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not pred():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.005)
-
-
 async def _round(m: Any, rnd: int) -> tuple[Any, Gate, float]:
-    """Round ``rnd``, once the instance is idle (it frees one loop turn after its last batch
-    answered): a gate in front of the runs, batches kept off the loop (slow, as the MLP's
-    are), and the round's first input value."""
+    """Round ``rnd``, once the instance is idle (it frees ``CATCH_UP_TURNS`` loop turns after
+    its last batch answered): a gate in front of the runs, batches kept off the loop (slow, as
+    the MLP's are), and the round's first input value."""
     inst = m.instances[0]
-    await _until(lambda: inst in m.idle)
+    await until(lambda: inst in m.idle)
     gate = Gate(inst)
     inst.policy.recent_ns = 10**9
     inst.policy._since_probe = 0  # no inline probe (it would wait for the gate on the loop)
@@ -117,7 +110,7 @@ async def _round(m: Any, rnd: int) -> tuple[Any, Gate, float]:
 
 async def _clean(m: Any, inst: Any) -> None:
     """Nothing held: the instance is back in ``idle`` (one entry) and nothing is in flight."""
-    await _until(lambda: m.scheduler.inflight() == 0 and inst in m.idle)
+    await until(lambda: m.scheduler.inflight() == 0 and inst in m.idle)
     assert (inst.busy, m.executing, list(m.idle).count(inst)) == (0, 0, 1)
 
 
@@ -237,7 +230,7 @@ def test_a_fatal_batch_takes_the_instance_out_and_the_queue_waits_for_the_rebuil
                 assert _value(done[0]) == base
                 assert all(isinstance(r, TritonliteError) for r in done[1:])
                 assert all("CUDA failure" in str(r) for r in done[1:])
-            await _until(lambda: m.instances[0].healthy)  # rebuilt
+            await until(lambda: m.instances[0].healthy)  # rebuilt
             assert inst.rebuilds == rnd + 1 and inst.execute_one != gate.one
             await _clean(m, inst)
             r = await core.infer(_req(-1.0))
