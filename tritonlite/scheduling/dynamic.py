@@ -57,8 +57,8 @@ class DynamicBatchScheduler:
         # Triton's TRITONSERVER_DELAY_SCHEDULER (delay_hooks): no batch until this many requests
         # are queued, then 0 for good.
         self._hold = delay_hooks.count(delay_hooks.DELAY_ENV)
-        self._direct_after_hold = self._direct_ok
-        self.goes_straight = self._direct_ok  # (``GoesStraight``: see ``at_once``)
+        # (``GoesStraight``: see ``at_once``) what ``_direct_ok`` is once a hold is over
+        self.goes_straight = self._direct_ok
         if self._hold:
             delay_hooks.announce(model.name, "queued requests", self._hold)
             self._direct_ok = False
@@ -146,7 +146,7 @@ class DynamicBatchScheduler:
             if len(queue) < self._hold:
                 return  # as Triton's delayed batcher: nothing is batched, rejected or timed out
             self._hold = 0
-            self._direct_ok = self._direct_after_hold
+            self._direct_ok = self.goes_straight
         now = time.monotonic_ns()
         for slot in queue.expired(now):
             self._reject(slot)
