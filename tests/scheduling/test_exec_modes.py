@@ -17,7 +17,12 @@ from conftest import run_core
 
 from tritonlite.contracts.types import InferInput, InferRequest
 from tritonlite.core.core import InferenceCore
-from tritonlite.core.runtime.policy import INLINE_MAX_NS, PROBE_FIRST, InlinePolicy
+from tritonlite.core.runtime.policy import (
+    INLINE_MAX_NS,
+    PROBE_FIRST,
+    WAITED_INLINE_MAX_NS,
+    InlinePolicy,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compat"))
 from repos import write_identity  # noqa: E402
@@ -143,6 +148,20 @@ def test_the_policy_measures_first_then_keeps_fast_runs_inline() -> None:
     assert inline == [False] * (PROBE_FIRST - 1) + [True]  # then one probe on the loop
     p.record(10_000)  # the probe was fast: its span replaces the average
     assert p.recent_ns == 10_000 and p.inline()
+
+
+def test_a_policy_keeps_runs_under_its_own_bound_inline() -> None:
+    p = InlinePolicy(WAITED_INLINE_MAX_NS)
+    assert not p.inline()  # measured first, as with the default bound
+    p.record(2 * INLINE_MAX_NS)  # too long for the default bound, not for this one
+    assert p.inline()
+    for _ in range(40):
+        p.record(10 * WAITED_INLINE_MAX_NS)
+    # one sample counts at most twice the policy's own bound
+    assert WAITED_INLINE_MAX_NS <= p.recent_ns <= 2 * WAITED_INLINE_MAX_NS
+    assert [p.inline() for _ in range(PROBE_FIRST)] == [False] * (PROBE_FIRST - 1) + [True]
+    p.record(WAITED_INLINE_MAX_NS // 2)  # a probe under the bound brings the batches back
+    assert p.recent_ns == WAITED_INLINE_MAX_NS // 2 and p.inline()
 
 
 def test_slow_probes_back_off() -> None:

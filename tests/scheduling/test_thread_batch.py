@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from tritonlite.contracts.errors import TritonliteError
 from tritonlite.contracts.types import InferInput, InferRequest
 from tritonlite.core.core import InferenceCore
 from tritonlite.core.runtime.health import HealthSettings
+from tritonlite.core.runtime.policy import INLINE_MAX_NS, PROBE_FIRST, WAITED_INLINE_MAX_NS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compat"))
 from repos import write_identity  # noqa: E402
@@ -37,9 +39,13 @@ BATCHER = "dynamic_batching { max_queue_delay_microseconds: 0 }\n"
 REPEAT = 4
 
 
+WAITED = "dynamic_batching { max_queue_delay_microseconds: 100 }\n"
+
+
 def _repo(tmp_path: Path) -> Path:
     repo = tmp_path / "repo"
     write_identity(repo, "batched", "FP32", [-1], 8, ONE + POOL + BATCHER)
+    write_identity(repo, "waited", "FP32", [-1], 8, ONE + POOL + WAITED)
     return repo
 
 
@@ -47,9 +53,9 @@ def run(tmp_path: Path, body: Any, timeout_s: float = 0.0) -> None:
     run_core(_repo(tmp_path), body, backend_execution_timeout_s=timeout_s)
 
 
-def _req(value: float) -> InferRequest:
+def _req(value: float, model: str = "batched") -> InferRequest:
     data = np.full((1, 3), value, dtype=np.float32)
-    return InferRequest(model_name="batched", inputs=[InferInput("INPUT0", "FP32", (1, 3), data)])
+    return InferRequest(model_name=model, inputs=[InferInput("INPUT0", "FP32", (1, 3), data)])
 
 
 def _value(resp: Any) -> float:
@@ -131,6 +137,44 @@ def test_the_mode_is_thread_batch_with_or_without_a_timeout(tmp_path: Path) -> N
 
     run(tmp_path, body)
     run(tmp_path / "t", timed, timeout_s=30.0)
+
+
+@pytest.mark.parametrize("model", ["batched", "waited"])
+def test_a_waited_batch_runs_on_the_loop_under_the_longer_bound(tmp_path: Path, model: str) -> None:
+    """Batches that take 0.6 ms (over INLINE_MAX_NS, under WAITED_INLINE_MAX_NS): measured once
+    on the instance thread, then those of a batcher with a delay run on the loop's thread, and
+    those of one without stay on the instance's (fewer than PROBE_FIRST: no inline probe)."""
+    assert INLINE_MAX_NS < 600_000 < WAITED_INLINE_MAX_NS // 2 and PROBE_FIRST > 6
+    waited = model == "waited"
+
+    async def body(core: InferenceCore) -> None:
+        m = core.repository.get(model)
+        inst = m.instances[0]
+        assert inst.mode == "inline|thread+batch"
+        assert inst.policy.max_ns == (WAITED_INLINE_MAX_NS if waited else INLINE_MAX_NS)
+        threads: list[str] = []
+        real_one, real = inst.execute_one, inst.impl.execute
+
+        def slow(run: Any) -> Any:
+            def wrapped(requests: Any, timing: Any) -> Any:
+                threads.append(threading.current_thread().name)
+                time.sleep(0.0006)
+                return run(requests, timing)
+
+            return wrapped
+
+        inst.execute_one, inst.impl.execute = slow(real_one), slow(real)
+        loop_thread = threading.current_thread().name
+        for rnd in range(6):
+            base = 10.0 * rnd
+            results = await asyncio.gather(*(core.infer(_req(base + i, model)) for i in range(3)))
+            assert [_value(r) for r in results] == [base, base + 1, base + 2]
+            await until(lambda: inst in m.idle)
+        assert threads[0] == inst.spec.name  # the first batch is measured off the loop
+        assert set(threads[1:]) == ({loop_thread} if waited else {inst.spec.name})
+        assert m.stats.success.count == 18 and m.stats.fail.count == 0
+
+    run(tmp_path, body)
 
 
 def test_what_queues_while_a_batch_runs_is_the_next_batch(tmp_path: Path) -> None:

@@ -6,12 +6,14 @@
 cimport cython
 
 cdef long long INLINE_MAX_NS
+cdef long long WAITED_INLINE_MAX_NS
 cdef long long PROBE_FIRST
 cdef long long PROBE_MAX
 
 @cython.final
 cdef class InlinePolicy:
     cdef public long long recent_ns
+    cdef public long long max_ns
     cdef public long long _probe_every
     cdef public long long _since_probe
     cdef public bint _probing

@@ -13,6 +13,15 @@ from __future__ import annotations
 # (batches of ~6.5, 140-170 us on the loop) serves 19-20% more with 300 us than with 100 us
 # (bench/RESULTS.md §0); batches of milliseconds (the MLP) stay off the loop either way.
 INLINE_MAX_NS = 300_000
+# The bound for a ``thread+batch`` instance (a batched run that leaves the interpreter lock)
+# under a dynamic batcher with a delay. The loop read what arrived while such a batch waited, and
+# a thread hand-off each way (medians 170 and 75 us on these VMs, the thread waiting for a CPU)
+# was a fifth of what a 2 ms-delay MLP's cycle spent outside its delay and run: on the loop it
+# served 6-8% more at HTTP c=16 and 1.6x at the 0.1 ms MLP's HTTP c=4 (bench/RESULTS.md, issue
+# 31 round 9). What arrives meanwhile is read after the run: a request of this model waits for
+# the instance anyway; one of another model waits up to this bound (its p99 beside a 2 ms-delay
+# MLP at c=16 measured as Triton's).
+WAITED_INLINE_MAX_NS = 2_000_000
 # Spans measured on the instance thread include its waits for the GIL, which the busy loop holds:
 # a fast batch can look slow there and would never come back to the loop. So a thread-agnostic
 # instance whose recent spans are too long re-measures one batch on the loop now and then:
@@ -25,15 +34,17 @@ class InlinePolicy:
     """Per batch, whether an instance that may run on the loop runs this one there.
 
     Owns the measured switching, and nothing else decides it: a batch runs inline while the
-    recent batches took less than INLINE_MAX_NS; the first batch is measured off the loop.
+    recent batches took less than ``max_ns`` (INLINE_MAX_NS, or WAITED_INLINE_MAX_NS for a
+    batcher's waited batches); the first batch is measured off the loop.
     Spans measured off the loop include waits for the GIL that the busy loop holds, so after
     PROBE_FIRST batches off the loop one is re-measured on it (doubling up to PROBE_MAX while
     the probes stay too long).
     """
 
-    __slots__ = ("recent_ns", "_probe_every", "_since_probe", "_probing")
+    __slots__ = ("recent_ns", "max_ns", "_probe_every", "_since_probe", "_probing")
 
-    def __init__(self) -> None:
+    def __init__(self, max_ns: int = INLINE_MAX_NS) -> None:
+        self.max_ns = max_ns  # a batch runs inline while recent ones took less
         self.recent_ns = 0  # moving average of one batch's execution time
         self._probe_every = PROBE_FIRST
         self._since_probe = 0  # batches off the loop since the last inline probe
@@ -44,7 +55,7 @@ class InlinePolicy:
         recent = self.recent_ns
         if recent == 0:
             return False
-        if recent < INLINE_MAX_NS:
+        if recent < self.max_ns:
             return True
         self._since_probe += 1
         if self._since_probe < self._probe_every:
@@ -56,16 +67,16 @@ class InlinePolicy:
     def record(self, span: int) -> None:
         """Fold one batch's execution time into ``recent_ns``; a probe's replaces it.
 
-        A sample counts for at most twice INLINE_MAX_NS: one batch preempted on a busy machine
+        A sample counts for at most twice ``max_ns``: one batch preempted on a busy machine
         must not send a fast model to its thread (where GIL waits then keep its spans long).
         """
         if self._probing:
             self._probing = False
             self.recent_ns = span
             self._probe_every = (
-                PROBE_FIRST if span < INLINE_MAX_NS else min(self._probe_every * 2, PROBE_MAX)
+                PROBE_FIRST if span < self.max_ns else min(self._probe_every * 2, PROBE_MAX)
             )
             return
         recent = self.recent_ns
-        span = min(span, 2 * INLINE_MAX_NS)
+        span = min(span, 2 * self.max_ns)
         self.recent_ns = span if not recent else (recent * 7 + span) // 8

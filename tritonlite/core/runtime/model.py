@@ -20,7 +20,10 @@ Execution design (the one way a batch runs):
   Nothing about the mode is re-derived per batch.
 * **A policy object owns the measured switching** (``InlinePolicy``): for an instance that may
   run inline, it says per batch, from the batches' measured times, whether this one runs on
-  the loop or goes to the instance's off-loop mode. No other code decides.
+  the loop or goes to the instance's off-loop mode. No other code decides. Its bound is picked
+  with the mode: a ``thread+batch`` instance under a dynamic batcher with a delay keeps longer
+  batches on the loop (the loop read what came while they waited; two thread hand-offs are a
+  large part of such a cycle) than every other instance.
 * **The single-request lane.** One request, one execution, no batching (the commonest case)
   takes ``Model._run_one``: the request's arrays go to the backend as they are, its response is
   built from the backend's output with no per-batch lists, and its statistics are one record
@@ -72,7 +75,7 @@ from tritonlite.core.observability.stats import LatencyFactory, ModelStats
 from tritonlite.core.runtime.health import HealthSettings, InstanceHealth
 from tritonlite.core.runtime.lane import DirectLane
 from tritonlite.core.runtime.pacing import AnswerPacing
-from tritonlite.core.runtime.policy import INLINE_MAX_NS, InlinePolicy
+from tritonlite.core.runtime.policy import INLINE_MAX_NS, WAITED_INLINE_MAX_NS, InlinePolicy
 from tritonlite.core.runtime.warmup import WarmupSample
 from tritonlite.core.tensors.outputs import build_response
 from tritonlite.core.tensors.shm import SharedMemoryManager
@@ -198,6 +201,9 @@ class ModelInstance:
         # Whether the model's scheduler forms batches (a dynamic or sequence batcher): set by
         # the model before it picks the mode; a batcher's batches are not held on the thread.
         self.batcher = False
+        # Whether that batcher waits for a delay (a dynamic batcher's): a ``thread+batch``
+        # instance then keeps batches of up to WAITED_INLINE_MAX_NS on the loop.
+        self.waited = False
         self._frees_later = False  # ``thread+batch``: free ``CATCH_UP_TURNS`` after a batch
         # ``depth`` batches at once: 2 where the thread takes the next itself (``TakesNext``);
         # ``pipe`` holds those handed to the thread and not yet back, oldest first (``busy``:
@@ -236,11 +242,14 @@ class ModelInstance:
         inline = (
             self._inline_allowed and isinstance(impl, RunsOnLoop) and bool(impl.thread_agnostic)
         )
-        self.policy = InlinePolicy() if inline else None
         off_loop = "thread"
         self.depth = 1
         takes_next = isinstance(impl, TakesNext) and bool(impl.takes_next)
         self._frees_later = takes_next and self.batcher
+        waited = self._frees_later and self.waited
+        self.policy = (
+            InlinePolicy(WAITED_INLINE_MAX_NS if waited else INLINE_MAX_NS) if inline else None
+        )
         if self._frees_later:
             off_loop = "thread+batch"
         elif takes_next and self._inline_allowed:
@@ -563,15 +572,13 @@ class Model:
         # How a batch's answers go out (core/runtime/pacing.py): only a dynamic batcher's that
         # waits (with no delay, nothing is ever paced: no decision on each batch).
         delay_us = int(self.config.dynamic_batching.max_queue_delay_microseconds)
-        self.pacing = (
-            AnswerPacing(delay_us * 1000)
-            if isinstance(self.scheduler, DynamicBatchScheduler) and delay_us > 0
-            else None
-        )
+        waited = isinstance(self.scheduler, DynamicBatchScheduler) and delay_us > 0
+        self.pacing = AnswerPacing(delay_us * 1000) if waited else None
         self.health = InstanceHealth(self, health or HealthSettings(), warmup)
         batcher = type(self.scheduler) is not DirectScheduler
         for inst in instances:
             inst.batcher = batcher
+            inst.waited = waited
             inst.allow_inline(self.health.inline_ok)
         for _ in range(max((i.depth for i in instances), default=1)):
             self.idle.extend(i for i in instances if i.depth > _)

@@ -10,9 +10,18 @@ from __future__ import annotations
 from tritonlite import _twins
 from tritonlite.core.runtime import _policy_py
 
-__all__ = ["ACCELERATED", "INLINE_MAX_NS", "PROBE_FIRST", "PROBE_MAX", "InlinePolicy", "describe"]
+__all__ = [
+    "ACCELERATED",
+    "INLINE_MAX_NS",
+    "PROBE_FIRST",
+    "PROBE_MAX",
+    "WAITED_INLINE_MAX_NS",
+    "InlinePolicy",
+    "describe",
+]
 
 INLINE_MAX_NS = _policy_py.INLINE_MAX_NS
+WAITED_INLINE_MAX_NS = _policy_py.WAITED_INLINE_MAX_NS
 PROBE_FIRST = _policy_py.PROBE_FIRST
 PROBE_MAX = _policy_py.PROBE_MAX
 InlinePolicy = _policy_py.InlinePolicy
