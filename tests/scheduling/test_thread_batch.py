@@ -21,7 +21,9 @@ import numpy as np
 import pytest
 from conftest import run_core, until
 
+from tritonlite.backends import onnxruntime as onnxruntime_backend
 from tritonlite.backends.base import BackendFatalError
+from tritonlite.backends.onnxruntime import available_cores
 from tritonlite.contracts.errors import TritonliteError
 from tritonlite.contracts.types import InferInput, InferRequest
 from tritonlite.core.core import InferenceCore
@@ -39,13 +41,18 @@ BATCHER = "dynamic_batching { max_queue_delay_microseconds: 0 }\n"
 REPEAT = 4
 
 
-WAITED = "dynamic_batching { max_queue_delay_microseconds: 100 }\n"
+# A pool over every core but the loop's (ONNX Runtime's default here), under a batcher that waits
+FILL = max(2, available_cores() - 1)
+WAITED = (
+    f'parameters {{ key: "intra_op_thread_count" value: {{ string_value: "{FILL}" }} }}\n'
+    "dynamic_batching { max_queue_delay_microseconds: 100 }\n"
+)
 
 
 def _repo(tmp_path: Path) -> Path:
     repo = tmp_path / "repo"
     write_identity(repo, "batched", "FP32", [-1], 8, ONE + POOL + BATCHER)
-    write_identity(repo, "waited", "FP32", [-1], 8, ONE + POOL + WAITED)
+    write_identity(repo, "waited", "FP32", [-1], 8, ONE + WAITED)
     return repo
 
 
@@ -139,13 +146,19 @@ def test_the_mode_is_thread_batch_with_or_without_a_timeout(tmp_path: Path) -> N
     run(tmp_path / "t", timed, timeout_s=30.0)
 
 
-@pytest.mark.parametrize("model", ["batched", "waited"])
-def test_a_waited_batch_runs_on_the_loop_under_the_longer_bound(tmp_path: Path, model: str) -> None:
+@pytest.mark.parametrize(("model", "cores"), [("batched", 0), ("waited", 0), ("waited", 4096)])
+def test_a_waited_batch_runs_on_the_loop_when_its_run_fills_the_cores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: str, cores: int
+) -> None:
     """Batches that take 0.6 ms (over INLINE_MAX_NS, under WAITED_INLINE_MAX_NS): measured once
-    on the instance thread, then those of a batcher with a delay run on the loop's thread, and
-    those of one without stay on the instance's (fewer than PROBE_FIRST: no inline probe)."""
+    on the instance thread, then those of a batcher with a delay, whose session's pool spans
+    the cores, run on the loop's thread. Those of a batcher without one, or of a pool that
+    leaves cores to other instances (here: the process may use 4096), stay on the instance's
+    (fewer than PROBE_FIRST batches: no inline probe)."""
     assert INLINE_MAX_NS < 600_000 < WAITED_INLINE_MAX_NS // 2 and PROBE_FIRST > 6
-    waited = model == "waited"
+    if cores:
+        monkeypatch.setattr(onnxruntime_backend, "available_cores", lambda: cores)
+    waited = model == "waited" and not cores
 
     async def body(core: InferenceCore) -> None:
         m = core.repository.get(model)

@@ -181,6 +181,16 @@ class TakesNext(Protocol):
 
 
 @runtime_checkable
+class FillsCores(Protocol):
+    """An instance whose one run already spreads over every core the process may use but the
+    event loop's (``fills_cores``): a second instance's run beside it has no core of its own to
+    gain from, so under a batcher that waits, the core may run its batches on the loop."""
+
+    @property
+    def fills_cores(self) -> bool: ...
+
+
+@runtime_checkable
 class Readiness(Protocol):
     """An instance with its own readiness probe (Triton's python ``is_ready``)."""
 

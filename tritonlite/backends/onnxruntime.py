@@ -356,6 +356,9 @@ class OnnxRuntimeInstance:
             and self._session.get_providers() == ["CPUExecutionProvider"]
         )
         self.takes_next = off_loop and cpu_plain
+        # The intra-op pool spans the cores (its default): instances cannot run side by side
+        # on cores of their own.
+        self.fills_cores = self.takes_next and settings.intra_op_threads >= available_cores() - 1
 
     def execute_one(self, request: InferRequest, timing: ExecTiming) -> Result:
         """One request alone (``executes_one`` sessions): its own arrays go to the session and

@@ -21,9 +21,10 @@ Execution design (the one way a batch runs):
 * **A policy object owns the measured switching** (``InlinePolicy``): for an instance that may
   run inline, it says per batch, from the batches' measured times, whether this one runs on
   the loop or goes to the instance's off-loop mode. No other code decides. Its bound is picked
-  with the mode: a ``thread+batch`` instance under a dynamic batcher with a delay keeps longer
-  batches on the loop (the loop read what came while they waited; two thread hand-offs are a
-  large part of such a cycle) than every other instance.
+  with the mode: a ``thread+batch`` instance under a dynamic batcher with a delay, whose run
+  fills the cores (``FillsCores``), keeps longer batches on the loop (the loop read what came
+  while they waited; two thread hand-offs are a large part of such a cycle) than every other
+  instance.
 * **The single-request lane.** One request, one execution, no batching (the commonest case)
   takes ``Model._run_one``: the request's arrays go to the backend as they are, its response is
   built from the backend's output with no per-batch lists, and its statistics are one record
@@ -55,6 +56,7 @@ from tritonlite.backends.base import (
     BackendFatalError,
     BackendInstance,
     ExecutesOne,
+    FillsCores,
     InstanceSpec,
     ModelContext,
     RunsBound,
@@ -246,7 +248,14 @@ class ModelInstance:
         self.depth = 1
         takes_next = isinstance(impl, TakesNext) and bool(impl.takes_next)
         self._frees_later = takes_next and self.batcher
-        waited = self._frees_later and self.waited
+        # A waited batch of a run that fills the cores: the loop read what came meanwhile, and
+        # no other instance could have run beside it (``WAITED_INLINE_MAX_NS``).
+        waited = (
+            self._frees_later
+            and self.waited
+            and isinstance(impl, FillsCores)
+            and bool(impl.fills_cores)
+        )
         self.policy = (
             InlinePolicy(WAITED_INLINE_MAX_NS if waited else INLINE_MAX_NS) if inline else None
         )
