@@ -146,25 +146,30 @@ def test_the_mode_is_thread_batch_with_or_without_a_timeout(tmp_path: Path) -> N
     run(tmp_path / "t", timed, timeout_s=30.0)
 
 
-@pytest.mark.parametrize(("model", "cores"), [("batched", 0), ("waited", 0), ("waited", 4096)])
-def test_a_waited_batch_runs_on_the_loop_when_its_run_fills_the_cores(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: str, cores: int
+@pytest.mark.parametrize(
+    ("model", "cores", "other"),
+    [("batched", 0, False), ("waited", 0, False), ("waited", 4096, False), ("waited", 0, True)],
+)
+def test_a_waited_batch_runs_on_the_loop_when_nothing_else_needs_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: str, cores: int, other: bool
 ) -> None:
     """Batches that take 0.6 ms (over INLINE_MAX_NS, under WAITED_INLINE_MAX_NS): measured once
     on the instance thread, then those of a batcher with a delay, whose session's pool spans
-    the cores, run on the loop's thread. Those of a batcher without one, or of a pool that
-    leaves cores to other instances (here: the process may use 4096), stay on the instance's
-    (fewer than PROBE_FIRST batches: no inline probe)."""
+    the cores, run on the loop's thread. They stay on the instance's (fewer than PROBE_FIRST
+    batches: no inline probe) under a batcher without a delay, with a pool that leaves cores to
+    other instances (here: the process may use 4096), or while another model's requests
+    arrive too (``other``: one beside each batch)."""
     assert INLINE_MAX_NS < 600_000 < WAITED_INLINE_MAX_NS // 2 and PROBE_FIRST > 6
     if cores:
         monkeypatch.setattr(onnxruntime_backend, "available_cores", lambda: cores)
-    waited = model == "waited" and not cores
+    waited = model == "waited" and not cores and not other
 
     async def body(core: InferenceCore) -> None:
         m = core.repository.get(model)
         inst = m.instances[0]
         assert inst.mode == "inline|thread+batch"
-        assert inst.policy.max_ns == (WAITED_INLINE_MAX_NS if waited else INLINE_MAX_NS)
+        bound = model == "waited" and not cores
+        assert inst.policy.max_ns == (WAITED_INLINE_MAX_NS if bound else INLINE_MAX_NS)
         threads: list[str] = []
         real_one, real = inst.execute_one, inst.impl.execute
 
@@ -180,8 +185,11 @@ def test_a_waited_batch_runs_on_the_loop_when_its_run_fills_the_cores(
         loop_thread = threading.current_thread().name
         for rnd in range(6):
             base = 10.0 * rnd
-            results = await asyncio.gather(*(core.infer(_req(base + i, model)) for i in range(3)))
-            assert [_value(r) for r in results] == [base, base + 1, base + 2]
+            calls = [core.infer(_req(base + i, model)) for i in range(3)]
+            if other:
+                calls.append(core.infer(_req(-base, "batched")))
+            results = await asyncio.gather(*calls)
+            assert [_value(r) for r in results[:3]] == [base, base + 1, base + 2]
             await until(lambda: inst in m.idle)
         assert threads[0] == inst.spec.name  # the first batch is measured off the loop
         assert set(threads[1:]) == ({loop_thread} if waited else {inst.spec.name})

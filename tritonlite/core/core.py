@@ -40,6 +40,7 @@ from tritonlite.core.observability.snapshot import MetricsSnapshot, snapshot
 from tritonlite.core.observability.sysinfo import Samplers
 from tritonlite.core.request.cache import ResponseCache
 from tritonlite.core.request.stream import ResponseStream, is_decoupled
+from tritonlite.core.runtime.arrivals import ARRIVALS
 from tritonlite.core.runtime.lane import DirectLane
 from tritonlite.core.runtime.model import Model
 from tritonlite.core.runtime.split import SplitModel
@@ -270,7 +271,10 @@ class InferenceCore:
         cache, anything the lane does not cover), with nothing done. Raises what ``infer``
         raises for an unknown model or a request that fails validation."""
         lane = self._lane(request.model_name, request.model_version)
-        return None if lane is None else lane.run(request)
+        if lane is None:
+            return None
+        ARRIVALS.n += 1
+        return lane.run(request)
 
     def infer_plain(
         self, name: str, version: int, key: tuple[Any, ...], feed: dict[str, Any]
@@ -286,7 +290,11 @@ class InferenceCore:
         ``infer_now``, so that the request runs once more at most. Raises what ``infer``
         raises for an unknown model."""
         lane = self._lane(name, version)
-        return None if lane is None else lane.run_plain(key, feed)
+        if lane is None:
+            return None
+        ARRIVALS.n += 1
+        answer: PlainAnswer | Literal[False] | None = lane.run_plain(key, feed)
+        return answer
 
     def _lane(self, name: str, version: int) -> DirectLane | None:
         """The single-request lane of model ``name`` ``version`` when a request may take it
@@ -385,6 +393,7 @@ class InferenceCore:
                 if trace is not None:
                     trace.end(time.monotonic_ns())
                 return response
+            ARRIVALS.n += 1
             return await model.scheduler.enqueue(request)
         except BaseException:
             if trace is not None:

@@ -180,6 +180,11 @@ class DynamicBatchScheduler:
     def inflight(self) -> int:
         return len(self._slots) + self._model.executing
 
+    @property
+    def received(self) -> int:
+        """How many requests have been queued so far (with a delay: every request)."""
+        return self._next_slot
+
     def stop(self) -> None:
         self._wakeup.close()
         for slot, p in list(self._slots.items()):

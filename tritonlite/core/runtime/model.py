@@ -74,6 +74,7 @@ from tritonlite.contracts.signature import Signature
 from tritonlite.contracts.timing import ExecTiming
 from tritonlite.contracts.types import InferRequest, InferResponse
 from tritonlite.core.observability.stats import LatencyFactory, ModelStats
+from tritonlite.core.runtime.arrivals import ARRIVALS
 from tritonlite.core.runtime.health import HealthSettings, InstanceHealth
 from tritonlite.core.runtime.lane import DirectLane
 from tritonlite.core.runtime.pacing import AnswerPacing
@@ -206,6 +207,7 @@ class ModelInstance:
         # Whether that batcher waits for a delay (a dynamic batcher's): a ``thread+batch``
         # instance then keeps batches of up to WAITED_INLINE_MAX_NS on the loop.
         self.waited = False
+        self.policy_waited = False
         self._frees_later = False  # ``thread+batch``: free ``CATCH_UP_TURNS`` after a batch
         # ``depth`` batches at once: 2 where the thread takes the next itself (``TakesNext``);
         # ``pipe`` holds those handed to the thread and not yet back, oldest first (``busy``:
@@ -259,6 +261,8 @@ class ModelInstance:
         self.policy = (
             InlinePolicy(WAITED_INLINE_MAX_NS if waited else INLINE_MAX_NS) if inline else None
         )
+        # its batches run on the loop only while the model's requests are all that arrive
+        self.policy_waited = inline and waited
         if self._frees_later:
             off_loop = "thread+batch"
         elif takes_next and self._inline_allowed:
@@ -577,11 +581,15 @@ class Model:
         self.idle: deque[ModelInstance] = deque()
         self.executing = 0
         self._loop = asyncio.get_running_loop()
-        self.scheduler = make_scheduler(self)
-        # How a batch's answers go out (core/runtime/pacing.py): only a dynamic batcher's that
-        # waits (with no delay, nothing is ever paced: no decision on each batch).
+        self.scheduler = sched = make_scheduler(self)
+        # A dynamic batcher that waits: how a batch's answers go out (core/runtime/pacing.py;
+        # with no delay, nothing is ever paced: no decision on each batch), and whether its
+        # batches may run on the loop (``_alone``).
         delay_us = int(self.config.dynamic_batching.max_queue_delay_microseconds)
-        waited = isinstance(self.scheduler, DynamicBatchScheduler) and delay_us > 0
+        self._waited = sched if isinstance(sched, DynamicBatchScheduler) and delay_us > 0 else None
+        waited = self._waited is not None
+        # ``_alone``: the server's and this model's arrivals when it last asked
+        self._seen = (ARRIVALS.n, 0)
         self.pacing = AnswerPacing(delay_us * 1000) if waited else None
         self.health = InstanceHealth(self, health or HealthSettings(), warmup)
         batcher = type(self.scheduler) is not DirectScheduler
@@ -595,7 +603,6 @@ class Model:
         # request straight to an instance (no batching; a dynamic batcher with no delay); each
         # request then checks what may change (queue, idle instance, its policy, the request).
         self.lane: DirectLane | None = None
-        sched = self.scheduler
         if isinstance(sched, GoesStraight) and sched.goes_straight and not signature.decoupled:
             self.lane = DirectLane(self, sched, INLINE_MAX_NS)
         self._drained: asyncio.Event | None = None
@@ -697,7 +704,12 @@ class Model:
         on the loop when they come back.
         """
         policy = instance.policy
-        if policy is not None and not instance.pipe and policy.inline():
+        if (
+            policy is not None
+            and not instance.pipe
+            and policy.inline()
+            and (not instance.policy_waited or self._alone())
+        ):
             if (
                 len(batch) == 1
                 and instance.runner is None
@@ -718,6 +730,17 @@ class Model:
             )
             return
         self._submit(instance, batch)
+
+    def _alone(self) -> bool:
+        """Whether every request the server took in since this model last asked was this
+        model's (a waited batch then runs on the loop: nothing else needs the loop meanwhile)."""
+        waited = self._waited
+        if waited is None:
+            return False
+        total, own = ARRIVALS.n, waited.received
+        alone = total - self._seen[0] == own - self._seen[1]
+        self._seen = (total, own)
+        return alone
 
     def _submit(self, instance: ModelInstance, batch: list[Pending]) -> None:
         """Start ``batch`` off the loop in the instance's mode (it completes on the loop)."""
