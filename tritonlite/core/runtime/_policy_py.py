@@ -17,10 +17,10 @@ INLINE_MAX_NS = 300_000
 # spans the cores) under a dynamic batcher with a delay. The loop read what arrived while such a
 # batch waited, and a thread hand-off each way (medians 170 and 75 us on these VMs, the thread
 # waiting for a CPU) was a fifth of what a 2 ms-delay MLP's cycle spent outside its delay and
-# run: on the loop it served 6-11% more at HTTP c=16, and 1.5-1.6x with a 0.1 ms delay at HTTP
+# run: on the loop it served 4-11% more at HTTP c=16, and 1.5-1.6x with a 0.1 ms delay at HTTP
 # c=4 (bench/RESULTS.md, issue 31 round 9). What arrives meanwhile is read after the run: a
-# request of this model waits for the instance anyway; one of another model waits up to this
-# bound (its p99 beside a 2 ms-delay MLP at c=16 measured as beside Triton's).
+# request of this model waits for the instance anyway, and while other models' requests arrive
+# the model sends its batches to the thread (``Model._alone``).
 WAITED_INLINE_MAX_NS = 2_000_000
 # Spans measured on the instance thread include its waits for the GIL, which the busy loop holds:
 # a fast batch can look slow there and would never come back to the loop. So a thread-agnostic
