@@ -271,10 +271,7 @@ class InferenceCore:
         cache, anything the lane does not cover), with nothing done. Raises what ``infer``
         raises for an unknown model or a request that fails validation."""
         lane = self._lane(request.model_name, request.model_version)
-        if lane is None:
-            return None
-        ARRIVALS.n += 1
-        return lane.run(request)
+        return None if lane is None else lane.run(request)
 
     def infer_plain(
         self, name: str, version: int, key: tuple[Any, ...], feed: dict[str, Any]
@@ -290,28 +287,28 @@ class InferenceCore:
         ``infer_now``, so that the request runs once more at most. Raises what ``infer``
         raises for an unknown model."""
         lane = self._lane(name, version)
-        if lane is None:
-            return None
-        ARRIVALS.n += 1
-        answer: PlainAnswer | Literal[False] | None = lane.run_plain(key, feed)
-        return answer
+        return None if lane is None else lane.run_plain(key, feed)
 
     def _lane(self, name: str, version: int) -> DirectLane | None:
         """The single-request lane of model ``name`` ``version`` when a request may take it
-        (not while exiting or tracing, nor for a model whose responses are cached), else None.
-        Raises what ``infer`` raises for an unknown model."""
+        (not while exiting or tracing, nor for a model whose responses are cached), else None;
+        a request it returns a lane for is counted in ``ARRIVALS``, as admission counts the
+        others. Raises what ``infer`` raises for an unknown model."""
         if self.exiting or self.trace.enabled:
             return None
         repository = self.repository
         key = (name, version)
         kept = repository.kept.get(key)
         if kept is not None and kept[0].ready:
-            return kept[1]
-        model = repository.get(name, version)
-        lane = model.lane
-        if lane is None or (self.cache is not None and model.response_cache):
-            lane = None
-        repository.keep(name, version, model, lane)
+            lane = kept[1]
+        else:
+            model = repository.get(name, version)
+            lane = model.lane
+            if lane is None or (self.cache is not None and model.response_cache):
+                lane = None
+            repository.keep(name, version, model, lane)
+        if lane is not None:
+            ARRIVALS.n += 1
         return lane
 
     async def _infer_worded(self, request: InferRequest, refusal: Refusal) -> InferResponse:
