@@ -72,7 +72,8 @@ def _value(resp: Any) -> float:
 class Gate:
     """Stands in for the instance's ``execute_one`` and its backend's ``execute``: each run
     waits for ``open`` (on the instance's thread), records the batch's values and the thread,
-    then raises what ``fail`` maps its first value to, or runs for real."""
+    takes ``pause_s`` more, then raises what ``fail`` maps its first value to, or runs for
+    real."""
 
     def __init__(self, inst: Any) -> None:
         self.inst = inst
@@ -81,7 +82,8 @@ class Gate:
         self.go = threading.Event()
         self.fail: dict[float, BaseException] = {}
         self.ran: list[list[float]] = []
-        self.threads: set[str] = set()
+        self.threads: list[str] = []  # each run's, in order
+        self.pause_s = 0.0
         inst.execute_one = self.one
         inst.impl.execute = self.batch
 
@@ -89,7 +91,9 @@ class Gate:
         assert self.go.wait(30), "the gate was never opened"
         values = [float(r.inputs[0].data[0, 0]) for r in requests]  # type: ignore[index]
         self.ran.append(values)
-        self.threads.add(threading.current_thread().name)
+        self.threads.append(threading.current_thread().name)
+        if self.pause_s:
+            time.sleep(self.pause_s)
         if values[0] in self.fail:
             raise self.fail[values[0]]
 
@@ -170,23 +174,17 @@ def test_a_waited_batch_runs_on_the_loop_when_nothing_else_needs_it(
         assert inst.mode == "inline|thread+batch"
         bound = model == "waited" and not cores
         assert inst.policy.max_ns == (WAITED_INLINE_MAX_NS if bound else INLINE_MAX_NS)
-        threads: list[str] = []
-        real_one, real = inst.execute_one, inst.impl.execute
-
-        def slow(run: Any) -> Any:
-            def wrapped(requests: Any, timing: Any) -> Any:
-                threads.append(threading.current_thread().name)
-                time.sleep(0.0004)
-                return run(requests, timing)
-
-            return wrapped
-
-        inst.execute_one, inst.impl.execute = slow(real_one), slow(real)
+        gate = Gate(inst)
+        gate.open()
+        gate.pause_s = 0.0004
         loop_thread = threading.current_thread().name
         for rnd in range(6):
             base = 10.0 * rnd
-            if other:  # another model's request since the last batch
-                assert _value(await core.infer(_req(-base, "batched"))) == -base
+            if other:  # another model's request since the last batch, as the front ends
+                # send it: its lane first (``infer_now``; None: not taken, then ``infer``)
+                req = _req(-base, "batched")
+                resp = core.infer_now(req) or await core.infer(req)
+                assert _value(resp) == -base
             # one batch (queued in one loop turn, well inside the delay)
             results = await asyncio.gather(*(core.infer(_req(base + i, model)) for i in range(3)))
             assert [_value(r) for r in results] == [base, base + 1, base + 2]
@@ -195,6 +193,7 @@ def test_a_waited_batch_runs_on_the_loop_when_nothing_else_needs_it(
                 # A busy machine can stretch the first span (the thread waits for a CPU and
                 # the GIL): what is tested is the bound the spans are held against.
                 inst.policy.recent_ns = min(inst.policy.recent_ns, 500_000)
+        threads = gate.threads
         assert threads[0] == inst.spec.name  # the first batch is measured off the loop
         assert set(threads[1:]) == ({loop_thread} if waited else {inst.spec.name})
         assert m.stats.success.count == 18 and m.stats.fail.count == 0
@@ -225,7 +224,7 @@ def test_what_queues_while_a_batch_runs_is_the_next_batch(tmp_path: Path) -> Non
                 [base + i for i in range(1, 9)],
                 [base + 9, base + 10, base + 11],
             ]
-            assert gate.threads == {inst.spec.name}
+            assert set(gate.threads) == {inst.spec.name}
             after = _batches(m)
             assert {
                 k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)
