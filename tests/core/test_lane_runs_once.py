@@ -143,3 +143,23 @@ def test_a_plain_request_whose_run_fails_is_marked_ran(tmp_path: Path) -> None:
         assert runs[0] == 4
 
     run_core(_repo(tmp_path), body)
+
+
+def test_every_request_is_counted_once_in_arrivals_whichever_path_it_takes(
+    tmp_path: Path,
+) -> None:
+    """``InferenceCore.arrivals`` (what busy polling's trials compare, wire/busypoll.py)
+    counts each request once: through the lane, the general path or the JSON lane."""
+
+    async def body(core: InferenceCore) -> None:
+        await _warm(core)
+        dispatch = app.make_dispatch(core)
+        n = core.arrivals()
+        assert core.infer_now(_req(1)) is not None
+        assert core.arrivals() == n + 1
+        await core.infer(_req(1))
+        assert core.arrivals() == n + 2
+        assert (await dispatch(JsonPost(_PATH, _body(1)))).status == 200
+        assert core.arrivals() == n + 3
+
+    run_core(_repo(tmp_path), body)

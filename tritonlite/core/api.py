@@ -71,6 +71,10 @@ class CoreAPI(Protocol):
         self, request: InferRequest, *, refusal: Refusal | None = ...
     ) -> AsyncGenerator[StreamResponse, None]: ...
 
+    # how many inference requests have gone to a model so far, all models together (the
+    # native front ends' busy polling compares request rates with it: wire/busypoll.py)
+    def arrivals(self) -> int: ...
+
     # ``infer`` at once, for the requests a model's single-request lane covers; None: call
     # ``infer`` (nothing was done). Raises what ``infer`` raises for an unknown model or a
     # request that fails validation.

@@ -264,6 +264,10 @@ class InferenceCore:
             raise unsupported(decoupled_message)
         return await self._run(model, request)
 
+    def arrivals(self) -> int:
+        """How many inference requests have gone to a model so far (``ARRIVALS``)."""
+        return ARRIVALS.n
+
     def infer_now(self, request: InferRequest) -> InferResponse | None:
         """``infer``'s response, computed now on this thread by the model's single-request lane
         (``core/runtime/lane.py``: a model without batching whose run stays on the loop,

@@ -191,7 +191,11 @@ async def start_native(core: CoreAPI, opts: ServerOptions) -> NativeFrontends:
     out = NativeFrontends()
     loop = asyncio.get_running_loop()
     nofile = raise_nofile_limit()
-    busy = BusyPoll(loop, opts.busy_poll_us * 1000) if opts.busy_poll_us > 0 else None
+    busy = (
+        BusyPoll(loop, opts.busy_poll_us * 1000, requests=core.arrivals)
+        if opts.busy_poll_us > 0
+        else None
+    )
     # one bound on decompression in flight for both protocols (wire/inflate.py)
     inflater = Inflater()
     blocks = SendBlocks()  # and one pool of send copies (wire/sendbuf.py)

@@ -19,7 +19,12 @@ from tritonlite.frontends.wire.busypoll import (
     CHECK_NS,
     CONTENDED,
     MAX_WORK,
+    MIN_TRIAL_REQUESTS,
     MIN_WINDOW_NS,
+    PAYS,
+    PHASE_NS,
+    TRIAL_EVERY_NS,
+    TRIAL_PHASES,
     BusyPoll,
     cpu_pressure,
 )
@@ -300,3 +305,116 @@ def test_native_grpc_touches_on_input() -> None:
         lt.run(server.stop(1.0))
     finally:
         lt.close()
+
+
+class Served:
+    """The core's request count (``core/runtime/arrivals.py``), moved by the test."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def __call__(self) -> int:
+        return self.n
+
+
+def _tried(loop: asyncio.AbstractEventLoop, on: int, off: int) -> tuple[BusyPoll, Clock, list]:
+    """A poller through one whole trial whose phases with polling serve ``on`` requests and
+    those without ``off``; returns it, its clock and, per phase, whether it polled."""
+    clock, served = Clock(), Served()
+    bp = BusyPoll(loop, LIMIT, pressure=Pressure(), clock=clock, cpu=Cpu(), requests=served)
+    bp.touch()
+    _settle(loop, bp)
+    clock.now = bp.trial_at
+    polled = []
+    for allowed in TRIAL_PHASES:
+        bp.touch()  # the phase begins (the first: the trial)
+        polled.append(bp.spinning)
+        window = bp.window
+        _settle(loop, bp)
+        _sleep_then_touch(loop, bp, clock, LIMIT - 1_000)  # would grow the window if it polled
+        assert (bp.window > window) == allowed or bp.window == LIMIT
+        _settle(loop, bp)
+        served.n += on if allowed else off
+        clock.now = bp.phase_start + PHASE_NS
+    bp.touch()  # the last phase ends: the verdict
+    return bp, clock, polled
+
+
+def test_a_trial_polls_in_its_polling_phases_only(loop: asyncio.AbstractEventLoop) -> None:
+    bp, _, polled = _tried(loop, 1_000, 1_000)
+    assert polled == list(TRIAL_PHASES)
+    assert bp.phase == -1
+
+
+def test_polling_that_serves_fewer_requests_a_second_stops_until_the_next_trial(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    bp, clock, _ = _tried(loop, 1_000, 1_100)
+    assert not bp.pays and bp.phase == -1
+    _settle(loop, bp)
+    for _ in range(3):
+        _sleep_then_touch(loop, bp, clock, LIMIT // 2)
+        assert not bp.spinning
+    # the next trial polls in its first phase again
+    clock.now = bp.trial_at
+    bp.touch()
+    assert bp.phase == 0 and bp.spinning
+
+
+@pytest.mark.parametrize(("on", "verdict"), [(1_040, True), (1_020, False)])
+def test_polling_stays_on_where_it_serves_enough_more(
+    loop: asyncio.AbstractEventLoop, on: int, verdict: bool
+) -> None:
+    assert 1_020 < PAYS * 1_000 < 1_040
+    bp, clock, _ = _tried(loop, on, 1_000)
+    assert bp.pays is verdict
+    _sleep_then_touch(loop, bp, clock, LIMIT // 2)
+    assert bp.spinning is verdict
+
+
+def test_a_trial_is_given_up_when_the_traffic_pauses_or_is_too_thin(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    for served_in_phase, took in ((1_000, 3 * PHASE_NS), (MIN_TRIAL_REQUESTS - 1, PHASE_NS)):
+        clock, served = Clock(), Served()
+        bp = BusyPoll(loop, LIMIT, pressure=Pressure(), clock=clock, cpu=Cpu(), requests=served)
+        bp.pays = False  # a verdict a given-up trial must leave as it is
+        bp.touch()
+        clock.now = bp.trial_at
+        bp.touch()
+        assert bp.phase == 0
+        _settle(loop, bp)
+        served.n += served_in_phase
+        clock.now = bp.phase_start + took
+        bp.touch()
+        assert bp.phase == -1 and not bp.pays
+        assert bp.trial_at == clock.now + PHASE_NS  # tried again soon
+
+
+def test_a_trial_is_given_up_when_the_loop_becomes_loaded(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    clock, cpu, pressure, served = Clock(), Cpu(), Pressure(), Served()
+    bp = BusyPoll(loop, LIMIT, pressure=pressure, clock=clock, cpu=cpu, requests=served)
+    _period(clock, cpu, pressure, 0.0, 0.0)
+    bp.touch()
+    _settle(loop, bp)
+    clock.now = bp.trial_at
+    bp.touch()
+    assert bp.phase == 0
+    _settle(loop, bp)
+    served.n += 1_000
+    clock.now = bp.phase_start + PHASE_NS
+    cpu.now += int((MAX_WORK + 0.1) * (clock.now - bp.checked))
+    bp.touch()
+    assert bp.phase == -1 and bp.pays and bp.held_back
+
+
+def test_without_a_request_count_there_is_no_trial(loop: asyncio.AbstractEventLoop) -> None:
+    clock = Clock()
+    bp = BusyPoll(loop, LIMIT, pressure=Pressure(), clock=clock, cpu=Cpu())
+    bp.touch()
+    _settle(loop, bp)
+    clock.now += 100 * TRIAL_EVERY_NS
+    bp.touch()
+    assert bp.phase == -1 and bp.spinning

@@ -31,21 +31,62 @@ long would have caught it, so the window doubles (from ``limit / 4``, up to ``li
 arrives later than ``limit``, the window halves, and below ``MIN_WINDOW_NS`` the loop does
 not poll. A steady client keeps the loop awake; sparse traffic costs nothing after a few
 requests. ``--busy-poll-us 0`` turns it off.
+
+Whether polling pays at all depends on the host, so the poller tries it (``_trial``). At
+concurrency 1 on a 2-vCPU Intel VM polling served 19-26% more requests a second; on a 2-vCPU
+AMD EPYC VM the same polling served 5-15% fewer over HTTP (its spinning takes CPU time the
+client or the host needed) and about as many over gRPC (bench/RESULTS.md, Issue 31, round 10).
+``TRIAL_PHASES`` phases of ``PHASE_NS``, polling allowed and not in turn (ABBA, so that a trend
+in the traffic cancels out), count the requests the core took in during each
+(``CoreAPI.arrivals``; not the reads, which split a request more often while the loop
+polls). A closed-loop client sends as soon as it has its answer, so more requests a second is
+a faster round trip. Polling stays on until the next trial only if its phases served ``PAYS``
+times the requests a second of the others; a phase without polling leaves the window as it
+was. A trial runs ``FIRST_TRIAL_NS`` after the poller starts, then every ``TRIAL_EVERY_NS``; it
+is given up, its verdict unchanged, when the traffic pauses or the loop becomes loaded (it does
+not poll then anyway) in the middle of it. Polling is on until the first verdict.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from collections.abc import Callable
 
-__all__ = ["CHECK_NS", "CONTENDED", "MAX_WORK", "MIN_WINDOW_NS", "BusyPoll", "cpu_pressure"]
+__all__ = [
+    "CHECK_NS",
+    "CONTENDED",
+    "FIRST_TRIAL_NS",
+    "MAX_WORK",
+    "MIN_TRIAL_REQUESTS",
+    "MIN_WINDOW_NS",
+    "PAYS",
+    "PHASE_NS",
+    "TRIAL_EVERY_NS",
+    "TRIAL_PHASES",
+    "BusyPoll",
+    "cpu_pressure",
+]
 
 MIN_WINDOW_NS = 10_000  # a shorter window is not worth polling for
 CHECK_NS = 50_000_000  # how often the poller looks back (work share, CPU pressure)
 CONTENDED = 0.10  # others waited for a CPU this share of the time: do not poll
 MAX_WORK = 0.75  # the loop thread worked this share of the time: do not poll
+PHASE_NS = 250_000_000  # one phase of a trial (module docstring)
+TRIAL_PHASES = (True, False, False, True, True, False, False, True)  # polling allowed in each
+PAYS = 1.03  # polling stays on if its phases served this many times the requests a second
+MIN_TRIAL_REQUESTS = 50  # a phase with fewer requests tells nothing: the trial is given up
+FIRST_TRIAL_NS = 1_000_000_000  # after the poller starts
+TRIAL_EVERY_NS = 30_000_000_000
+
+log = logging.getLogger("tritonlite")
+
+
+def _none() -> int:
+    return 0
+
 
 _yield: Callable[[], None] = getattr(os, "sched_yield", lambda: time.sleep(0))
 
@@ -88,6 +129,13 @@ class BusyPoll:
         "touched",
         "since",
         "polls",
+        "pays",
+        "phase",
+        "phase_start",
+        "trial_at",
+        "requests",
+        "counted",
+        "rates",
     )
 
     def __init__(
@@ -97,6 +145,7 @@ class BusyPoll:
         pressure: Callable[[], int | None] = cpu_pressure,
         clock: Callable[[], int] = time.monotonic_ns,
         cpu: Callable[[], int] = time.thread_time_ns,
+        requests: Callable[[], int] | None = None,
     ) -> None:
         if limit_ns <= 0:
             raise ValueError("BusyPoll needs a positive limit")
@@ -117,6 +166,14 @@ class BusyPoll:
         self.touched = False
         self.since = 0  # when the loop was last known busy (0: not yet)
         self.polls = 0  # loop turns spent polling (the tests read it)
+        self.pays = True  # the last trial's verdict: polling is allowed (module docstring)
+        self.phase = -1  # the trial's phase (an index of TRIAL_PHASES), -1: no trial running
+        self.phase_start = 0
+        # the next trial (or phase) begins; without a request count, none: polling stays on
+        self.trial_at = self.checked + FIRST_TRIAL_NS if requests is not None else 1 << 62
+        self.requests = requests if requests is not None else _none
+        self.counted = self.requests()  # the requests counted when the current phase began
+        self.rates: list[float] = [0.0, 0.0]  # requests a ns, summed over phases: off, on
 
     def touch(self) -> None:
         """Bytes arrived: poll for a window after they are handled."""
@@ -125,7 +182,7 @@ class BusyPoll:
             return
         now = self.clock()
         since = self.since
-        if since:
+        if since and self._allowed():  # (a trial's phase without polling teaches nothing)
             gap = now - since
             window = self.window
             if gap > self.limit:
@@ -134,7 +191,9 @@ class BusyPoll:
                 window = min(self.limit, max(self.start, window * 2))
             self.window = window
         self.since = now
-        if self.window >= MIN_WINDOW_NS and not self._held_back(now):
+        if now >= self.trial_at:
+            self._trial(now)
+        if self.window >= MIN_WINDOW_NS and self._allowed() and not self._held_back(now):
             self.spinning = True
             self.touched = True
             self.last_turn = now
@@ -151,12 +210,61 @@ class BusyPoll:
                 self.spinning = False
                 return
         self.last_turn = now
-        if self._held_back(now):
+        if now >= self.trial_at:
+            self._trial(now)
+        if not self._allowed() or self._held_back(now):
             self.spinning = False
             return
         self.polls += 1
         _yield()
         self.loop.call_soon(self._poll)
+
+    def _allowed(self) -> bool:
+        """Whether polling is allowed now: in a trial, as its phase says; else the verdict."""
+        phase = self.phase
+        return self.pays if phase < 0 else TRIAL_PHASES[phase]
+
+    def _trial(self, now: int) -> None:
+        """The current phase (or the wait for the next trial) is over: begin the trial, or
+        take the phase's requests a second and begin the next phase, or give the verdict."""
+        phase = self.phase
+        count = self.requests()
+        served, self.counted = count - self.counted, count
+        if phase >= 0:
+            took = now - self.phase_start
+            if took > 2 * PHASE_NS or served < MIN_TRIAL_REQUESTS:
+                return self._give_up(now)  # the traffic paused, or too little of it to tell
+            self.rates[TRIAL_PHASES[phase]] += served / took
+            phase += 1
+            if phase == len(TRIAL_PHASES):
+                off, on = self.rates
+                pays = on >= PAYS * off
+                if pays != self.pays:
+                    log.info(
+                        "busy polling %s: %.0f requests/s with it, %.0f without",
+                        "on" if pays else "off",
+                        on * 2e9 / len(TRIAL_PHASES),
+                        off * 2e9 / len(TRIAL_PHASES),
+                    )
+                self.pays = pays
+                self.phase = -1
+                self.trial_at = now + TRIAL_EVERY_NS
+                return
+        elif self.window < MIN_WINDOW_NS:
+            self.trial_at = now + PHASE_NS  # sparse traffic: the loop would not poll anyway
+            return
+        if self._held_back(now):
+            return self._give_up(now)  # a loaded loop does not poll: nothing to compare
+        if phase < 0:
+            phase = 0
+            self.rates = [0.0, 0.0]
+        self.phase = phase
+        self.phase_start = now
+        self.trial_at = now + PHASE_NS
+
+    def _give_up(self, now: int) -> None:
+        self.phase = -1
+        self.trial_at = now + PHASE_NS
 
     def loaded(self) -> bool:
         """Whether the loop is busy enough that polling holds back (the look back's verdict,
