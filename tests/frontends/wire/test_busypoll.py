@@ -361,6 +361,17 @@ def test_polling_that_serves_fewer_requests_a_second_stops_until_the_next_trial(
     assert bp.phase == 0 and bp.spinning
 
 
+def test_a_trial_begins_while_polling_is_off_whatever_window_it_had(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    bp, clock, _ = _tried(loop, 1_000, 1_100)
+    assert not bp.pays
+    bp.window = MIN_WINDOW_NS // 2  # learnt before it was turned off
+    clock.now = bp.trial_at
+    bp.touch()
+    assert bp.phase == 0 and bp.spinning and bp.window == LIMIT // 4
+
+
 @pytest.mark.parametrize(("on", "verdict"), [(1_040, True), (1_020, False)])
 def test_polling_stays_on_where_it_serves_enough_more(
     loop: asyncio.AbstractEventLoop, on: int, verdict: bool

@@ -250,7 +250,7 @@ class BusyPoll:
                 self.phase = -1
                 self.trial_at = now + TRIAL_EVERY_NS
                 return
-        elif self.window < MIN_WINDOW_NS:
+        elif self.pays and self.window < MIN_WINDOW_NS:
             self.trial_at = now + PHASE_NS  # sparse traffic: the loop would not poll anyway
             return
         if self._held_back(now):
@@ -258,6 +258,8 @@ class BusyPoll:
         if phase < 0:
             phase = 0
             self.rates = [0.0, 0.0]
+            # a window learnt before polling was turned off (it is not learnt since) starts anew
+            self.window = max(self.window, self.start)
         self.phase = phase
         self.phase_start = now
         self.trial_at = now + PHASE_NS
