@@ -288,6 +288,27 @@ def test_max_connection_age_sends_goaway_and_clients_reconnect(twin: str) -> Non
                 n += 1
 
 
+def test_a_request_that_crosses_the_age_goaway_is_refused_not_reset(twin: str) -> None:
+    """A client may send a request before the server's GOAWAY reaches it. The server then
+    refuses it (REFUSED_STREAM: clients retry it on a new connection) and waits for the client
+    to close; closing at once, with the request unread, would reset the connection and
+    discard the GOAWAY in the client's socket (CI saw such a reset fail the test above)."""
+    with _serve(_limits(max_age_ms=300)) as served:
+        raw = RawClient(served.port)
+        raw.request("/test.T/Echo", grpc_message(b"one"))
+        raw.until(lambda f: f[0] == GOAWAY, timeout=5)
+        time.sleep(0.05)  # the server has long finished the first call
+        sid = raw.request("/test.T/Echo", grpc_message(b"two"))
+        got = raw.until(lambda f: f[0] == _h2_py.RST_STREAM and f[2] == sid, timeout=5)
+        assert got[-1][0] == _h2_py.RST_STREAM and got[-1][2] == sid, [f[:3] for f in got]
+        assert struct.unpack(">L", got[-1][3])[0] == _h2_py.REFUSED_STREAM
+        start = time.monotonic()
+        assert _closed(raw)  # a client that does not close is closed a while later
+        assert time.monotonic() - start < 3
+        raw.close()
+        _still_serves(served)
+
+
 def test_max_connection_age_grace_ends_open_calls(twin: str) -> None:
     with _serve(_limits(max_age_ms=200, max_age_grace_ms=300)) as served:
         with served.channel() as ch:

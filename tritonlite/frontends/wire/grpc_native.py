@@ -87,6 +87,11 @@ _HEAD = {
 _FLUSH_AT = 1 << 18
 # the shared scratch buffer reads go to when they cannot go straight into a message's block
 _SCRATCH = 1 << 18
+# After a GOAWAY of ours with nothing open, how long the connection waits for its client to
+# close it: a request the client sent before the GOAWAY reached it is refused (REFUSED_STREAM,
+# which clients retry on a new connection), not met by a reset that would also discard the
+# GOAWAY unread in the client's socket (closing with the request unread sends a TCP RST).
+_GOAWAY_LINGER_S = 1.0
 _TRAILERS_OK = encode_headers([(b"grpc-status", b"0")])
 _TIMEOUT_UNITS = {
     ord("H"): 3600.0,
@@ -355,6 +360,7 @@ class GrpcProtocol(asyncio.BufferedProtocol):
         self.local = False
         self.paused = False
         self._stall: asyncio.TimerHandle | None = None
+        self._linger: asyncio.TimerHandle | None = None
         self._flush_pending = False
         self._receiving = False  # inside data_received: unary calls wait in _ready
         self._ready: list[_Call] = []
@@ -447,6 +453,8 @@ class GrpcProtocol(asyncio.BufferedProtocol):
         self.transport = None
         if self._stall is not None:
             self._stall.cancel()
+        if self._linger is not None:
+            self._linger.cancel()
         if self.keepalive is not None:
             self.keepalive.stop()
         calls = list(self.calls.values())
@@ -495,7 +503,8 @@ class GrpcProtocol(asyncio.BufferedProtocol):
         if conn.closed:
             self._close()
         elif conn.goaway_sent and not self.calls and conn.open_streams() == 0:
-            self._close()
+            if self._linger is None:  # the client closes; or, at the latest, this does
+                self._linger = self.loop.call_later(_GOAWAY_LINGER_S, self._close)
 
     def _close(self) -> None:
         transport = self.transport
