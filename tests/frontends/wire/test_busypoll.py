@@ -308,13 +308,23 @@ def test_native_grpc_touches_on_input() -> None:
 
 
 class Served:
-    """The core's request count (``core/runtime/arrivals.py``), moved by the test."""
+    """The core's request count (``CoreAPI.arrivals``), moved by the test."""
 
     def __init__(self) -> None:
         self.n = 0
 
     def __call__(self) -> int:
         return self.n
+
+
+def _begin_trial(loop: asyncio.AbstractEventLoop, bp: BusyPoll, clock: Clock) -> None:
+    """Input until the poller's first trial has begun, then the loop until it sleeps."""
+    bp.touch()
+    _settle(loop, bp)
+    clock.now = bp.trial_at
+    bp.touch()
+    assert bp.phase == 0
+    _settle(loop, bp)
 
 
 def _tried(loop: asyncio.AbstractEventLoop, on: int, off: int) -> tuple[BusyPoll, Clock, list]:
@@ -390,11 +400,7 @@ def test_a_trial_is_given_up_when_the_traffic_pauses_or_is_too_thin(
         clock, served = Clock(), Served()
         bp = BusyPoll(loop, LIMIT, pressure=Pressure(), clock=clock, cpu=Cpu(), requests=served)
         bp.pays = False  # a verdict a given-up trial must leave as it is
-        bp.touch()
-        clock.now = bp.trial_at
-        bp.touch()
-        assert bp.phase == 0
-        _settle(loop, bp)
+        _begin_trial(loop, bp, clock)
         served.n += served_in_phase
         clock.now = bp.phase_start + took
         bp.touch()
@@ -408,12 +414,7 @@ def test_a_trial_is_given_up_when_the_loop_becomes_loaded(
     clock, cpu, pressure, served = Clock(), Cpu(), Pressure(), Served()
     bp = BusyPoll(loop, LIMIT, pressure=pressure, clock=clock, cpu=cpu, requests=served)
     _period(clock, cpu, pressure, 0.0, 0.0)
-    bp.touch()
-    _settle(loop, bp)
-    clock.now = bp.trial_at
-    bp.touch()
-    assert bp.phase == 0
-    _settle(loop, bp)
+    _begin_trial(loop, bp, clock)
     served.n += 1_000
     clock.now = bp.phase_start + PHASE_NS
     cpu.now += int((MAX_WORK + 0.1) * (clock.now - bp.checked))
