@@ -32,7 +32,8 @@ BUILD_INPUTS := pyproject.toml setup.py $(COMPILED_SOURCES)
 
 # The test matrix. Every suite runs once on the compiled twins with the default front end
 # (native); the compatibility suites (marker `transport`: tests/compat, the real tritonclient,
-# perf_analyzer and raw-socket tests) run again on --frontend=aio; the suites that reach a
+# perf_analyzer and raw-socket tests) run again on --frontend=aio, but for those whose subject
+# is behind the front end (marker `core_subject`, CORE_SUITES in tests/conftest.py); the suites that reach a
 # compiled twin's Python source (marker `twins`, the rule is TWIN_PATHS in tests/conftest.py)
 # run again on the pure-Python twins. On one shared port (the native layer tells HTTP/1.1 from
 # HTTP/2 by the first bytes or by ALPN, then runs the same protocol code as on separate ports)
@@ -95,7 +96,7 @@ test-compiled:
 
 test-aio:
 	TRITONLITE_REQUIRE_EXTENSIONS=1 TRITONLITE_TEST_FRONTEND=aio \
-	  $(PY) -m pytest $(XDIST) -m transport $(PYTEST_FLAGS)
+	  $(PY) -m pytest $(XDIST) -m "transport and not core_subject" $(PYTEST_FLAGS)
 
 test-shared:
 	TRITONLITE_REQUIRE_EXTENSIONS=1 TRITONLITE_TEST_FRONTEND=native TRITONLITE_TEST_SHARED_PORT=1 \

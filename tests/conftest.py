@@ -22,7 +22,9 @@ Fixtures:
   every test under ``tests/compat/`` (the suites that talk to a server through a front end:
   ``make test`` runs them again on aio and on the shared port); ``twins`` on every test that
   reaches a compiled twin's pure-Python source (``TWIN_PATHS``: make test runs them again with
-  ``TRITONLITE_NO_EXTENSIONS=1``).
+  ``TRITONLITE_NO_EXTENSIONS=1``); ``core_subject`` on the compatibility suites of
+  ``CORE_SUITES``, whose subject is behind the front end (``make test`` leaves them out of the
+  aio run).
 * ``perf_analyzer`` (session): the path of Triton's perf_analyzer from ``$PERF_ANALYZER``
   (``make test`` installs it), or the test is skipped.
 * Every ``transport`` test runs with the automatic GC off, and its reference cycles are
@@ -451,11 +453,24 @@ TWIN_PATHS = (
     "core/test_direct_lane.py",
     "compat/test_lane_lookup.py",
 )
+# Compatibility suites whose subject is behind the front end: the schedulers, Python model
+# environments, the response cache on ensembles, A/B splits, memory pressure, the PyTorch
+# backend. Their requests reach the core through the same handlers whichever transports carry
+# them, and the transports' own suites run on aio; so ``make test`` runs these once, on native
+# (marker ``core_subject``), which saves a fifth of the aio run. Paths relative to tests/.
+CORE_SUITES = (
+    "compat/test_scheduler_hooks.py",
+    "compat/test_python_env.py",
+    "compat/test_ensemble_cache.py",
+    "compat/test_split.py",
+    "compat/test_memory_pressure.py",
+    "compat/test_pytorch_models.py",
+)
 _TESTS = Path(__file__).parent
 
 
 def _mark_by_rule(items: list[pytest.Item]) -> None:
-    """``transport`` and ``twins`` markers (see the module docstring)."""
+    """``transport``, ``twins`` and ``core_subject`` markers (see the module docstring)."""
     for item in items:
         try:
             rel = item.path.relative_to(_TESTS).as_posix()
@@ -463,6 +478,8 @@ def _mark_by_rule(items: list[pytest.Item]) -> None:
             continue
         if rel.startswith("compat/"):
             item.add_marker(pytest.mark.transport)
+        if rel.startswith(CORE_SUITES):
+            item.add_marker(pytest.mark.core_subject)
         if rel.startswith(TWIN_PATHS):
             item.add_marker(pytest.mark.twins)
 
