@@ -484,6 +484,37 @@ def _mark_by_rule(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.twins)
 
 
+def _rule_paths(config: pytest.Config) -> tuple[str, ...] | None:
+    """The paths (relative to tests/) a marker selection by rule can reach: ``-m twins`` only
+    ``TWIN_PATHS``, ``-m transport`` (alone or narrowed with ``and``) only tests/compat."""
+    expr = (config.option.markexpr or "").strip()
+    if expr == "twins":
+        return TWIN_PATHS
+    if expr.startswith("transport") and " or " not in expr and not expr.startswith("transport_"):
+        return ("compat/",)
+    return None
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Under ``-m twins`` or ``-m transport`` (``make test``'s later runs) the test files the
+    selection cannot reach are not imported: each xdist worker collects the suite itself, and
+    importing all of it costs about 8 s of CPU a worker, tests/compat alone 5."""
+    paths = _rule_paths(config)
+    if paths is None:
+        return None
+    try:
+        rel = collection_path.relative_to(_TESTS).as_posix()
+    except ValueError:
+        return None
+    if collection_path.is_dir():
+        # kept when a rule path lies below it or it lies below a rule directory
+        reach = any(p.startswith(rel + "/") or rel.startswith(p.rstrip("/")) for p in paths)
+        return None if reach or rel == "." else True
+    if collection_path.name.startswith("test_") and collection_path.suffix == ".py":
+        return None if rel.startswith(paths) else True
+    return None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Markers by rule; tests marked ``gpu`` skip with the reason "no CUDA device" where there
     is none."""
