@@ -23,6 +23,7 @@ from tritonlite.frontends.wire.busypoll import (
     MIN_WINDOW_NS,
     PAYS,
     PHASE_NS,
+    SETTLE_PHASES,
     TRIAL_EVERY_NS,
     TRIAL_PHASES,
     BusyPoll,
@@ -327,16 +328,19 @@ def _begin_trial(loop: asyncio.AbstractEventLoop, bp: BusyPoll, clock: Clock) ->
     _settle(loop, bp)
 
 
-def _tried(loop: asyncio.AbstractEventLoop, on: int, off: int) -> tuple[BusyPoll, Clock, list]:
+def _tried(
+    loop: asyncio.AbstractEventLoop, on: int, off: int, settling: int | None = None
+) -> tuple[BusyPoll, Clock, list]:
     """A poller through one whole trial whose phases with polling serve ``on`` requests and
-    those without ``off``; returns it, its clock and, per phase, whether it polled."""
+    those without ``off`` (its settling phases ``settling``, if given); returns it, its clock
+    and, per phase, whether it polled."""
     clock, served = Clock(), Served()
     bp = BusyPoll(loop, LIMIT, pressure=Pressure(), clock=clock, cpu=Cpu(), requests=served)
     bp.touch()
     _settle(loop, bp)
     clock.now = bp.trial_at
     polled = []
-    for allowed in TRIAL_PHASES:
+    for k, allowed in enumerate(TRIAL_PHASES):
         bp.touch()  # the phase begins (the first: the trial)
         polled.append(bp.spinning)
         window = bp.window
@@ -344,7 +348,10 @@ def _tried(loop: asyncio.AbstractEventLoop, on: int, off: int) -> tuple[BusyPoll
         _sleep_then_touch(loop, bp, clock, LIMIT - 1_000)  # would grow the window if it polled
         assert (bp.window > window) == allowed or bp.window == LIMIT
         _settle(loop, bp)
-        served.n += on if allowed else off
+        if k < SETTLE_PHASES and settling is not None:
+            served.n += settling
+        else:
+            served.n += on if allowed else off
         clock.now = bp.phase_start + PHASE_NS
     bp.touch()  # the last phase ends: the verdict
     return bp, clock, polled
@@ -354,6 +361,19 @@ def test_a_trial_polls_in_its_polling_phases_only(loop: asyncio.AbstractEventLoo
     bp, _, polled = _tried(loop, 1_000, 1_000)
     assert polled == list(TRIAL_PHASES)
     assert bp.phase == -1
+
+
+def test_a_trial_settles_polling_before_it_counts(loop: asyncio.AbstractEventLoop) -> None:
+    # its first phases poll, as the phases that count with polling do
+    assert SETTLE_PHASES >= 1 and all(TRIAL_PHASES[:SETTLE_PHASES])
+    counted = TRIAL_PHASES[SETTLE_PHASES:]
+    assert counted.count(True) == counted.count(False)
+    # a settling phase that served far fewer requests (traffic just begun) is not counted
+    bp, _, _ = _tried(loop, 1_040, 1_000, settling=MIN_TRIAL_REQUESTS)
+    n = counted.count(True)
+    off, on = (pytest.approx(n * k / PHASE_NS, rel=1e-3) for k in (1_000, 1_040))
+    assert bp.rates == [off, on]
+    assert bp.pays and bp.phase == -1
 
 
 def test_polling_that_serves_fewer_requests_a_second_stops_until_the_next_trial(

@@ -37,7 +37,11 @@ concurrency 1 on a 2-vCPU Intel VM polling served 19-26% more requests a second;
 AMD EPYC VM the same polling served 5-15% fewer over HTTP (its spinning takes CPU time the
 client or the host needed) and about as many over gRPC (bench/RESULTS.md, Issue 31, round 10).
 ``TRIAL_PHASES`` phases of ``PHASE_NS``, polling allowed and not in turn (ABBA, so that a trend
-in the traffic cancels out), count the requests the core took in during each
+in the traffic cancels out), count the requests the core took in during each but the first
+``SETTLE_PHASES`` (polling allowed, not counted: the window learns again after a time without
+polling, and traffic that has just begun runs slower -- on a fresh server the first 250 ms
+served about a tenth fewer requests a second than the next, which counted in a phase with
+polling would have weighed against it)
 (``CoreAPI.arrivals``; not the reads, which split a request more often while the loop
 polls). A closed-loop client sends as soon as it has its answer, so more requests a second is
 a faster round trip. Polling stays on until the next trial only if its phases served ``PAYS``
@@ -64,6 +68,7 @@ __all__ = [
     "MIN_WINDOW_NS",
     "PAYS",
     "PHASE_NS",
+    "SETTLE_PHASES",
     "TRIAL_EVERY_NS",
     "TRIAL_PHASES",
     "BusyPoll",
@@ -75,7 +80,10 @@ CHECK_NS = 50_000_000  # how often the poller looks back (work share, CPU pressu
 CONTENDED = 0.10  # others waited for a CPU this share of the time: do not poll
 MAX_WORK = 0.75  # the loop thread worked this share of the time: do not poll
 PHASE_NS = 250_000_000  # one phase of a trial (module docstring)
-TRIAL_PHASES = (True, False, False, True, True, False, False, True)  # polling allowed in each
+# polling allowed in each phase; the first SETTLE_PHASES are not counted
+TRIAL_PHASES = (True, True, False, False, True, True, False, False, True)
+SETTLE_PHASES = 1
+_COUNTED = len(TRIAL_PHASES) - SETTLE_PHASES
 PAYS = 1.03  # polling stays on if its phases served this many times the requests a second
 MIN_TRIAL_REQUESTS = 50  # a phase with fewer requests tells nothing: the trial is given up
 FIRST_TRIAL_NS = 1_000_000_000  # after the poller starts
@@ -234,7 +242,8 @@ class BusyPoll:
             took = now - self.phase_start
             if took > 2 * PHASE_NS or served < MIN_TRIAL_REQUESTS:
                 return self._give_up(now)  # the traffic paused, or too little of it to tell
-            self.rates[TRIAL_PHASES[phase]] += served / took
+            if phase >= SETTLE_PHASES:
+                self.rates[TRIAL_PHASES[phase]] += served / took
             phase += 1
             if phase == len(TRIAL_PHASES):
                 off, on = self.rates
@@ -243,8 +252,8 @@ class BusyPoll:
                     log.info(
                         "busy polling %s: %.0f requests/s with it, %.0f without",
                         "on" if pays else "off",
-                        on * 2e9 / len(TRIAL_PHASES),
-                        off * 2e9 / len(TRIAL_PHASES),
+                        on * 2e9 / _COUNTED,
+                        off * 2e9 / _COUNTED,
                     )
                 self.pays = pays
                 self.phase = -1
