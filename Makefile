@@ -32,16 +32,16 @@ BUILD_INPUTS := pyproject.toml setup.py $(COMPILED_SOURCES)
 
 # The test matrix. Every suite runs once on the compiled twins with the default front end
 # (native); the compatibility suites (marker `transport`: tests/compat, the real tritonclient,
-# perf_analyzer and raw-socket tests) run again on --frontend=aio, but for those whose subject
-# is behind the front end (marker `core_subject`, CORE_SUITES in tests/conftest.py); the suites that reach a
-# compiled twin's Python source (marker `twins`, the rule is TWIN_PATHS in tests/conftest.py)
-# run again on the pure-Python twins. On one shared port (the native layer tells HTTP/1.1 from
-# HTTP/2 by the first bytes or by ALPN, then runs the same protocol code as on separate ports)
-# `make test` runs the suites of SHARED_TESTS, which cover every protocol path, client and
-# perf_analyzer mode, TLS, limits and shutdown; `make test-shared SHARED_TESTS=tests` runs every
-# compatibility suite there (it does not fit CI's time with the rest). The suites mostly wait on
-# servers, so pytest-xdist runs TEST_WORKERS files at once (one file per worker: a module's
-# server fixture stays in one process); TEST_WORKERS=0 runs them one at a time.
+# perf_analyzer and raw-socket tests) run again on --frontend=aio, but for those whose subject is
+# behind the front end (marker `core_subject`, CORE_SUITES in tests/conftest.py); the suites that
+# reach a compiled twin's Python source (marker `twins`, the rule is TWIN_PATHS in
+# tests/conftest.py) run again on the pure-Python twins. On one shared port (the native layer
+# tells HTTP/1.1 from HTTP/2 by the first bytes or by ALPN, then runs the same protocol code as on
+# separate ports) `make test` runs the suites of SHARED_TESTS, which cover every protocol path,
+# client and perf_analyzer mode, TLS, limits and shutdown; `make test-shared SHARED_TESTS=tests`
+# runs every compatibility suite there (it does not fit CI's time with the rest). The suites
+# mostly wait on servers, so pytest-xdist runs TEST_WORKERS files at once (one file per worker: a
+# module's server fixture stays in one process); TEST_WORKERS=0 runs them one at a time.
 TEST_WORKERS ?= 4
 XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 PYTEST_FLAGS ?=

@@ -490,7 +490,7 @@ def _rule_paths(config: pytest.Config) -> tuple[str, ...] | None:
     expr = (config.option.markexpr or "").strip()
     if expr == "twins":
         return TWIN_PATHS
-    if expr.startswith("transport") and " or " not in expr and not expr.startswith("transport_"):
+    if (expr == "transport" or expr.startswith("transport and ")) and " or " not in expr:
         return ("compat/",)
     return None
 

@@ -37,18 +37,18 @@ concurrency 1 on a 2-vCPU Intel VM polling served 19-26% more requests a second;
 AMD EPYC VM the same polling served 5-15% fewer over HTTP (its spinning takes CPU time the
 client or the host needed) and about as many over gRPC (bench/RESULTS.md, Issue 31, round 10).
 ``TRIAL_PHASES`` phases of ``PHASE_NS``, polling allowed and not in turn (ABBA, so that a trend
-in the traffic cancels out), count the requests the core took in during each but the first
-``SETTLE_PHASES`` (polling allowed, not counted: the window learns again after a time without
-polling, and traffic that has just begun runs slower -- on a fresh server the first 250 ms
-served about a tenth fewer requests a second than the next, which counted in a phase with
-polling would have weighed against it)
-(``CoreAPI.arrivals``; not the reads, which split a request more often while the loop
-polls). A closed-loop client sends as soon as it has its answer, so more requests a second is
-a faster round trip. Polling stays on until the next trial only if its phases served ``PAYS``
-times the requests a second of the others; a phase without polling leaves the window as it
-was. A trial runs ``FIRST_TRIAL_NS`` after the poller starts, then every ``TRIAL_EVERY_NS``; it
-is given up, its verdict unchanged, when the traffic pauses or the loop becomes loaded (it does
-not poll then anyway) in the middle of it. Polling is on until the first verdict.
+in the traffic cancels out), count the requests the core took in during each
+(``CoreAPI.arrivals``; not the reads, which split a request more often while the loop polls).
+The first ``SETTLE_PHASES`` poll and are not counted: the window learns again after a time
+without polling, and traffic that has just begun runs slower (on fresh servers the first 250 ms
+served up to a tenth fewer requests a second than the next, which, counted in a phase with
+polling, weighed against it). A closed-loop client sends as soon as it has its answer, so more
+requests a second is a faster round trip. Polling stays on until the next trial only if its
+phases served ``PAYS`` times the requests a second of the others; a phase without polling leaves
+the window as it was. A trial runs ``FIRST_TRIAL_NS`` after the poller starts, then every
+``TRIAL_EVERY_NS``; it is given up, its verdict unchanged, when the traffic pauses or the loop
+becomes loaded (it does not poll then anyway) in the middle of it. Polling is on until the first
+verdict.
 """
 
 from __future__ import annotations
