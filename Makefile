@@ -41,9 +41,13 @@ BUILD_INPUTS := pyproject.toml setup.py $(COMPILED_SOURCES)
 # client and perf_analyzer mode, TLS, limits and shutdown; `make test-shared SHARED_TESTS=tests`
 # runs every compatibility suite there (it does not fit CI's time with the rest). The suites
 # mostly wait on servers, so pytest-xdist runs TEST_WORKERS files at once (one file per worker: a
-# module's server fixture stays in one process); TEST_WORKERS=0 runs them one at a time.
+# module's server fixture stays in one process); TEST_WORKERS=0 runs them one at a time. A worker
+# that dies (a segmentation fault in a test) is replaced at most twice: with xdist's default
+# (four per worker) a test that crashes each time it is run again left the run hanging, not
+# failing.
 TEST_WORKERS ?= 4
-XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),,\
+  -n $(TEST_WORKERS) --dist loadfile --max-worker-restart 2)
 PYTEST_FLAGS ?=
 SHARED_TESTS ?= $(addprefix tests/compat/,test_http.py test_grpc.py test_grpc_stream.py \
   test_http_grpc_parity.py test_perf_analyzer_http.py test_perf_analyzer_grpc.py \
