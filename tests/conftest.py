@@ -457,7 +457,7 @@ TWIN_PATHS = (
 # environments, the response cache on ensembles, A/B splits, memory pressure, the PyTorch
 # backend. Their requests reach the core through the same handlers whichever transports carry
 # them, and the transports' own suites run on aio; so ``make test`` runs these once, on native
-# (marker ``core_subject``), which saves a fifth of the aio run. Paths relative to tests/.
+# (marker ``core_subject``): 166 of the aio run's 579 s of worker time. Paths relative to tests/.
 CORE_SUITES = (
     "compat/test_scheduler_hooks.py",
     "compat/test_python_env.py",
@@ -466,17 +466,25 @@ CORE_SUITES = (
     "compat/test_memory_pressure.py",
     "compat/test_pytorch_models.py",
 )
+TRANSPORT_PATHS = ("compat/",)  # the suites that talk to a server through a front end
 _TESTS = Path(__file__).parent
+
+
+def _rel(path: Path) -> str | None:
+    """``path`` relative to tests/, as the rules above spell it (None: outside tests/)."""
+    try:
+        return path.relative_to(_TESTS).as_posix()
+    except ValueError:
+        return None
 
 
 def _mark_by_rule(items: list[pytest.Item]) -> None:
     """``transport``, ``twins`` and ``core_subject`` markers (see the module docstring)."""
     for item in items:
-        try:
-            rel = item.path.relative_to(_TESTS).as_posix()
-        except ValueError:
+        rel = _rel(item.path)
+        if rel is None:
             continue
-        if rel.startswith("compat/"):
+        if rel.startswith(TRANSPORT_PATHS):
             item.add_marker(pytest.mark.transport)
         if rel.startswith(CORE_SUITES):
             item.add_marker(pytest.mark.core_subject)
@@ -491,7 +499,7 @@ def _rule_paths(config: pytest.Config) -> tuple[str, ...] | None:
     if expr == "twins":
         return TWIN_PATHS
     if (expr == "transport" or expr.startswith("transport and ")) and " or " not in expr:
-        return ("compat/",)
+        return TRANSPORT_PATHS
     return None
 
 
@@ -500,11 +508,8 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     selection cannot reach are not imported: each xdist worker collects the suite itself, and
     importing all of it costs about 8 s of CPU a worker, tests/compat alone 5."""
     paths = _rule_paths(config)
-    if paths is None:
-        return None
-    try:
-        rel = collection_path.relative_to(_TESTS).as_posix()
-    except ValueError:
+    rel = _rel(collection_path) if paths is not None else None
+    if paths is None or rel is None:
         return None
     if collection_path.is_dir():
         # kept when a rule path lies below it or it lies below a rule directory
