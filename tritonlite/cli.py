@@ -544,6 +544,15 @@ def _http_flags(a: Any) -> None:
         "0: off)",
     )
     a(
+        "--http-send-thread",
+        type=parse_bool,
+        default=True,
+        metavar="BOOL",
+        help="tritonlite, native HTTP front end: while the event loop is loaded, a thread "
+        "writes its small responses to the sockets, so the kernel's send work runs on another "
+        "CPU (false: the loop writes them)",
+    )
+    a(
         "--loop-slice-us",
         type=int,
         default=0,
@@ -592,6 +601,7 @@ def _http_options(ns: argparse.Namespace) -> dict[str, Any]:
         http_header_forward_pattern=ns.http_header_forward_pattern,
         frontend=ns.frontend,
         busy_poll_us=ns.busy_poll_us,
+        http_send_thread=ns.http_send_thread,
         loop_slice_us=ns.loop_slice_us,
         http_use_ssl=ns.http_use_ssl or ns.http_use_ssl_mutual,
         http_use_ssl_mutual=ns.http_use_ssl_mutual,

@@ -128,6 +128,9 @@ class ServerOptions:
     # the native front ends keep the loop polling this long after input (frontends/wire/
     # busypoll.py); 0: the loop sleeps as soon as it is idle
     busy_poll_us: int = 200
+    # a loaded native HTTP/1.1 front end hands its small responses to a sending thread
+    # (frontends/wire/_sender_py.py); False: the loop writes them
+    http_send_thread: bool = True
     # the event loop thread asks the kernel for this CPU slice (frontends/base/loopslice.py);
     # 0: the kernel's default
     loop_slice_us: int = 0

@@ -37,11 +37,12 @@ _CLOSE_GRACE_S = 1.0  # past --exit-timeout-secs, the longest a stop may take to
 
 def compiled_paths() -> str:
     """Which compiled paths are active, e.g. 'batcher=cython http1=cython http2=cython
-    hpack=cython jsondata=cython lane=cython policy=cython kernels=numba'."""
+    hpack=cython jsondata=cython lane=cython policy=cython kernels=numba', and the sender."""
     parts = []
     for label, module in (
         ("batcher", "tritonlite.scheduling.batcher"),
         ("http1", "tritonlite.frontends.wire.http1"),
+        ("sender", "tritonlite.frontends.wire.sender"),
         ("http2", "tritonlite.frontends.wire.h2"),
         ("hpack", "tritonlite.frontends.wire.hpack"),
         ("jsondata", "tritonlite.frontends.http.jsondata"),

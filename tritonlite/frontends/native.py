@@ -25,6 +25,7 @@ from tritonlite.frontends.base.sockets import (
 from tritonlite.frontends.grpc.servicer import methods
 from tritonlite.frontends.http.app import make_dispatch, make_json_infer
 from tritonlite.frontends.tls import grpc_tls, http_tls
+from tritonlite.frontends.wire import sender
 from tritonlite.frontends.wire.busypoll import BusyPoll
 from tritonlite.frontends.wire.detect import DETECT_TIMEOUT_S, Detect, DetectPool
 from tritonlite.frontends.wire.grpc_native import GrpcLimits, GrpcProtocol, NativeGrpcServer
@@ -206,6 +207,7 @@ async def start_native(core: CoreAPI, opts: ServerOptions) -> NativeFrontends:
         http.busy = grpc.busy = busy
         http.inflater = grpc.inflater = inflater
         http.send_blocks = grpc.send_blocks = blocks
+        http.sender = sender.shared() if opts.http_send_thread else None
         out._http, out._grpc = http, grpc
         # the same certificate for both (checked in options); ALPN lets the client choose
         ctx = http_tls(opts, ("h2", "http/1.1"))
@@ -256,6 +258,7 @@ async def start_native(core: CoreAPI, opts: ServerOptions) -> NativeFrontends:
         server.service.json_infer = make_json_infer(core, opts)
         server.service.inflater = inflater
         server.service.send_blocks = blocks
+        server.service.sender = sender.shared() if opts.http_send_thread else None
         out._listeners.append((server._server, server.service.protocol, http_ctx))
         out.http_port = server.port
     return out

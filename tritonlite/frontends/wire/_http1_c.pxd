@@ -84,6 +84,7 @@ cdef class Http1Protocol:
     cdef public bint _begun
     cdef public object _busy
     cdef public object _held
+    cdef public object _chan
     cdef public object _scan
 
     @cython.locals(n=Py_ssize_t, pos=Py_ssize_t, head=tuple, status=int, end=Py_ssize_t,

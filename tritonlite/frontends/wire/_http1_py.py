@@ -255,6 +255,8 @@ class Http1Protocol:
         self._begun = False  # a request has begun on this connection
         self._busy = service.busy  # BusyPoll or None
         self._held: Any = None  # responses held for the end of a serving pass (flush_held)
+        # the sending thread's channel (``hand_held``): None until made, False where none can be
+        self._chan: Any = None
         self._scan = service.head_scan  # the fast path's ``_h1scan_py.scan``; None: llhttp only
 
     # -- asyncio.Protocol ------------------------------------------------------------------
@@ -427,6 +429,10 @@ class Http1Protocol:
 
     def connection_lost(self, exc: Any) -> None:
         self._transport = None
+        chan = self._chan
+        if chan:
+            self._chan = False
+            chan.release()
         self._state = _DONE
         self._closing = True
         self._queue.clear()
@@ -774,7 +780,15 @@ class Http1Protocol:
 
     def flush_held(self) -> None:
         """Write the responses held during a serving pass (``HttpService._serve_ready``);
-        called at its end, and before anything else is written or the connection closes."""
+        called at its end, and before anything else is written or the connection closes.
+        Responses handed to the sending thread (``hand_held``) are settled first: the call
+        waits for the thread to be done with them and writes what it kept back."""
+        chan = self._chan
+        if chan and chan.busy():
+            kept = chan.settle()
+            t = self._transport
+            if kept and t is not None and not t.is_closing():
+                t.write(kept)
         held = self._held
         if held is None:
             return
@@ -782,6 +796,25 @@ class Http1Protocol:
         t = self._transport
         if t is not None and not t.is_closing():
             t.write(held[0] if len(held) == 1 else b"".join(held))
+
+    def hand_held(self, sender: Any) -> None:
+        """At a serving pass's end: hand the responses held during it to ``sender``'s thread
+        (``_sender_py``), where the transport has nothing buffered; else write them."""
+        held = self._held
+        if held is None:
+            return
+        t = self._transport
+        if t is None or t.is_closing():
+            self._held = None
+            return
+        chan = self._chan
+        if chan is None:
+            chan = self._chan = sender.channel(t, self.flush_held) or False
+        if not chan or t.get_write_buffer_size():
+            self.flush_held()  # TLS, or bytes queued in the transport: they go first
+            return
+        self._held = None
+        sender.submit(chan, held[0] if len(held) == 1 else b"".join(held))
 
     async def _send_stream(self, req: Request, resp: HttpStream, close: bool) -> bool:
         """Write a streamed response; whether the connection must close after it."""

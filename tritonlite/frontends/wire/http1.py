@@ -6,8 +6,8 @@ twin: ``TRITONLITE_NO_EXTENSIONS``, ``TRITONLITE_REQUIRE_EXTENSIONS``) whether t
 compiled ones.
 
 ``HttpService`` is what the connections of one HTTP front end share (the handler and its JSON
-infer call, the limits, the open connections, the timeout sweep, the drain); a listener of its
-own (``start_http_native``) or a one-port detector creates protocols with
+infer call, the limits, the open connections, the timeout sweep, the drain, the sending thread);
+a listener of its own (``start_http_native``) or a one-port detector creates protocols with
 ``service.protocol``.
 """
 
@@ -117,6 +117,8 @@ class HttpService:
         self._ready: list[Any] = []  # connections waiting for this loop turn's serving pass
         self.holding = False  # in the serving pass: responses are held, written at its end
         self._held: list[Any] = []  # connections holding responses
+        # the thread that writes a pass's held responses (``sender.shared``); None: the loop
+        self.sender: Any = None
 
     def protocol(self) -> Any:
         """A new connection's protocol (the ``protocol_factory`` of a listener)."""
@@ -179,8 +181,13 @@ class HttpService:
         finally:
             self.holding = False
             held, self._held = self._held, []
-            for proto in held:
-                proto.flush_held()
+            sender = self.sender
+            if sender is None:
+                for proto in held:
+                    proto.flush_held()
+            else:
+                for proto in held:
+                    proto.hand_held(sender)
 
     def hold(self, proto: Any) -> None:
         """``proto`` holds a response until the serving pass ends."""
