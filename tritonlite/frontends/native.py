@@ -33,6 +33,7 @@ from tritonlite.frontends.wire.http1 import HttpLimits, HttpService, start_http_
 from tritonlite.frontends.wire.inflate import Inflater
 from tritonlite.frontends.wire.keepalive import keepalive_settings
 from tritonlite.frontends.wire.sendbuf import SendBlocks
+from tritonlite.frontends.wire.sendtrial import SendTrial
 from tritonlite.options import ServerOptions
 
 log = logging.getLogger("tritonlite")
@@ -187,6 +188,13 @@ def grpc_server(core: CoreAPI, opts: ServerOptions, nofile: int = 0) -> CappedGr
     )
 
 
+def sending(http: HttpService, core: CoreAPI, opts: ServerOptions) -> None:
+    """Give ``http`` the process's sending thread, tried under load (wire/sendtrial.py)."""
+    if opts.http_send_thread:
+        http.sender = sender.shared()
+        http.send_trial = SendTrial(core.arrivals)
+
+
 async def start_native(core: CoreAPI, opts: ServerOptions) -> NativeFrontends:
     """Open the native listeners that ``opts`` asks for (after the startup models loaded)."""
     out = NativeFrontends()
@@ -207,7 +215,7 @@ async def start_native(core: CoreAPI, opts: ServerOptions) -> NativeFrontends:
         http.busy = grpc.busy = busy
         http.inflater = grpc.inflater = inflater
         http.send_blocks = grpc.send_blocks = blocks
-        http.sender = sender.shared() if opts.http_send_thread else None
+        sending(http, core, opts)
         out._http, out._grpc = http, grpc
         # the same certificate for both (checked in options); ALPN lets the client choose
         ctx = http_tls(opts, ("h2", "http/1.1"))
@@ -258,7 +266,7 @@ async def start_native(core: CoreAPI, opts: ServerOptions) -> NativeFrontends:
         server.service.json_infer = make_json_infer(core, opts)
         server.service.inflater = inflater
         server.service.send_blocks = blocks
-        server.service.sender = sender.shared() if opts.http_send_thread else None
+        sending(server.service, core, opts)
         out._listeners.append((server._server, server.service.protocol, http_ctx))
         out.http_port = server.port
     return out

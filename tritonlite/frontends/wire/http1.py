@@ -117,8 +117,10 @@ class HttpService:
         self._ready: list[Any] = []  # connections waiting for this loop turn's serving pass
         self.holding = False  # in the serving pass: responses are held, written at its end
         self._held: list[Any] = []  # connections holding responses
-        # the thread that writes a pass's held responses (``sender.shared``); None: the loop
+        # the thread that writes a pass's held responses (``sender.shared``); None: the loop;
+        # and whether a pass uses it (a ``sendtrial.SendTrial``; None: every pass)
         self.sender: Any = None
+        self.send_trial: Any = None
 
     def protocol(self) -> Any:
         """A new connection's protocol (the ``protocol_factory`` of a listener)."""
@@ -182,12 +184,13 @@ class HttpService:
             self.holding = False
             held, self._held = self._held, []
             sender = self.sender
-            if sender is None:
-                for proto in held:
-                    proto.flush_held()
-            else:
+            trial = self.send_trial
+            if sender is not None and (trial is None or trial.use()):
                 for proto in held:
                     proto.hand_held(sender)
+            else:
+                for proto in held:
+                    proto.flush_held()
 
     def hold(self, proto: Any) -> None:
         """``proto`` holds a response until the serving pass ends."""
