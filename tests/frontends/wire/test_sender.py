@@ -17,6 +17,7 @@ import random
 import socket
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -382,3 +383,35 @@ def test_clients_leaving_at_any_point_leave_the_server_serving(served: Served) -
     while served.server.service.connections and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not served.server.service.connections
+
+
+def test_the_threads_cpu_time_is_the_loops_in_its_look_back(twin: str) -> None:
+    """A loaded loop's look back (busypoll.py) counts the thread's CPU time as its own: the
+    thread does the loop's work."""
+    from tritonlite.frontends.native import loop_cpu
+    from tritonlite.options import ServerOptions
+
+    async def run() -> None:
+        snd = sender_class(twin)()
+        assert snd.cpu_ns() == 0  # not started
+        a, b = _pair()
+        reader = threading.Thread(target=_drain, args=(b, 0.5))
+        reader.start()
+        chan = snd.channel(SocketTransport(a, asyncio.get_running_loop()), lambda: None)
+        for line in _lines(30000):
+            snd.submit(chan, line)
+        chan.settle()
+        chan.release()
+        reader.join()
+        assert (snd.cpu_ns() > 0) is (twin == "compiled")
+        snd.stop()
+        a.close()
+        b.close()
+
+    asyncio.run(run())
+    assert loop_cpu(ServerOptions((Path("."),), http_send_thread=False)) is time.thread_time_ns
+    shared = sender.shared()
+    cpu = loop_cpu(ServerOptions((Path("."),)))
+    before = time.thread_time_ns() + shared.cpu_ns()
+    now = cpu()
+    assert before <= now <= time.thread_time_ns() + shared.cpu_ns()

@@ -117,3 +117,41 @@ def test_a_trial_whose_passes_pause_or_thin_is_given_up(cause: str) -> None:
     assert not trial.use()
     assert trial.phase == -1 and not trial.on
     assert trial.trial_at == t.now + PHASE_NS  # tried again soon
+
+
+def _run_counts(t: Traffic, trial: SendTrial, counts: list[int]) -> None:
+    """The settling phase, then the counted phases serving ``counts`` requests each."""
+    t.count += 1000
+    t.now += PHASE_NS
+    trial.use()
+    for n in counts:
+        t.count += n
+        t.now += PHASE_NS
+        trial.use()
+    assert trial.phase == -1
+
+
+# counted phases: with, without, without, with, with, without, without, with
+@pytest.mark.parametrize(
+    ("counts", "was", "verdict"),
+    [
+        # every pair and the whole served more without it: out of use
+        ([900, 1000, 1000, 900, 900, 1000, 1000, 900], True, False),
+        # 6% less in the whole, but one pair the other way: the verdict stands
+        ([900, 1000, 1000, 900, 1010, 1000, 1000, 950], True, True),
+        # every pair the other way, but by 1% in the whole: within KEEP, the verdict stands
+        ([995, 1000, 1000, 985, 990, 1000, 1000, 990], True, True),
+        # off: every pair and the whole with more: back in use
+        ([1010, 1000, 1000, 1020, 1010, 1000, 1000, 1001], False, True),
+        # off: more in the whole, but one pair the other way: stays off
+        ([1200, 1000, 1000, 990, 1200, 1000, 1000, 1200], False, False),
+    ],
+)
+def test_a_verdict_changes_only_when_every_pair_of_phases_agrees(
+    counts: list[int], was: bool, verdict: bool
+) -> None:
+    t = Traffic()
+    trial = _begin(t)
+    trial.on = was
+    _run_counts(t, trial, counts)
+    assert trial.on is verdict

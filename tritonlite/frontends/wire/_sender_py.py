@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -282,6 +283,18 @@ class Sender:
         thread = self._thread
         if thread is not None:
             thread.join(timeout)
+
+    def cpu_ns(self) -> int:
+        """The CPU time the thread has used (0 before it starts, and for the pure twin): work
+        it took off the loop, which the loop's look back counts as its own (``busypoll.py``)."""
+        thread = self._thread
+        ident = thread.ident if thread is not None else None
+        if ident is None:
+            return 0
+        try:
+            return time.clock_gettime_ns(time.pthread_getcpuclockid(ident))
+        except (OSError, AttributeError):  # the thread has ended, or no per-thread clock here
+            return 0
 
     def counts(self) -> tuple[int, int, int]:
         """(responses queued, responses taken by the thread, times it was woken); zeros for
