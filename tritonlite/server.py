@@ -36,8 +36,8 @@ _CLOSE_GRACE_S = 1.0  # past --exit-timeout-secs, the longest a stop may take to
 
 
 def compiled_paths() -> str:
-    """Which compiled paths are active, e.g. 'batcher=cython http1=cython http2=cython
-    hpack=cython jsondata=cython lane=cython policy=cython kernels=numba', and the sender."""
+    """Which compiled paths are active, e.g. 'batcher=cython http1=cython sender=cython
+    http2=cython hpack=cython jsondata=cython lane=cython policy=cython kernels=numba'."""
     parts = []
     for label, module in (
         ("batcher", "tritonlite.scheduling.batcher"),

@@ -46,10 +46,10 @@ def twin(request: pytest.FixtureRequest) -> str:
 
 
 class SocketTransport:
-    """What ``Sender.channel`` asks a transport: its socket and loop."""
+    """What ``Sender.channel`` asks a transport: its socket (and whether it is TLS)."""
 
-    def __init__(self, sock: socket.socket, loop: Any, **extra: Any) -> None:
-        self.extra = {"socket": sock, "loop": loop, **extra}
+    def __init__(self, sock: socket.socket | None, **extra: Any) -> None:
+        self.extra = {"socket": sock, **extra}
 
     def get_extra_info(self, key: str, default: Any = None) -> Any:
         return self.extra.get(key, default)
@@ -92,7 +92,7 @@ def test_what_is_handed_reaches_the_socket_in_order(twin: str) -> None:
         received: list[bytes] = []
         reader = threading.Thread(target=lambda: received.append(_drain(b, 1.0)))
         reader.start()
-        chan = snd.channel(SocketTransport(a, asyncio.get_running_loop()), lambda: None)
+        chan = snd.channel(SocketTransport(a), lambda: None)
         lines = _lines(20000)
         for line in lines:
             snd.submit(chan, line)
@@ -115,11 +115,10 @@ def test_what_is_handed_reaches_the_socket_in_order(twin: str) -> None:
 
 def test_what_the_socket_does_not_take_is_kept_back_and_reclaimed_once(twin: str) -> None:
     async def run() -> None:
-        loop = asyncio.get_running_loop()
         snd = sender_class(twin)()
         a, b = _pair()  # b does not read yet
         reclaims: list[float] = []
-        chan = snd.channel(SocketTransport(a, loop), lambda: reclaims.append(time.monotonic()))
+        chan = snd.channel(SocketTransport(a), lambda: reclaims.append(time.monotonic()))
         lines = _lines(50000)  # more than a socket pair's buffer holds
         for line in lines:
             snd.submit(chan, line)
@@ -157,7 +156,7 @@ def test_a_peer_that_has_gone_drops_the_rest_without_an_error(twin: str) -> None
     async def run() -> None:
         snd = sender_class(twin)()
         a, b = _pair()
-        chan = snd.channel(SocketTransport(a, asyncio.get_running_loop()), lambda: None)
+        chan = snd.channel(SocketTransport(a), lambda: None)
         b.close()
         for line in _lines(1000):
             snd.submit(chan, line)
@@ -174,7 +173,7 @@ def test_release_closes_the_duplicate_and_leaves_the_transports_socket(twin: str
     async def run() -> None:
         snd = sender_class(twin)()
         a, b = _pair()
-        chan = snd.channel(SocketTransport(a, asyncio.get_running_loop()), lambda: None)
+        chan = snd.channel(SocketTransport(a), lambda: None)
         assert chan.fd != a.fileno()
         snd.submit(chan, b"last")
         chan.release()
@@ -185,7 +184,7 @@ def test_release_closes_the_duplicate_and_leaves_the_transports_socket(twin: str
         assert _drain(b) == b"last"
         # the transport's own descriptor closing first does not cut the channel off
         a2, b2 = _pair()
-        chan2 = snd.channel(SocketTransport(a2, asyncio.get_running_loop()), lambda: None)
+        chan2 = snd.channel(SocketTransport(a2), lambda: None)
         a2.close()
         snd.submit(chan2, b"after the loop closed its descriptor")
         assert chan2.settle() == b""
@@ -202,10 +201,9 @@ def test_release_closes_the_duplicate_and_leaves_the_transports_socket(twin: str
 def test_no_channel_over_tls_or_without_a_socket(twin: str) -> None:
     async def run() -> None:
         snd = sender_class(twin)()
-        loop = asyncio.get_running_loop()
         a, b = _pair()
-        assert snd.channel(SocketTransport(a, loop, sslcontext=object()), lambda: None) is None
-        assert snd.channel(SocketTransport(None, loop), lambda: None) is None  # type: ignore[arg-type]
+        assert snd.channel(SocketTransport(a, sslcontext=object()), lambda: None) is None
+        assert snd.channel(SocketTransport(None), lambda: None) is None
         snd.stop()
         a.close()
         b.close()
@@ -216,7 +214,6 @@ def test_no_channel_over_tls_or_without_a_socket(twin: str) -> None:
 def test_many_connections_interleaved_each_get_their_own_bytes_in_order(twin: str) -> None:
     async def run() -> None:
         snd = sender_class(twin)()
-        loop = asyncio.get_running_loop()
         pairs = [_pair() for _ in range(16)]
         received: dict[int, list[bytes]] = {i: [] for i in range(16)}
         readers = [
@@ -225,7 +222,7 @@ def test_many_connections_interleaved_each_get_their_own_bytes_in_order(twin: st
         ]
         for r in readers:
             r.start()
-        chans = [snd.channel(SocketTransport(a, loop), lambda: None) for a, _ in pairs]
+        chans = [snd.channel(SocketTransport(a), lambda: None) for a, _ in pairs]
         rng = random.Random(7)
         sent: dict[int, list[bytes]] = {i: [] for i in range(16)}
         for n in range(20000):
@@ -403,7 +400,7 @@ def test_the_threads_cpu_time_is_the_loops_in_its_look_back(twin: str) -> None:
         a, b = _pair()
         reader = threading.Thread(target=_drain, args=(b, 0.5))
         reader.start()
-        chan = snd.channel(SocketTransport(a, asyncio.get_running_loop()), lambda: None)
+        chan = snd.channel(SocketTransport(a), lambda: None)
         for line in _lines(30000):
             snd.submit(chan, line)
         chan.settle()

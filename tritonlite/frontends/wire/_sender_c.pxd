@@ -14,11 +14,9 @@ cdef extern from "<pthread.h>" nogil:
     ctypedef struct pthread_cond_t:
         pass
     int pthread_mutex_init(pthread_mutex_t*, void*)
-    int pthread_mutex_destroy(pthread_mutex_t*)
     int pthread_mutex_lock(pthread_mutex_t*)
     int pthread_mutex_unlock(pthread_mutex_t*)
     int pthread_cond_init(pthread_cond_t*, void*)
-    int pthread_cond_destroy(pthread_cond_t*)
     int pthread_cond_wait(pthread_cond_t*, pthread_mutex_t*)
     int pthread_cond_signal(pthread_cond_t*)
     int pthread_cond_broadcast(pthread_cond_t*)
@@ -81,16 +79,14 @@ cdef struct Core:
 
 
 ctypedef Job* JobPtr
-ctypedef Link* LinkPtr
 ctypedef Core* CorePtr
 
 
 cdef class Sender:
     cdef Core core
     cdef public object _thread
-    cdef public object _pure_thread
 
-    @cython.locals(job=JobPtr, wake=bint, n=Py_ssize_t, link=LinkPtr)
+    @cython.locals(job=JobPtr, wake=bint, n=Py_ssize_t)
     cpdef submit(self, Channel chan, bytes data)
 
 
@@ -112,10 +108,6 @@ cdef class Channel:
     @cython.locals(job=JobPtr, nxt=JobPtr, out=list,
                    core=CorePtr)
     cpdef bytes settle(self)
-
-
-cdef inline void _job_free(Job* job) noexcept nogil:
-    free(job)
 
 
 cdef inline void _keep(Link* link, Job* job) noexcept nogil:
@@ -170,17 +162,13 @@ cdef inline void _run(Core* core) noexcept nogil:
         reclaim = False
         # only this thread touches the socket and ``kept`` while the link has pending jobs
         if link.dead:
-            _job_free(job)
-            job = NULL
+            free(job)
         elif link.kept != NULL:
             _keep(link, job)  # behind bytes already kept back: order first
-            job = NULL
         elif _send_job(link, job):
-            _job_free(job)
-            job = NULL
+            free(job)
         else:
             _keep(link, job)
-            job = NULL
             reclaim = not link.reclaiming
             link.reclaiming = True
         if reclaim:

@@ -35,6 +35,7 @@ sends, the same keeping back and reclaiming, without the second CPU.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
@@ -186,7 +187,6 @@ class Sender:
 
     def __init__(self) -> None:
         self._thread: Any = None
-        self._pure_thread = None
         if cython.compiled:
             core = cython.address(self.core)
             pthread_mutex_init(cython.address(core.mu), cython.NULL)
@@ -202,8 +202,9 @@ class Sender:
             core.wakes = 0
 
     def channel(self, transport: Any, reclaim: Callable[[], Any]) -> Channel | None:
-        """A channel for ``transport``'s connection, or None where responses cannot be sent
-        beside it: TLS (the transport encrypts), or no socket under it."""
+        """A channel for ``transport``'s connection (its ``reclaim`` runs on the running
+        loop), or None where responses cannot be sent beside it: TLS (the transport
+        encrypts), or no socket under it."""
         if transport.get_extra_info("sslcontext") is not None:
             return None
         sock = transport.get_extra_info("socket")
@@ -213,12 +214,7 @@ class Sender:
             fd = os.dup(sock.fileno())
         except (OSError, ValueError):
             return None
-        loop = transport.get_extra_info("loop", None)
-        if loop is None:
-            import asyncio
-
-            loop = asyncio.get_running_loop()
-        return Channel(self, fd, loop, reclaim)
+        return Channel(self, fd, asyncio.get_running_loop(), reclaim)
 
     def submit(self, chan: Channel, data: bytes) -> None:
         """Queue ``data`` for ``chan``'s connection, after what is queued for it already."""

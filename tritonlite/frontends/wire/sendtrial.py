@@ -96,10 +96,10 @@ class SendTrial:
                 self.rates.append(served / took)
             phase += 1
             if phase == len(PHASES):
-                verdict = self._verdict()
+                on = sum(r for r, u in zip(self.rates, PHASES[SETTLE:]) if u)
+                off = sum(self.rates) - on
+                verdict = self._verdict(on, off)
                 if verdict != self.on:
-                    on = sum(r for r, u in zip(self.rates, PHASES[SETTLE:]) if u)
-                    off = sum(self.rates) - on
                     counted = len(PHASES) - SETTLE
                     log.info(
                         "sending thread %s: %.0f requests/s with it, %.0f without",
@@ -118,12 +118,11 @@ class SendTrial:
         self.phase_start = now
         self.trial_at = now + PHASE_NS
 
-    def _verdict(self) -> bool:
-        """The trial's verdict from its counted phases (module docstring)."""
+    def _verdict(self, on: float, off: float) -> bool:
+        """The trial's verdict from its counted phases, whose rates with and without the
+        thread sum to ``on`` and ``off`` (module docstring)."""
         used = PHASES[SETTLE:]
         rates = self.rates
-        on = sum(r for r, u in zip(rates, used) if u)
-        off = sum(rates) - on
         pairs = [
             (rates[i], rates[i + 1]) if used[i] else (rates[i + 1], rates[i])
             for i in range(0, len(rates), 2)
