@@ -553,6 +553,14 @@ def _http_flags(a: Any) -> None:
         "CPU (false: the loop writes them)",
     )
     a(
+        "--grpc-send-thread",
+        type=parse_bool,
+        default=True,
+        metavar="BOOL",
+        help="tritonlite, native gRPC front end: the same for its small responses (false: the "
+        "loop writes them)",
+    )
+    a(
         "--loop-slice-us",
         type=int,
         default=0,
@@ -602,6 +610,7 @@ def _http_options(ns: argparse.Namespace) -> dict[str, Any]:
         frontend=ns.frontend,
         busy_poll_us=ns.busy_poll_us,
         http_send_thread=ns.http_send_thread,
+        grpc_send_thread=ns.grpc_send_thread,
         loop_slice_us=ns.loop_slice_us,
         http_use_ssl=ns.http_use_ssl or ns.http_use_ssl_mutual,
         http_use_ssl_mutual=ns.http_use_ssl_mutual,

@@ -131,6 +131,8 @@ class ServerOptions:
     # a loaded native HTTP/1.1 front end hands its small responses to a sending thread
     # (frontends/wire/_sender_py.py); False: the loop writes them
     http_send_thread: bool = True
+    # and the native gRPC front end its small output, written at the end of a loop turn
+    grpc_send_thread: bool = True
     # the event loop thread asks the kernel for this CPU slice (frontends/base/loopslice.py);
     # 0: the kernel's default
     loop_slice_us: int = 0

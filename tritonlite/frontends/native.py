@@ -189,11 +189,19 @@ def grpc_server(core: CoreAPI, opts: ServerOptions, nofile: int = 0) -> CappedGr
     )
 
 
-def sending(http: HttpService, core: CoreAPI, opts: ServerOptions) -> None:
-    """Give ``http`` the process's sending thread, tried under load (wire/sendtrial.py)."""
-    if opts.http_send_thread:
-        http.sender = sender.shared()
-        http.send_trial = SendTrial(core.arrivals)
+def sending(out: NativeFrontends, core: CoreAPI, opts: ServerOptions) -> None:
+    """Give the front ends the process's sending thread, tried under load with one trial for
+    both (wire/sendtrial.py): the trial counts the core's requests, whichever protocol
+    brought them."""
+    http = out._http if opts.http_send_thread else None
+    grpc = out._grpc if opts.grpc_send_thread else None
+    if http is None and grpc is None:
+        return
+    trial = SendTrial(core.arrivals)
+    for front in (http, grpc):
+        if front is not None:
+            front.sender = sender.shared()
+            front.send_trial = trial
 
 
 def loop_cpu(opts: ServerOptions) -> Callable[[], int]:
@@ -202,7 +210,9 @@ def loop_cpu(opts: ServerOptions) -> Callable[[], int]:
     without them the loop would look less loaded than it is (at HTTP c=16 its own share fell
     from 0.77-0.78 to 0.73-0.74, under the 0.75 that keeps its serving passes) and stop the
     passes that feed the thread."""
-    if not (opts.http_send_thread and opts.allow_http):
+    if not (
+        (opts.http_send_thread and opts.allow_http) or (opts.grpc_send_thread and opts.allow_grpc)
+    ):
         return time.thread_time_ns
     send = sender.shared()
     own = time.thread_time_ns
@@ -233,8 +243,8 @@ async def start_native(core: CoreAPI, opts: ServerOptions) -> NativeFrontends:
         http.busy = grpc.busy = busy
         http.inflater = grpc.inflater = inflater
         http.send_blocks = grpc.send_blocks = blocks
-        sending(http, core, opts)
         out._http, out._grpc = http, grpc
+        sending(out, core, opts)
         # the same certificate for both (checked in options); ALPN lets the client choose
         ctx = http_tls(opts, ("h2", "http/1.1"))
         sock = bind(opts.http_address, opts.http_port, opts.reuse_http_port)
@@ -284,7 +294,7 @@ async def start_native(core: CoreAPI, opts: ServerOptions) -> NativeFrontends:
         server.service.json_infer = make_json_infer(core, opts)
         server.service.inflater = inflater
         server.service.send_blocks = blocks
-        sending(server.service, core, opts)
         out._listeners.append((server._server, server.service.protocol, http_ctx))
         out.http_port = server.port
+    sending(out, core, opts)
     return out

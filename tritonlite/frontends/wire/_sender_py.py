@@ -1,9 +1,9 @@
-"""A thread that writes a loaded HTTP/1.1 loop's small responses (``Sender``), so that the
-kernel's part of each write leaves the event loop's thread.
+"""A thread that writes a loaded loop's small responses (``Sender``), HTTP/1.1 and gRPC, so
+that the kernel's part of each write leaves the event loop's thread.
 
 Written in Cython's pure-Python mode: this file is the loop's side and the pure twin; setup.py
 compiles it with ``_sender_c.pxd`` into ``_sender_c``, whose thread (the pxd's C functions)
-runs without the GIL. ``http1.py`` is the one module that knows which of the two is in use.
+runs without the GIL. ``sender.py`` is the one module that knows which of the two is in use.
 
 Why: one thread serves every connection, and at high concurrency it is the serial part. A
 response's ``write`` on a loopback or LAN socket is not only a copy: the kernel runs the
@@ -11,8 +11,9 @@ receiver's side of TCP in the sender's context and wakes the client's thread. Un
 perf_analyzer at concurrency 16 (ONNX add_sub without batching, HTTP) ``write`` was 17% of the
 loop thread's CPU, the client's wake-up alone 8%, while the machine's other CPU stood a fifth
 idle (bench/RESULTS.md, Issue 31, round 12). A loaded loop already holds the small responses of
-a serving pass and writes them at its end (``HttpService._serve_ready``); with a sender those
-writes are handed to this thread instead, one copy each, and the loop goes on parsing.
+a serving pass and writes them at its end (``HttpService._serve_ready``), and flushes its gRPC
+connections at the end of the turn (``NativeGrpcServer.flush_at_turn_end``); with a sender
+those writes are handed to this thread instead, one copy each, and the loop goes on parsing.
 
 Order on a connection: a connection's bytes are at one place at a time. The protocol hands a
 response to the thread (``Sender.submit``) only while its transport has nothing buffered, and

@@ -85,6 +85,8 @@ _HEAD = {
 }
 # streamed bytes that may wait for the end of a loop turn before they are written
 _FLUSH_AT = 1 << 18
+# the largest output a turn's flush hands to the sending thread (larger goes by the loop)
+_HAND_MAX = 1 << 14
 # the shared scratch buffer reads go to when they cannot go straight into a message's block
 _SCRATCH = 1 << 18
 # After a GOAWAY of ours with nothing open, how long the connection waits for its client to
@@ -362,6 +364,9 @@ class GrpcProtocol(asyncio.BufferedProtocol):
         self._stall: asyncio.TimerHandle | None = None
         self._linger: asyncio.TimerHandle | None = None
         self._flush_pending = False
+        self._in_pass = False  # waiting for the server's end-of-turn flush (NativeGrpcServer)
+        # the sending thread's channel (wire/_sender_py.py): None until made, False: none
+        self._chan: Any = None
         self._receiving = False  # inside data_received: unary calls wait in _ready
         self._ready: list[_Call] = []
         self.unflushed = 0
@@ -443,7 +448,11 @@ class GrpcProtocol(asyncio.BufferedProtocol):
                     self._begin_unary(call)
         finally:
             self._receiving = False
-        self.flush()
+        server = self.server
+        if busy is not None and server is not None and busy.loaded():
+            server.flush_at_turn_end(self)
+        else:
+            self.flush()
 
     def eof_received(self) -> bool | None:
         return False
@@ -451,6 +460,10 @@ class GrpcProtocol(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.conn = None
         self.transport = None
+        chan = self._chan
+        if chan:
+            self._chan = False
+            chan.release()
         if self._stall is not None:
             self._stall.cancel()
         if self._linger is not None:
@@ -482,22 +495,45 @@ class GrpcProtocol(asyncio.BufferedProtocol):
 
     # ------------------------------------------------------------------ output
 
-    def flush(self) -> None:
+    def flush(self, sender: Any = None) -> None:
+        """Write what the connection has to send. ``sender`` (the server's end-of-turn flush
+        of a loaded loop, ``NativeGrpcServer.flush_at_turn_end``): hand it to that sending
+        thread (``wire/_sender_py.py``) if it is small and nothing is buffered in the
+        transport. Every other write settles with the thread first: it waits for the thread
+        to be done with this connection and writes what it kept back, so the connection's
+        bytes stay in order. Also the thread's ``reclaim`` (no ``sender``)."""
         conn = self.conn
         transport = self.transport
         if conn is None or transport is None:
             return
         self.unflushed = 0
         data = conn.output()
+        chan = self._chan
         if data:
-            if type(data) is list:
-                transport.writelines(data)  # a large message's parts, unjoined (writev)
-            else:
-                transport.write(data)
+            if (
+                sender is not None
+                and type(data) is not list
+                and len(data) <= _HAND_MAX
+                and not transport.get_write_buffer_size()
+            ):
+                if chan is None:
+                    chan = self._chan = sender.channel(transport, self.flush) or False
+                if chan:
+                    sender.submit(chan, data)
+                    data = None
+            if data:
+                if chan and chan.busy():
+                    self._settle(chan, transport)
+                if type(data) is list:
+                    transport.writelines(data)  # a large message's parts, unjoined (writev)
+                else:
+                    transport.write(data)
             ka = self.keepalive
             if ka is not None and conn.data_sent != self._ka_data:
                 self._ka_data = conn.data_sent
                 ka.sent_headers_or_data()
+        elif chan and chan.busy():
+            self._settle(chan, transport)
         if self._stall is None and conn.stalled():
             self._arm_stall()
         if conn.closed:
@@ -506,9 +542,20 @@ class GrpcProtocol(asyncio.BufferedProtocol):
             if self._linger is None:  # the client closes; or, at the latest, this does
                 self._linger = self.loop.call_later(_GOAWAY_LINGER_S, self._close)
 
+    @staticmethod
+    def _settle(chan: Any, transport: asyncio.Transport) -> None:
+        """Wait for the sending thread to be done with this connection; write what it kept
+        back (a client that stopped reading) through the transport, before anything else."""
+        kept = chan.settle()
+        if kept and not transport.is_closing():
+            transport.write(kept)
+
     def _close(self) -> None:
         transport = self.transport
         if transport is not None and not transport.is_closing():
+            chan = self._chan
+            if chan and chan.busy():
+                self._settle(chan, transport)
             transport.close()
 
     def _arm_stall(self) -> None:
@@ -707,8 +754,8 @@ class GrpcProtocol(asyncio.BufferedProtocol):
             call._wake_writer()
 
     def on_goaway(self, code: int, last_stream_id: int) -> None:
-        if not self.calls and self.transport is not None:
-            self.transport.close()
+        if not self.calls:
+            self._close()
 
     def on_ping(self, ack: bool, opaque: bytes) -> None:
         ka = self.keepalive
@@ -801,8 +848,13 @@ class GrpcProtocol(asyncio.BufferedProtocol):
     def flush_soon(self) -> None:
         """Flush at the end of this loop turn: the responses and messages that handlers
         finish in one turn leave in one write (one send syscall). Inside data_received,
-        which flushes when it is done, there is nothing to schedule."""
-        if not self._flush_pending and not self._receiving:
+        which flushes when it is done, there is nothing to schedule. With a server, its
+        end-of-turn flush does it (``NativeGrpcServer.flush_at_turn_end``)."""
+        if self._receiving:
+            return
+        if self.server is not None:
+            self.server.flush_at_turn_end(self)
+        elif not self._flush_pending:
             self._flush_pending = True
             self.loop.call_soon(self._flush_soon)
 
@@ -922,6 +974,11 @@ class NativeGrpcServer:
         self.send_blocks = SendBlocks()  # copies of large messages being sent (likewise)
         self.recv_blocks = RecvBlocks()  # large request messages being assembled and used
         self.scratch = memoryview(bytearray(_SCRATCH))  # see the module docstring: Input
+        # the thread that writes a loaded loop's small output (wire/sender.py; None: the
+        # loop), and whether a turn uses it (a wire/sendtrial.SendTrial; None: every turn)
+        self.sender: Any = None
+        self.send_trial: Any = None
+        self._turn: list[GrpcProtocol] = []  # connections to flush at this turn's end
         self._server: asyncio.base_events.Server | None = None
         self._protocols: set[GrpcProtocol] = set()
         self._stopping = False
@@ -931,6 +988,39 @@ class NativeGrpcServer:
 
     def protocol(self) -> GrpcProtocol:
         return GrpcProtocol(self.methods, self.limits, self)
+
+    def flush_at_turn_end(self, proto: GrpcProtocol) -> None:
+        """Flush ``proto`` at the end of this loop turn, together with every other connection
+        that has output then.
+
+        A loaded loop reads several connections per turn; their answers are written after
+        the turn's reads, back to back, rather than each between the others' reads and
+        calls (``HttpService.defer`` does the same for HTTP/1.1's serving passes). When the
+        loop is loaded and has a sending thread (``sender``, tried by ``send_trial``), the
+        small ones are handed to it, so the kernel's part of each write (on loopback, the
+        client's side of TCP and its wake-up) runs on another CPU."""
+        if proto._in_pass:
+            return
+        proto._in_pass = True
+        turn = self._turn
+        turn.append(proto)
+        if len(turn) == 1:
+            proto.loop.call_soon(self._flush_turn)
+
+    def _flush_turn(self) -> None:
+        turn, self._turn = self._turn, []
+        sender = self.sender
+        if sender is not None:
+            busy = self.busy
+            trial = self.send_trial
+            if busy is None or not busy.loaded() or (trial is not None and not trial.use()):
+                sender = None
+        for proto in turn:
+            proto._in_pass = False
+            try:
+                proto.flush(sender)
+            except Exception:
+                log.exception("gRPC connection's flush failed")
 
     def _check_gone(self) -> None:
         if self._gone is not None and not self._gone.done() and not self._protocols:
@@ -989,8 +1079,7 @@ class NativeGrpcServer:
             for call in list(p.calls.values()):
                 cut += call.queue is None  # a stream's requests were drained by the core
                 p._finish(call, UNAVAILABLE, "Server shutting down")
-            if p.transport is not None:
-                p.transport.close()
+            p._close()
         self._gone = loop.create_future()
         self._check_gone()
         try:

@@ -1,9 +1,9 @@
-"""The sending thread of the HTTP/1.1 front end (``_sender_py``): the compiled twin when it is
+"""The sending thread of the native front ends (``_sender_py``): the compiled twin when it is
 built.
 
 This is the one module that knows ``Sender`` has a Cython twin; it asks ``tritonlite._twins``
 whether to swap in the compiled one. ``shared()`` is the process's sender: one thread for every
-HTTP front end and event loop, started by the first response it is handed.
+HTTP/1.1 and gRPC front end and event loop, started by the first response it is handed.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Whether a loaded HTTP/1.1 loop hands its responses to the sending thread: tried on the host,
-under the load it has (``SendTrial``).
+"""Whether a loaded loop hands its responses to the sending thread: tried on the host, under
+the load it has (``SendTrial``; one for the process's HTTP/1.1 and gRPC front ends, which
+count the same requests).
 
 The sending thread (``_sender_py``) takes the kernel's part of each response's write off the
 loop, to a CPU that is otherwise idle. Whether that pays depends on the host and the load: on
