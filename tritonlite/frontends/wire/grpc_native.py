@@ -449,7 +449,7 @@ class GrpcProtocol(asyncio.BufferedProtocol):
         finally:
             self._receiving = False
         server = self.server
-        if busy is not None and server is not None and busy.loaded():
+        if busy is not None and server is not None and server.hands():
             server.flush_at_turn_end(self)
         else:
             self.flush()
@@ -993,12 +993,11 @@ class NativeGrpcServer:
         """Flush ``proto`` at the end of this loop turn, together with every other connection
         that has output then.
 
-        A loaded loop reads several connections per turn; their answers are written after
-        the turn's reads, back to back, rather than each between the others' reads and
-        calls (``HttpService.defer`` does the same for HTTP/1.1's serving passes). When the
-        loop is loaded and has a sending thread (``sender``, tried by ``send_trial``), the
-        small ones are handed to it, so the kernel's part of each write (on loopback, the
-        client's side of TCP and its wake-up) runs on another CPU."""
+        What ``flush_soon`` asks for; and, while output goes to the sending thread
+        (``hands``), a connection's read: a loaded loop reads several connections per turn,
+        and their small output is handed to the thread together after the turn's reads (at
+        most one wake-up of it for all), so the kernel's part of each write (on loopback,
+        the client's side of TCP and its wake-up) runs on another CPU."""
         if proto._in_pass:
             return
         proto._in_pass = True
@@ -1007,14 +1006,19 @@ class NativeGrpcServer:
         if len(turn) == 1:
             proto.loop.call_soon(self._flush_turn)
 
+    def hands(self) -> bool:
+        """Whether output goes to the sending thread now: there is one, the loop is loaded,
+        and the trial has it in use. (Without the thread a connection's read is flushed at
+        once: flushing at the turn's end alone served 3-9% fewer requests a second at
+        concurrency 16, bench/RESULTS.md, Issue 31, round 13.)"""
+        if self.sender is None or self.busy is None or not self.busy.loaded():
+            return False
+        trial = self.send_trial
+        return trial is None or bool(trial.use())
+
     def _flush_turn(self) -> None:
         turn, self._turn = self._turn, []
-        sender = self.sender
-        if sender is not None:
-            busy = self.busy
-            trial = self.send_trial
-            if busy is None or not busy.loaded() or (trial is not None and not trial.use()):
-                sender = None
+        sender = self.sender if self.hands() else None
         for proto in turn:
             proto._in_pass = False
             try:
