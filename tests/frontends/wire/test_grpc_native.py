@@ -484,6 +484,18 @@ class RawClient:
         end: bool = True,
         extra: list[tuple[bytes, bytes]] | None = None,
     ) -> int:
+        sid, data = self.encode_request(path, body, end, extra)
+        self.send(data)
+        return sid
+
+    def encode_request(
+        self,
+        path: str,
+        body: bytes | None,
+        end: bool = True,
+        extra: list[tuple[bytes, bytes]] | None = None,
+    ) -> tuple[int, bytes]:
+        """A call's frames on the next stream id, not sent: (stream id, bytes)."""
         sid = self.sid
         self.sid += 2
         headers = [
@@ -502,8 +514,7 @@ class RawClient:
         )
         if body is not None:
             data += frame(DATA, END_STREAM if end else 0, sid, body)
-        self.send(data)
-        return sid
+        return sid, data
 
     def until(self, stop: Any, timeout: float = 10.0) -> list[tuple[int, int, int, bytes]]:
         """Read frames until ``stop(frame)`` or the server closes; all frames read so far."""

@@ -24,7 +24,6 @@ import pytest
 from test_grpc_native import UNLIMITED, LoopThread, RawClient, Registry
 from test_h2_peer import (
     DATA,
-    END_HEADERS,
     END_STREAM,
     HEADERS,
     PING,
@@ -177,13 +176,16 @@ def test_a_client_that_stops_reading_gets_every_answer_later(served: ServedGrpc)
     while served.lt.run(shrink()) != 1 and time.monotonic() < deadline:
         time.sleep(0.01)
     bodies = {}
+    calls = []
     for k in range(n):
-        bodies[raw.sid + 2 * k] = b"%06d" % k + b"z" * 12000
-    raw.sid += 2 * n
+        body = b"%06d" % k + b"z" * 12000
+        sid, data = _echo_call(raw, body)
+        bodies[sid] = body
+        calls.append(data)
 
     def write() -> None:  # one call at a time, so that each turn's output is small
-        for sid, body in bodies.items():
-            raw.send(_request_frames(raw, sid, body))
+        for data in calls:
+            raw.send(data)
             time.sleep(0.0005)
 
     writer = threading.Thread(target=write)
@@ -205,19 +207,9 @@ def test_a_client_that_stops_reading_gets_every_answer_later(served: ServedGrpc)
     assert not writer.is_alive()
 
 
-def _request_frames(raw: RawClient, sid: int, body: bytes) -> bytes:
-    """One unary Echo call's frames on ``sid`` (RawClient.request, without sending)."""
-    headers = [
-        (b":method", b"POST"),
-        (b":scheme", b"http"),
-        (b":path", b"/test.T/Echo"),
-        (b":authority", b"x"),
-        (b"content-type", b"application/grpc"),
-        (b"te", b"trailers"),
-    ]
-    return frame(HEADERS, END_HEADERS, sid, raw.enc.encode(headers)) + frame(
-        DATA, END_STREAM, sid, grpc_message(body)
-    )
+def _echo_call(raw: RawClient, body: bytes) -> tuple[int, bytes]:
+    """A unary Echo call's frames on ``raw``'s next stream, not sent."""
+    return raw.encode_request("/test.T/Echo", grpc_message(body))
 
 
 def test_pings_and_answers_interleave_as_whole_frames(served: ServedGrpc) -> None:
@@ -228,10 +220,9 @@ def test_pings_and_answers_interleave_as_whole_frames(served: ServedGrpc) -> Non
     sids = []
     wire = b""
     for k in range(300):
-        sid = raw.sid
-        raw.sid += 2
+        sid, data = _echo_call(raw, b"p%d" % k)
         sids.append(sid)
-        wire += _request_frames(raw, sid, b"p%d" % k)
+        wire += data
         if k % 2 == 0:  # under the server's PING flood limit (200 between its own frames)
             wire += frame(PING, 0, 0, struct.pack(">Q", k))
     raw.send(wire)
@@ -254,10 +245,7 @@ def test_clients_leaving_at_any_point_leave_the_server_serving(served: ServedGrp
             raw = RawClient(served.port)
             _open_windows(raw)
             how = rng.randrange(4)
-            frames = b"".join(
-                _request_frames(raw, raw.sid + 2 * j, b"g%d" % j + b"q" * 3000) for j in range(8)
-            )
-            raw.sid += 16
+            frames = b"".join(_echo_call(raw, b"g%d" % j + b"q" * 3000)[1] for j in range(8))
             if how == 0:  # sends, leaves at once
                 raw.send(frames)
             elif how == 1:  # part of a frame
