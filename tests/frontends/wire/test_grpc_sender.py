@@ -101,6 +101,22 @@ def _open_windows(raw: RawClient) -> None:
     )
 
 
+def _shrink_send_buffers(served: ServedGrpc) -> None:
+    """Once the server has taken the connection: its socket's send buffer made small, so that
+    the sender's sends fall short as soon as the client stops reading."""
+
+    async def shrink() -> int:
+        for proto in served.server._protocols:
+            proto.transport.get_extra_info("socket").setsockopt(
+                socket.SOL_SOCKET, socket.SO_SNDBUF, 4096
+            )
+        return len(served.server._protocols)
+
+    deadline = time.monotonic() + 5
+    while served.lt.run(shrink()) != 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def _data(raw: RawClient, sid: int) -> bytes:
     return b"".join(f[3] for f in raw.frames if f[0] == DATA and f[2] == sid)
 
@@ -165,16 +181,7 @@ def test_a_client_that_stops_reading_gets_every_answer_later(served: ServedGrpc)
     raw.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)
     _open_windows(raw)
 
-    async def shrink() -> int:
-        for proto in served.server._protocols:
-            proto.transport.get_extra_info("socket").setsockopt(
-                socket.SOL_SOCKET, socket.SO_SNDBUF, 4096
-            )
-        return len(served.server._protocols)
-
-    deadline = time.monotonic() + 5
-    while served.lt.run(shrink()) != 1 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    _shrink_send_buffers(served)
     bodies = {}
     calls = []
     for k in range(n):
@@ -212,27 +219,55 @@ def _echo_call(raw: RawClient, body: bytes) -> tuple[int, bytes]:
     return raw.encode_request("/test.T/Echo", grpc_message(body))
 
 
+@pytest.mark.parametrize("twin", ["pure", "compiled"])
+def test_a_client_that_never_reads_is_dropped_with_what_the_sender_kept(twin: str) -> None:
+    """Answers into a socket nobody reads, handed to the sender and kept back by it: the loop
+    takes them over, its transport fills and pauses, and after the stall timeout the server
+    closes the connection -- the thread holds nothing of it -- and serves others."""
+    s = ServedGrpc(twin, GrpcLimits(stall_timeout_s=0.5))
+    raw = RawClient(s.port)
+    try:
+        raw.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        _open_windows(raw)
+        _shrink_send_buffers(s)
+        for k in range(200):  # one call at a time: small outputs, each handed over
+            if not raw.send(_echo_call(raw, b"%06d" % k + b"n" * 12000)[1]):
+                break  # the server closed it: the socket refuses
+            time.sleep(0.001)
+        deadline = time.monotonic() + 20
+        while s.server._protocols and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not s.server._protocols  # closed by the stall timeout, released
+        with s.channel() as ch:
+            assert ch.unary_unary("/test.T/Echo")(b"next", timeout=10) == b"next"
+    finally:
+        raw.close()
+        s.close()
+
+
 def test_pings_and_answers_interleave_as_whole_frames(served: ServedGrpc) -> None:
     """PINGs (answered by the same flushes) between calls on one connection: every frame the
     client parses is whole, every PING acked with its payload, every call answered."""
     raw = RawClient(served.port)
-    _open_windows(raw)
-    sids = []
-    wire = b""
-    for k in range(300):
-        sid, data = _echo_call(raw, b"p%d" % k)
-        sids.append(sid)
-        wire += data
-        if k % 2 == 0:  # under the server's PING flood limit (200 between its own frames)
-            wire += frame(PING, 0, 0, struct.pack(">Q", k))
-    raw.send(wire)
-    raw.until(lambda f: all(_ended(raw, sid) for sid in sids), timeout=30)
-    raw.until(lambda f: len([x for x in raw.frames if x[0] == PING]) >= 150, timeout=30)
-    acks = [struct.unpack(">Q", f[3])[0] for f in raw.frames if f[0] == PING]
-    assert acks == list(range(0, 300, 2))
-    for k, sid in enumerate(sids):
-        assert _data(raw, sid) == grpc_message(b"p%d" % k)
-    raw.close()
+    try:
+        _open_windows(raw)
+        sids = []
+        wire = b""
+        for k in range(300):
+            sid, data = _echo_call(raw, b"p%d" % k)
+            sids.append(sid)
+            wire += data
+            if k % 2 == 0:  # under the server's PING flood limit (200 between its own frames)
+                wire += frame(PING, 0, 0, struct.pack(">Q", k))
+        raw.send(wire)
+        raw.until(lambda f: all(_ended(raw, sid) for sid in sids), timeout=30)
+        raw.until(lambda f: len([x for x in raw.frames if x[0] == PING]) >= 150, timeout=30)
+        acks = [struct.unpack(">Q", f[3])[0] for f in raw.frames if f[0] == PING]
+        assert acks == list(range(0, 300, 2))
+        for k, sid in enumerate(sids):
+            assert _data(raw, sid) == grpc_message(b"p%d" % k)
+    finally:
+        raw.close()
 
 
 def test_clients_leaving_at_any_point_leave_the_server_serving(served: ServedGrpc) -> None:
