@@ -21,7 +21,7 @@ from typing import Any
 
 import grpc
 import pytest
-from test_grpc_native import UNLIMITED, LoopThread, RawClient, Registry
+from test_grpc_native import UNLIMITED, RawClient, Registry
 from test_h2_peer import (
     DATA,
     END_STREAM,
@@ -31,8 +31,7 @@ from test_h2_peer import (
     grpc_message,
     settings,
 )
-from test_http1_defer import Load
-from test_sender import sender_class
+from test_sender import LoadedLoop
 
 from tritonlite.frontends.wire.grpc_native import GrpcLimits, start_grpc_native
 
@@ -40,17 +39,12 @@ WINDOW_UPDATE = 0x8
 BIG_WINDOW = (1 << 31) - 1
 
 
-class ServedGrpc:
+class ServedGrpc(LoadedLoop):
     """A native gRPC server on a loop thread whose loop counts as loaded, with a sender."""
 
     def __init__(self, sender_twin: str, limits: GrpcLimits | None = None) -> None:
-        self.twin = sender_twin
-        self.lt = LoopThread()
+        super().__init__(sender_twin)
         self.registry = Registry()
-        self.load = Load(True)
-        self.sender = sender_class(sender_twin)()
-        self.errors: list[Any] = []
-        self.lt.loop.set_exception_handler(lambda loop, ctx: self.errors.append(ctx))
         self.server = self.lt.run(
             start_grpc_native(self.registry.methods(), "127.0.0.1", 0, limits=limits)
         )
@@ -77,12 +71,6 @@ class ServedGrpc:
             queued, sent, _ = self.sender.counts()
         assert queued == sent
         return int(sent)
-
-    def close(self) -> None:
-        self.lt.run(self.server.stop(1.0))
-        self.lt.close()
-        self.sender.stop()
-        assert not self.errors, self.errors
 
 
 @pytest.fixture(params=["pure", "compiled"])

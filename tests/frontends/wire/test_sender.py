@@ -255,15 +255,32 @@ async def _answer(req: Any) -> HttpResponse:
     return HttpResponse(200, [payload], "text/plain")
 
 
-class Served:
-    """A native HTTP server on a loop thread whose loop counts as loaded, with a sender."""
+class LoadedLoop:
+    """A loop thread whose loop counts as loaded (``load``), a sender of the ``sender_twin``,
+    and the errors the loop reported; a subclass starts ``server`` there (it has ``stop``)."""
 
-    def __init__(self, protocol: str, sender_twin: str) -> None:
+    server: Any
+
+    def __init__(self, sender_twin: str) -> None:
+        self.twin = sender_twin
         self.lt = LoopThread()
         self.load = Load(True)
         self.sender = sender_class(sender_twin)()
         self.errors: list[Any] = []
         self.lt.loop.set_exception_handler(lambda loop, ctx: self.errors.append(ctx))
+
+    def close(self) -> None:
+        self.lt.run(self.server.stop(1.0))
+        self.lt.close()
+        self.sender.stop()
+        assert not self.errors, self.errors
+
+
+class Served(LoadedLoop):
+    """A native HTTP server on a loop thread whose loop counts as loaded, with a sender."""
+
+    def __init__(self, protocol: str, sender_twin: str) -> None:
+        super().__init__(sender_twin)
         self.server = self.lt.run(
             start_http_native(
                 _answer, "127.0.0.1", 0, protocol_class=twin_class(protocol), busy=self.load
@@ -271,12 +288,6 @@ class Served:
         )
         self.server.service.sender = self.sender
         self.port = self.server.port
-
-    def close(self) -> None:
-        self.lt.run(self.server.stop(1.0))
-        self.lt.close()
-        self.sender.stop()
-        assert not self.errors, self.errors
 
 
 @pytest.fixture(params=["pure", "compiled"])
