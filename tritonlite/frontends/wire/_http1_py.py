@@ -784,11 +784,8 @@ class Http1Protocol:
         Responses handed to the sending thread (``hand_held``) are settled first: the call
         waits for the thread to be done with them and writes what it kept back."""
         chan = self._chan
-        if chan and chan.busy():
-            kept = chan.settle()
-            t = self._transport
-            if kept and t is not None and not t.is_closing():
-                t.write(kept)
+        if chan:
+            chan.settle_into(self._transport)
         held = self._held
         if held is None:
             return

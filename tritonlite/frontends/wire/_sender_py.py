@@ -52,7 +52,7 @@ class Channel:
     """One connection's way to the sending thread.
 
     Made by ``Sender.channel``; used on the event loop's thread. ``reclaim`` is called on
-    ``loop`` when the thread kept bytes back; it must ``settle`` and write what that returns.
+    ``loop`` when the thread kept bytes back; it must ``settle_into`` the transport.
     """
 
     def __init__(
@@ -113,6 +113,15 @@ class Channel:
             return b""
         self._kept_py = []
         return b"" if self._dead_py else b"".join(kept)
+
+    def settle_into(self, transport: Any) -> None:
+        """Before the loop writes to or closes the connection itself: if the thread has its
+        bytes, ``settle``, and write what it kept back through ``transport`` (unless that is
+        gone or closing), so they go first."""
+        if self.busy():
+            kept = self.settle()
+            if kept and transport is not None and not transport.is_closing():
+                transport.write(kept)
 
     def release(self) -> None:
         """The connection is gone: wait for the thread, drop what it kept back, close the

@@ -449,7 +449,7 @@ class GrpcProtocol(asyncio.BufferedProtocol):
         finally:
             self._receiving = False
         server = self.server
-        if busy is not None and server is not None and server.hands():
+        if server is not None and server.hands():
             server.flush_at_turn_end(self)
         else:
             self.flush()
@@ -522,8 +522,8 @@ class GrpcProtocol(asyncio.BufferedProtocol):
                     sender.submit(chan, data)
                     data = None
             if data:
-                if chan and chan.busy():
-                    self._settle(chan, transport)
+                if chan:
+                    chan.settle_into(transport)
                 if type(data) is list:
                     transport.writelines(data)  # a large message's parts, unjoined (writev)
                 else:
@@ -532,8 +532,8 @@ class GrpcProtocol(asyncio.BufferedProtocol):
             if ka is not None and conn.data_sent != self._ka_data:
                 self._ka_data = conn.data_sent
                 ka.sent_headers_or_data()
-        elif chan and chan.busy():
-            self._settle(chan, transport)
+        elif chan:
+            chan.settle_into(transport)
         if self._stall is None and conn.stalled():
             self._arm_stall()
         if conn.closed:
@@ -542,20 +542,12 @@ class GrpcProtocol(asyncio.BufferedProtocol):
             if self._linger is None:  # the client closes; or, at the latest, this does
                 self._linger = self.loop.call_later(_GOAWAY_LINGER_S, self._close)
 
-    @staticmethod
-    def _settle(chan: Any, transport: asyncio.Transport) -> None:
-        """Wait for the sending thread to be done with this connection; write what it kept
-        back (a client that stopped reading) through the transport, before anything else."""
-        kept = chan.settle()
-        if kept and not transport.is_closing():
-            transport.write(kept)
-
     def _close(self) -> None:
         transport = self.transport
         if transport is not None and not transport.is_closing():
             chan = self._chan
-            if chan and chan.busy():
-                self._settle(chan, transport)
+            if chan:
+                chan.settle_into(transport)
             transport.close()
 
     def _arm_stall(self) -> None:
