@@ -172,7 +172,10 @@ def test_instance_0_always_fails_instance_1_keeps_serving(
         failures
     )
     assert _metric(text, "nv_inference_request_success", model="flaky") == len(served)
-    assert "instance flaky_0_0 rebuilt and back in rotation" in server.output()
+    # The counter goes up just before the line is logged, and the line reaches the drain thread
+    # after that: wait for it rather than read the output once.
+    line = "instance flaky_0_0 rebuilt and back in rotation"
+    assert line in server.wait_for_lines(lambda lines: any(line in x for x in lines))
 
 
 def test_single_instance_fatal_error_makes_model_unready_until_rebuilt(
