@@ -33,6 +33,7 @@ from tritonlite.frontends.wire.grpc_native import GrpcLimits, GrpcProtocol, Nati
 from tritonlite.frontends.wire.http1 import HttpLimits, HttpService, start_http_native
 from tritonlite.frontends.wire.inflate import Inflater
 from tritonlite.frontends.wire.keepalive import keepalive_settings
+from tritonlite.frontends.wire.recvbuf import RecvBlocks
 from tritonlite.frontends.wire.sendbuf import SendBlocks
 from tritonlite.frontends.wire.sendtrial import SendTrial
 from tritonlite.options import ServerOptions
@@ -236,6 +237,7 @@ async def start_native(core: CoreAPI, opts: ServerOptions) -> NativeFrontends:
     # one bound on decompression in flight for both protocols (wire/inflate.py)
     inflater = Inflater()
     blocks = SendBlocks()  # and one pool of send copies (wire/sendbuf.py)
+    received = RecvBlocks()  # and of large request messages (wire/recvbuf.py)
     if opts.shared_port:
         http = HttpService(make_dispatch(core, opts), http_limits(opts, nofile))
         http.json_infer = make_json_infer(core, opts)
@@ -243,6 +245,7 @@ async def start_native(core: CoreAPI, opts: ServerOptions) -> NativeFrontends:
         http.busy = grpc.busy = busy
         http.inflater = grpc.inflater = inflater
         http.send_blocks = grpc.send_blocks = blocks
+        http.recv_blocks = grpc.recv_blocks = received
         out._http, out._grpc = http, grpc
         sending(out, core, opts)
         # the same certificate for both (checked in options); ALPN lets the client choose
@@ -273,6 +276,7 @@ async def start_native(core: CoreAPI, opts: ServerOptions) -> NativeFrontends:
         grpc.busy = busy
         grpc.inflater = inflater
         grpc.send_blocks = blocks
+        grpc.recv_blocks = received
         sock = bind(opts.grpc_address, opts.grpc_port, opts.reuse_grpc_port)
         listener = await loop.create_server(
             grpc.protocol, sock=sock, ssl=grpc_tls(opts, ("h2",)), backlog=1024
@@ -294,6 +298,7 @@ async def start_native(core: CoreAPI, opts: ServerOptions) -> NativeFrontends:
         server.service.json_infer = make_json_infer(core, opts)
         server.service.inflater = inflater
         server.service.send_blocks = blocks
+        server.service.recv_blocks = received
         out._listeners.append((server._server, server.service.protocol, http_ctx))
         out.http_port = server.port
     sending(out, core, opts)

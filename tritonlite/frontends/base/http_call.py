@@ -12,7 +12,12 @@ Contract
   gzip/deflate ``Content-Encoding`` (aiohttp does it; the native transport inflates in
   bounded bursts, ``wire/inflate.py``) and enforced the body-size limit. It raises ``HttpError`` for what the
   transport refuses (413 too large, a bad chunked framing) and ``TritonliteError`` (INVALID_ARG)
-  for a body that does not decompress. The first ``read()`` of a request that carries
+  for a body that does not decompress. The body is ``bytes`` or a ``bytearray``; on the native
+  transport an infer request's body (``POST .../infer``) of 64 KiB or more that arrives in
+  pieces is a ``memoryview`` of a reused block (``wire/recvbuf.py``), which orjson, numpy and
+  zlib take as they take bytes; what a handler keeps of it keeps that block lent, so only the
+  infer handler, which keeps views of it as its input arrays, is given one. The first
+  ``read()`` of a request that carries
   ``Expect: 100-continue`` sends ``100 Continue``; a handler that never reads does not ask
   for the body (the transport then closes the connection after the response if it must).
 * Ownership: the transport owns the request; after the handler returns, neither the request
@@ -51,7 +56,8 @@ class HttpRequest(Protocol):
 
     async def read(self) -> bytes:
         """The whole request body (decompressed), see the module docstring; a transport may
-        hand a ``bytearray`` (typed ``bytes``: handlers only read it)."""
+        hand a ``bytearray``, or for a large infer body a ``memoryview`` (typed ``bytes``:
+        handlers only read it)."""
         ...
 
     def disconnected(self) -> bool:

@@ -14,6 +14,8 @@ cdef tuple _V10
 cdef Py_ssize_t _SMALL
 cdef bytes _CONTINUE
 cdef str _HEALTH
+cdef Py_ssize_t _BLOCK_MIN
+cdef str _INFER
 cdef double _OVERCAP_TIMEOUT
 cdef Py_ssize_t _FRAMING_PER_BYTE
 cdef dict _STATUS_LINES

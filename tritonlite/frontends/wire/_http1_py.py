@@ -15,7 +15,10 @@ while ``max_pipeline`` requests wait). The run starts at the end of the ``data_r
 queued the first request (``eager.begin``) and becomes a task only if a handler has to
 wait. A body is collected into one buffer sized by its Content-Length (kept as the very
 bytes object llhttp handed over when it came in one piece), so a handler's ``read()`` of a
-complete body does not suspend. A response is framed into one head string and written with
+complete body does not suspend; a large infer body's buffer is a reused block of the service's
+``recv_blocks`` (``recvbuf.py``: a fresh 4 MiB ``bytearray`` cost a page fault and zeroing per
+4 KiB page, a quarter of the loop's time under a 4 MiB tensor), lent until the request's input
+arrays are gone, which is why only the infer handler gets one (others take ``bytes``). A response is framed into one head string and written with
 one ``transport.write`` (small) or ``writelines`` (large; views of a backend's memory copied
 into the service's ``send_blocks`` first, ``sendbuf.py``).
 
@@ -65,6 +68,10 @@ _V10 = (1, 0)
 _SMALL = 16384  # a response up to this size is joined into one write
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _HEALTH = "/v2/health/"
+# an infer body of at least this many bytes that does not come in one piece is collected in a
+# reused block (``service.recv_blocks``, ``recvbuf.py``), not a fresh buffer
+_BLOCK_MIN = 65536
+_INFER = "/infer"
 _OVERCAP_TIMEOUT = 1.0  # s: the header timeout of a connection over the cap
 # a chunked body's framing (chunk-size lines, extensions, trailers) may take the header size
 # limit plus this many bytes per body byte (one-byte chunks with a short extension: ~10)
@@ -442,6 +449,7 @@ class Http1Protocol:
         cur = self._cur
         if cur is not None and not cur._complete and cur._error is None:
             cur._error = ConnectionResetError("the client went away")
+            cur._body = None  # never read: a block goes back now, not at a collection
             self._wake(cur)
         self._wake_drain()
 
@@ -567,7 +575,14 @@ class Http1Protocol:
                 if n == req._length:
                     req._body = body
                 else:
-                    buf = bytearray(req._length)
+                    if (
+                        req._length >= _BLOCK_MIN
+                        and req.method == "POST"
+                        and req.path.endswith(_INFER)
+                    ):
+                        buf = self._service.recv_blocks.take(req._length)
+                    else:
+                        buf = bytearray(req._length)
                     buf[:n] = body
                     req._body = buf
             else:
@@ -888,6 +903,7 @@ class Http1Protocol:
         if cur is not None and cur in self._queue:
             # dispatched (or about to be) with its body incomplete: its read() fails
             cur._error = HttpError(status, message)
+            cur._body = None  # never read (as above)
             self._wake(cur)
         else:
             req = cur if cur is not None else Request(self)

@@ -23,6 +23,7 @@ from tritonlite import _twins
 from tritonlite.frontends.base.http_call import Dispatch, JsonInfer
 from tritonlite.frontends.wire import _h1scan_py, _http1_py
 from tritonlite.frontends.wire.inflate import Inflater
+from tritonlite.frontends.wire.recvbuf import RecvBlocks
 from tritonlite.frontends.wire.sendbuf import SendBlocks
 
 __all__ = [
@@ -96,6 +97,7 @@ class HttpService:
         self.busy: Any = None  # a BusyPoll (busypoll.py) its connections touch on input
         self.inflater = Inflater()  # shared with the gRPC front end by the composition root
         self.send_blocks = SendBlocks()  # copies of large response bodies being sent
+        self.recv_blocks = RecvBlocks()  # large infer bodies being read and used
         self.connections: dict[Any, None] = {}  # in the order they opened
         self._protocol_class = protocol_class if protocol_class is not None else Http1Protocol
         # the protocols' fast path for whole, plain requests (None: llhttp parses every
