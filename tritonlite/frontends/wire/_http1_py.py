@@ -15,12 +15,13 @@ while ``max_pipeline`` requests wait). The run starts at the end of the ``data_r
 queued the first request (``eager.begin``) and becomes a task only if a handler has to
 wait. A body is collected into one buffer sized by its Content-Length (kept as the very
 bytes object llhttp handed over when it came in one piece), so a handler's ``read()`` of a
-complete body does not suspend; a large infer body's buffer is a reused block of the service's
-``recv_blocks`` (``recvbuf.py``: a fresh 4 MiB ``bytearray`` cost a page fault and zeroing per
-4 KiB page, a quarter of the loop's time under a 4 MiB tensor), lent until the request's input
-arrays are gone, which is why only the infer handler gets one (others take ``bytes``). A response is framed into one head string and written with
-one ``transport.write`` (small) or ``writelines`` (large; views of a backend's memory copied
-into the service's ``send_blocks`` first, ``sendbuf.py``).
+complete body does not suspend. A large infer body's buffer is a reused block of the
+service's ``recv_blocks`` (``recvbuf.py``: a fresh 4 MiB ``bytearray`` cost a page fault and
+zeroing per 4 KiB page, a quarter of the loop's time under a 4 MiB tensor), lent until the
+request's input arrays are gone, which is why only the infer handler gets one (the others
+take ``bytes`` or a ``bytearray``). A response is framed into one head string and written
+with one ``transport.write`` (small) or ``writelines`` (large; views of a backend's memory
+copied into the service's ``send_blocks`` first, ``sendbuf.py``).
 
 What the connection refuses, it answers in order with Triton's ``{"error": ...}`` body and
 ``Connection: close``, then closes: a malformed request (400), a Content-Length over the body
