@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import ctypes
 import gc
 import os
 import re
@@ -295,8 +296,9 @@ def _transport_args(args: tuple[str, ...]) -> list[str]:
     return [*out, "--http-port", "0", "--grpc-port", "0"]
 
 
-_LIBC: Any = None
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+# prctl(2), where the kernel has it (PR_SET_PDEATHSIG: linux/prctl.h)
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
+_PR_SET_PDEATHSIG = 1
 
 
 def _dies_with_us(then: Callable[[], None] | None) -> Callable[[], None] | None:
@@ -305,17 +307,10 @@ def _dies_with_us(then: Callable[[], None] | None) -> Callable[[], None] | None:
     the test process's exit handlers are all that stop it otherwise: a worker that crashes
     (pytest-xdist replaces it) would leave its servers running. Only from the main thread
     (the signal follows the starting thread, not the process) and only on Linux."""
-    global _LIBC
-    if (
-        not sys.platform.startswith("linux")
-        or threading.current_thread() is not threading.main_thread()
-    ):
+    prctl = _PRCTL
+    if prctl is None or threading.current_thread() is not threading.main_thread():
         return then
-    if _LIBC is None:
-        import ctypes
-
-        _LIBC = ctypes.CDLL(None, use_errno=True)
-    prctl, parent = _LIBC.prctl, os.getpid()
+    parent = os.getpid()
 
     def preexec() -> None:
         prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
