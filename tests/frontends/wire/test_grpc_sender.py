@@ -21,6 +21,7 @@ from typing import Any
 
 import grpc
 import pytest
+from conftest import wait_until
 from test_grpc_native import UNLIMITED, RawClient, Registry
 from test_h2_peer import (
     DATA,
@@ -31,7 +32,7 @@ from test_h2_peer import (
     grpc_message,
     settings,
 )
-from test_sender import LoadedLoop
+from test_sender import LoadedLoop, drained
 
 from tritonlite.frontends.wire.grpc_native import GrpcLimits, start_grpc_native
 
@@ -64,11 +65,8 @@ class ServedGrpc(LoadedLoop):
         """How many outputs the sender took (the compiled twin counts; the pure one: -1)."""
         if self.twin == "pure":
             return -1
-        deadline = time.monotonic() + 5
+        wait_until(lambda: drained(self.sender), 5)
         queued, sent, _ = self.sender.counts()
-        while queued != sent and time.monotonic() < deadline:
-            time.sleep(0.01)
-            queued, sent, _ = self.sender.counts()
         assert queued == sent
         return int(sent)
 
@@ -100,9 +98,7 @@ def _shrink_send_buffers(served: ServedGrpc) -> None:
             )
         return len(served.server._protocols)
 
-    deadline = time.monotonic() + 5
-    while served.lt.run(shrink()) != 1 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: served.lt.run(shrink()) == 1, 5)
 
 
 def _data(raw: RawClient, sid: int) -> bytes:
@@ -222,10 +218,7 @@ def test_a_client_that_never_reads_is_dropped_with_what_the_sender_kept(twin: st
             if not raw.send(_echo_call(raw, b"%06d" % k + b"n" * 12000)[1]):
                 break  # the server closed it: the socket refuses
             time.sleep(0.001)
-        deadline = time.monotonic() + 20
-        while s.server._protocols and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not s.server._protocols  # closed by the stall timeout, released
+        wait_until(lambda: not s.server._protocols, 20)  # closed by the stall timeout, released
         with s.channel() as ch:
             assert ch.unary_unary("/test.T/Echo")(b"next", timeout=10) == b"next"
     finally:
@@ -286,10 +279,7 @@ def test_clients_leaving_at_any_point_leave_the_server_serving(served: ServedGrp
             echo = ch.unary_unary("/test.T/Echo")
             for k in range(5):
                 assert echo(b"stay%d-%d" % (rnd, k), timeout=10) == b"stay%d-%d" % (rnd, k)
-    deadline = time.monotonic() + 5
-    while served.server._protocols and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not served.server._protocols
+    wait_until(lambda: not served.server._protocols, 5)
 
 
 def test_a_graceful_stop_answers_what_the_sender_was_handed(served: ServedGrpc) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import wait_until
 from test_http1 import _get, twin_class
 from test_http1_defer import Load
 from test_http1_support import Conn, LoopThread
@@ -255,6 +256,13 @@ async def _answer(req: Any) -> HttpResponse:
     return HttpResponse(200, [payload], "text/plain")
 
 
+def drained(snd: Any) -> bool:
+    """Whether the compiled sender has taken every job it was handed (one read of its
+    counts, so the two numbers belong together)."""
+    queued, sent, _ = snd.counts()
+    return bool(queued == sent)
+
+
 class LoadedLoop:
     """A loop thread whose loop counts as loaded (``load``), a sender of the ``sender_twin``,
     and the errors the loop reported; a subclass starts ``server`` there (it has ``stop``)."""
@@ -317,12 +325,8 @@ def test_a_loaded_server_hands_responses_to_the_sender_and_each_arrives(served: 
         # the sender took them (it counts a job once its send returned, which may be after
         # the client read the answer); and the loop writes again when the load goes
         if served.sender.counts() != (0, 0, 0):
-            deadline = time.monotonic() + 5
-            while time.monotonic() < deadline:
-                queued, sent, _ = served.sender.counts()
-                if queued == sent:
-                    break
-                time.sleep(0.01)
+            wait_until(lambda: drained(served.sender), 5)
+            queued, sent, _ = served.sender.counts()
             assert queued == sent >= 8 * 30
         served.load.is_loaded = False
         for i, c in enumerate(conns):
@@ -393,10 +397,7 @@ def test_clients_leaving_at_any_point_leave_the_server_serving(served: Served) -
                 stays.send(_get(f"/stay{rnd}-{k}"))
                 assert stays.response().body == f"/stay{rnd}-{k}||".encode()
     # every connection ended: nothing left open
-    deadline = time.monotonic() + 5
-    while served.server.service.connections and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not served.server.service.connections
+    wait_until(lambda: not served.server.service.connections, 5)
 
 
 def test_the_threads_cpu_time_is_the_loops_in_its_look_back(twin: str) -> None:
