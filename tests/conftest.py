@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import ctypes
 import gc
 import os
 import re
@@ -296,32 +295,6 @@ def _transport_args(args: tuple[str, ...]) -> list[str]:
     return [*out, "--http-port", "0", "--grpc-port", "0"]
 
 
-# prctl(2), where the kernel has it (PR_SET_PDEATHSIG: linux/prctl.h)
-_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
-_PR_SET_PDEATHSIG = 1
-
-
-def _dies_with_us(then: Callable[[], None] | None) -> Callable[[], None] | None:
-    """A ``preexec_fn`` that has the kernel SIGKILL the server when the thread that starts it
-    ends (``PR_SET_PDEATHSIG``), then runs ``then``. A server runs in a session of its own, so
-    the test process's exit handlers are all that stop it otherwise: a worker that crashes
-    (pytest-xdist replaces it) would leave its servers running. Only from the main thread
-    (the signal follows the starting thread, not the process) and only on Linux."""
-    prctl = _PRCTL
-    if prctl is None or threading.current_thread() is not threading.main_thread():
-        return then
-    parent = os.getpid()
-
-    def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before the signal was asked for
-            os._exit(1)
-        if then is not None:
-            then()
-
-    return preexec
-
-
 def start_server(
     repo: Path | str,
     *args: str,
@@ -362,7 +335,7 @@ def start_server(
         errors="backslashreplace",  # a log line quoting a client's non-UTF-8 bytes stays
         start_new_session=True,
         env={**os.environ, **(env or {})},
-        preexec_fn=_dies_with_us(preexec_fn),
+        preexec_fn=preexec_fn,
     )
     server = Server(proc, cmd)
     wanted = {
