@@ -6,17 +6,20 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import uvloop
 
 
 class LoopThread:
-    """A uvloop event loop on its own thread; ``run`` executes a coroutine there."""
+    """An event loop (uvloop's, or what ``new_loop`` makes) on its own thread; ``run``
+    executes a coroutine there."""
 
-    def __init__(self) -> None:
-        self.loop = uvloop.new_event_loop()
+    def __init__(
+        self, new_loop: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    ) -> None:
+        self.loop = new_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
 

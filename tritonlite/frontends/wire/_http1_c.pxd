@@ -88,6 +88,7 @@ cdef class Http1Protocol:
     cdef public object _held
     cdef public object _chan
     cdef public object _scan
+    cdef public object _reader
 
     @cython.locals(n=Py_ssize_t, pos=Py_ssize_t, head=tuple, status=int, end=Py_ssize_t,
                    minor=int, keep_alive=bint, length=Py_ssize_t, header_bytes=Py_ssize_t,
@@ -97,3 +98,7 @@ cdef class Http1Protocol:
     cdef _admit(self, Request req)
     cdef _enqueue(self, Request req)
     cdef _end_message(self, Request req)
+    cdef _read_into_block(self, Request req)
+
+
+cdef bint _takes_block(Request req)

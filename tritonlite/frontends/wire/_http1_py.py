@@ -19,7 +19,8 @@ complete body does not suspend. A large infer body's buffer is a reused block of
 service's ``recv_blocks`` (``recvbuf.py``: a fresh 4 MiB ``bytearray`` cost a page fault and
 zeroing per 4 KiB page, a quarter of the loop's time under a 4 MiB tensor), lent until the
 request's input arrays are gone, which is why only the infer handler gets one (the others
-take ``bytes`` or a ``bytearray``). A response is framed into one head string and written
+take ``bytes`` or a ``bytearray``); once a read has left it incomplete, the transport reads the
+rest straight into it (``_BodyReader``), and llhttp starts afresh after it. A response is framed into one head string and written
 with one ``transport.write`` (small) or ``writelines`` (large; views of a backend's memory
 copied into the service's ``send_blocks`` first, ``sendbuf.py``).
 
@@ -94,6 +95,11 @@ def _check_transfer_coding(value: str) -> None:
         raise _Refuse(400, f"Transfer-Encoding {value!r}: the final coding is not chunked")
     if len(codings) > 1:
         raise _Refuse(501, f"Transfer-Encoding {value!r}: only chunked is supported")
+
+
+def _takes_block(req: Request) -> bool:
+    """Whether ``req``'s body, not complete in one read, is collected in a reused block."""
+    return req._length >= _BLOCK_MIN and req.method == "POST" and req.path.endswith(_INFER)
 
 
 def _status_line(status: int) -> str:
@@ -220,6 +226,44 @@ class _ChunkWriter:
             await proto._drain()
 
 
+class _BodyReader(asyncio.BufferedProtocol):
+    """The transport's protocol while the rest of a large infer body is read
+    (``Http1Protocol._read_into_block``): the socket's bytes go straight into the body's
+    block, never past its end. What the transport tells a protocol otherwise goes to the
+    connection's ``Http1Protocol``; so does the transport when the body is complete."""
+
+    def __init__(self, proto: Http1Protocol) -> None:
+        self._proto = proto
+        self._spill: Any = None  # where bytes go once the body is not wanted any more
+
+    def get_buffer(self, sizehint: int) -> Any:
+        proto = self._proto
+        req = proto._cur
+        if proto._state == _BODY and req is not None and req._body is not None:
+            return req._body[req._size :]
+        # refused or timed out meanwhile (reading is paused then): nothing is kept
+        if self._spill is None:
+            self._spill = bytearray(_BLOCK_MIN)
+        return self._spill
+
+    def buffer_updated(self, nbytes: int) -> None:
+        proto = self._proto
+        if proto._state == _BODY and proto._cur is not None:
+            proto._body_read(nbytes)
+
+    def eof_received(self) -> bool:
+        return self._proto.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._proto.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self._proto.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._proto.resume_writing()
+
+
 class Http1Protocol:
     """One HTTP/1.1 connection (an ``asyncio.Protocol`` by its methods).
 
@@ -266,16 +310,14 @@ class Http1Protocol:
         # the sending thread's channel (``hand_held``): None until made, False where none can be
         self._chan: Any = None
         self._scan = service.head_scan  # the fast path's ``_h1scan_py.scan``; None: llhttp only
+        self._reader: Any = None  # the ``_BodyReader`` (made at the first large infer body)
 
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: Any) -> None:
         self._transport = transport
         self._loop = asyncio.get_running_loop()
         self._peer = transport.get_extra_info("peername")
-        parser = httptools.HttpRequestParser(self)
-        # Transfer-Encoding with Content-Length: served by chunked framing, then closed
-        parser.set_dangerous_leniencies(lenient_chunked_length=True)
-        self._parser = parser
+        self._new_parser()
         self._registered = True
         self._overcap = not self._service.register(self)
         # over the cap, a connection gets one request, and only a short while to send it:
@@ -289,6 +331,13 @@ class Http1Protocol:
             timeout = min(timeout, self._service.limits.drain_idle_s)
         self._deadline = self._loop.time() + timeout
 
+    def _new_parser(self) -> None:
+        """llhttp for this connection from a message boundary on."""
+        parser = httptools.HttpRequestParser(self)
+        # Transfer-Encoding with Content-Length: served by chunked framing, then closed
+        parser.set_dangerous_leniencies(lenient_chunked_length=True)
+        self._parser = parser
+
     def data_received(self, data: bytes) -> None:
         if self._state == _DONE:
             return
@@ -296,6 +345,7 @@ class Http1Protocol:
         if busy is not None:
             busy.touch()
         try:
+            used = 0
             if self._state == _IDLE and self._scan is not None and type(data) is bytes:
                 try:
                     used = self._parse_whole(data)
@@ -303,11 +353,12 @@ class Http1Protocol:
                     log.error("HTTP/1.1 protocol error", exc_info=exc)
                     self._refuse(500, f"internal error: {exc!r}")
                     return
-                if used:
-                    if used < len(data) and self._state == _IDLE:
-                        self._feed(data[used:], len(data))
-                    return
-            self._feed(data, len(data))
+            if not used:
+                self._feed(data, len(data))
+            elif used < len(data) and self._state == _IDLE:
+                self._feed(data[used:], len(data))
+            if self._state == _BODY and _takes_block(self._cur):
+                self._read_into_block(self._cur)
         finally:
             if self._task is _STARTING:
                 if busy is not None and busy.loaded():
@@ -576,11 +627,7 @@ class Http1Protocol:
                 if n == req._length:
                     req._body = body
                 else:
-                    if (
-                        req._length >= _BLOCK_MIN
-                        and req.method == "POST"
-                        and req.path.endswith(_INFER)
-                    ):
+                    if _takes_block(req):
                         buf = self._service.recv_blocks.take(req._length)
                     else:
                         buf = bytearray(req._length)
@@ -599,6 +646,37 @@ class Http1Protocol:
 
     def on_message_complete(self) -> None:
         self._end_message(self._cur)
+
+    # -- a large infer body read straight into its block -----------------------------------
+    def _read_into_block(self, req: Request) -> None:
+        """At the end of a ``data_received`` that left ``req``'s large infer body incomplete:
+        the rest is read by the transport straight into the body's block (``_BodyReader``
+        becomes its protocol), not copied out of a ``bytes`` per read and then again out of
+        llhttp's per body piece. llhttp does not see those bytes: a fresh parser takes over
+        at the message boundary after them (``_body_read``)."""
+        t = self._transport
+        if t is None or t.is_closing():
+            return
+        if req._body is None:
+            req._body = self._service.recv_blocks.take(req._length)
+        reader = self._reader
+        if reader is None:
+            reader = self._reader = _BodyReader(self)
+        t.set_protocol(reader)
+
+    def _body_read(self, n: int) -> None:
+        """``_BodyReader``: ``n`` more bytes of the current body are in its block."""
+        busy = self._busy
+        if busy is not None:
+            busy.touch()
+        req: Request = self._cur
+        req._size += n
+        if req._size < req._length:
+            self._deadline = self._loop.time() + self._body_timeout
+            return
+        self._new_parser()
+        self._transport.set_protocol(self)
+        self._end_message(req)
 
     def _end_message(self, req: Request) -> None:
         """``req`` has been read to its end."""

@@ -2,8 +2,9 @@
 read is assembled in a block sized from its length prefix, the socket's bytes read straight
 into it where the transport allows (``GrpcProtocol.get_buffer``), and the block comes back
 for the next message once nothing refers to it any more. An HTTP/1.1 infer body too large for
-one read is collected in one the same way, sized from its Content-Length
-(``Http1Protocol.on_body``); the composition root gives both front ends one pool.
+one read goes into one the same way, sized from its Content-Length, the rest of it read
+straight into the block (``Http1Protocol._read_into_block``); the composition root gives both
+front ends one pool.
 
 Why a pool and not ``bytearray(n)``: a fresh 4 MiB buffer costs the kernel a page fault per
 4 KiB page the first time it is written (about 1,000 a message), which is as dear as the copy
