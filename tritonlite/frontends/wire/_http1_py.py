@@ -488,6 +488,7 @@ class Http1Protocol:
 
     def connection_lost(self, exc: Any) -> None:
         self._transport = None
+        self._reader = None  # it refers back to this: freed with it, not by a collection
         chan = self._chan
         if chan:
             self._chan = False
