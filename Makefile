@@ -53,7 +53,7 @@ SHARED_TESTS ?= $(addprefix tests/compat/,test_http.py test_grpc.py test_grpc_st
   test_http_grpc_parity.py test_perf_analyzer_http.py test_perf_analyzer_grpc.py \
   test_http_tls.py test_grpc_tls.py test_restricted_api.py test_shutdown.py \
   test_connection_handling.py test_grpc_keepalive.py test_http_expect.py \
-  test_compressed_requests.py)
+  test_compressed_requests.py test_http_large.py test_grpc_large.py)
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c

@@ -28,6 +28,8 @@ from test_http1_support import Conn, LoopThread
 
 from tritonlite.frontends.base.http_call import HttpResponse
 from tritonlite.frontends.tls import server_context
+from tritonlite.frontends.wire import http1
+from tritonlite.frontends.wire.detect import Detect
 from tritonlite.frontends.wire.http1 import HttpLimits, NativeHttpServer, start_http_native
 
 pytestmark = pytest.mark.timeout(60)
@@ -56,7 +58,7 @@ def reading(loop_thread: LoopThread, twin: Any) -> Iterator[tuple[NativeHttpServ
         yield server, reader
 
 
-def _reading_body(server: NativeHttpServer) -> bool:
+def _reading_body(server: Any) -> bool:
     """Whether the one open connection's transport reads a body into its block now."""
     protos = list(server.service.connections)
     if len(protos) != 1 or protos[0]._transport is None:
@@ -68,7 +70,7 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _exchange(c: Conn, server: NativeHttpServer, n: int) -> None:
+def _exchange(c: Conn, server: Any, n: int) -> None:
     """A large infer body whose rest is read into its block, with the next request's head
     right behind it and split: both answered, the first from its block."""
     body = os.urandom(n)
@@ -249,3 +251,33 @@ def test_over_tls(loop_thread: LoopThread, twin: Any, certs: dict[str, str]) -> 
         wait_until(lambda: server.service.recv_blocks.lent() == 0, 5)
     finally:
         loop_thread.run(server.stop(1.0))
+
+
+class _Detected:
+    """A listener whose connections the one-port detector hands to ``service``'s protocol."""
+
+    def __init__(self, service: http1.HttpService, server: asyncio.Server) -> None:
+        self.service = service
+        self.server = server
+        self.port = server.sockets[0].getsockname()[1]
+
+
+def test_behind_the_one_port_detector(loop_thread: LoopThread, twin: Any) -> None:
+    service = http1.HttpService(Reader(), HttpLimits(), protocol_class=twin)
+
+    async def listen() -> asyncio.Server:
+        loop = asyncio.get_running_loop()
+        return await loop.create_server(
+            lambda: Detect(service.protocol, asyncio.Protocol), "127.0.0.1", 0
+        )
+
+    detected = _Detected(service, loop_thread.run(listen()))
+    try:
+        with Conn(detected.port) as c:
+            for i in range(3):
+                _exchange(c, detected, BIG + i)
+        wait_until(lambda: service.recv_blocks.lent() == 0, 5)
+    finally:
+        detected.server.close()
+        loop_thread.run(service.drain(1.0))
+        loop_thread.run(detected.server.wait_closed())

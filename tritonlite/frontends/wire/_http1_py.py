@@ -19,10 +19,11 @@ complete body does not suspend. A large infer body's buffer is a reused block of
 service's ``recv_blocks`` (``recvbuf.py``: a fresh 4 MiB ``bytearray`` cost a page fault and
 zeroing per 4 KiB page, a quarter of the loop's time under a 4 MiB tensor), lent until the
 request's input arrays are gone, which is why only the infer handler gets one (the others
-take ``bytes`` or a ``bytearray``); once a read has left it incomplete, the transport reads the
-rest straight into it (``_BodyReader``), and llhttp starts afresh after it. A response is framed into one head string and written
-with one ``transport.write`` (small) or ``writelines`` (large; views of a backend's memory
-copied into the service's ``send_blocks`` first, ``sendbuf.py``).
+take ``bytes`` or a ``bytearray``); once a read has left it incomplete, the transport reads
+the rest straight into it (``_BodyReader``), and llhttp starts afresh after it. A response is
+framed into one head string and written with one ``transport.write`` (small) or
+``writelines`` (large; views of a backend's memory copied into the service's ``send_blocks``
+first, ``sendbuf.py``).
 
 What the connection refuses, it answers in order with Triton's ``{"error": ...}`` body and
 ``Connection: close``, then closes: a malformed request (400), a Content-Length over the body
