@@ -623,8 +623,7 @@ def test_over_tls(loop_thread: LoopThread, twin: Any, tmp_path: Any) -> None:
         client = ssl.create_default_context(cafile=certs["ca.pem"])
         raw = socket.create_connection(("127.0.0.1", server.port), timeout=10)
         with client.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
-            c = Conn.__new__(Conn)
-            c.sock, c.buf = tls, b""
+            c = Conn.of(tls)
             for i in range(2):
                 c.send(_post(f"/tls{i}", b"secret"))
                 doc = _json(c.response())

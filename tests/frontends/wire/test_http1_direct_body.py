@@ -216,8 +216,7 @@ def test_a_response_waiting_for_its_client_resumes_while_a_body_is_read(
         first, second = os.urandom(size), os.urandom(BIG)
         sock = socket.create_connection(("127.0.0.1", server.port), timeout=20)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
-        c = Conn.__new__(Conn)
-        c.sock, c.buf = sock, b""
+        c = Conn.of(sock)
         with c:
             c.send(_head(INFER + "?echo", size) + first)
             c.send(_head(INFER, BIG) + second[:1000])
@@ -244,8 +243,7 @@ def test_over_tls(loop_thread: LoopThread, twin: Any, certs: dict[str, str]) -> 
         client = ssl.create_default_context(cafile=certs["ca.pem"])
         raw = socket.create_connection(("127.0.0.1", server.port), timeout=10)
         with client.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
-            c = Conn.__new__(Conn)
-            c.sock, c.buf = tls, b""
+            c = Conn.of(tls)
             for i in range(3):
                 _exchange(c, server, BIG + i)
         wait_until(lambda: server.service.recv_blocks.lent() == 0, 5)

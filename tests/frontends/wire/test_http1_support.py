@@ -60,6 +60,13 @@ class Conn:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
         self.buf = b""
 
+    @classmethod
+    def of(cls, sock: Any) -> Conn:
+        """A ``Conn`` over a socket made elsewhere (a TLS one, one with its own options)."""
+        c = cls.__new__(cls)
+        c.sock, c.buf = sock, b""
+        return c
+
     def __enter__(self) -> Conn:
         return self
 
