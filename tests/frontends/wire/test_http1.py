@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 import pytest
 from conftest import wait_until
-from test_http1_support import Conn, LoopThread
+from test_http1_support import Conn, LoopThread, tls_conn
 
 from tritonlite.contracts.errors import TritonliteError
 from tritonlite.frontends.base.http_call import HttpError, HttpResponse, HttpStream, StreamWriter
@@ -608,8 +608,6 @@ def test_new_request_during_drain_gets_503(loop_thread: LoopThread, serve: Serve
 
 
 def test_over_tls(loop_thread: LoopThread, twin: Any, tmp_path: Any) -> None:
-    import ssl
-
     from support.certs import make_certs
 
     from tritonlite.frontends.tls import server_context
@@ -620,10 +618,7 @@ def test_over_tls(loop_thread: LoopThread, twin: Any, tmp_path: Any) -> None:
         start_http_native(handler, "127.0.0.1", 0, ssl_context=ctx, protocol_class=twin)
     )
     try:
-        client = ssl.create_default_context(cafile=certs["ca.pem"])
-        raw = socket.create_connection(("127.0.0.1", server.port), timeout=10)
-        with client.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
-            c = Conn.of(tls)
+        with tls_conn(server.port, certs["ca.pem"]) as c:
             for i in range(2):
                 c.send(_post(f"/tls{i}", b"secret"))
                 doc = _json(c.response())

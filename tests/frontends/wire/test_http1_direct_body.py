@@ -12,7 +12,6 @@ import asyncio
 import hashlib
 import os
 import socket
-import ssl
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +23,7 @@ from conftest import wait_until
 from support.certs import make_certs
 from test_http1 import twin_class
 from test_http1_release import Reader, _answer, _head, _serving
-from test_http1_support import Conn, LoopThread
+from test_http1_support import Conn, LoopThread, tls_conn
 
 from tritonlite.frontends.base.http_call import HttpResponse
 from tritonlite.frontends.tls import server_context
@@ -240,10 +239,7 @@ def test_over_tls(loop_thread: LoopThread, twin: Any, certs: dict[str, str]) -> 
         start_http_native(Reader(), "127.0.0.1", 0, ssl_context=ctx, protocol_class=twin)
     )
     try:
-        client = ssl.create_default_context(cafile=certs["ca.pem"])
-        raw = socket.create_connection(("127.0.0.1", server.port), timeout=10)
-        with client.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
-            c = Conn.of(tls)
+        with tls_conn(server.port, certs["ca.pem"]) as c:
             for i in range(3):
                 _exchange(c, server, BIG + i)
         wait_until(lambda: server.service.recv_blocks.lent() == 0, 5)

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import uvloop
@@ -144,3 +146,12 @@ class Conn:
             return True
         except TimeoutError:
             return False
+
+
+@contextmanager
+def tls_conn(port: int, ca: str) -> Iterator[Conn]:
+    """A ``Conn`` over TLS to ``port`` on loopback, trusting the authority in the file ``ca``."""
+    client = ssl.create_default_context(cafile=ca)
+    raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+    with client.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+        yield Conn.of(tls)
