@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 import pytest
 from test_http1 import FakeTransport, twin_class
-from test_http1_fuzz import parse_responses
+from test_http1_fuzz import checked
 
 from tritonlite.frontends.base.http_call import HttpError, HttpResponse
 from tritonlite.frontends.base.http_errors import error
@@ -167,12 +167,7 @@ async def fuzz(twin: Any) -> dict[str, int]:
         out, closed, direct = await _serve(service, data, rng)
         counts["direct"] += direct
         where = f"case {case}: {len(data)} bytes, {len(ends)} requests -> {out[:400]!r}"
-        try:
-            responses = parse_responses(out)
-        except (AssertionError, ValueError, KeyError) as exc:
-            raise AssertionError(f"{where}: {exc}") from None
-        assert closed, where
-        assert not escaped, f"{where}: {escaped}"
+        responses = checked(out, closed, escaped, where)
         assert len(responses) >= len(whole), where
         for (status, _, answer), body in zip(responses, whole):
             assert status == 200, where

@@ -198,6 +198,20 @@ def parse_responses(out: bytes) -> list[tuple[int, dict[str, str], bytes]]:
     return responses
 
 
+def checked(
+    out: bytes, closed: bool, escaped: list[Any], where: str
+) -> list[tuple[int, dict[str, str], bytes]]:
+    """The responses in ``out``, once what holds for every connection does: they are well
+    framed, the connection was closed, and no exception escaped to the loop."""
+    try:
+        responses = parse_responses(out)
+    except (AssertionError, ValueError, KeyError) as exc:
+        raise AssertionError(f"{where}: {exc}") from None
+    assert closed, where
+    assert not escaped, f"{where}: {escaped}"
+    return responses
+
+
 async def feed(service: HttpService, data: bytes, rng: Rng) -> tuple[bytes, bool]:
     proto = service.protocol()
     t = FakeTransport()
@@ -241,12 +255,7 @@ async def fuzz(twin: Any) -> dict[str, int]:
         counts[kind] += 1
         out, closed = await feed(service, data, rng)
         where = f"case {case} ({kind}): {data[:300]!r} -> {out[:600]!r}"
-        try:
-            responses = parse_responses(out)
-        except (AssertionError, ValueError, KeyError) as exc:
-            raise AssertionError(f"{where}: {exc}") from None
-        assert closed, where
-        assert not escaped, f"{where}: {escaped}"
+        responses = checked(out, closed, escaped, where)
         statuses = [s for s, _, _ in responses]
         assert all(s < 500 for s in statuses), where
         for s, _headers, body in responses:
