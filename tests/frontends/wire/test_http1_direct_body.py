@@ -275,3 +275,32 @@ def test_behind_the_one_port_detector(loop_thread: LoopThread, twin: Any) -> Non
         detected.server.close()
         loop_thread.run(service.drain(1.0))
         loop_thread.run(detected.server.wait_closed())
+
+
+def test_a_stop_while_a_body_is_read_into_its_block_answers_it(
+    loop_thread: LoopThread, twin: Any
+) -> None:
+    """The server drains while the rest of a body goes into its block: the request, begun
+    before the stop, is read to its end and answered, then the connection closes."""
+    for sent in (0, 1000, BIG - 1):
+        _stop_mid_body(loop_thread, twin, sent)
+
+
+def _stop_mid_body(loop_thread: LoopThread, twin: Any, sent: int) -> None:
+    server = loop_thread.run(
+        start_http_native(Reader(), "127.0.0.1", 0, limits=HttpLimits(), protocol_class=twin)
+    )
+    body = os.urandom(BIG)
+    with Conn(server.port) as c:
+        c.send(_head(INFER, BIG) + body[:sent])
+        wait_until(lambda: _reading_body(server), 5)
+        stopping = asyncio.run_coroutine_threadsafe(server.stop(5.0), loop_thread.loop)
+        wait_until(lambda: server.service.draining, 5)
+        assert _reading_body(server)
+        c.send(body[sent:])
+        r = c.response()
+        assert r.status == 200 and r.headers["connection"] == "close"
+        assert _sha(body) in r.body.decode()
+        assert c.closed()
+        stopping.result(10)
+    assert server.service.recv_blocks.lent() == 0
