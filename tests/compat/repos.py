@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DTYPES",
     "build_http_repo",
+    "build_large_repo",
     "write_add_sub",
     "write_identity",
     "write_mlp",
@@ -70,6 +71,15 @@ def build_http_repo(repo: Path) -> Path:
         write_identity(repo, f"identity_{dtype.lower()}", dtype, [4], 8)
     write_identity(repo, "identity_string", "BYTES", [4], 8)
     write_identity(repo, "identity_variable", "FP32", [-1], 8)
+    return repo
+
+
+def build_large_repo(repo: Path, dtypes: list[str]) -> Path:
+    """The large-message suites' models: ``id_<dtype>``, an identity of any 2-D shape without
+    batching, for each of ``dtypes`` and BYTES, and ``add_sub_big``, add_sub of any length."""
+    for dtype in [*dtypes, "BYTES"]:
+        write_identity(repo, f"id_{dtype.lower()}", dtype, (-1, -1), 0)
+    write_add_sub(repo, "add_sub_big", 0, dims=-1)
     return repo
 
 

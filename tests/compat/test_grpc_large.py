@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from conftest import Server, start_server, wait_until
-from repos import random_tensor, write_add_sub, write_identity
+from repos import build_large_repo, random_tensor
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -22,10 +22,7 @@ DTYPES = ["FP32", "INT8", "UINT16", "FP16", "INT64", "FP64", "BOOL"]
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    repo = tmp_path_factory.mktemp("large_grpc_repo")
-    for dtype in [*DTYPES, "BYTES"]:
-        write_identity(repo, f"id_{dtype.lower()}", dtype, (-1, -1), 0)
-    write_add_sub(repo, "add_sub_big", 0, dims=-1)
+    repo = build_large_repo(tmp_path_factory.mktemp("large_grpc_repo"), DTYPES)
     s = start_server(repo)
     yield s
     s.stop()

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 from conftest import Server, start_server
-from repos import random_tensor, write_add_sub, write_identity
+from repos import build_large_repo, random_tensor, write_identity
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -23,11 +23,8 @@ DTYPES = ["FP32", "INT8", "FP64", "BOOL"]
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    repo = tmp_path_factory.mktemp("large_http_repo")
-    for dtype in [*DTYPES, "BYTES"]:
-        write_identity(repo, f"id_{dtype.lower()}", dtype, (-1, -1), 0)
+    repo = build_large_repo(tmp_path_factory.mktemp("large_http_repo"), DTYPES)
     write_identity(repo, "id_flat", "FP32", (-1,), 0)
-    write_add_sub(repo, "add_sub_big", 0, dims=-1)
     s = start_server(repo)
     yield s
     s.stop()
